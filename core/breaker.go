@@ -1,0 +1,77 @@
+package core
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// breaker stops store calls after consecutive failures. Closed: every call
+// goes through. Open: none until the cool-down ends. Half-open: one probe
+// at a time; its success closes the breaker, its failure reopens it.
+type breaker struct {
+	threshold int32
+	cooldown  time.Duration
+	fails     atomic.Int32
+	openUntil atomic.Int64 // unix nanoseconds; 0 when closed
+	probing   atomic.Bool
+}
+
+// allow reports whether a store call may be made now.
+func (b *breaker) allow(now time.Time) bool {
+	if b.threshold == 0 {
+		return true
+	}
+	until := b.openUntil.Load()
+	if until == 0 {
+		return true
+	}
+	if now.UnixNano() < until {
+		return false
+	}
+	return b.probing.CompareAndSwap(false, true)
+}
+
+// success records a successful call and reports whether it closed an open
+// breaker.
+func (b *breaker) success() bool {
+	if b.threshold == 0 {
+		return false
+	}
+	if b.fails.Load() != 0 {
+		b.fails.Store(0)
+	}
+	if b.openUntil.Load() == 0 {
+		return false
+	}
+	b.openUntil.Store(0)
+	b.probing.Store(false)
+	return true
+}
+
+// failure records a failed call and reports whether it opened the breaker.
+func (b *breaker) failure(now time.Time) bool {
+	if b.threshold == 0 {
+		return false
+	}
+	if b.probing.Load() {
+		b.openUntil.Store(now.Add(b.cooldown).UnixNano())
+		b.probing.Store(false)
+		return false
+	}
+	if b.fails.Add(1) == b.threshold {
+		b.openUntil.Store(now.Add(b.cooldown).UnixNano())
+		return true
+	}
+	return false
+}
+
+// retryAfter is when a store call will next be tried, at least 1 s, for
+// FailClosed answers.
+func (b *breaker) retryAfter(now time.Time) time.Duration {
+	if until := b.openUntil.Load(); until != 0 {
+		if d := time.Duration(until - now.UnixNano()); d > time.Second {
+			return d
+		}
+	}
+	return time.Second
+}

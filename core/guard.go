@@ -1,0 +1,519 @@
+package core
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratekit/ratekit/keyfunc"
+)
+
+// HeaderStyle selects which rate-limit header fields a [Guard] writes. The
+// styles combine with |.
+type HeaderStyle uint8
+
+const (
+	// HeadersXRateLimit writes X-RateLimit-Limit, X-RateLimit-Remaining
+	// and X-RateLimit-Reset (delta-seconds until the binding rule's window
+	// is empty). It is the default.
+	HeadersXRateLimit HeaderStyle = 1 << iota
+	// HeadersIETF writes the IETF draft-10 structured fields
+	// RateLimit-Policy and RateLimit, one item per rule, each with a
+	// hashed partition key (pk).
+	HeadersIETF
+	// HeadersNone writes no rate-limit header fields (Retry-After is still
+	// sent on denials).
+	HeadersNone HeaderStyle = 0
+)
+
+// BodyStyle selects the body of a denial.
+type BodyStyle uint8
+
+const (
+	// BodyText is a short text/plain reason. It is the default.
+	BodyText BodyStyle = iota
+	// BodyProblem is an RFC 9457 application/problem+json document of the
+	// IETF "quota-exceeded" problem type naming the violated policy.
+	BodyProblem
+)
+
+// NoKeyAction says what a [Guard] does when the key function returns
+// [keyfunc.ErrNoKey].
+type NoKeyAction uint8
+
+const (
+	// NoKeySkip lets the request through unlimited. It is the default:
+	// pair it with another limiter that covers anonymous requests.
+	NoKeySkip NoKeyAction = iota
+	// NoKeyShared counts every keyless request under one shared key.
+	NoKeyShared
+	// NoKeyReject answers 400 Bad Request.
+	NoKeyReject
+)
+
+// KeyErrorAction says what a [Guard] does when the key function fails with
+// an error other than [keyfunc.ErrNoKey].
+type KeyErrorAction uint8
+
+const (
+	// KeyErrorReject answers 400 Bad Request (gRPC: InvalidArgument). It
+	// is the default.
+	KeyErrorReject KeyErrorAction = iota
+	// KeyErrorSkip lets the request through unlimited.
+	KeyErrorSkip
+)
+
+// SharedKey is the key under which [NoKeyShared] counts keyless requests.
+const SharedKey = "-"
+
+// GuardOption configures a [Guard]. Every adapter forwards its neutral
+// options to these.
+type GuardOption func(*guardConfig)
+
+type guardConfig struct {
+	key      keyfunc.Func
+	skip     func(keyfunc.Request) bool
+	cost     func(keyfunc.Request) int64
+	countIf  func(status int) bool
+	resetIf  func(status int) bool
+	headers  HeaderStyle
+	body     BodyStyle
+	noKey    NoKeyAction
+	keyErr   KeyErrorAction
+	dryRun   bool
+	observer Observer
+}
+
+// WithKey sets the key function; keyfunc.ClientIP() (peer address, no
+// trusted proxies) by default. Behind a proxy the default puts every client
+// in one bucket: configure trusted proxies.
+func WithKey(f keyfunc.Func) GuardOption {
+	return func(c *guardConfig) {
+		if f != nil {
+			c.key = f
+		}
+	}
+}
+
+// WithSkip sets a predicate for requests that are not limited at all, such
+// as health checks or internal callers. None by default.
+func WithSkip(f func(keyfunc.Request) bool) GuardOption {
+	return func(c *guardConfig) { c.skip = f }
+}
+
+// WithCost sets the units a request costs; 1 by default. A cost below 1
+// makes the request free (not limited); a cost above the smallest limit of
+// the policy is charged as that limit.
+func WithCost(f func(keyfunc.Request) int64) GuardOption {
+	return func(c *guardConfig) { c.cost = f }
+}
+
+// WithCountIf counts a request only when count(status) is true for the
+// status the handler answered: the unit is reserved before the handler, so
+// concurrent requests cannot overshoot, and refunded afterwards otherwise.
+// Login anti-bruteforce counts failures only:
+//
+//	WithCountIf(func(status int) bool { return status == 401 || status == 403 })
+//
+// By default every admitted request counts.
+func WithCountIf(count func(status int) bool) GuardOption {
+	return func(c *guardConfig) { c.countIf = count }
+}
+
+// WithResetIf resets the key after the handler answered a status for which
+// reset(status) is true, for example clearing an account's failure count
+// after a successful login. Off by default.
+func WithResetIf(reset func(status int) bool) GuardOption {
+	return func(c *guardConfig) { c.resetIf = reset }
+}
+
+// WithHeaders selects the rate-limit header fields; [HeadersXRateLimit] by
+// default. Combine styles with |, or pass [HeadersNone].
+func WithHeaders(s HeaderStyle) GuardOption {
+	return func(c *guardConfig) { c.headers = s }
+}
+
+// WithBody selects the denial body; [BodyText] by default.
+func WithBody(s BodyStyle) GuardOption {
+	return func(c *guardConfig) { c.body = s }
+}
+
+// WithNoKey says what to do with requests that have no key; [NoKeySkip] by
+// default.
+func WithNoKey(a NoKeyAction) GuardOption {
+	return func(c *guardConfig) { c.noKey = a }
+}
+
+// WithKeyError says what to do when the key function fails;
+// [KeyErrorReject] (400) by default.
+func WithKeyError(a KeyErrorAction) GuardOption {
+	return func(c *guardConfig) { c.keyErr = a }
+}
+
+// WithDryRun makes the guard decide and report but never block: denials
+// reach the observers with DryRun set and the request goes on, with no
+// rate-limit headers. Use it to tune limits safely in production. Off by
+// default.
+func WithDryRun(on bool) GuardOption {
+	return func(c *guardConfig) { c.dryRun = on }
+}
+
+// WithGuardObserver adds an observer that sees every request the guard
+// handles: decisions (including dry-run denials), skips, key errors and
+// store failures. Several observers are called in order.
+func WithGuardObserver(obs Observer) GuardOption {
+	return func(c *guardConfig) { c.observer = join(c.observer, obs) }
+}
+
+// Guard is the framework-neutral request pipeline every adapter shares:
+// skip check, key, cost, decision, and what the answer means (status,
+// headers, body). Adapters translate a native request into a
+// [keyfunc.Request], call [Guard.Check], and write the [Verdict] the
+// framework's way. A Guard is safe for concurrent use.
+type Guard struct {
+	l   *Limiter
+	cfg guardConfig
+}
+
+// NewGuard returns a guard for l. It panics if l is nil, a programmer error
+// caught at start-up.
+func NewGuard(l *Limiter, opts ...GuardOption) *Guard {
+	if l == nil {
+		panic("ratekit: nil *core.Limiter")
+	}
+	g := &Guard{l: l, cfg: guardConfig{key: keyfunc.ClientIP(), headers: HeadersXRateLimit}}
+	for _, opt := range opts {
+		opt(&g.cfg)
+	}
+	return g
+}
+
+// Limiter returns the guard's limiter.
+func (g *Guard) Limiter() *Limiter { return g.l }
+
+// Outcome classifies a [Verdict].
+type Outcome uint8
+
+const (
+	// OutcomeAllow: decided and admitted; the request goes on.
+	OutcomeAllow Outcome = iota
+	// OutcomeSkip: not limited (skip predicate, no key, free cost); the
+	// request goes on.
+	OutcomeSkip
+	// OutcomeDeny: over the limit; 429 (gRPC: ResourceExhausted).
+	OutcomeDeny
+	// OutcomeBadKey: the key source is malformed; 400 (gRPC:
+	// InvalidArgument).
+	OutcomeBadKey
+	// OutcomeUnavailable: the store failed under FailClosed, or the
+	// request's context ended before a decision; 503 (gRPC: Unavailable).
+	OutcomeUnavailable
+)
+
+// String returns the outcome's name.
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeAllow:
+		return "allow"
+	case OutcomeSkip:
+		return "skip"
+	case OutcomeDeny:
+		return "deny"
+	case OutcomeBadKey:
+		return "bad_key"
+	case OutcomeUnavailable:
+		return "unavailable"
+	}
+	return "unknown"
+}
+
+// Verdict is what a [Guard] decided about one request and how to answer
+// it. Adapters write it with [Verdict.WriteHeaders], [Verdict.Status] and
+// [Verdict.Body], and call [Verdict.Finish] after the handler.
+type Verdict struct {
+	// Outcome classifies the verdict.
+	Outcome Outcome
+	// Decision is the limiter's decision, for OutcomeAllow and OutcomeDeny
+	// (and dry-run denials, which are OutcomeAllow with DryRun set).
+	Decision Decision
+	// Key is the key decided on; empty when there was none.
+	Key string
+	// Cost is the units charged.
+	Cost int64
+	// DryRun reports a denial let through by dry-run mode.
+	DryRun bool
+	// Err says why, for OutcomeBadKey and OutcomeUnavailable. Never send
+	// it to the client.
+	Err error
+
+	g *Guard
+}
+
+// Check runs the pipeline for r. It never panics on a malformed request and
+// never returns a store error: a store failure is resolved by the limiter's
+// failure policy.
+func (g *Guard) Check(ctx context.Context, r keyfunc.Request) Verdict {
+	v := Verdict{g: g}
+	if g.cfg.skip != nil && g.cfg.skip(r) {
+		v.Outcome = OutcomeSkip
+		g.emit(ctx, Event{Kind: EventSkip})
+		return v
+	}
+	key, err := g.cfg.key(r)
+	switch {
+	case err == nil:
+	case errors.Is(err, keyfunc.ErrNoKey):
+		switch g.cfg.noKey {
+		case NoKeyShared:
+			key = SharedKey
+		case NoKeyReject:
+			v.Outcome, v.Err = OutcomeBadKey, err
+			g.emit(ctx, Event{Kind: EventKeyError, Err: err})
+			return v
+		default:
+			v.Outcome = OutcomeSkip
+			g.emit(ctx, Event{Kind: EventSkip, Err: err})
+			return v
+		}
+	default:
+		g.emit(ctx, Event{Kind: EventKeyError, Err: err})
+		if g.cfg.keyErr == KeyErrorSkip {
+			v.Outcome = OutcomeSkip
+			return v
+		}
+		v.Outcome, v.Err = OutcomeBadKey, err
+		return v
+	}
+	v.Key = key
+	v.Cost = 1
+	if g.cfg.cost != nil {
+		v.Cost = min(g.cfg.cost(r), g.l.minLimit)
+		if v.Cost < 1 {
+			v.Outcome = OutcomeSkip
+			g.emit(ctx, Event{Kind: EventSkip, Key: key})
+			return v
+		}
+	}
+	d, err := g.l.allow(ctx, key, v.Cost, g.cfg.observer)
+	if err != nil {
+		v.Outcome, v.Err = OutcomeUnavailable, err
+		return v
+	}
+	v.Decision = d
+	switch {
+	case d.Allowed:
+		v.Outcome = OutcomeAllow
+	case g.cfg.dryRun:
+		v.Outcome, v.DryRun = OutcomeAllow, true
+		g.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: v.Cost, Decision: d, DryRun: true})
+	case d.Source == SourceClosed:
+		v.Outcome, v.Err = OutcomeUnavailable, errors.New("ratekit: store unavailable (FailClosed)")
+	default:
+		v.Outcome = OutcomeDeny
+	}
+	return v
+}
+
+func (g *Guard) emit(ctx context.Context, e Event) {
+	if g.cfg.observer != nil {
+		e.Policy = g.l.policy.Name
+		g.cfg.observer.Observe(ctx, e)
+	}
+}
+
+// Proceed reports whether the request goes on to the handler.
+func (v *Verdict) Proceed() bool {
+	return v.Outcome == OutcomeAllow || v.Outcome == OutcomeSkip
+}
+
+// Status returns the HTTP status to answer when the request does not
+// proceed: 429, 400 or 503; 200 when it proceeds.
+func (v *Verdict) Status() int {
+	switch v.Outcome {
+	case OutcomeDeny:
+		return http.StatusTooManyRequests
+	case OutcomeBadKey:
+		return http.StatusBadRequest
+	case OutcomeUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusOK
+}
+
+// Header field names written by [Verdict.WriteHeaders].
+const (
+	HeaderLimit      = "X-RateLimit-Limit"
+	HeaderRemaining  = "X-RateLimit-Remaining"
+	HeaderReset      = "X-RateLimit-Reset"
+	HeaderRetryAfter = "Retry-After"
+	HeaderPolicy     = "RateLimit-Policy"
+	HeaderRateLimit  = "RateLimit"
+)
+
+// WriteHeaders calls set for every header field of the answer: the
+// rate-limit fields of the selected style on decided requests (allowed or
+// denied), and Retry-After on denials and unavailable answers.
+func (v *Verdict) WriteHeaders(set func(name, value string)) {
+	d := &v.Decision
+	decided := v.Outcome == OutcomeAllow && !v.DryRun || v.Outcome == OutcomeDeny
+	if decided && d.Source != SourceOpen && d.Source != SourceClosed {
+		st := v.g.cfg.headers
+		if st&HeadersXRateLimit != 0 {
+			set(HeaderLimit, strconv.FormatInt(d.Limit, 10))
+			set(HeaderRemaining, strconv.FormatInt(d.Remaining, 10))
+			set(HeaderReset, strconv.FormatInt(Seconds(d.ResetAfter), 10))
+		}
+		if st&HeadersIETF != 0 {
+			pol, cur := v.ietf()
+			set(HeaderPolicy, pol)
+			set(HeaderRateLimit, cur)
+		}
+	}
+	switch v.Outcome {
+	case OutcomeDeny:
+		set(HeaderRetryAfter, strconv.FormatInt(max(1, Seconds(d.RetryAfter)), 10))
+	case OutcomeUnavailable:
+		if d.Source == SourceClosed {
+			set(HeaderRetryAfter, strconv.FormatInt(max(1, Seconds(d.RetryAfter)), 10))
+		}
+	}
+}
+
+// ietf formats the RateLimit-Policy and RateLimit fields: one item per
+// rule, named by the policy (and the window when there are several rules).
+func (v *Verdict) ietf() (policy, current string) {
+	d := &v.Decision
+	l := v.g.l
+	pk := partitionKey(l.policy.Name, v.Key)
+	var pb, cb strings.Builder
+	for i, r := range l.policy.Rules {
+		var remaining, reset int64
+		switch {
+		case i < len(d.Rules):
+			remaining = d.Rules[i].Remaining()
+			reset = Seconds(d.Rules[i].ResetAfter)
+		case i == d.Rule:
+			remaining = d.Remaining
+			reset = Seconds(d.ResetAfter)
+		default:
+			// A deny-cache answer knows only its binding rule.
+			continue
+		}
+		if pb.Len() > 0 {
+			pb.WriteString(", ")
+			cb.WriteString(", ")
+		}
+		name := strconv.Quote(l.itemName(i))
+		pb.WriteString(name)
+		pb.WriteString(";q=")
+		pb.WriteString(strconv.FormatInt(r.Limit, 10))
+		pb.WriteString(";w=")
+		pb.WriteString(strconv.FormatInt(Seconds(r.Window), 10))
+		pb.WriteString(";pk=:")
+		pb.WriteString(pk)
+		pb.WriteString(":")
+		cb.WriteString(name)
+		cb.WriteString(";r=")
+		cb.WriteString(strconv.FormatInt(remaining, 10))
+		cb.WriteString(";t=")
+		cb.WriteString(strconv.FormatInt(reset, 10))
+		cb.WriteString(";pk=:")
+		cb.WriteString(pk)
+		cb.WriteString(":")
+	}
+	return pb.String(), cb.String()
+}
+
+// itemName names rule i in the IETF fields: the policy name, suffixed with
+// the window in seconds when the policy has several rules.
+func (l *Limiter) itemName(i int) string {
+	if len(l.policy.Rules) == 1 {
+		return l.policy.Name
+	}
+	return l.policy.Name + "-" + strconv.FormatInt(Seconds(l.policy.Rules[i].Window), 10) + "s"
+}
+
+// partitionKey hashes the key so the header never reveals it.
+func partitionKey(policy, key string) string {
+	h := sha256.Sum256([]byte(policy + "\x00" + key))
+	return base64.StdEncoding.EncodeToString(h[:9])
+}
+
+// Seconds returns d in whole seconds, rounded up.
+func Seconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// Body returns the content type and body of an answer that does not
+// proceed. The texts are fixed: no error detail reaches the client.
+func (v *Verdict) Body() (contentType string, body []byte) {
+	switch v.Outcome {
+	case OutcomeDeny:
+		if v.g.cfg.body == BodyProblem {
+			return "application/problem+json", v.problem()
+		}
+		return "text/plain; charset=utf-8", []byte("rate limit exceeded: retry after " +
+			strconv.FormatInt(max(1, Seconds(v.Decision.RetryAfter)), 10) + "s\n")
+	case OutcomeBadKey:
+		return "text/plain; charset=utf-8", []byte("bad request: missing or malformed rate-limit key\n")
+	case OutcomeUnavailable:
+		return "text/plain; charset=utf-8", []byte("service unavailable: rate limiter unavailable\n")
+	}
+	return "", nil
+}
+
+// ProblemType is the RFC 9457 problem type of [BodyProblem] denials.
+const ProblemType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+func (v *Verdict) problem() []byte {
+	l := v.g.l
+	retry := max(1, Seconds(v.Decision.RetryAfter))
+	var b strings.Builder
+	b.WriteString(`{"type":"`)
+	b.WriteString(ProblemType)
+	b.WriteString(`","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"detail":"retry after `)
+	b.WriteString(strconv.FormatInt(retry, 10))
+	b.WriteString(`s","violated-policies":[`)
+	// Policy names hold no quote, backslash or control character, so
+	// strconv.Quote yields valid JSON strings.
+	b.WriteString(strconv.Quote(l.itemName(v.Decision.Rule)))
+	b.WriteString(`],"retry-after":`)
+	b.WriteString(strconv.FormatInt(retry, 10))
+	b.WriteString("}\n")
+	return []byte(b.String())
+}
+
+// Finish completes the verdict after the handler answered status: it
+// refunds the reserved units when WithCountIf says the request does not
+// count, and resets the key when WithResetIf says so. It does nothing for
+// requests that were not admitted by a decision. Store failures here go to
+// the observers; the answer is already on its way.
+func (v *Verdict) Finish(ctx context.Context, status int) {
+	if v.Outcome != OutcomeAllow || v.DryRun {
+		return
+	}
+	cfg := &v.g.cfg
+	if cfg.resetIf != nil && cfg.resetIf(status) {
+		if err := v.g.l.Reset(ctx, v.Key); err != nil {
+			v.g.emit(ctx, Event{Kind: EventStoreError, Key: v.Key, Err: err})
+		}
+		return
+	}
+	if cfg.countIf != nil && !cfg.countIf(status) {
+		if err := v.g.l.Refund(ctx, v.Decision); err != nil {
+			v.g.emit(ctx, Event{Kind: EventStoreError, Key: v.Key, Err: err})
+		}
+	}
+}
+
+// NeedsFinish reports whether [Verdict.Finish] has work to do, so adapters
+// can skip capturing the response status when it has none.
+func (g *Guard) NeedsFinish() bool { return g.cfg.countIf != nil || g.cfg.resetIf != nil }

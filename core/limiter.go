@@ -1,0 +1,432 @@
+package core
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultTimeout bounds every store call unless [WithTimeout] sets another.
+const DefaultTimeout = 20 * time.Millisecond
+
+// DefaultDenyCacheSize is the number of denied keys a [Limiter] remembers
+// unless [WithDenyCache] sets another.
+const DefaultDenyCacheSize = 10000
+
+// MaxKeyLen is the longest key stored as it is; longer keys are replaced
+// by a fixed-length hash of themselves.
+const MaxKeyLen = 128
+
+// FailurePolicy says how a [Limiter] decides when its store fails or times
+// out.
+type FailurePolicy uint8
+
+const (
+	// FailLocal decides with an in-process [MemoryStore] for the same
+	// policy, so the service stays up and each instance stays protected.
+	// It is the default.
+	FailLocal FailurePolicy = iota
+	// FailOpen admits every request while the store fails.
+	FailOpen
+	// FailClosed denies every request while the store fails; adapters
+	// answer 503 Service Unavailable, not 429.
+	FailClosed
+)
+
+// String returns the policy's name.
+func (p FailurePolicy) String() string {
+	switch p {
+	case FailLocal:
+		return "FailLocal"
+	case FailOpen:
+		return "FailOpen"
+	case FailClosed:
+		return "FailClosed"
+	}
+	return fmt.Sprintf("FailurePolicy(%d)", int(p))
+}
+
+// Option configures a [Limiter].
+type Option func(*options)
+
+type options struct {
+	timeout       time.Duration
+	failure       FailurePolicy
+	observer      Observer
+	denyCacheSize int
+	breakerFails  int
+	breakerCool   time.Duration
+}
+
+// WithTimeout bounds every store call; [DefaultTimeout] (20 ms) by default.
+// It must be positive. The bound holds whatever the go-redis client's own
+// options are.
+func WithTimeout(d time.Duration) Option {
+	return func(o *options) { o.timeout = d }
+}
+
+// WithFailurePolicy says how to decide when the store fails or times out;
+// [FailLocal] by default.
+func WithFailurePolicy(p FailurePolicy) Option {
+	return func(o *options) { o.failure = p }
+}
+
+// WithObserver adds an observer that sees every decision and every store
+// failure of the limiter. Several observers are called in order.
+func WithObserver(obs Observer) Option {
+	return func(o *options) { o.observer = join(o.observer, obs) }
+}
+
+// WithDenyCache sets how many denied keys the limiter remembers locally
+// (least recently used first out); [DefaultDenyCacheSize] by default, 0
+// turns the cache off. A key denied with RetryAfter r cannot be admitted
+// before r passes, so until then a flood from it is answered without a
+// store call. The cache never admits: it only answers denials that the
+// store would give as well.
+func WithDenyCache(size int) Option {
+	return func(o *options) { o.denyCacheSize = size }
+}
+
+// WithBreaker sets the circuit breaker: after failures consecutive store
+// failures, the limiter stops calling the store for cooldown and decides
+// by its failure policy at once; then one probe call at a time tests the
+// store. The default is 5 failures and 1 s; failures 0 turns it off.
+func WithBreaker(failures int, cooldown time.Duration) Option {
+	return func(o *options) {
+		o.breakerFails = failures
+		o.breakerCool = cooldown
+	}
+}
+
+// Limiter decides whether requests of one [Policy] are admitted, key by
+// key. Build one per policy at start-up and share it: a Limiter is safe for
+// concurrent use.
+type Limiter struct {
+	store    Store
+	policy   Policy
+	minLimit int64
+	timeout  time.Duration
+	failure  FailurePolicy
+	local    *MemoryStore
+	observer Observer
+	deny     *denyCache
+	breaker  breaker
+	idPrefix string
+	seq      atomic.Uint64
+}
+
+// NewLimiter returns a limiter for policy on store. It returns an error
+// wrapping [ErrInvalidPolicy], naming the field, when the policy or an
+// option cannot work.
+func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
+	if store == nil {
+		return nil, fmt.Errorf("ratekit: NewLimiter: store is nil: %w", ErrInvalidPolicy)
+	}
+	if err := policy.Validate(); err != nil {
+		return nil, err
+	}
+	if policy.Algorithm != SlidingLog {
+		return nil, fmt.Errorf("ratekit: policy %q: Algorithm %v is not supported yet: %w", policy.Name, policy.Algorithm, ErrInvalidPolicy)
+	}
+	o := options{
+		timeout:       DefaultTimeout,
+		denyCacheSize: DefaultDenyCacheSize,
+		breakerFails:  5,
+		breakerCool:   time.Second,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	switch {
+	case o.timeout <= 0:
+		return nil, fmt.Errorf("ratekit: policy %q: WithTimeout %v must be positive: %w", policy.Name, o.timeout, ErrInvalidPolicy)
+	case o.failure > FailClosed:
+		return nil, fmt.Errorf("ratekit: policy %q: WithFailurePolicy: unknown %v: %w", policy.Name, o.failure, ErrInvalidPolicy)
+	case o.denyCacheSize < 0:
+		return nil, fmt.Errorf("ratekit: policy %q: WithDenyCache size %d must not be negative: %w", policy.Name, o.denyCacheSize, ErrInvalidPolicy)
+	case o.breakerFails < 0:
+		return nil, fmt.Errorf("ratekit: policy %q: WithBreaker failures %d must not be negative: %w", policy.Name, o.breakerFails, ErrInvalidPolicy)
+	case o.breakerFails > 0 && o.breakerCool <= 0:
+		return nil, fmt.Errorf("ratekit: policy %q: WithBreaker cooldown %v must be positive: %w", policy.Name, o.breakerCool, ErrInvalidPolicy)
+	}
+	policy.Rules = append([]Rule(nil), policy.Rules...)
+	var nonce [6]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return nil, fmt.Errorf("ratekit: NewLimiter: nonce: %w", err)
+	}
+	l := &Limiter{
+		store:    store,
+		policy:   policy,
+		minLimit: policy.minLimit(),
+		timeout:  o.timeout,
+		failure:  o.failure,
+		observer: o.observer,
+		breaker:  breaker{threshold: int32(o.breakerFails), cooldown: o.breakerCool},
+		idPrefix: base64.RawURLEncoding.EncodeToString(nonce[:]) + ".",
+	}
+	if o.failure == FailLocal {
+		if m, ok := store.(*MemoryStore); ok {
+			l.local = m
+		} else {
+			l.local = NewMemoryStore()
+		}
+	}
+	if o.denyCacheSize > 0 {
+		l.deny = newDenyCache(o.denyCacheSize)
+	}
+	return l, nil
+}
+
+// Policy returns a copy of the limiter's policy.
+func (l *Limiter) Policy() Policy {
+	p := l.policy
+	p.Rules = append([]Rule(nil), p.Rules...)
+	return p
+}
+
+// Allow is AllowN(ctx, key, 1).
+func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
+	return l.allow(ctx, key, 1, nil)
+}
+
+// AllowN decides whether n units for key fit every rule of the policy now
+// and, if so, records them.
+//
+// A store failure is not an error: the failure policy decides, and the
+// Decision's Source says so; the failure goes to the observers. AllowN
+// returns an error only when n is invalid (wrapping [ErrInvalidCost]) or
+// ctx is done (wrapping ctx.Err()).
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
+	return l.allow(ctx, key, n, nil)
+}
+
+func (l *Limiter) allow(ctx context.Context, key string, n int64, extra Observer) (Decision, error) {
+	if n < 1 || n > l.minLimit {
+		return Decision{}, fmt.Errorf("ratekit: policy %q: cost %d outside 1..%d: %w", l.policy.Name, n, l.minLimit, ErrInvalidCost)
+	}
+	if err := ctx.Err(); err != nil {
+		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
+	}
+	key = BoundKey(key)
+	obs := join(l.observer, extra)
+	if l.deny != nil {
+		if d, ok := l.deny.get(key, n, time.Now()); ok {
+			l.emit(ctx, obs, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d})
+			return d, nil
+		}
+	}
+	q := l.query(key, n, l.nextID())
+	return l.decide(ctx, q, true, obs)
+}
+
+// Peek reports the decision a request of one unit for key would get now,
+// consuming nothing. Errors are as for [Limiter.AllowN].
+func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
+	}
+	q := l.query(BoundKey(key), 1, "")
+	return l.decide(ctx, q, false, l.observer)
+}
+
+func (l *Limiter) query(key string, n int64, id string) Query {
+	return Query{Policy: l.policy.Name, Key: key, Rules: l.policy.Rules, Algorithm: l.policy.Algorithm, N: n, ID: id}
+}
+
+func (l *Limiter) nextID() string {
+	return l.idPrefix + strconv.FormatUint(l.seq.Add(1), 36)
+}
+
+// decide asks the store, falling back by the failure policy.
+func (l *Limiter) decide(ctx context.Context, q Query, take bool, obs Observer) (Decision, error) {
+	now := time.Now()
+	var cause error = errBreakerOpen
+	if l.breaker.allow(now) {
+		sctx, cancel := context.WithTimeout(ctx, l.timeout)
+		var (
+			res Result
+			err error
+		)
+		if take {
+			res, err = l.store.Take(sctx, q)
+		} else {
+			res, err = l.store.Peek(sctx, q)
+		}
+		cancel()
+		lat := time.Since(now)
+		if err == nil {
+			if l.breaker.success() {
+				l.emit(ctx, obs, Event{Kind: EventBreakerClose})
+			}
+			d := l.decision(res, SourceStore)
+			if take && d.Allowed {
+				d.ticket = ticket{key: q.Key, id: q.ID, at: res.At, n: q.N}
+			}
+			if take && !d.Allowed && l.deny != nil {
+				l.deny.put(q.Key, q.N, now, d)
+			}
+			l.emit(ctx, obs, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d, Latency: lat})
+			return d, nil
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, cerr)
+		}
+		cause = err
+		if l.breaker.failure(time.Now()) {
+			defer l.emit(ctx, obs, Event{Kind: EventBreakerOpen, Err: err})
+		}
+		l.emit(ctx, obs, Event{Kind: EventStoreError, Key: q.Key, Cost: q.N, Err: err, Latency: lat})
+	}
+	d := l.fallback(ctx, q, take, cause)
+	l.emit(ctx, obs, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d})
+	return d, nil
+}
+
+var errBreakerOpen = errors.New("ratekit: circuit breaker open")
+
+// fallback decides without the store.
+func (l *Limiter) fallback(ctx context.Context, q Query, take bool, cause error) Decision {
+	switch l.failure {
+	case FailOpen:
+		return Decision{Allowed: true, Limit: l.minLimit, Remaining: l.minLimit, Rule: l.minRule(), Source: SourceOpen}
+	case FailClosed:
+		return Decision{Limit: l.minLimit, RetryAfter: l.breaker.retryAfter(time.Now()), Rule: l.minRule(), Source: SourceClosed}
+	}
+	var (
+		res Result
+		err error
+	)
+	// The local store works on the caller's context without the store
+	// timeout: it never blocks.
+	lctx := context.WithoutCancel(ctx)
+	if take {
+		res, err = l.local.Take(lctx, q)
+	} else {
+		res, err = l.local.Peek(lctx, q)
+	}
+	if err != nil {
+		// Unreachable for a MemoryStore; admit rather than fail the request.
+		_ = cause
+		return Decision{Allowed: true, Limit: l.minLimit, Remaining: l.minLimit, Source: SourceOpen}
+	}
+	d := l.decision(res, SourceLocal)
+	if take && d.Allowed {
+		d.ticket = ticket{key: q.Key, id: q.ID, at: res.At, n: q.N, local: true}
+	}
+	return d
+}
+
+func (l *Limiter) minRule() int {
+	for i, r := range l.policy.Rules {
+		if r.Limit == l.minLimit {
+			return i
+		}
+	}
+	return 0
+}
+
+// decision turns a store result into a Decision: on a denial the binding
+// rule is the violated one that frees up last (its RetryAfter is when the
+// request fits every rule); when allowed it is the rule with the fewest
+// units remaining.
+func (l *Limiter) decision(res Result, src Source) Decision {
+	d := Decision{Allowed: res.Allowed, Source: src, Rules: res.Rules}
+	b := -1
+	for i, s := range res.Rules {
+		switch {
+		case b < 0:
+			b = i
+		case !res.Allowed:
+			if s.RetryAfter > res.Rules[b].RetryAfter {
+				b = i
+			}
+		case s.Remaining() < res.Rules[b].Remaining() ||
+			s.Remaining() == res.Rules[b].Remaining() && s.ResetAfter > res.Rules[b].ResetAfter:
+			b = i
+		}
+	}
+	if b < 0 {
+		return d
+	}
+	s := res.Rules[b]
+	d.Rule = b
+	d.Limit = s.Limit
+	d.Remaining = s.Remaining()
+	d.ResetAfter = s.ResetAfter
+	if !res.Allowed {
+		d.RetryAfter = s.RetryAfter
+	}
+	return d
+}
+
+// Reset forgets everything recorded for key: in the store, in the local
+// fallback store and in the deny cache. Use it, for example, to clear an
+// account's failure count after a successful login. The error wraps the
+// store's.
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	key = BoundKey(key)
+	if l.deny != nil {
+		l.deny.remove(key)
+	}
+	q := l.query(key, 0, "")
+	if l.local != nil && l.local != l.store {
+		_ = l.local.Reset(context.WithoutCancel(ctx), q)
+	}
+	sctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	if err := l.store.Reset(sctx, q); err != nil {
+		return fmt.Errorf("ratekit: policy %q: reset: %w", l.policy.Name, err)
+	}
+	return nil
+}
+
+// Refund gives back the units an allowed decision of this limiter
+// recorded, as if the request had not been made: "count only failures"
+// reserves a unit before the handler and refunds it on success. It does
+// nothing for denials and fallback admissions that recorded nothing. The
+// error wraps the store's.
+func (l *Limiter) Refund(ctx context.Context, d Decision) error {
+	t := d.ticket
+	if !d.Allowed || t.id == "" {
+		return nil
+	}
+	if l.deny != nil {
+		l.deny.remove(t.key)
+	}
+	q := l.query(t.key, t.n, t.id)
+	if t.local {
+		_ = l.local.Refund(context.WithoutCancel(ctx), q, t.at)
+		return nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	if err := l.store.Refund(sctx, q, t.at); err != nil {
+		return fmt.Errorf("ratekit: policy %q: refund: %w", l.policy.Name, err)
+	}
+	return nil
+}
+
+func (l *Limiter) emit(ctx context.Context, obs Observer, e Event) {
+	if obs == nil {
+		return
+	}
+	e.Policy = l.policy.Name
+	obs.Observe(ctx, e)
+}
+
+// BoundKey returns key unchanged when it is at most [MaxKeyLen] bytes, and
+// otherwise a fixed-length hash of it ("#" and the base64url SHA-256), so
+// very long user-supplied keys cannot bloat the store.
+func BoundKey(key string) string {
+	if len(key) <= MaxKeyLen {
+		return key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return "#" + base64.RawURLEncoding.EncodeToString(sum[:])
+}

@@ -1,0 +1,282 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"sync"
+	"time"
+)
+
+const memShards = 64
+
+// MemoryStore is a [Store] that keeps windows in this process, with the
+// same semantics as [RedisStore]. It is the store for a single instance and
+// the local fallback of a [Limiter] (FailLocal).
+//
+// Keys are spread over sharded locks. Idle keys are swept as the store is
+// used, without a background goroutine, so memory stays bounded by the
+// keys active within their longest window. A MemoryStore is safe for
+// concurrent use; its zero value is not usable, call [NewMemoryStore].
+type MemoryStore struct {
+	now    func() int64
+	seed   maphash.Seed
+	shards [memShards]memShard
+}
+
+// MemoryOption configures a [MemoryStore].
+type MemoryOption func(*memoryOptions)
+
+type memoryOptions struct {
+	clock func() time.Time
+}
+
+// WithClock makes the store read time from clock instead of the system's
+// monotonic clock; tests use it to step time exactly.
+func WithClock(clock func() time.Time) MemoryOption {
+	return func(o *memoryOptions) { o.clock = clock }
+}
+
+type memShard struct {
+	mu  sync.Mutex
+	m   map[string]*memLog
+	ops uint32
+}
+
+// memLog is the sliding log of one key: events sorted by time, each
+// holding the units admitted at that microsecond.
+type memLog struct {
+	ev      []memEvent
+	expires int64
+}
+
+type memEvent struct{ at, n int64 }
+
+// NewMemoryStore returns an empty in-process store.
+func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
+	var o memoryOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	s := &MemoryStore{seed: maphash.MakeSeed()}
+	if o.clock != nil {
+		clock := o.clock
+		s.now = func() int64 { return clock().UnixMicro() }
+	} else {
+		// Wall time at start plus monotonic time since, so that a wall
+		// clock step cannot move the windows.
+		base := time.Now()
+		baseMicro := base.UnixMicro()
+		s.now = func() int64 { return baseMicro + time.Since(base).Microseconds() }
+	}
+	for i := range s.shards {
+		s.shards[i].m = make(map[string]*memLog)
+	}
+	return s
+}
+
+func (s *MemoryStore) shard(k string) *memShard {
+	return &s.shards[maphash.String(s.seed, k)%memShards]
+}
+
+func memKey(q Query) string { return q.Policy + "\x00" + q.Key }
+
+// Take implements [Store].
+func (s *MemoryStore) Take(ctx context.Context, q Query) (Result, error) {
+	return s.decide(ctx, q, true)
+}
+
+// Peek implements [Store].
+func (s *MemoryStore) Peek(ctx context.Context, q Query) (Result, error) {
+	return s.decide(ctx, q, false)
+}
+
+func (s *MemoryStore) decide(ctx context.Context, q Query, take bool) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		return Result{}, fmt.Errorf("ratekit: memory store: %w", err)
+	}
+	if q.Algorithm != SlidingLog {
+		return Result{}, fmt.Errorf("ratekit: memory store: algorithm %v: %w", q.Algorithm, ErrInvalidPolicy)
+	}
+	k := memKey(q)
+	sh := s.shard(k)
+	states := make([]RuleState, len(q.Rules))
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now := s.now()
+	lg := sh.m[k]
+	var maxW int64
+	for _, r := range q.Rules {
+		maxW = max(maxW, r.Window.Microseconds())
+	}
+	var ev []memEvent
+	if lg != nil {
+		lg.evict(now - maxW)
+		ev = lg.ev
+	}
+	allowed := evaluate(ev, q.Rules, q.N, now, states)
+	if take && allowed {
+		if lg == nil {
+			lg = &memLog{}
+			sh.m[k] = lg
+		}
+		lg.add(now, q.N)
+		lg.expires = now + maxW
+		for i := range states {
+			states[i].Used += q.N
+			states[i].ResetAfter = time.Duration(q.Rules[i].Window.Microseconds()) * time.Microsecond
+		}
+	} else if lg != nil && len(lg.ev) == 0 {
+		delete(sh.m, k)
+	}
+	sh.sweep(now)
+	return Result{Allowed: allowed, At: now, Rules: states}, nil
+}
+
+// evaluate fills states for ev at time now and reports whether n more
+// units fit every rule.
+func evaluate(ev []memEvent, rules []Rule, n, now int64, states []RuleState) bool {
+	allowed := true
+	var newest int64
+	if len(ev) > 0 {
+		newest = ev[len(ev)-1].at
+	}
+	for i, r := range rules {
+		w := r.Window.Microseconds()
+		cutoff := now - w
+		idx, _ := slices.BinarySearchFunc(ev, cutoff, func(e memEvent, t int64) int {
+			if e.at <= t {
+				return -1
+			}
+			return 1
+		})
+		var used int64
+		for _, e := range ev[idx:] {
+			used += e.n
+		}
+		st := RuleState{Limit: r.Limit, Window: r.Window, Used: used}
+		if used > 0 {
+			st.ResetAfter = time.Duration(newest+w-now) * time.Microsecond
+		}
+		if need := used + n - r.Limit; need > 0 {
+			allowed = false
+			var acc int64
+			for _, e := range ev[idx:] {
+				acc += e.n
+				if acc >= need {
+					st.RetryAfter = time.Duration(e.at+w-now) * time.Microsecond
+					break
+				}
+			}
+		}
+		states[i] = st
+	}
+	return allowed
+}
+
+// evict drops events at or before cutoff.
+func (lg *memLog) evict(cutoff int64) {
+	i := 0
+	for i < len(lg.ev) && lg.ev[i].at <= cutoff {
+		i++
+	}
+	if i > 0 {
+		lg.ev = append(lg.ev[:0], lg.ev[i:]...)
+	}
+}
+
+// add records n units at time at, keeping events sorted and merged.
+func (lg *memLog) add(at, n int64) {
+	if l := len(lg.ev); l == 0 || lg.ev[l-1].at < at {
+		lg.ev = append(lg.ev, memEvent{at: at, n: n})
+		return
+	}
+	i, found := slices.BinarySearchFunc(lg.ev, at, func(e memEvent, t int64) int {
+		switch {
+		case e.at < t:
+			return -1
+		case e.at > t:
+			return 1
+		}
+		return 0
+	})
+	if found {
+		lg.ev[i].n += n
+		return
+	}
+	lg.ev = slices.Insert(lg.ev, i, memEvent{at: at, n: n})
+}
+
+// sweep deletes a few expired keys every so many operations, so idle keys
+// do not pile up. Go's randomised map iteration spreads the work over
+// every key in time.
+func (sh *memShard) sweep(now int64) {
+	sh.ops++
+	if sh.ops%128 != 0 {
+		return
+	}
+	checked := 0
+	for k, lg := range sh.m {
+		if lg.expires <= now {
+			delete(sh.m, k)
+		}
+		checked++
+		if checked == 64 {
+			break
+		}
+	}
+}
+
+// Refund implements [Store].
+func (s *MemoryStore) Refund(ctx context.Context, q Query, at int64) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ratekit: memory store: %w", err)
+	}
+	k := memKey(q)
+	sh := s.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	lg := sh.m[k]
+	if lg == nil {
+		return nil
+	}
+	for i := range lg.ev {
+		if lg.ev[i].at == at {
+			lg.ev[i].n -= min(q.N, lg.ev[i].n)
+			if lg.ev[i].n == 0 {
+				lg.ev = slices.Delete(lg.ev, i, i+1)
+			}
+			break
+		}
+	}
+	if len(lg.ev) == 0 {
+		delete(sh.m, k)
+	}
+	return nil
+}
+
+// Reset implements [Store].
+func (s *MemoryStore) Reset(ctx context.Context, q Query) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ratekit: memory store: %w", err)
+	}
+	k := memKey(q)
+	sh := s.shard(k)
+	sh.mu.Lock()
+	delete(sh.m, k)
+	sh.mu.Unlock()
+	return nil
+}
+
+// Len returns the number of keys the store holds, swept or not yet.
+func (s *MemoryStore) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}

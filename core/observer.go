@@ -1,0 +1,104 @@
+package core
+
+import (
+	"context"
+	"time"
+)
+
+// EventKind says what an [Event] reports.
+type EventKind uint8
+
+const (
+	// EventDecision reports a decision; Event.Decision holds it.
+	EventDecision EventKind = iota
+	// EventStoreError reports a failed store call; Event.Err holds the
+	// error. The fallback decision is reported next as an EventDecision.
+	EventStoreError
+	// EventBreakerOpen reports that the circuit breaker opened: store
+	// calls stop for the cool-down and the failure policy answers.
+	EventBreakerOpen
+	// EventBreakerClose reports that a probe succeeded and store calls
+	// resume.
+	EventBreakerClose
+	// EventSkip reports a request a [Guard] let through without a
+	// decision: a skip predicate matched or the request had no key.
+	EventSkip
+	// EventKeyError reports a request whose key function failed; it was
+	// answered as a bad request (or as configured). Event.Err holds why.
+	EventKeyError
+)
+
+// String returns the kind's name.
+func (k EventKind) String() string {
+	switch k {
+	case EventDecision:
+		return "decision"
+	case EventStoreError:
+		return "store_error"
+	case EventBreakerOpen:
+		return "breaker_open"
+	case EventBreakerClose:
+		return "breaker_close"
+	case EventSkip:
+		return "skip"
+	case EventKeyError:
+		return "key_error"
+	}
+	return "unknown"
+}
+
+// Event is what an [Observer] sees. Fields may be added.
+type Event struct {
+	// Kind says what happened.
+	Kind EventKind
+	// Policy is the policy name.
+	Policy string
+	// Key is the key decided on, after length bounding; empty when there
+	// was none.
+	Key string
+	// Cost is the units asked for.
+	Cost int64
+	// Decision is set for EventDecision.
+	Decision Decision
+	// DryRun reports that a denial was let through because the guard is
+	// in dry-run mode.
+	DryRun bool
+	// Err is set for EventStoreError and EventKeyError.
+	Err error
+	// Latency is how long the store call took, for EventDecision and
+	// EventStoreError made by the store.
+	Latency time.Duration
+}
+
+// Observer sees every decision and every store failure of a [Limiter] or
+// [Guard]. Observe is called synchronously on the request path, outside
+// any lock: it must be fast and safe for concurrent use.
+type Observer interface {
+	Observe(ctx context.Context, e Event)
+}
+
+// ObserverFunc adapts a function to an [Observer].
+type ObserverFunc func(ctx context.Context, e Event)
+
+// Observe calls f(ctx, e).
+func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
+
+// observers calls several observers in order.
+type observers []Observer
+
+func (o observers) Observe(ctx context.Context, e Event) {
+	for _, x := range o {
+		x.Observe(ctx, e)
+	}
+}
+
+// join returns an observer that calls a then b, skipping nils.
+func join(a, b Observer) Observer {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	return observers{a, b}
+}

@@ -1,0 +1,188 @@
+package core
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed redis.lua
+var slidingLogSource string
+
+//go:embed redis_refund.lua
+var refundSource string
+
+var (
+	slidingLogScript = redis.NewScript(slidingLogSource)
+	refundScript     = redis.NewScript(refundSource)
+)
+
+// DefaultPrefix is the prefix of every key a [RedisStore] writes, unless
+// [WithPrefix] sets another.
+const DefaultPrefix = "ratekit"
+
+// RedisStore is a [Store] on Redis, shared by every app instance that uses
+// the same Redis. Each decision is one Lua script call (EVALSHA, reloaded
+// on NOSCRIPT) on one ZSET per (policy, key), named
+// <prefix>:<policy>:{<key>}; the braces are a Redis Cluster hash tag.
+//
+// Time comes from the Redis server (TIME, in microseconds), so clock skew
+// between app nodes cannot move the windows. The script is idempotent per
+// call, so a go-redis retry after a lost reply is counted once.
+//
+// go-redis ignores context deadlines unless the client was built with
+// ContextTimeoutEnabled; RedisStore therefore enforces the caller's
+// deadline itself when the client does not, so a paused Redis costs a
+// request no more than the [Limiter]'s timeout. A RedisStore is safe for
+// concurrent use. It does not close the client: the caller owns it.
+type RedisStore struct {
+	client     redis.UniversalClient
+	prefix     string
+	clientTime bool
+	honorsCtx  bool
+}
+
+// RedisOption configures a [RedisStore].
+type RedisOption func(*RedisStore)
+
+// WithPrefix sets the prefix of every key; [DefaultPrefix] by default.
+func WithPrefix(prefix string) RedisOption {
+	return func(s *RedisStore) { s.prefix = prefix }
+}
+
+// WithClientTime makes the store send this process's clock with every
+// call instead of reading the Redis server's TIME. Use it only where the
+// app nodes' clocks are tightly synchronised; by default server time is
+// used.
+func WithClientTime() RedisOption {
+	return func(s *RedisStore) { s.clientTime = true }
+}
+
+// NewRedisStore returns a store on client: a *redis.Client, a Sentinel
+// failover client or a *redis.ClusterClient. It panics if client is nil,
+// a programmer error caught at start-up.
+func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) *RedisStore {
+	if client == nil {
+		panic("ratekit: NewRedisStore: nil client")
+	}
+	s := &RedisStore{client: client, prefix: DefaultPrefix}
+	for _, opt := range opts {
+		opt(s)
+	}
+	switch c := client.(type) {
+	case *redis.Client:
+		s.honorsCtx = c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		s.honorsCtx = c.Options().ContextTimeoutEnabled
+	}
+	return s
+}
+
+// Key returns the Redis key of a policy and key.
+func (s *RedisStore) Key(policy, key string) string {
+	return s.prefix + ":" + policy + ":{" + key + "}"
+}
+
+// Take implements [Store].
+func (s *RedisStore) Take(ctx context.Context, q Query) (Result, error) {
+	return s.eval(ctx, q, true)
+}
+
+// Peek implements [Store].
+func (s *RedisStore) Peek(ctx context.Context, q Query) (Result, error) {
+	return s.eval(ctx, q, false)
+}
+
+func (s *RedisStore) eval(ctx context.Context, q Query, take bool) (Result, error) {
+	if q.Algorithm != SlidingLog {
+		return Result{}, fmt.Errorf("ratekit: redis store: algorithm %v: %w", q.Algorithm, ErrInvalidPolicy)
+	}
+	args := make([]any, 0, 4+2*len(q.Rules))
+	mode := "0"
+	if take {
+		mode = "1"
+	}
+	now := ""
+	if s.clientTime {
+		now = strconv.FormatInt(time.Now().UnixMicro(), 10)
+	}
+	args = append(args, mode, q.N, q.ID, now)
+	for _, r := range q.Rules {
+		args = append(args, r.Limit, r.Window.Microseconds())
+	}
+	keys := []string{s.Key(q.Policy, q.Key)}
+	reply, err := bounded(ctx, s.honorsCtx, func() ([]int64, error) {
+		return slidingLogScript.Run(ctx, s.client, keys, args...).Int64Slice()
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("ratekit: redis store: %w", err)
+	}
+	if len(reply) != 2+3*len(q.Rules) {
+		return Result{}, fmt.Errorf("ratekit: redis store: script replied %d values, want %d", len(reply), 2+3*len(q.Rules))
+	}
+	res := Result{Allowed: reply[0] == 1, At: reply[1], Rules: make([]RuleState, len(q.Rules))}
+	for i, r := range q.Rules {
+		v := reply[2+3*i:]
+		res.Rules[i] = RuleState{
+			Limit:      r.Limit,
+			Window:     r.Window,
+			Used:       v[0],
+			RetryAfter: time.Duration(v[1]) * time.Microsecond,
+			ResetAfter: time.Duration(v[2]) * time.Microsecond,
+		}
+	}
+	return res, nil
+}
+
+// Refund implements [Store].
+func (s *RedisStore) Refund(ctx context.Context, q Query, _ int64) error {
+	keys := []string{s.Key(q.Policy, q.Key)}
+	_, err := bounded(ctx, s.honorsCtx, func() (int64, error) {
+		return refundScript.Run(ctx, s.client, keys, q.ID, q.N).Int64()
+	})
+	if err != nil {
+		return fmt.Errorf("ratekit: redis store: refund: %w", err)
+	}
+	return nil
+}
+
+// Reset implements [Store].
+func (s *RedisStore) Reset(ctx context.Context, q Query) error {
+	_, err := bounded(ctx, s.honorsCtx, func() (int64, error) {
+		return s.client.Del(ctx, s.Key(q.Policy, q.Key)).Result()
+	})
+	if err != nil {
+		return fmt.Errorf("ratekit: redis store: reset: %w", err)
+	}
+	return nil
+}
+
+// bounded runs f, returning by ctx's deadline even when the client ignores
+// it. A call abandoned that way finishes in the background within the
+// client's own read timeout; the Limiter's circuit breaker keeps such calls
+// few while Redis is unreachable.
+func bounded[T any](ctx context.Context, honorsCtx bool, f func() (T, error)) (T, error) {
+	if honorsCtx || ctx.Done() == nil {
+		return f()
+	}
+	type reply struct {
+		v   T
+		err error
+	}
+	ch := make(chan reply, 1)
+	go func() {
+		v, err := f()
+		ch <- reply{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
+}

@@ -1,0 +1,74 @@
+package core
+
+import (
+	"context"
+	"time"
+)
+
+// Store keeps the sliding windows of every (policy, key) pair. [RedisStore]
+// shares them between app instances; [MemoryStore] keeps them in one
+// process. Users may bring their own Store: it must decide each Take
+// atomically, so that concurrent calls never admit more than a rule allows.
+//
+// Every method takes a context that carries the [Limiter]'s timeout.
+type Store interface {
+	// Take admits q.N units for q.Key when every rule has room for them
+	// and records them under q.ID; otherwise it records nothing. A Take
+	// retried with the same q.ID after it succeeded must not record again.
+	Take(ctx context.Context, q Query) (Result, error)
+	// Peek reports what a Take of q.N units would see, recording nothing.
+	Peek(ctx context.Context, q Query) (Result, error)
+	// Refund removes the q.N units that a successful Take with the same
+	// q.ID recorded at store time at (Result.At).
+	Refund(ctx context.Context, q Query, at int64) error
+	// Reset forgets everything recorded for q.Policy and q.Key.
+	Reset(ctx context.Context, q Query) error
+}
+
+// Query is one call to a [Store].
+type Query struct {
+	// Policy is the policy name, the key namespace.
+	Policy string
+	// Key is the key within the policy, already bounded in length.
+	Key string
+	// Rules are the policy's rules; all must have room.
+	Rules []Rule
+	// Algorithm is the policy's algorithm.
+	Algorithm Algorithm
+	// N is the number of units asked for (for Peek: the units the
+	// RetryAfter is computed for).
+	N int64
+	// ID is unique per Take. A store records the units under it so that a
+	// retried Take is counted once and a Refund can find them.
+	ID string
+}
+
+// Result is a store's answer to a Take or Peek.
+type Result struct {
+	// Allowed reports whether the units were admitted (Take) or would fit
+	// now (Peek).
+	Allowed bool
+	// At is the store's clock at the decision, in microseconds since the
+	// Unix epoch. It identifies the recorded units for a Refund.
+	At int64
+	// Rules holds one state per rule of the query, in order.
+	Rules []RuleState
+}
+
+// RuleState is the state of one rule after a decision.
+type RuleState struct {
+	// Limit is the rule's limit.
+	Limit int64
+	// Window is the rule's window.
+	Window time.Duration
+	// Used is the number of units in the window after the decision.
+	Used int64
+	// RetryAfter is zero when the request fits the rule; otherwise it is
+	// when enough old units leave the window for it to fit.
+	RetryAfter time.Duration
+	// ResetAfter is when the window is empty again.
+	ResetAfter time.Duration
+}
+
+// Remaining returns the units left in the rule's window.
+func (s RuleState) Remaining() int64 { return max(0, s.Limit-s.Used) }

@@ -1,0 +1,52 @@
+package keyfunc
+
+import (
+	"context"
+	"errors"
+)
+
+// ErrNoKey reports that a request carries no key for this limiter, for
+// example an anonymous user when the key is the user ID. It is not a
+// malformed request: the middleware's no-key policy decides what happens
+// (by default the limiter is skipped for that request).
+var ErrNoKey = errors.New("keyfunc: no key")
+
+// ErrInvalidKey reports a key source that is present but malformed, such as
+// an unparseable phone number or an oversized body. Adapters answer it with
+// 400 Bad Request (gRPC: InvalidArgument). Key functions wrap it with detail.
+var ErrInvalidKey = errors.New("keyfunc: invalid key")
+
+// Func turns a request into the key a limiter counts under. It returns
+// [ErrNoKey] when the request has no key, and an error wrapping
+// [ErrInvalidKey] (or any other error) when the key source is malformed.
+type Func func(r Request) (string, error)
+
+// Request is the framework-neutral view of an incoming request that key
+// functions read. ratekit's adapters and [FromHTTP] implement it; outside
+// implementations may need changes before v1, as methods may be added.
+type Request interface {
+	// Context is the request's context.
+	Context() context.Context
+	// Method is the HTTP method; "POST" for gRPC.
+	Method() string
+	// Route is the route pattern ("/users/:id") when the framework knows
+	// it, else the path; the full method name for gRPC.
+	Route() string
+	// Path is the request path; the full method name for gRPC.
+	Path() string
+	// Header returns the first value of a header (gRPC: metadata).
+	Header(name string) string
+	// Values returns all values of a header (gRPC: metadata).
+	Values(name string) []string
+	// Query returns the first value of a query parameter; "" for gRPC.
+	Query(name string) string
+	// RemoteAddr is the peer address, "ip:port".
+	RemoteAddr() string
+	// Value looks up framework locals (gin c.Get, echo c.Get, fiber
+	// c.Locals) and then the request context.
+	Value(key any) any
+	// Body reads at most max bytes of the request body and leaves the
+	// body readable for the handler. A body longer than max is an error
+	// wrapping [ErrInvalidKey].
+	Body(max int64) ([]byte, error)
+}
