@@ -46,6 +46,8 @@ type Decision struct {
 	Allowed bool
 	// Limit is the limit of the binding rule.
 	Limit int64
+	// Window is the window of the binding rule.
+	Window time.Duration
 	// Remaining is the units left in the binding rule after this decision.
 	Remaining int64
 	// RetryAfter is, on a denial, when this same request could first
@@ -70,6 +72,7 @@ type Decision struct {
 
 // ticket identifies recorded units.
 type ticket struct {
+	owner *Limiter
 	key   string
 	id    string
 	at    int64

@@ -46,6 +46,7 @@ func (c *denyCache) get(key string, n int64, now time.Time) (Decision, bool) {
 	}
 	d := Decision{
 		Limit:      e.d.Limit,
+		Window:     e.d.Window,
 		Rule:       e.d.Rule,
 		RetryAfter: e.until.Sub(now),
 		ResetAfter: max(0, e.reset.Sub(now)),

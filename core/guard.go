@@ -87,6 +87,7 @@ type guardConfig struct {
 	keyErr   KeyErrorAction
 	dryRun   bool
 	observer Observer
+	also     []also
 }
 
 // WithKey sets the key function; keyfunc.ClientIP() (peer address, no
@@ -130,6 +131,25 @@ func WithCountIf(count func(status int) bool) GuardOption {
 // after a successful login. Off by default.
 func WithResetIf(reset func(status int) bool) GuardOption {
 	return func(c *guardConfig) { c.resetIf = reset }
+}
+
+// WithAlso adds a limit decided together with the guard's own: the
+// request is admitted only if every limit admits it, and a denial by one
+// refunds the units the others took, so a denied request consumes nothing
+// (SMS: per phone AND per IP AND a global cap). The limits are decided in
+// order, each in its own store call, so they may live in different Redis
+// Cluster slots. A request with no key for an added limit is not limited
+// by it.
+func WithAlso(l *Limiter, key keyfunc.Func) GuardOption {
+	if l == nil || key == nil {
+		panic("ratekit: WithAlso: nil limiter or key function")
+	}
+	return func(c *guardConfig) { c.also = append(c.also, also{l: l, key: key}) }
+}
+
+type also struct {
+	l   *Limiter
+	key keyfunc.Func
 }
 
 // WithHeaders selects the rate-limit header fields; [HeadersXRateLimit] by
@@ -251,77 +271,144 @@ type Verdict struct {
 	// it to the client.
 	Err error
 
-	g *Guard
+	g    *Guard
+	l    *Limiter // the limiter whose decision the answer shows
+	held []held   // admissions to refund or finish
+}
+
+// held is one admission of a request.
+type held struct {
+	l   *Limiter
+	key string
+	d   Decision
 }
 
 // Check runs the pipeline for r. It never panics on a malformed request and
 // never returns a store error: a store failure is resolved by the limiter's
 // failure policy.
 func (g *Guard) Check(ctx context.Context, r keyfunc.Request) Verdict {
-	v := Verdict{g: g}
+	v := Verdict{g: g, l: g.l}
 	if g.cfg.skip != nil && g.cfg.skip(r) {
 		v.Outcome = OutcomeSkip
-		g.emit(ctx, Event{Kind: EventSkip})
+		g.emit(ctx, g.l, Event{Kind: EventSkip})
 		return v
 	}
-	key, err := g.cfg.key(r)
-	switch {
-	case err == nil:
-	case errors.Is(err, keyfunc.ErrNoKey):
-		switch g.cfg.noKey {
-		case NoKeyShared:
-			key = SharedKey
-		case NoKeyReject:
-			v.Outcome, v.Err = OutcomeBadKey, err
-			g.emit(ctx, Event{Kind: EventKeyError, Err: err})
-			return v
-		default:
-			v.Outcome = OutcomeSkip
-			g.emit(ctx, Event{Kind: EventSkip, Err: err})
-			return v
-		}
-	default:
-		g.emit(ctx, Event{Kind: EventKeyError, Err: err})
-		if g.cfg.keyErr == KeyErrorSkip {
-			v.Outcome = OutcomeSkip
-			return v
-		}
-		v.Outcome, v.Err = OutcomeBadKey, err
+	key, ok := g.key(ctx, g.l, g.cfg.key, r, &v)
+	if !ok {
 		return v
 	}
 	v.Key = key
 	v.Cost = 1
 	if g.cfg.cost != nil {
-		v.Cost = min(g.cfg.cost(r), g.l.minLimit)
+		v.Cost = g.cfg.cost(r)
 		if v.Cost < 1 {
 			v.Outcome = OutcomeSkip
-			g.emit(ctx, Event{Kind: EventSkip, Key: key})
+			g.emit(ctx, g.l, Event{Kind: EventSkip, Key: key})
 			return v
 		}
 	}
-	d, err := g.l.allow(ctx, key, v.Cost, g.cfg.observer)
-	if err != nil {
-		v.Outcome, v.Err = OutcomeUnavailable, err
+	d, err := g.l.allow(ctx, key, v.Cost, g.cfg.observer, true)
+	if !g.settle(ctx, &v, g.l, key, d, err) {
 		return v
 	}
-	v.Decision = d
-	switch {
-	case d.Allowed:
-		v.Outcome = OutcomeAllow
-	case g.cfg.dryRun:
-		v.Outcome, v.DryRun = OutcomeAllow, true
-		g.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: v.Cost, Decision: d, DryRun: true})
-	case d.Source == SourceClosed:
-		v.Outcome, v.Err = OutcomeUnavailable, errors.New("ratekit: store unavailable (FailClosed)")
-	default:
-		v.Outcome = OutcomeDeny
+	// Further limits decided together: admitted only if every one admits;
+	// a denial refunds what the others took.
+	for _, a := range g.cfg.also {
+		akey, ok := g.key(ctx, a.l, a.key, r, &v)
+		if !ok {
+			if v.Outcome == OutcomeSkip {
+				v.Outcome = OutcomeAllow // no key for this limit only
+				continue
+			}
+			v.refundAll(ctx)
+			return v
+		}
+		d, err := a.l.allow(ctx, akey, v.Cost, g.cfg.observer, true)
+		if !g.settle(ctx, &v, a.l, akey, d, err) {
+			return v
+		}
 	}
 	return v
 }
 
-func (g *Guard) emit(ctx context.Context, e Event) {
+// key runs a key function; it reports false when the verdict is final
+// (skip or bad key), with v set accordingly.
+func (g *Guard) key(ctx context.Context, l *Limiter, f keyfunc.Func, r keyfunc.Request, v *Verdict) (string, bool) {
+	key, err := f(r)
+	switch {
+	case err == nil:
+		return key, true
+	case errors.Is(err, keyfunc.ErrNoKey):
+		switch g.cfg.noKey {
+		case NoKeyShared:
+			return SharedKey, true
+		case NoKeyReject:
+			v.Outcome, v.Err = OutcomeBadKey, err
+			g.emit(ctx, l, Event{Kind: EventKeyError, Err: err})
+			return "", false
+		}
+		v.Outcome = OutcomeSkip
+		g.emit(ctx, l, Event{Kind: EventSkip, Err: err})
+		return "", false
+	}
+	g.emit(ctx, l, Event{Kind: EventKeyError, Err: err})
+	if g.cfg.keyErr == KeyErrorSkip {
+		v.Outcome = OutcomeSkip
+		return "", false
+	}
+	v.Outcome, v.Err = OutcomeBadKey, err
+	return "", false
+}
+
+// settle folds one decision into v and reports whether the pipeline goes
+// on. An admission is held for Finish; a denial refunds what earlier
+// limits of the request took.
+func (g *Guard) settle(ctx context.Context, v *Verdict, l *Limiter, key string, d Decision, err error) bool {
+	if err != nil {
+		v.refundAll(ctx)
+		v.Outcome, v.Err = OutcomeUnavailable, err
+		return false
+	}
+	switch {
+	case d.Allowed:
+		if len(v.held) == 0 && !v.DryRun {
+			// The first decision is the one the headers show.
+			v.Decision, v.l = d, l
+		}
+		v.held = append(v.held, held{l: l, key: key, d: d})
+		v.Outcome = OutcomeAllow
+		return true
+	case g.cfg.dryRun:
+		g.emit(ctx, l, Event{Kind: EventDecision, Key: key, Cost: v.Cost, Decision: d, DryRun: true})
+		if !v.DryRun {
+			v.Decision, v.l, v.Key = d, l, key
+		}
+		v.Outcome, v.DryRun = OutcomeAllow, true
+		return true
+	}
+	v.refundAll(ctx)
+	v.Decision, v.l, v.Key = d, l, key
+	if d.Source == SourceClosed {
+		v.Outcome, v.Err = OutcomeUnavailable, errors.New("ratekit: store unavailable (FailClosed)")
+	} else {
+		v.Outcome = OutcomeDeny
+	}
+	return false
+}
+
+// refundAll gives back every unit the request's admissions took.
+func (v *Verdict) refundAll(ctx context.Context) {
+	for _, h := range v.held {
+		if err := h.l.Refund(context.WithoutCancel(ctx), h.d); err != nil {
+			v.g.emit(ctx, h.l, Event{Kind: EventStoreError, Key: h.key, Err: err})
+		}
+	}
+	v.held = v.held[:0]
+}
+
+func (g *Guard) emit(ctx context.Context, l *Limiter, e Event) {
 	if g.cfg.observer != nil {
-		e.Policy = g.l.policy.Name
+		e.Policy = l.policy.Name
 		g.cfg.observer.Observe(ctx, e)
 	}
 }
@@ -386,29 +473,22 @@ func (v *Verdict) WriteHeaders(set func(name, value string)) {
 
 // ietf formats the RateLimit-Policy and RateLimit fields: one item per
 // rule, named by the policy (and the window when there are several rules).
+// A deny-cache answer knows only its binding rule.
 func (v *Verdict) ietf() (policy, current string) {
 	d := &v.Decision
-	l := v.g.l
-	pk := partitionKey(l.policy.Name, v.Key)
+	items := d.Rules
+	if len(items) == 0 {
+		items = []RuleState{{Limit: d.Limit, Window: d.Window, Used: d.Limit - d.Remaining, ResetAfter: d.ResetAfter}}
+	}
+	multi := v.multiRule()
+	pk := partitionKey(v.l.policy.Name, v.Key)
 	var pb, cb strings.Builder
-	for i, r := range l.policy.Rules {
-		var remaining, reset int64
-		switch {
-		case i < len(d.Rules):
-			remaining = d.Rules[i].Remaining()
-			reset = Seconds(d.Rules[i].ResetAfter)
-		case i == d.Rule:
-			remaining = d.Remaining
-			reset = Seconds(d.ResetAfter)
-		default:
-			// A deny-cache answer knows only its binding rule.
-			continue
-		}
-		if pb.Len() > 0 {
+	for i, r := range items {
+		if i > 0 {
 			pb.WriteString(", ")
 			cb.WriteString(", ")
 		}
-		name := strconv.Quote(l.itemName(i))
+		name := strconv.Quote(itemName(v.l.policy.Name, r.Window, multi))
 		pb.WriteString(name)
 		pb.WriteString(";q=")
 		pb.WriteString(strconv.FormatInt(r.Limit, 10))
@@ -419,9 +499,9 @@ func (v *Verdict) ietf() (policy, current string) {
 		pb.WriteString(":")
 		cb.WriteString(name)
 		cb.WriteString(";r=")
-		cb.WriteString(strconv.FormatInt(remaining, 10))
+		cb.WriteString(strconv.FormatInt(r.Remaining(), 10))
 		cb.WriteString(";t=")
-		cb.WriteString(strconv.FormatInt(reset, 10))
+		cb.WriteString(strconv.FormatInt(Seconds(r.ResetAfter), 10))
 		cb.WriteString(";pk=:")
 		cb.WriteString(pk)
 		cb.WriteString(":")
@@ -429,13 +509,20 @@ func (v *Verdict) ietf() (policy, current string) {
 	return pb.String(), cb.String()
 }
 
-// itemName names rule i in the IETF fields: the policy name, suffixed with
-// the window in seconds when the policy has several rules.
-func (l *Limiter) itemName(i int) string {
-	if len(l.policy.Rules) == 1 {
-		return l.policy.Name
+// multiRule reports whether the answer's policy has several rules, so
+// items are named by window.
+func (v *Verdict) multiRule() bool {
+	return len(v.l.policy.Rules) > 1 || len(v.Decision.Rules) > 1 || v.l.tiers != nil
+}
+
+// itemName names a rule in the IETF fields and problem bodies: the policy
+// name, suffixed with the window in seconds when the policy has several
+// rules.
+func itemName(policy string, window time.Duration, multi bool) string {
+	if !multi {
+		return policy
 	}
-	return l.policy.Name + "-" + strconv.FormatInt(Seconds(l.policy.Rules[i].Window), 10) + "s"
+	return policy + "-" + strconv.FormatInt(Seconds(window), 10) + "s"
 }
 
 // partitionKey hashes the key so the header never reveals it.
@@ -474,7 +561,7 @@ func (v *Verdict) Body() (contentType string, body []byte) {
 const ProblemType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 
 func (v *Verdict) problem() []byte {
-	l := v.g.l
+	l := v.l
 	retry := max(1, Seconds(v.Decision.RetryAfter))
 	var b strings.Builder
 	b.WriteString(`{"type":"`)
@@ -484,7 +571,7 @@ func (v *Verdict) problem() []byte {
 	b.WriteString(`s","violated-policies":[`)
 	// Policy names hold no quote, backslash or control character, so
 	// strconv.Quote yields valid JSON strings.
-	b.WriteString(strconv.Quote(l.itemName(v.Decision.Rule)))
+	b.WriteString(strconv.Quote(itemName(l.policy.Name, v.Decision.Window, v.multiRule())))
 	b.WriteString(`],"retry-after":`)
 	b.WriteString(strconv.FormatInt(retry, 10))
 	b.WriteString("}\n")
@@ -497,23 +584,33 @@ func (v *Verdict) problem() []byte {
 // requests that were not admitted by a decision. Store failures here go to
 // the observers; the answer is already on its way.
 func (v *Verdict) Finish(ctx context.Context, status int) {
-	if v.Outcome != OutcomeAllow || v.DryRun {
+	if v.Outcome != OutcomeAllow || len(v.held) == 0 {
 		return
 	}
+	// The client may be gone; the refund or reset must still happen.
+	ctx = context.WithoutCancel(ctx)
 	cfg := &v.g.cfg
 	if cfg.resetIf != nil && cfg.resetIf(status) {
-		if err := v.g.l.Reset(ctx, v.Key); err != nil {
-			v.g.emit(ctx, Event{Kind: EventStoreError, Key: v.Key, Err: err})
+		h := v.held[0]
+		if err := h.l.Reset(ctx, h.key); err != nil {
+			v.g.emit(ctx, h.l, Event{Kind: EventStoreError, Key: h.key, Err: err})
 		}
 		return
 	}
 	if cfg.countIf != nil && !cfg.countIf(status) {
-		if err := v.g.l.Refund(ctx, v.Decision); err != nil {
-			v.g.emit(ctx, Event{Kind: EventStoreError, Key: v.Key, Err: err})
-		}
+		v.refundAll(ctx)
 	}
 }
 
 // NeedsFinish reports whether [Verdict.Finish] has work to do, so adapters
 // can skip capturing the response status when it has none.
 func (g *Guard) NeedsFinish() bool { return g.cfg.countIf != nil || g.cfg.resetIf != nil }
+
+// StatusAuthFailure reports 401 Unauthorized and 403 Forbidden: the
+// failures a login limiter counts with [WithCountIf].
+func StatusAuthFailure(status int) bool {
+	return status == http.StatusUnauthorized || status == http.StatusForbidden
+}
+
+// StatusSuccess reports a 2xx status, for [WithResetIf] on a login limiter.
+func StatusSuccess(status int) bool { return status >= 200 && status < 300 }

@@ -62,6 +62,10 @@ type options struct {
 	denyCacheSize int
 	breakerFails  int
 	breakerCool   time.Duration
+	tierFunc      TierFunc
+	tiers         map[string][]Rule
+	tierCacheSize int
+	tierCacheTTL  time.Duration
 }
 
 // WithTimeout bounds every store call; [DefaultTimeout] (20 ms) by default.
@@ -119,6 +123,7 @@ type Limiter struct {
 	breaker  breaker
 	idPrefix string
 	seq      atomic.Uint64
+	tiers    *tierSet
 }
 
 // NewLimiter returns a limiter for policy on store. It returns an error
@@ -131,14 +136,13 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	if err := policy.Validate(); err != nil {
 		return nil, err
 	}
-	if policy.Algorithm != SlidingLog {
-		return nil, fmt.Errorf("ratekit: policy %q: Algorithm %v is not supported yet: %w", policy.Name, policy.Algorithm, ErrInvalidPolicy)
-	}
 	o := options{
 		timeout:       DefaultTimeout,
 		denyCacheSize: DefaultDenyCacheSize,
 		breakerFails:  5,
 		breakerCool:   time.Second,
+		tierCacheSize: 10000,
+		tierCacheTTL:  DefaultTierCacheTTL,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -180,6 +184,13 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	if o.denyCacheSize > 0 {
 		l.deny = newDenyCache(o.denyCacheSize)
 	}
+	if o.tierFunc != nil || o.tiers != nil {
+		ts, err := newTiers(store, policy, o, opts)
+		if err != nil {
+			return nil, err
+		}
+		l.tiers = ts
+	}
 	return l, nil
 }
 
@@ -192,7 +203,7 @@ func (l *Limiter) Policy() Policy {
 
 // Allow is AllowN(ctx, key, 1).
 func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
-	return l.allow(ctx, key, 1, nil)
+	return l.allow(ctx, key, 1, nil, false)
 }
 
 // AllowN decides whether n units for key fit every rule of the policy now
@@ -203,10 +214,20 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 // returns an error only when n is invalid (wrapping [ErrInvalidCost]) or
 // ctx is done (wrapping ctx.Err()).
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
-	return l.allow(ctx, key, n, nil)
+	return l.allow(ctx, key, n, nil, false)
 }
 
-func (l *Limiter) allow(ctx context.Context, key string, n int64, extra Observer) (Decision, error) {
+// allow is AllowN with an extra observer; clamp charges a cost above the
+// smallest limit as that limit instead of failing.
+func (l *Limiter) allow(ctx context.Context, key string, n int64, extra Observer, clamp bool) (Decision, error) {
+	if l.tiers != nil {
+		if t := l.tiers.pick(ctx, BoundKey(key)); t != nil {
+			return t.allow(ctx, key, n, extra, clamp)
+		}
+	}
+	if clamp {
+		n = min(n, l.minLimit)
+	}
 	if n < 1 || n > l.minLimit {
 		return Decision{}, fmt.Errorf("ratekit: policy %q: cost %d outside 1..%d: %w", l.policy.Name, n, l.minLimit, ErrInvalidCost)
 	}
@@ -231,12 +252,18 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
 	}
-	q := l.query(BoundKey(key), 1, "")
+	key = BoundKey(key)
+	if l.tiers != nil {
+		if t := l.tiers.pick(ctx, key); t != nil {
+			return t.Peek(ctx, key)
+		}
+	}
+	q := l.query(key, 1, "")
 	return l.decide(ctx, q, false, l.observer)
 }
 
 func (l *Limiter) query(key string, n int64, id string) Query {
-	return Query{Policy: l.policy.Name, Key: key, Rules: l.policy.Rules, Algorithm: l.policy.Algorithm, N: n, ID: id}
+	return Query{Policy: l.policy.Name, Key: key, Rules: l.policy.Rules, Algorithm: l.policy.Algorithm, Buckets: l.policy.buckets(), N: n, ID: id}
 }
 
 func (l *Limiter) nextID() string {
@@ -266,7 +293,7 @@ func (l *Limiter) decide(ctx context.Context, q Query, take bool, obs Observer) 
 			}
 			d := l.decision(res, SourceStore)
 			if take && d.Allowed {
-				d.ticket = ticket{key: q.Key, id: q.ID, at: res.At, n: q.N}
+				d.ticket = ticket{owner: l, key: q.Key, id: q.ID, at: res.At, n: q.N}
 			}
 			if take && !d.Allowed && l.deny != nil {
 				l.deny.put(q.Key, q.N, now, d)
@@ -294,9 +321,11 @@ var errBreakerOpen = errors.New("ratekit: circuit breaker open")
 func (l *Limiter) fallback(ctx context.Context, q Query, take bool, cause error) Decision {
 	switch l.failure {
 	case FailOpen:
-		return Decision{Allowed: true, Limit: l.minLimit, Remaining: l.minLimit, Rule: l.minRule(), Source: SourceOpen}
+		r := l.minRule()
+		return Decision{Allowed: true, Limit: l.minLimit, Window: l.policy.Rules[r].Window, Remaining: l.minLimit, Rule: r, Source: SourceOpen}
 	case FailClosed:
-		return Decision{Limit: l.minLimit, RetryAfter: l.breaker.retryAfter(time.Now()), Rule: l.minRule(), Source: SourceClosed}
+		r := l.minRule()
+		return Decision{Limit: l.minLimit, Window: l.policy.Rules[r].Window, RetryAfter: l.breaker.retryAfter(time.Now()), Rule: r, Source: SourceClosed}
 	}
 	var (
 		res Result
@@ -317,7 +346,7 @@ func (l *Limiter) fallback(ctx context.Context, q Query, take bool, cause error)
 	}
 	d := l.decision(res, SourceLocal)
 	if take && d.Allowed {
-		d.ticket = ticket{key: q.Key, id: q.ID, at: res.At, n: q.N, local: true}
+		d.ticket = ticket{owner: l, key: q.Key, id: q.ID, at: res.At, n: q.N, local: true}
 	}
 	return d
 }
@@ -357,6 +386,7 @@ func (l *Limiter) decision(res Result, src Source) Decision {
 	s := res.Rules[b]
 	d.Rule = b
 	d.Limit = s.Limit
+	d.Window = s.Window
 	d.Remaining = s.Remaining()
 	d.ResetAfter = s.ResetAfter
 	if !res.Allowed {
@@ -373,6 +403,16 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	key = BoundKey(key)
 	if l.deny != nil {
 		l.deny.remove(key)
+	}
+	if l.tiers != nil {
+		for _, t := range l.tiers.by {
+			if t.deny != nil {
+				t.deny.remove(key)
+			}
+			if t.local != nil && t.local != l.store {
+				_ = t.local.Reset(context.WithoutCancel(ctx), t.query(key, 0, ""))
+			}
+		}
 	}
 	q := l.query(key, 0, "")
 	if l.local != nil && l.local != l.store {
@@ -395,6 +435,12 @@ func (l *Limiter) Refund(ctx context.Context, d Decision) error {
 	t := d.ticket
 	if !d.Allowed || t.id == "" {
 		return nil
+	}
+	if t.owner != l {
+		if l.tiers == nil {
+			return fmt.Errorf("ratekit: policy %q: refund of a decision made by another limiter", l.policy.Name)
+		}
+		return t.owner.Refund(ctx, d)
 	}
 	if l.deny != nil {
 		l.deny.remove(t.key)

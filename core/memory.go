@@ -47,7 +47,8 @@ type memShard struct {
 // memLog is the sliding log of one key: events sorted by time, each
 // holding the units admitted at that microsecond.
 type memLog struct {
-	ev      []memEvent
+	ev      []memEvent   // SlidingLog: units admitted at each microsecond
+	bk      [][]memEvent // SlidingBuckets: per rule, units per bucket index
 	expires int64
 }
 
@@ -96,7 +97,7 @@ func (s *MemoryStore) decide(ctx context.Context, q Query, take bool) (Result, e
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("ratekit: memory store: %w", err)
 	}
-	if q.Algorithm != SlidingLog {
+	if q.Algorithm != SlidingLog && q.Algorithm != SlidingBuckets {
 		return Result{}, fmt.Errorf("ratekit: memory store: algorithm %v: %w", q.Algorithm, ErrInvalidPolicy)
 	}
 	k := memKey(q)
@@ -109,6 +110,9 @@ func (s *MemoryStore) decide(ctx context.Context, q Query, take bool) (Result, e
 	var maxW int64
 	for _, r := range q.Rules {
 		maxW = max(maxW, r.Window.Microseconds())
+	}
+	if q.Algorithm == SlidingBuckets {
+		return s.decideBuckets(sh, k, lg, q, take, now, maxW, states), nil
 	}
 	var ev []memEvent
 	if lg != nil {
@@ -241,6 +245,14 @@ func (s *MemoryStore) Refund(ctx context.Context, q Query, at int64) error {
 	if lg == nil {
 		return nil
 	}
+	if q.Algorithm == SlidingBuckets {
+		for i, r := range q.Rules {
+			if i < len(lg.bk) {
+				lg.bk[i] = bucketAdd(lg.bk[i], at/q.bucketWidth(r), -q.N)
+			}
+		}
+		return nil
+	}
 	for i := range lg.ev {
 		if lg.ev[i].at == at {
 			lg.ev[i].n -= min(q.N, lg.ev[i].n)
@@ -279,4 +291,112 @@ func (s *MemoryStore) Len() int {
 		sh.mu.Unlock()
 	}
 	return n
+}
+
+// decideBuckets is decide for SlidingBuckets: each rule's window is split
+// into buckets of width g; the bucket holding the window's start is counted
+// in full, so the count never falls short of the true sliding count.
+func (s *MemoryStore) decideBuckets(sh *memShard, k string, lg *memLog, q Query, take bool, now, maxW int64, states []RuleState) Result {
+	if lg == nil {
+		lg = &memLog{}
+	}
+	if len(lg.bk) != len(q.Rules) {
+		lg.bk = make([][]memEvent, len(q.Rules))
+	}
+	allowed := true
+	var maxG int64
+	for i, r := range q.Rules {
+		g := q.bucketWidth(r)
+		maxG = max(maxG, g)
+		w := r.Window.Microseconds()
+		lo := (now - w) / g
+		bk := lg.bk[i]
+		j := 0
+		for j < len(bk) && bk[j].at < lo {
+			j++
+		}
+		bk = append(bk[:0], bk[j:]...)
+		lg.bk[i] = bk
+		states[i] = bucketState(bk, r, g, q.N, now)
+		if states[i].RetryAfter > 0 {
+			allowed = false
+		}
+	}
+	if take && allowed {
+		for i, r := range q.Rules {
+			g := q.bucketWidth(r)
+			lg.bk[i] = bucketAdd(lg.bk[i], now/g, q.N)
+			states[i].Used += q.N
+			states[i].ResetAfter = time.Duration((now/g+1)*g+r.Window.Microseconds()-now) * time.Microsecond
+		}
+		lg.expires = now + maxW + maxG
+		sh.m[k] = lg
+	}
+	if _, ok := sh.m[k]; ok && lg.empty() {
+		delete(sh.m, k)
+	}
+	sh.sweep(now)
+	return Result{Allowed: allowed, At: now, Rules: states}
+}
+
+// bucketState computes a rule's state over its live buckets bk (sorted by
+// index, width g) for n more units at now.
+func bucketState(bk []memEvent, r Rule, g, n, now int64) RuleState {
+	w := r.Window.Microseconds()
+	st := RuleState{Limit: r.Limit, Window: r.Window}
+	for _, b := range bk {
+		st.Used += b.n
+	}
+	if len(bk) > 0 {
+		st.ResetAfter = time.Duration((bk[len(bk)-1].at+1)*g+w-now) * time.Microsecond
+	}
+	if need := st.Used + n - r.Limit; need > 0 {
+		var acc int64
+		for _, b := range bk {
+			acc += b.n
+			if acc >= need {
+				// Bucket b stops counting once the window starts after it.
+				st.RetryAfter = time.Duration((b.at+1)*g+w-now) * time.Microsecond
+				break
+			}
+		}
+	}
+	return st
+}
+
+// bucketAdd adds n (possibly negative) units to bucket idx, dropping
+// buckets that fall to zero.
+func bucketAdd(bk []memEvent, idx, n int64) []memEvent {
+	i, found := slices.BinarySearchFunc(bk, idx, func(e memEvent, t int64) int {
+		switch {
+		case e.at < t:
+			return -1
+		case e.at > t:
+			return 1
+		}
+		return 0
+	})
+	if !found {
+		if n <= 0 {
+			return bk
+		}
+		return slices.Insert(bk, i, memEvent{at: idx, n: n})
+	}
+	bk[i].n += n
+	if bk[i].n <= 0 {
+		bk = slices.Delete(bk, i, i+1)
+	}
+	return bk
+}
+
+func (lg *memLog) empty() bool {
+	if len(lg.ev) > 0 {
+		return false
+	}
+	for _, b := range lg.bk {
+		if len(b) > 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -62,6 +62,25 @@ type Policy struct {
 	Rules []Rule
 	// Algorithm is how the store keeps the windows; SlidingLog by default.
 	Algorithm Algorithm
+	// Buckets is the number of buckets each window is split into under
+	// SlidingBuckets; [DefaultBuckets] when 0. More buckets cost memory and
+	// time per decision and under-admit less. Ignored by SlidingLog.
+	Buckets int
+}
+
+// DefaultBuckets is the number of buckets per window under SlidingBuckets
+// unless Policy.Buckets sets another.
+const DefaultBuckets = 60
+
+// MaxBuckets is the largest Policy.Buckets.
+const MaxBuckets = 1000
+
+// buckets returns the effective bucket count.
+func (p *Policy) buckets() int {
+	if p.Buckets == 0 {
+		return DefaultBuckets
+	}
+	return p.Buckets
 }
 
 // maxWindow returns the longest window of the policy.
@@ -102,6 +121,9 @@ func (p Policy) Validate() error {
 	}
 	if p.Algorithm != SlidingLog && p.Algorithm != SlidingBuckets {
 		return fmt.Errorf("ratekit: policy %q: unknown Algorithm %d: %w", p.Name, int(p.Algorithm), ErrInvalidPolicy)
+	}
+	if p.Buckets < 0 || p.Buckets > MaxBuckets {
+		return fmt.Errorf("ratekit: policy %q Buckets is %d, must be within 0..%d: %w", p.Name, p.Buckets, MaxBuckets, ErrInvalidPolicy)
 	}
 	for i, r := range p.Rules {
 		if r.Limit < 1 {

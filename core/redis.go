@@ -16,9 +16,13 @@ var slidingLogSource string
 //go:embed redis_refund.lua
 var refundSource string
 
+//go:embed redis_buckets.lua
+var bucketsSource string
+
 var (
 	slidingLogScript = redis.NewScript(slidingLogSource)
 	refundScript     = redis.NewScript(refundSource)
+	bucketsScript    = redis.NewScript(bucketsSource)
 )
 
 // DefaultPrefix is the prefix of every key a [RedisStore] writes, unless
@@ -82,9 +86,18 @@ func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) *RedisStor
 	return s
 }
 
-// Key returns the Redis key of a policy and key.
+// Key returns the Redis key of a policy and key under SlidingLog: a ZSET
+// named <prefix>:<policy>:{<key>}. Under SlidingBuckets the key is a HASH
+// with ":b" appended (same hash slot).
 func (s *RedisStore) Key(policy, key string) string {
 	return s.prefix + ":" + policy + ":{" + key + "}"
+}
+
+func (s *RedisStore) keyOf(q *Query) string {
+	if q.Algorithm == SlidingBuckets {
+		return s.Key(q.Policy, q.Key) + ":b"
+	}
+	return s.Key(q.Policy, q.Key)
 }
 
 // Take implements [Store].
@@ -98,10 +111,15 @@ func (s *RedisStore) Peek(ctx context.Context, q Query) (Result, error) {
 }
 
 func (s *RedisStore) eval(ctx context.Context, q Query, take bool) (Result, error) {
-	if q.Algorithm != SlidingLog {
+	script := slidingLogScript
+	switch q.Algorithm {
+	case SlidingLog:
+	case SlidingBuckets:
+		script = bucketsScript
+	default:
 		return Result{}, fmt.Errorf("ratekit: redis store: algorithm %v: %w", q.Algorithm, ErrInvalidPolicy)
 	}
-	args := make([]any, 0, 4+2*len(q.Rules))
+	args := make([]any, 0, 4+3*len(q.Rules))
 	mode := "0"
 	if take {
 		mode = "1"
@@ -113,10 +131,13 @@ func (s *RedisStore) eval(ctx context.Context, q Query, take bool) (Result, erro
 	args = append(args, mode, q.N, q.ID, now)
 	for _, r := range q.Rules {
 		args = append(args, r.Limit, r.Window.Microseconds())
+		if q.Algorithm == SlidingBuckets {
+			args = append(args, q.bucketWidth(r))
+		}
 	}
-	keys := []string{s.Key(q.Policy, q.Key)}
+	keys := []string{s.keyOf(&q)}
 	reply, err := bounded(ctx, s.honorsCtx, func() ([]int64, error) {
-		return slidingLogScript.Run(ctx, s.client, keys, args...).Int64Slice()
+		return script.Run(ctx, s.client, keys, args...).Int64Slice()
 	})
 	if err != nil {
 		return Result{}, fmt.Errorf("ratekit: redis store: %w", err)
@@ -139,10 +160,17 @@ func (s *RedisStore) eval(ctx context.Context, q Query, take bool) (Result, erro
 }
 
 // Refund implements [Store].
-func (s *RedisStore) Refund(ctx context.Context, q Query, _ int64) error {
-	keys := []string{s.Key(q.Policy, q.Key)}
-	_, err := bounded(ctx, s.honorsCtx, func() (int64, error) {
-		return refundScript.Run(ctx, s.client, keys, q.ID, q.N).Int64()
+func (s *RedisStore) Refund(ctx context.Context, q Query, at int64) error {
+	keys := []string{s.keyOf(&q)}
+	_, err := bounded(ctx, s.honorsCtx, func() (any, error) {
+		if q.Algorithm == SlidingBuckets {
+			args := []any{"r", q.N, q.ID, at}
+			for _, r := range q.Rules {
+				args = append(args, r.Limit, r.Window.Microseconds(), q.bucketWidth(r))
+			}
+			return bucketsScript.Run(ctx, s.client, keys, args...).Result()
+		}
+		return refundScript.Run(ctx, s.client, keys, q.ID, q.N).Result()
 	})
 	if err != nil {
 		return fmt.Errorf("ratekit: redis store: refund: %w", err)
@@ -153,7 +181,7 @@ func (s *RedisStore) Refund(ctx context.Context, q Query, _ int64) error {
 // Reset implements [Store].
 func (s *RedisStore) Reset(ctx context.Context, q Query) error {
 	_, err := bounded(ctx, s.honorsCtx, func() (int64, error) {
-		return s.client.Del(ctx, s.Key(q.Policy, q.Key)).Result()
+		return s.client.Del(ctx, s.Key(q.Policy, q.Key), s.Key(q.Policy, q.Key)+":b").Result()
 	})
 	if err != nil {
 		return fmt.Errorf("ratekit: redis store: reset: %w", err)

@@ -35,6 +35,9 @@ type Query struct {
 	Rules []Rule
 	// Algorithm is the policy's algorithm.
 	Algorithm Algorithm
+	// Buckets is the number of buckets per window under SlidingBuckets
+	// (never 0 in a Query built by a Limiter).
+	Buckets int
 	// N is the number of units asked for (for Peek: the units the
 	// RetryAfter is computed for).
 	N int64
@@ -68,6 +71,11 @@ type RuleState struct {
 	RetryAfter time.Duration
 	// ResetAfter is when the window is empty again.
 	ResetAfter time.Duration
+}
+
+// bucketWidth returns the width in microseconds of rule r's buckets.
+func (q *Query) bucketWidth(r Rule) int64 {
+	return max(1, r.Window.Microseconds()/int64(q.Buckets))
 }
 
 // Remaining returns the units left in the rule's window.

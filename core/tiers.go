@@ -1,0 +1,133 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+)
+
+// TierFunc names the tier of a key, for example the plan of an API key
+// ("free", "pro"), looked up in the app's database.
+type TierFunc func(ctx context.Context, key string) (tier string, err error)
+
+// DefaultTierCacheTTL is how long a key's resolved tier is remembered
+// unless [WithTierCache] sets another.
+const DefaultTierCacheTTL = time.Minute
+
+// WithTiers chooses the rules per key: resolve names a key's tier and
+// tiers maps each tier to its rules. The policy's own Rules apply to keys
+// whose tier is unknown or cannot be resolved. All tiers share the
+// policy's name, so a key's usage carries over when its tier changes: a
+// key moved to a higher tier gets the higher limit on its next request
+// after [Limiter.InvalidateTier] (or after the cache entry expires), and
+// no locally cached denial of the old tier survives the move.
+//
+// Resolved tiers are cached (see [WithTierCache]); resolve runs on the
+// request path on a miss, under the request's context.
+func WithTiers(resolve TierFunc, tiers map[string][]Rule) Option {
+	return func(o *options) {
+		o.tierFunc = resolve
+		o.tiers = tiers
+	}
+}
+
+// WithTierCache sets how many keys' tiers are cached and for how long;
+// 10,000 keys for [DefaultTierCacheTTL] by default. size 0 turns the cache
+// off (resolve runs on every request).
+func WithTierCache(size int, ttl time.Duration) Option {
+	return func(o *options) {
+		o.tierCacheSize = size
+		o.tierCacheTTL = ttl
+	}
+}
+
+type tierSet struct {
+	resolve TierFunc
+	by      map[string]*Limiter
+	cache   *lru.Cache[string, tierEntry]
+	ttl     time.Duration
+}
+
+type tierEntry struct {
+	l   *Limiter // nil: the default tier
+	exp time.Time
+}
+
+// newTiers builds one limiter per tier, each with the base policy's name
+// and the tier's rules.
+func newTiers(store Store, base Policy, o options, opts []Option) (*tierSet, error) {
+	if o.tierFunc == nil {
+		return nil, fmt.Errorf("ratekit: policy %q: WithTiers resolve func is nil: %w", base.Name, ErrInvalidPolicy)
+	}
+	if len(o.tiers) == 0 {
+		return nil, fmt.Errorf("ratekit: policy %q: WithTiers has no tiers: %w", base.Name, ErrInvalidPolicy)
+	}
+	if o.tierCacheSize < 0 || o.tierCacheSize > 0 && o.tierCacheTTL <= 0 {
+		return nil, fmt.Errorf("ratekit: policy %q: WithTierCache(%d, %v): size must not be negative and ttl must be positive: %w",
+			base.Name, o.tierCacheSize, o.tierCacheTTL, ErrInvalidPolicy)
+	}
+	ts := &tierSet{resolve: o.tierFunc, by: make(map[string]*Limiter, len(o.tiers)), ttl: o.tierCacheTTL}
+	names := make([]string, 0, len(o.tiers))
+	for name := range o.tiers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		p := base
+		p.Rules = o.tiers[name]
+		if err := p.Validate(); err != nil {
+			return nil, fmt.Errorf("ratekit: WithTiers tier %q: %w", name, err)
+		}
+		// The tier limiters take every option but the tiers themselves.
+		child, err := NewLimiter(store, p, append(opts[:len(opts):len(opts)], withoutTiers())...)
+		if err != nil {
+			return nil, fmt.Errorf("ratekit: WithTiers tier %q: %w", name, err)
+		}
+		ts.by[name] = child
+	}
+	if o.tierCacheSize > 0 {
+		c, err := lru.New[string, tierEntry](o.tierCacheSize)
+		if err != nil {
+			return nil, fmt.Errorf("ratekit: policy %q: WithTierCache: %w", base.Name, err)
+		}
+		ts.cache = c
+	}
+	return ts, nil
+}
+
+func withoutTiers() Option {
+	return func(o *options) {
+		o.tierFunc = nil
+		o.tiers = nil
+	}
+}
+
+// pick returns the limiter of key's tier, or nil for the default tier.
+func (ts *tierSet) pick(ctx context.Context, key string) *Limiter {
+	now := time.Now()
+	if ts.cache != nil {
+		if e, ok := ts.cache.Get(key); ok && now.Before(e.exp) {
+			return e.l
+		}
+	}
+	var l *Limiter
+	if name, err := ts.resolve(ctx, key); err == nil {
+		l = ts.by[name]
+	}
+	if ts.cache != nil {
+		ts.cache.Add(key, tierEntry{l: l, exp: now.Add(ts.ttl)})
+	}
+	return l
+}
+
+// InvalidateTier forgets the cached tier of key, so its next request
+// resolves the tier again: call it when a key's plan changes. It does
+// nothing on a limiter without tiers.
+func (l *Limiter) InvalidateTier(key string) {
+	if l.tiers != nil && l.tiers.cache != nil {
+		l.tiers.cache.Remove(BoundKey(key))
+	}
+}
