@@ -1,0 +1,33 @@
+# ratekit developer commands. `make test` is what CI runs.
+GO ?= go
+GOLANGCI_LINT_VERSION ?= v2.15.0
+GOBIN := $(shell $(GO) env GOPATH)/bin
+
+.PHONY: run test test-short lint fuzz bench redis-server
+
+## run: the quickstart example server on the in-memory store (REDIS_URL switches to Redis)
+run:
+	$(GO) run ./examples/quickstart
+
+## test: install redis-server if missing, then vet, gofmt check and the full race-enabled test run
+test: redis-server
+	$(GO) vet ./...
+	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+	$(GO) test -race -shuffle=on -count=1 -timeout=15m ./...
+
+## test-short: a fast local loop without the Redis-backed tests
+test-short:
+	$(GO) test -short -count=1 ./...
+
+## lint: golangci-lint with the committed .golangci.yml (installed on first use)
+lint:
+	@command -v golangci-lint >/dev/null 2>&1 || test -x $(GOBIN)/golangci-lint || \
+		$(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	PATH="$(GOBIN):$$PATH" golangci-lint run ./...
+
+## redis-server: the tests start their own redis-server processes; install the binary if missing
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { \
+		echo "redis-server not found: installing it with apt-get"; \
+		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server; }
