@@ -1,0 +1,179 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+)
+
+// plans is an app's plan table that tests change under the limiter.
+type plans struct {
+	mu    sync.Mutex
+	tier  map[string]string
+	calls int
+}
+
+func (p *plans) resolve(_ context.Context, key string) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls++
+	t, ok := p.tier[key]
+	if !ok {
+		return "", errors.New("unknown key")
+	}
+	return t, nil
+}
+
+func (p *plans) set(key, tier string) {
+	p.mu.Lock()
+	p.tier[key] = tier
+	p.mu.Unlock()
+}
+
+func newTiered(t *testing.T, p *plans, opts ...core.Option) *core.Limiter {
+	t.Helper()
+	opts = append(opts, core.WithTiers(p.resolve, map[string][]core.Rule{
+		"free": {{Limit: 3, Window: time.Minute}},
+		"pro":  {{Limit: 10, Window: time.Minute}},
+	}))
+	l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{
+		Name:  "api",
+		Rules: []core.Rule{{Limit: 1, Window: time.Minute}},
+	}, opts...)
+	if err != nil {
+		t.Fatalf("NewLimiter: %v", err)
+	}
+	return l
+}
+
+func TestTiersLimitPerKey(t *testing.T) {
+	p := &plans{tier: map[string]string{"k-free": "free", "k-pro": "pro"}}
+	l := newTiered(t, p)
+	ctx := context.Background()
+	tests := []struct {
+		key  string
+		want int
+	}{
+		{"k-free", 3},
+		{"k-pro", 10},
+		{"k-unknown", 1}, // unresolvable: the policy's own rules
+	}
+	for _, tc := range tests {
+		t.Run(tc.key, func(t *testing.T) {
+			got := 0
+			for range 20 {
+				d, err := l.Allow(ctx, tc.key)
+				if err != nil {
+					t.Fatalf("Allow(%q): %v", tc.key, err)
+				}
+				if d.Allowed {
+					got++
+				}
+			}
+			if got != tc.want {
+				t.Errorf("Allow(%q) admitted %d of 20, want %d", tc.key, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestTiersUpgradeTakesEffectAtOnce(t *testing.T) {
+	p := &plans{tier: map[string]string{"k": "free"}}
+	l := newTiered(t, p)
+	ctx := context.Background()
+	for range 3 {
+		if d, _ := l.Allow(ctx, "k"); !d.Allowed {
+			t.Fatalf("free request denied early: %+v", d)
+		}
+	}
+	// Denied twice: the second answer comes from the deny cache.
+	for range 2 {
+		if d, _ := l.Allow(ctx, "k"); d.Allowed {
+			t.Fatalf("4th free request admitted: %+v", d)
+		}
+	}
+	p.set("k", "pro")
+	l.InvalidateTier("k")
+	d, err := l.Allow(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The usage carries over (3 used) and the pro limit applies at once.
+	if !d.Allowed || d.Limit != 10 || d.Remaining != 6 {
+		t.Errorf("after upgrade Allow = %+v, want Allowed with Limit 10, Remaining 6", d)
+	}
+}
+
+func TestTiersCache(t *testing.T) {
+	p := &plans{tier: map[string]string{"k": "pro"}}
+	l := newTiered(t, p, core.WithTierCache(10, time.Hour))
+	ctx := context.Background()
+	for range 5 {
+		if _, err := l.Allow(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p.calls != 1 {
+		t.Errorf("resolve called %d times for 5 requests, want 1 (cached)", p.calls)
+	}
+	p.set("k", "free")
+	if d, _ := l.Peek(ctx, "k"); d.Limit != 10 {
+		t.Errorf("cached tier: Peek Limit = %d, want 10 until invalidated", d.Limit)
+	}
+	l.InvalidateTier("k")
+	if d, _ := l.Peek(ctx, "k"); d.Limit != 3 {
+		t.Errorf("after InvalidateTier: Peek Limit = %d, want 3", d.Limit)
+	}
+}
+
+func TestTiersRefundAndReset(t *testing.T) {
+	p := &plans{tier: map[string]string{"k": "free"}}
+	l := newTiered(t, p)
+	ctx := context.Background()
+	d, _ := l.Allow(ctx, "k")
+	if err := l.Refund(ctx, d); err != nil {
+		t.Fatalf("Refund: %v", err)
+	}
+	if pd, _ := l.Peek(ctx, "k"); pd.Remaining != 3 {
+		t.Errorf("after Refund Peek Remaining = %d, want 3", pd.Remaining)
+	}
+	for range 4 {
+		_, _ = l.Allow(ctx, "k")
+	}
+	if err := l.Reset(ctx, "k"); err != nil {
+		t.Fatalf("Reset: %v", err)
+	}
+	if d, _ := l.Allow(ctx, "k"); !d.Allowed || d.Remaining != 2 {
+		t.Errorf("after Reset Allow = %+v, want Allowed with Remaining 2", d)
+	}
+}
+
+func TestTiersInvalid(t *testing.T) {
+	base := core.Policy{Name: "api", Rules: []core.Rule{{Limit: 1, Window: time.Minute}}}
+	resolve := func(context.Context, string) (string, error) { return "", nil }
+	tests := []struct {
+		name string
+		opt  core.Option
+	}{
+		{"nil resolve", core.WithTiers(nil, map[string][]core.Rule{"a": {{Limit: 1, Window: time.Second}}})},
+		{"no tiers", core.WithTiers(resolve, nil)},
+		{"bad tier rule", core.WithTiers(resolve, map[string][]core.Rule{"a": {{Limit: 0, Window: time.Second}}})},
+		{"bad cache", core.WithTierCache(-1, time.Second)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := []core.Option{tc.opt}
+			if tc.name == "bad cache" {
+				opts = append(opts, core.WithTiers(resolve, map[string][]core.Rule{"a": {{Limit: 1, Window: time.Second}}}))
+			}
+			_, err := core.NewLimiter(core.NewMemoryStore(), base, opts...)
+			if !errors.Is(err, core.ErrInvalidPolicy) {
+				t.Errorf("NewLimiter with %s: err = %v, want ErrInvalidPolicy", tc.name, err)
+			}
+		})
+	}
+}
