@@ -1,0 +1,61 @@
+// Package grpclimit limits gRPC servers with ratekit: unary and stream
+// server interceptors that run the shared [core.Guard] pipeline and answer
+// the gRPC way.
+//
+// One line per policy:
+//
+//	grpc.NewServer(grpc.ChainUnaryInterceptor(grpclimit.UnaryServerInterceptor(limiter)))
+//
+// Scope an interceptor to some methods with [WithMethods], or give methods
+// their own limiters with a [Router]:
+//
+//	r := grpclimit.NewRouter(apiLimiter, map[string]*core.Limiter{
+//		"/auth.v1.Auth/Login":          loginLimiter,
+//		"/grpc.health.v1.Health/Check": nil, // not limited
+//	}, grpclimit.WithKey(keyfunc.ClientIP()))
+//	grpc.NewServer(
+//		grpc.ChainUnaryInterceptor(r.UnaryServerInterceptor()),
+//		grpc.ChainStreamInterceptor(r.StreamServerInterceptor()),
+//	)
+//
+// # Answers
+//
+// Every call the guard decides on gets rate-limit response header metadata
+// (x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset by default;
+// ratelimit-policy and ratelimit with [core.HeadersIETF]), whether it is
+// allowed or not. A call that does not proceed ends before the handler
+// with a status whose message is a fixed text; no error detail ever
+// reaches the client:
+//
+//   - over the limit: codes.ResourceExhausted, a retry-after header, and
+//     the status details errdetails.RetryInfo (the exact wait) and
+//     errdetails.QuotaFailure (the policy name and the violated rule,
+//     never the key);
+//   - malformed key, or no key under [core.NoKeyReject]:
+//     codes.InvalidArgument;
+//   - store failed under [core.FailClosed]: codes.Unavailable, with
+//     RetryInfo when the limiter knows when to try again;
+//   - the call's context ended before a decision: codes.Canceled or
+//     codes.DeadlineExceeded, as gRPC itself reports it.
+//
+// [WithDenyHandler] replaces the ResourceExhausted status.
+//
+// # Keys
+//
+// The default key is [keyfunc.ClientIP] with no trusted proxies: the
+// peer's IP address. Behind a proxy or a load balancer that terminates
+// connections, every client then shares one bucket; configure trusted
+// proxies or key by something else, such as metadata ([WithKey]). Over a
+// Unix socket or an in-memory listener (bufconn) the peer has no IP
+// address, so the default key fails and every call is answered
+// codes.InvalidArgument: choose another key there. Key
+// functions see a [keyfunc.Request] whose headers are the call's incoming
+// metadata (names are matched in lowercase) and whose route is the full
+// method name; see [Request].
+//
+// # Streams
+//
+// A stream is charged once, when it opens, before the handler runs; the
+// messages it carries are not counted. A refused stream ends with its
+// status before any message: the client sees it on its first Recv.
+package grpclimit

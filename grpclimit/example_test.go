@@ -1,0 +1,138 @@
+package grpclimit_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/grpclimit"
+	"github.com/ratekit/ratekit/keyfunc"
+)
+
+func ExampleUnaryServerInterceptor() {
+	limiter, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{
+		Name:  "health",
+		Rules: []core.Rule{{Limit: 2, Window: time.Minute}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Keyed by the client IP by default.
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(grpclimit.UnaryServerInterceptor(limiter)))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cc.Close()
+	client := healthpb.NewHealthClient(cc)
+	for i := 1; i <= 3; i++ {
+		_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		st := status.Convert(err)
+		fmt.Printf("call %d: %v %q\n", i, st.Code(), st.Message())
+	}
+	// Output:
+	// call 1: OK ""
+	// call 2: OK ""
+	// call 3: ResourceExhausted "rate limit exceeded"
+}
+
+func ExampleStreamServerInterceptor() {
+	limiter, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{
+		Name:  "watch",
+		Rules: []core.Rule{{Limit: 1, Window: time.Minute}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Each stream is charged once, when it opens.
+	srv := grpc.NewServer(grpc.ChainStreamInterceptor(grpclimit.StreamServerInterceptor(limiter)))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cc.Close()
+	client := healthpb.NewHealthClient(cc)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := 1; i <= 2; i++ {
+		stream, err := client.Watch(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			log.Fatal(err)
+		}
+		// A refused stream fails on its first Recv.
+		resp, err := stream.Recv()
+		if err != nil {
+			fmt.Printf("stream %d: %v\n", i, status.Code(err))
+			continue
+		}
+		fmt.Printf("stream %d: %v\n", i, resp.GetStatus())
+	}
+	// Output:
+	// stream 1: SERVING
+	// stream 2: ResourceExhausted
+}
+
+func ExampleNewRouter() {
+	store := core.NewMemoryStore()
+	must := func(l *core.Limiter, err error) *core.Limiter {
+		if err != nil {
+			log.Fatal(err)
+		}
+		return l
+	}
+	api := must(core.NewLimiter(store, core.Policy{Name: "api", Rules: []core.Rule{{Limit: 100, Window: time.Minute}}}))
+	login := must(core.NewLimiter(store, core.Policy{Name: "login", Rules: []core.Rule{{Limit: 5, Window: time.Minute}}}))
+
+	r := grpclimit.NewRouter(api, map[string]*core.Limiter{
+		"/auth.v1.Auth/Login":                login,
+		healthpb.Health_Check_FullMethodName: nil, // not limited
+		healthpb.Health_Watch_FullMethodName: nil,
+	}, grpclimit.WithKey(keyfunc.ClientIP()))
+	srv := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(r.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(r.StreamServerInterceptor()),
+	)
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	// Register the other services and serve.
+}
+
+func ExampleWithMethods() {
+	limiter, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{
+		Name:  "login",
+		Rules: []core.Rule{{Limit: 10, Window: time.Minute}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Only Login is limited; every other method passes through.
+	_ = grpc.NewServer(grpc.ChainUnaryInterceptor(
+		grpclimit.UnaryServerInterceptor(limiter,
+			grpclimit.WithKey(keyfunc.ClientIP()),
+			grpclimit.WithMethods("/auth.v1.Auth/Login")),
+	))
+}

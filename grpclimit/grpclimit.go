@@ -1,0 +1,316 @@
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ratekit/ratekit/core"
+)
+
+// Fixed status messages: no error detail ever reaches the client.
+const (
+	msgDenied      = "rate limit exceeded"
+	msgBadKey      = "missing or malformed rate-limit key"
+	msgUnavailable = "rate limiter unavailable"
+	msgCanceled    = "call canceled before the rate limit decision"
+	msgDeadline    = "deadline exceeded before the rate limit decision"
+)
+
+// UnaryServerInterceptor returns an interceptor that limits unary calls
+// with l. Calls over the limit end with codes.ResourceExhausted before the
+// handler runs; see the package documentation for every answer. The
+// interceptor is safe for concurrent use. It panics if l is nil, a
+// programmer error caught at start-up.
+func UnaryServerInterceptor(l *core.Limiter, opts ...Option) grpc.UnaryServerInterceptor {
+	return newSingle("UnaryServerInterceptor", l, opts).unary
+}
+
+// StreamServerInterceptor returns an interceptor that limits streams with
+// l, charging each stream once when it opens. Streams over the limit end
+// with codes.ResourceExhausted before the handler runs; the client sees it
+// on its first Recv. The interceptor is safe for concurrent use. It panics
+// if l is nil, a programmer error caught at start-up.
+func StreamServerInterceptor(l *core.Limiter, opts ...Option) grpc.StreamServerInterceptor {
+	return newSingle("StreamServerInterceptor", l, opts).stream
+}
+
+// Router limits each method with its own limiter: one policy per method,
+// a default policy for the rest. Build it once at start-up with
+// [NewRouter]; a Router is safe for concurrent use.
+type Router struct {
+	e *engine
+}
+
+// NewRouter returns a router that limits the methods in routes (full
+// method names, "/package.Service/Method") with their limiters and every
+// other method with def. A nil def leaves the other methods unlimited; a
+// nil limiter in routes exempts that method from def. The options apply
+// to every limiter; with [WithMethods], methods not named pass through
+// whatever the routes say. Limiters shared by several methods count the
+// methods' calls together, under one guard.
+//
+// NewRouter panics if a route is not a full method name, or if def is nil
+// and no route has a limiter: programmer errors caught at start-up.
+func NewRouter(def *core.Limiter, routes map[string]*core.Limiter, opts ...Option) *Router {
+	cfg := newConfig(opts)
+	guards := make(map[*core.Limiter]*guard)
+	get := func(l *core.Limiter) *guard {
+		if l == nil {
+			return nil
+		}
+		g, ok := guards[l]
+		if !ok {
+			g = newGuard(l, cfg.guard)
+			guards[l] = g
+		}
+		return g
+	}
+	e := &engine{cfg: cfg, def: get(def), routes: make(map[string]*guard, len(routes))}
+	for m, l := range routes {
+		mustFullMethod("NewRouter", m)
+		e.routes[m] = get(l)
+	}
+	if len(guards) == 0 {
+		panic("grpclimit: NewRouter: no limiter (def is nil and every route is nil)")
+	}
+	return &Router{e: e}
+}
+
+// UnaryServerInterceptor returns the router's unary server interceptor.
+// It is safe for concurrent use.
+func (r *Router) UnaryServerInterceptor() grpc.UnaryServerInterceptor { return r.e.unary }
+
+// StreamServerInterceptor returns the router's stream server interceptor,
+// which charges each stream once when it opens. It is safe for concurrent
+// use.
+func (r *Router) StreamServerInterceptor() grpc.StreamServerInterceptor { return r.e.stream }
+
+// engine picks the guard of a method and answers the gRPC way.
+type engine struct {
+	cfg    config
+	def    *guard
+	routes map[string]*guard // nil for a single-limiter interceptor
+}
+
+func newSingle(fn string, l *core.Limiter, opts []Option) *engine {
+	if l == nil {
+		panic("grpclimit: " + fn + ": nil *core.Limiter")
+	}
+	cfg := newConfig(opts)
+	return &engine{cfg: cfg, def: newGuard(l, cfg.guard)}
+}
+
+// pick returns the guard for a method, nil when it is not limited.
+func (e *engine) pick(method string) *guard {
+	if e.cfg.methods != nil {
+		if _, ok := e.cfg.methods[method]; !ok {
+			return nil
+		}
+	}
+	if g, ok := e.routes[method]; ok {
+		return g
+	}
+	return e.def
+}
+
+func (e *engine) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	g := e.pick(info.FullMethod)
+	if g == nil {
+		return handler(ctx, req)
+	}
+	v := g.g.Check(ctx, &request{ctx: ctx, method: info.FullMethod})
+	if md := headerMD(&v); md != nil {
+		// SetHeader fails only outside a gRPC server (or after the
+		// headers were sent); the answer stands either way.
+		_ = grpc.SetHeader(ctx, md)
+	}
+	if !v.Proceed() {
+		return nil, e.refuse(ctx, g, v)
+	}
+	resp, err := handler(ctx, req)
+	if g.finish {
+		g.done(ctx, &v, err)
+	}
+	return resp, err
+}
+
+func (e *engine) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	g := e.pick(info.FullMethod)
+	if g == nil {
+		return handler(srv, ss)
+	}
+	ctx := ss.Context()
+	v := g.g.Check(ctx, &request{ctx: ctx, method: info.FullMethod})
+	if md := headerMD(&v); md != nil {
+		_ = ss.SetHeader(md)
+	}
+	if !v.Proceed() {
+		return e.refuse(ctx, g, v)
+	}
+	err := handler(srv, ss)
+	if g.finish {
+		g.done(ctx, &v, err)
+	}
+	return err
+}
+
+// refuse returns the error that ends a call the guard stopped. It takes
+// the verdict by value so that the allowed path keeps it on the stack.
+func (e *engine) refuse(ctx context.Context, g *guard, v core.Verdict) error {
+	if e.cfg.deny != nil && v.Outcome == core.OutcomeDeny {
+		if err := e.cfg.deny(ctx, &v); err != nil {
+			return err
+		}
+	}
+	return g.status(&v).Err()
+}
+
+// guard is one core.Guard with what its answers need, computed once.
+type guard struct {
+	g      *core.Guard
+	finish bool     // g.NeedsFinish()
+	policy string   // QuotaFailure subject
+	rules  []string // QuotaFailure descriptions, by rule index
+}
+
+func newGuard(l *core.Limiter, opts []core.GuardOption) *guard {
+	g := core.NewGuard(l, opts...)
+	p := l.Policy()
+	rules := make([]string, len(p.Rules))
+	for i, r := range p.Rules {
+		rules[i] = "limit " + strconv.FormatInt(r.Limit, 10) + " per " + r.Window.String()
+	}
+	return &guard{g: g, finish: g.NeedsFinish(), policy: p.Name, rules: rules}
+}
+
+// done completes an admitted call with the code the handler ended with.
+// The refund or reset runs even if the client has gone away: it is
+// bounded by the limiter's store timeout, not by the call's context.
+func (g *guard) done(ctx context.Context, v *core.Verdict, err error) {
+	v.Finish(context.WithoutCancel(ctx), int(code(err)))
+}
+
+// status returns the default status for a verdict that does not proceed.
+func (g *guard) status(v *core.Verdict) *status.Status {
+	switch v.Outcome {
+	case core.OutcomeDeny:
+		return withDetails(status.New(codes.ResourceExhausted, msgDenied),
+			retryInfo(v.Decision.RetryAfter), g.quotaFailure(&v.Decision))
+	case core.OutcomeBadKey:
+		return status.New(codes.InvalidArgument, msgBadKey)
+	case core.OutcomeUnavailable:
+		switch {
+		case errors.Is(v.Err, context.DeadlineExceeded):
+			return status.New(codes.DeadlineExceeded, msgDeadline)
+		case errors.Is(v.Err, context.Canceled):
+			return status.New(codes.Canceled, msgCanceled)
+		}
+		st := status.New(codes.Unavailable, msgUnavailable)
+		if v.Decision.Source == core.SourceClosed && v.Decision.RetryAfter > 0 {
+			st = withDetails(st, retryInfo(v.Decision.RetryAfter))
+		}
+		return st
+	}
+	return status.New(codes.OK, "")
+}
+
+func retryInfo(d time.Duration) *errdetails.RetryInfo {
+	return &errdetails.RetryInfo{RetryDelay: durationpb.New(d)}
+}
+
+// quotaFailure names the policy and every violated rule; never the key.
+func (g *guard) quotaFailure(d *core.Decision) *errdetails.QuotaFailure {
+	q := &errdetails.QuotaFailure{}
+	for i, s := range d.Rules {
+		if s.RetryAfter > 0 && i < len(g.rules) {
+			q.Violations = append(q.Violations, &errdetails.QuotaFailure_Violation{Subject: g.policy, Description: g.rules[i]})
+		}
+	}
+	if len(q.Violations) == 0 && d.Rule >= 0 && d.Rule < len(g.rules) {
+		// A deny-cache answer knows only its binding rule.
+		q.Violations = append(q.Violations, &errdetails.QuotaFailure_Violation{Subject: g.policy, Description: g.rules[d.Rule]})
+	}
+	return q
+}
+
+// withDetails adds details to st, keeping st as it is if they cannot be
+// marshalled (which does not happen for these well-known messages).
+func withDetails(st *status.Status, details ...protoadapt.MessageV1) *status.Status {
+	if ds, err := st.WithDetails(details...); err == nil {
+		return ds
+	}
+	return st
+}
+
+// code returns the status code a handler's error ends the call with, as
+// grpc-go's server computes it.
+func code(err error) codes.Code {
+	if err == nil {
+		return codes.OK
+	}
+	if s, ok := status.FromError(err); ok {
+		return s.Code()
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		return codes.Canceled
+	}
+	return codes.Unknown
+}
+
+// headerMD returns the verdict's rate-limit fields as response header
+// metadata, nil when there are none. The values share one backing array.
+func headerMD(v *core.Verdict) metadata.MD {
+	var (
+		md   metadata.MD
+		vals []string
+	)
+	v.WriteHeaders(func(name, value string) {
+		if md == nil {
+			md = make(metadata.MD, 6)
+			vals = make([]string, 0, 6) // at most 3 + 2 fields and retry-after
+		}
+		k := mdKey(name)
+		if old := md[k]; len(old) > 0 {
+			// Not written by core today; keep every value if it is.
+			md[k] = append(old[:len(old):len(old)], value)
+			return
+		}
+		vals = append(vals, value)
+		md[k] = vals[len(vals)-1 : len(vals) : len(vals)]
+	})
+	return md
+}
+
+// mdKey returns a header field name as a metadata key: lowercase, without
+// allocating for the names core writes.
+func mdKey(name string) string {
+	switch name {
+	case core.HeaderLimit:
+		return "x-ratelimit-limit"
+	case core.HeaderRemaining:
+		return "x-ratelimit-remaining"
+	case core.HeaderReset:
+		return "x-ratelimit-reset"
+	case core.HeaderRetryAfter:
+		return "retry-after"
+	case core.HeaderPolicy:
+		return "ratelimit-policy"
+	case core.HeaderRateLimit:
+		return "ratelimit"
+	}
+	return strings.ToLower(name)
+}
