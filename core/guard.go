@@ -413,6 +413,17 @@ func (g *Guard) emit(ctx context.Context, l *Limiter, e Event) {
 	}
 }
 
+// Limiter returns the limiter whose decision the verdict shows: the
+// guard's own, or the limit added with [WithAlso] that denied.
+func (v *Verdict) Limiter() *Limiter { return v.l }
+
+// ItemName is the name the verdict's binding rule goes by in the IETF
+// header fields and problem bodies: the policy name, suffixed with the
+// window ("sms-60s") when the policy has several rules.
+func (v *Verdict) ItemName() string {
+	return itemName(v.l.policy.Name, v.Decision.Window, v.multiRule())
+}
+
 // Proceed reports whether the request goes on to the handler.
 func (v *Verdict) Proceed() bool {
 	return v.Outcome == OutcomeAllow || v.Outcome == OutcomeSkip
@@ -561,7 +572,6 @@ func (v *Verdict) Body() (contentType string, body []byte) {
 const ProblemType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 
 func (v *Verdict) problem() []byte {
-	l := v.l
 	retry := max(1, Seconds(v.Decision.RetryAfter))
 	var b strings.Builder
 	b.WriteString(`{"type":"`)
@@ -571,7 +581,7 @@ func (v *Verdict) problem() []byte {
 	b.WriteString(`s","violated-policies":[`)
 	// Policy names hold no quote, backslash or control character, so
 	// strconv.Quote yields valid JSON strings.
-	b.WriteString(strconv.Quote(itemName(l.policy.Name, v.Decision.Window, v.multiRule())))
+	b.WriteString(strconv.Quote(v.ItemName()))
 	b.WriteString(`],"retry-after":`)
 	b.WriteString(strconv.FormatInt(retry, 10))
 	b.WriteString("}\n")

@@ -186,7 +186,9 @@ func (lg *memLog) evict(cutoff int64) {
 		i++
 	}
 	if i > 0 {
-		lg.ev = append(lg.ev[:0], lg.ev[i:]...)
+		// Reslice rather than copy: append reallocates, copying only the
+		// live events, once the backing array is full.
+		lg.ev = lg.ev[i:]
 	}
 }
 
@@ -214,10 +216,12 @@ func (lg *memLog) add(at, n int64) {
 
 // sweep deletes a few expired keys every so many operations, so idle keys
 // do not pile up. Go's randomised map iteration spreads the work over
-// every key in time.
+// every key in time. It checks more keys (64 per 16 operations) than the
+// operations can add, so a stream of keys each seen once (rotating client
+// addresses) cannot grow the shard past a few times its live keys.
 func (sh *memShard) sweep(now int64) {
 	sh.ops++
-	if sh.ops%128 != 0 {
+	if sh.ops%16 != 0 {
 		return
 	}
 	checked := 0
