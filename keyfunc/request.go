@@ -19,6 +19,7 @@ var ErrInvalidKey = errors.New("keyfunc: invalid key")
 // Func turns a request into the key a limiter counts under. It returns
 // [ErrNoKey] when the request has no key, and an error wrapping
 // [ErrInvalidKey] (or any other error) when the key source is malformed.
+// The Funcs in this package are safe for concurrent use.
 type Func func(r Request) (string, error)
 
 // Request is the framework-neutral view of an incoming request that key
@@ -40,13 +41,15 @@ type Request interface {
 	Values(name string) []string
 	// Query returns the first value of a query parameter; "" for gRPC.
 	Query(name string) string
-	// RemoteAddr is the peer address, "ip:port".
+	// RemoteAddr is the peer address: "ip:port", "[ipv6]:port" or a
+	// bare address.
 	RemoteAddr() string
 	// Value looks up framework locals (gin c.Get, echo c.Get, fiber
 	// c.Locals) and then the request context.
 	Value(key any) any
 	// Body reads at most max bytes of the request body and leaves the
-	// body readable for the handler. A body longer than max is an error
-	// wrapping [ErrInvalidKey].
+	// whole body readable for the handler. A body longer than max is an
+	// error wrapping [ErrInvalidKey]. Repeated calls return the same
+	// bytes, which callers must not modify.
 	Body(max int64) ([]byte, error)
 }

@@ -1,0 +1,176 @@
+package keyfunc
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+)
+
+// FromHTTP returns the [Request] view of an *http.Request. route is the
+// matched route pattern ("/users/:id"); "" means r.URL.Path. The net/http,
+// gin and echo adapters share it (gin passes c.FullPath(), echo c.Path()).
+//
+// Building the view allocates only the view; headers and the query string
+// are read in place when a key function asks. Its Body method replaces
+// r.Body with a reader that replays the bytes read before the rest of the
+// original body (whose Close it keeps), so the handler still reads the
+// whole body. Like r itself, the view is not safe for concurrent use.
+func FromHTTP(r *http.Request, route string) Request {
+	return &httpRequest{r: r, route: route}
+}
+
+// FromHTTPWithValues is [FromHTTP] with framework locals: the view's Value
+// method consults values first (gin c.Get, echo c.Get) and, when that
+// returns nil, r.Context().Value. A nil values is allowed.
+func FromHTTPWithValues(r *http.Request, route string, values func(key any) any) Request {
+	return &httpRequest{r: r, route: route, values: values}
+}
+
+type httpRequest struct {
+	r      *http.Request
+	route  string
+	values func(key any) any
+
+	// Body state: buf holds the bytes read so far from orig, the body
+	// as it was before the first Body call; eof is set once orig is done.
+	orig io.ReadCloser
+	buf  []byte
+	eof  bool
+	read bool
+}
+
+func (h *httpRequest) Context() context.Context { return h.r.Context() }
+func (h *httpRequest) Method() string           { return h.r.Method }
+func (h *httpRequest) RemoteAddr() string       { return h.r.RemoteAddr }
+
+func (h *httpRequest) Route() string {
+	if h.route != "" {
+		return h.route
+	}
+	return h.Path()
+}
+
+func (h *httpRequest) Path() string {
+	if h.r.URL == nil {
+		return ""
+	}
+	return h.r.URL.Path
+}
+
+func (h *httpRequest) Header(name string) string   { return h.r.Header.Get(name) }
+func (h *httpRequest) Values(name string) []string { return h.r.Header.Values(name) }
+
+func (h *httpRequest) Query(name string) string {
+	if h.r.URL == nil {
+		return ""
+	}
+	return lookupQuery(h.r.URL.RawQuery, name)
+}
+
+func (h *httpRequest) Value(key any) any {
+	if h.values != nil {
+		if v := h.values(key); v != nil {
+			return v
+		}
+	}
+	return h.r.Context().Value(key)
+}
+
+// Body reads up to limit bytes of the body. A body whose declared length
+// exceeds limit is refused without reading; otherwise at most limit+1 bytes
+// are read, once, and later calls reuse them.
+func (h *httpRequest) Body(limit int64) ([]byte, error) {
+	limit = min(max(limit, 0), math.MaxInt64-1)
+	if int64(len(h.buf)) > limit || !h.eof && h.r.ContentLength > limit {
+		return nil, fmt.Errorf("keyfunc: body longer than %d bytes: %w", limit, ErrInvalidKey)
+	}
+	if h.eof {
+		return h.buf[:len(h.buf):len(h.buf)], nil
+	}
+	if !h.read {
+		h.read = true
+		h.orig = h.r.Body
+		if h.orig == nil || h.orig == http.NoBody {
+			h.eof = true
+			return nil, nil
+		}
+		if n := h.r.ContentLength; n > 0 {
+			h.buf = make([]byte, 0, min(n+1, 1<<20)) // n <= limit: checked above
+		}
+	}
+	// Read until limit+1 bytes are held or the body ends.
+	want := limit + 1 - int64(len(h.buf))
+	var err error
+	for zero := 0; want > 0 && err == nil; {
+		if len(h.buf) == cap(h.buf) {
+			h.buf = slices.Grow(h.buf, int(min(want, max(int64(cap(h.buf)), 512))))
+		}
+		room := h.buf[len(h.buf):cap(h.buf)]
+		if int64(len(room)) > want {
+			room = room[:want]
+		}
+		var n int
+		n, err = h.orig.Read(room)
+		h.buf = h.buf[:len(h.buf)+n]
+		want -= int64(n)
+		if n > 0 {
+			zero = 0
+		} else if zero++; zero >= 100 && err == nil {
+			err = io.ErrNoProgress
+		}
+	}
+	if err == io.EOF {
+		h.eof = true
+		h.r.Body = &replayBody{Reader: bytes.NewReader(h.buf), Closer: h.orig}
+	} else {
+		h.r.Body = &replayBody{Reader: io.MultiReader(bytes.NewReader(h.buf), h.orig), Closer: h.orig}
+	}
+	switch {
+	case err != nil && err != io.EOF:
+		return nil, fmt.Errorf("keyfunc: reading body: %w", err)
+	case int64(len(h.buf)) > limit:
+		return nil, fmt.Errorf("keyfunc: body longer than %d bytes: %w", limit, ErrInvalidKey)
+	}
+	return h.buf[:len(h.buf):len(h.buf)], nil
+}
+
+// replayBody is the body left for the handler: the bytes already read,
+// then the rest of the original body, which it also closes.
+type replayBody struct {
+	io.Reader
+	io.Closer
+}
+
+// lookupQuery returns the first value of name in a URL-encoded query, as
+// url.ParseQuery followed by Values.Get would, without building the map.
+func lookupQuery(q, name string) string {
+	for q != "" {
+		var pair string
+		pair, q, _ = strings.Cut(q, "&")
+		if pair == "" || strings.IndexByte(pair, ';') >= 0 {
+			continue
+		}
+		k, v, _ := strings.Cut(pair, "=")
+		if k != name {
+			if strings.IndexByte(k, '%') < 0 && strings.IndexByte(k, '+') < 0 {
+				continue
+			}
+			uk, err := url.QueryUnescape(k)
+			if err != nil || uk != name {
+				continue
+			}
+		}
+		uv, err := url.QueryUnescape(v)
+		if err != nil {
+			continue
+		}
+		return uv
+	}
+	return ""
+}

@@ -1,0 +1,218 @@
+package keyfunc
+
+import (
+	"fmt"
+	"net/textproto"
+	"reflect"
+	"strconv"
+	"strings"
+)
+
+// MaxKeyLen is the longest key, in bytes, that [Header], [Query] and
+// [AppKey] accept from a request. A longer value is an error wrapping
+// [ErrInvalidKey], so a client cannot make the limiter store unbounded keys.
+const MaxKeyLen = 4096
+
+// Header keys requests by the first value of the named header. An absent
+// or empty header is [ErrNoKey]; a value longer than [MaxKeyLen] is an
+// error wrapping [ErrInvalidKey]. The value is used as sent, so only key by
+// a header that the client cannot choose freely or that you verify.
+func Header(name string) Func {
+	name = textproto.CanonicalMIMEHeaderKey(name)
+	tooLong := fmt.Errorf("keyfunc: header %.64q: value longer than %d bytes: %w", name, MaxKeyLen, ErrInvalidKey)
+	return func(r Request) (string, error) {
+		return bounded(r.Header(name), tooLong)
+	}
+}
+
+// Query keys requests by the first value of the named query parameter. An
+// absent or empty parameter is [ErrNoKey]; a value longer than [MaxKeyLen]
+// is an error wrapping [ErrInvalidKey].
+func Query(name string) Func {
+	tooLong := fmt.Errorf("keyfunc: query %.64q: value longer than %d bytes: %w", name, MaxKeyLen, ErrInvalidKey)
+	return func(r Request) (string, error) {
+		return bounded(r.Query(name), tooLong)
+	}
+}
+
+func bounded(v string, tooLong error) (string, error) {
+	switch {
+	case v == "":
+		return "", ErrNoKey
+	case len(v) > MaxKeyLen:
+		return "", tooLong
+	}
+	return v, nil
+}
+
+// AppKeyOption configures [AppKey].
+type AppKeyOption func(*appKeyConfig)
+
+type appKeyConfig struct {
+	header, query string
+}
+
+// AppKeyHeader sets the header that carries the application key;
+// "X-API-Key" by default. "" disables the header source.
+func AppKeyHeader(name string) AppKeyOption {
+	if name != "" {
+		name = textproto.CanonicalMIMEHeaderKey(name)
+	}
+	return func(c *appKeyConfig) { c.header = name }
+}
+
+// AppKeyQuery sets the query parameter that carries the application key
+// when the header is absent; "api_key" by default. "" disables the query
+// source.
+func AppKeyQuery(name string) AppKeyOption {
+	return func(c *appKeyConfig) { c.query = name }
+}
+
+// AppKey keys requests by an API (application) key: the X-API-Key header,
+// else the api_key query parameter; see [AppKeyHeader] and [AppKeyQuery].
+// A request with neither is [ErrNoKey]; a key longer than [MaxKeyLen] is an
+// error wrapping [ErrInvalidKey].
+//
+// AppKey does not authenticate the key: pair the limiter with one keyed by
+// [ClientIP] or place it after the middleware that checks keys, or clients
+// can spread requests over invented keys. AppKey panics if both sources
+// are disabled.
+func AppKey(opts ...AppKeyOption) Func {
+	c := appKeyConfig{header: "X-Api-Key", query: "api_key"}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.header == "" && c.query == "" {
+		panic("keyfunc: AppKey: both the header and the query source are disabled")
+	}
+	tooLong := fmt.Errorf("keyfunc: app key: longer than %d bytes: %w", MaxKeyLen, ErrInvalidKey)
+	return func(r Request) (string, error) {
+		var v string
+		if c.header != "" {
+			v = r.Header(c.header)
+		}
+		if v == "" && c.query != "" {
+			v = r.Query(c.query)
+		}
+		return bounded(v, tooLong)
+	}
+}
+
+// UserID keys requests by the user ID that lookup returns, typically read
+// from the request context that the application's authentication
+// middleware filled in. lookup returning false or "" is [ErrNoKey] (an
+// anonymous request). UserID panics if lookup is nil.
+func UserID(lookup func(Request) (string, bool)) Func {
+	if lookup == nil {
+		panic("keyfunc: UserID: nil lookup")
+	}
+	return func(r Request) (string, error) {
+		id, ok := lookup(r)
+		if !ok || id == "" {
+			return "", ErrNoKey
+		}
+		return id, nil
+	}
+}
+
+// UserIDFrom keys requests by [Request.Value](key): a framework local (gin
+// c.Set, echo c.Set, fiber c.Locals) or a request context value. The value
+// may be a string, a [fmt.Stringer] or an integer. A missing, nil or empty
+// value is [ErrNoKey]; a value of another type is an error (a programming
+// error, reported rather than silently skipping the limit).
+func UserIDFrom(key any) Func {
+	return func(r Request) (string, error) {
+		var id string
+		switch v := r.Value(key).(type) {
+		case nil:
+			return "", ErrNoKey
+		case string:
+			id = v
+		case int:
+			id = strconv.Itoa(v)
+		case int64:
+			id = strconv.FormatInt(v, 10)
+		case int32:
+			id = strconv.FormatInt(int64(v), 10)
+		case uint:
+			id = strconv.FormatUint(uint64(v), 10)
+		case uint64:
+			id = strconv.FormatUint(v, 10)
+		case uint32:
+			id = strconv.FormatUint(uint64(v), 10)
+		case fmt.Stringer:
+			if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && rv.IsNil() {
+				return "", ErrNoKey
+			}
+			id = v.String()
+		default:
+			return "", fmt.Errorf("keyfunc: user id: value of type %T is not a string, fmt.Stringer or integer", v)
+		}
+		if id == "" {
+			return "", ErrNoKey
+		}
+		return id, nil
+	}
+}
+
+// Route keys requests by method and route pattern, such as
+// "GET /users/:id", to limit an endpoint as a whole. Combine it with
+// [Join] to limit each client per endpoint. A request with no route is
+// [ErrNoKey].
+func Route() Func {
+	return func(r Request) (string, error) {
+		route := r.Route()
+		if route == "" {
+			return "", ErrNoKey
+		}
+		return r.Method() + " " + route, nil
+	}
+}
+
+// Join keys requests by several key functions at once, for example the
+// client IP per route. The parts are joined with "|", and "|" and "\"
+// inside a part are escaped with "\", so different parts never give the
+// same key: ("a|b", "c") and ("a", "b|c") stay apart.
+//
+// The functions run in order and the first error is returned as is: if
+// any part has no key the result is [ErrNoKey]. Join panics if fs is empty
+// or holds a nil function.
+func Join(fs ...Func) Func {
+	if len(fs) == 0 {
+		panic("keyfunc: Join: no key functions")
+	}
+	for i, f := range fs {
+		if f == nil {
+			panic(fmt.Sprintf("keyfunc: Join: key function %d is nil", i))
+		}
+	}
+	fs = append([]Func(nil), fs...)
+	return func(r Request) (string, error) {
+		var b strings.Builder
+		for i, f := range fs {
+			k, err := f(r)
+			if err != nil {
+				return "", err
+			}
+			if i > 0 {
+				b.WriteByte('|')
+			}
+			writeEscaped(&b, k)
+		}
+		return b.String(), nil
+	}
+}
+
+func writeEscaped(b *strings.Builder, s string) {
+	for {
+		i := strings.IndexAny(s, `|\`)
+		if i < 0 {
+			b.WriteString(s)
+			return
+		}
+		b.WriteString(s[:i])
+		b.WriteByte('\\')
+		b.WriteByte(s[i])
+		s = s[i+1:]
+	}
+}
