@@ -44,10 +44,10 @@ const DefaultPrefix = "ratekit"
 // request no more than the [Limiter]'s timeout. A RedisStore is safe for
 // concurrent use. It does not close the client: the caller owns it.
 type RedisStore struct {
-	client     redis.UniversalClient
-	prefix     string
-	clientTime bool
-	honorsCtx  bool
+	client    redis.UniversalClient
+	prefix    string
+	clock     func() time.Time // nil: the server's TIME
+	honorsCtx bool
 }
 
 // RedisOption configures a [RedisStore].
@@ -63,7 +63,13 @@ func WithPrefix(prefix string) RedisOption {
 // app nodes' clocks are tightly synchronised; by default server time is
 // used.
 func WithClientTime() RedisOption {
-	return func(s *RedisStore) { s.clientTime = true }
+	return func(s *RedisStore) { s.clock = time.Now }
+}
+
+// WithClientClock is [WithClientTime] with the time read from clock, for
+// tests that step time by hand.
+func WithClientClock(clock func() time.Time) RedisOption {
+	return func(s *RedisStore) { s.clock = clock }
 }
 
 // NewRedisStore returns a store on client: a *redis.Client, a Sentinel
@@ -125,8 +131,8 @@ func (s *RedisStore) eval(ctx context.Context, q Query, take bool) (Result, erro
 		mode = "1"
 	}
 	now := ""
-	if s.clientTime {
-		now = strconv.FormatInt(time.Now().UnixMicro(), 10)
+	if s.clock != nil {
+		now = strconv.FormatInt(s.clock().UnixMicro(), 10)
 	}
 	args = append(args, mode, q.N, q.ID, now)
 	for _, r := range q.Rules {
