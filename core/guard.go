@@ -443,14 +443,17 @@ func (v *Verdict) Status() int {
 	return http.StatusOK
 }
 
-// Header field names written by [Verdict.WriteHeaders].
+// Header field names written by [Verdict.WriteHeaders], in Go's canonical
+// form (field names are case-insensitive: X-Ratelimit-Limit is the
+// X-RateLimit-Limit of other libraries), so that http.Header.Set does not
+// allocate to canonicalise them.
 const (
-	HeaderLimit      = "X-RateLimit-Limit"
-	HeaderRemaining  = "X-RateLimit-Remaining"
-	HeaderReset      = "X-RateLimit-Reset"
+	HeaderLimit      = "X-Ratelimit-Limit"
+	HeaderRemaining  = "X-Ratelimit-Remaining"
+	HeaderReset      = "X-Ratelimit-Reset"
 	HeaderRetryAfter = "Retry-After"
-	HeaderPolicy     = "RateLimit-Policy"
-	HeaderRateLimit  = "RateLimit"
+	HeaderPolicy     = "Ratelimit-Policy"
+	HeaderRateLimit  = "Ratelimit"
 )
 
 // WriteHeaders calls set for every header field of the answer: the

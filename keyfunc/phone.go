@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/textproto"
 	"strings"
+	"unicode"
 
 	"github.com/nyaruka/phonenumbers"
 )
@@ -150,6 +151,22 @@ func PhoneCleartext(on bool) PhoneOption {
 func (c *phoneConfig) normalize(raw string) (string, error) {
 	if len(raw) > maxPhoneLen {
 		return "", errPhoneTooLong
+	}
+	// phonenumbers reads letters as keypad digits ("1-800-FLOWERS"); a
+	// number typed into a form has none, and accepting them would let one
+	// number take many spellings that look distinct to a reviewer.
+	// An extension ("ext. 12", "x12") may follow the number.
+	// An RFC 3966 "tel:" URI is accepted too.
+	number := strings.ToLower(raw)
+	number = strings.TrimPrefix(number, "tel:")
+	if i := strings.Index(number, "ext"); i >= 0 {
+		number = number[:i]
+	}
+	if i := strings.IndexAny(number, "x#;"); i >= 0 {
+		number = number[:i]
+	}
+	if strings.ContainsFunc(number, unicode.IsLetter) {
+		return "", errPhoneInvalid
 	}
 	num, err := phonenumbers.Parse(raw, c.region)
 	if err == nil && phonenumbers.IsValidNumber(num) {

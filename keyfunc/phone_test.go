@@ -215,3 +215,12 @@ func TestPhoneHandlerView(t *testing.T) {
 		})
 	}
 }
+
+func TestPhoneRejectsLetters(t *testing.T) {
+	f := keyfunc.Phone(keyfunc.PhoneHeader("X-Phone"), keyfunc.DefaultRegion("US"))
+	for _, in := range []string{"12345abcdef", "1-800-FLOWERS", "+1 202 555 O143"} {
+		if got, err := f(newReq(t, "192.0.2.1:1", "X-Phone", in)); !errors.Is(err, keyfunc.ErrInvalidKey) {
+			t.Errorf("Phone(%q) = %q, %v; want ErrInvalidKey", in, got, err)
+		}
+	}
+}

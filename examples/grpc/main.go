@@ -34,7 +34,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -47,6 +46,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/grpclimit"
+	"github.com/ratekit/ratekit/internal/exampleenv"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
@@ -72,12 +72,7 @@ func main() {
 
 // runServer serves on addr until ctx is done.
 func runServer(ctx context.Context, addr string) error {
-	store, closeStore, err := newStore(ctx)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	srv, err := newServer(store, log.Printf)
+	srv, err := newServer(exampleenv.Store(), log.Printf)
 	if err != nil {
 		return err
 	}
@@ -91,33 +86,6 @@ func runServer(ctx context.Context, addr string) error {
 		srv.GracefulStop()
 	}()
 	return srv.Serve(lis)
-}
-
-// newStore returns a Redis store when REDIS_URL is set, else a memory
-// store, and a function that releases it.
-func newStore(ctx context.Context) (core.Store, func(), error) {
-	url := os.Getenv("REDIS_URL")
-	if url == "" {
-		log.Printf("store: in-process memory (set REDIS_URL to share limits through Redis)")
-		return core.NewMemoryStore(), func() {}, nil
-	}
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		// The URL may hold a password: do not print it.
-		return nil, nil, errors.New("REDIS_URL is not a valid redis:// URL")
-	}
-	opt.ContextTimeoutEnabled = true // so the limiter's 20 ms store timeout holds
-	rdb := redis.NewClient(opt)
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
-		// Not fatal: each limiter decides locally until Redis answers
-		// (core.FailLocal, the default failure policy).
-		log.Printf("store: Redis at %s does not answer yet (%v); deciding locally meanwhile", opt.Addr, err)
-	} else {
-		log.Printf("store: Redis at %s", opt.Addr)
-	}
-	return core.NewRedisStore(rdb), func() { _ = rdb.Close() }, nil
 }
 
 // newServer returns a gRPC server with the health and test services,

@@ -1,0 +1,138 @@
+package echolimit_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/echolimit"
+	"github.com/ratekit/ratekit/keyfunc"
+)
+
+func newLimiter(t testing.TB, limit int64) *core.Limiter {
+	t.Helper()
+	l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "test", Rules: []core.Rule{{Limit: limit, Window: time.Hour}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func serve(e *echo.Echo, path string) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	e.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	return rec
+}
+
+func TestNewPanicsOnNilLimiter(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("New(nil) did not panic")
+		}
+	}()
+	echolimit.New(nil)
+}
+
+func ok(c echo.Context) error { return c.String(http.StatusOK, "ok") }
+
+// TestDenyHandlerHTTPError checks the documented way to render denials
+// with the app's HTTPErrorHandler: return an *echo.HTTPError.
+func TestDenyHandlerHTTPError(t *testing.T) {
+	e := echo.New()
+	e.HTTPErrorHandler = func(err error, c echo.Context) {
+		var he *echo.HTTPError
+		if errors.As(err, &he) {
+			_ = c.JSON(he.Code, map[string]any{"error": he.Message})
+		}
+	}
+	deny := echolimit.WithDenyHandler(func(c echo.Context, v *core.Verdict) error {
+		return echo.NewHTTPError(http.StatusTooManyRequests, "slow down")
+	})
+	e.GET("/", ok, echolimit.New(newLimiter(t, 1), deny))
+	serve(e, "/")
+	rec := serve(e, "/")
+	if rec.Code != http.StatusTooManyRequests || rec.Body.String() != "{\"error\":\"slow down\"}\n" {
+		t.Errorf("denied: %d %q, want the app's error handler's 429", rec.Code, rec.Body)
+	}
+	if rec.Header().Get(core.HeaderRetryAfter) != "3600" || rec.Header().Get(core.HeaderRemaining) != "0" {
+		t.Errorf("denied: headers %v, want Retry-After and X-RateLimit-* set before the error handler", rec.Header())
+	}
+}
+
+// TestDefaultDenyBypassesErrorHandler checks that the default denial is
+// written directly, so it is the same as every other adapter's.
+func TestDefaultDenyBypassesErrorHandler(t *testing.T) {
+	e := echo.New()
+	called := false
+	e.HTTPErrorHandler = func(err error, c echo.Context) { called = true }
+	e.GET("/", ok, echolimit.New(newLimiter(t, 1)))
+	serve(e, "/")
+	rec := serve(e, "/")
+	if rec.Code != http.StatusTooManyRequests || called {
+		t.Errorf("denied: status %d, error handler called %v; want 429 written directly", rec.Code, called)
+	}
+}
+
+func TestSkipper(t *testing.T) {
+	e := echo.New()
+	skip := echolimit.WithSkipper(func(c echo.Context) bool { return c.QueryParam("internal") == "1" })
+	e.GET("/", ok, echolimit.New(newLimiter(t, 1), skip))
+	for range 3 {
+		if rec := serve(e, "/?internal=1"); rec.Code != http.StatusOK || rec.Header().Get(core.HeaderLimit) != "" {
+			t.Fatalf("skipped: %d %v, want 200 without rate-limit headers", rec.Code, rec.Header())
+		}
+	}
+	if got := []int{serve(e, "/").Code, serve(e, "/").Code}; got[0] != 200 || got[1] != 429 {
+		t.Errorf("not skipped: statuses %v, want [200 429]", got)
+	}
+}
+
+type ctxKey struct{}
+
+// TestContextLocalsAndRoute checks what key functions see: the request's
+// context, c.Set values, and the route pattern c.Path().
+func TestContextLocalsAndRoute(t *testing.T) {
+	var (
+		ctx   context.Context
+		user  any
+		route string
+	)
+	key := func(r keyfunc.Request) (string, error) {
+		ctx, user, route = r.Context(), r.Value("user"), r.Route()
+		return "k", nil
+	}
+	e := echo.New()
+	setUser := func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			c.Set("user", "alice")
+			return next(c)
+		}
+	}
+	e.GET("/users/:id", ok, setUser, echolimit.New(newLimiter(t, 5), echolimit.WithKey(key)))
+	req := httptest.NewRequestWithContext(context.WithValue(context.Background(), ctxKey{}, "request"), http.MethodGet, "/users/7", nil)
+	e.ServeHTTP(httptest.NewRecorder(), req)
+	if ctx == nil || ctx.Value(ctxKey{}) != "request" || user != "alice" || route != "/users/:id" {
+		t.Errorf("key function saw context %v, user %v, route %q; want the request's context, alice, /users/:id", ctx, user, route)
+	}
+}
+
+// TestCountIfCommittedError checks that a handler which wrote its answer
+// and then returned an error is judged by what it wrote.
+func TestCountIfCommittedError(t *testing.T) {
+	e := echo.New()
+	e.GET("/", func(c echo.Context) error {
+		_ = c.String(http.StatusOK, "done")
+		return echo.NewHTTPError(http.StatusInternalServerError)
+	}, echolimit.New(newLimiter(t, 1), echolimit.WithCountIf(func(s int) bool { return s >= 400 })))
+	for i := range 3 {
+		if rec := serve(e, "/"); rec.Code != http.StatusOK {
+			t.Fatalf("request %d: status %d, want 200 (refunded: the client got 200)", i+1, rec.Code)
+		}
+	}
+}

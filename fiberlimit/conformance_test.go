@@ -1,0 +1,80 @@
+package fiberlimit_test
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/fiberlimit"
+	"github.com/ratekit/ratekit/internal/adaptertest"
+)
+
+var forwarders = adaptertest.Forwarders[fiberlimit.Option]{
+	WithKey:      fiberlimit.WithKey,
+	WithSkip:     fiberlimit.WithSkip,
+	WithCost:     fiberlimit.WithCost,
+	WithCountIf:  fiberlimit.WithCountIf,
+	WithResetIf:  fiberlimit.WithResetIf,
+	WithHeaders:  fiberlimit.WithHeaders,
+	WithBody:     fiberlimit.WithBody,
+	WithNoKey:    fiberlimit.WithNoKey,
+	WithKeyError: fiberlimit.WithKeyError,
+	WithDryRun:   fiberlimit.WithDryRun,
+	WithObserver: fiberlimit.WithObserver,
+}
+
+// handler is the suite's handler; framework errors are returned as
+// *fiber.Error for fiber's error handler to write.
+func handler(c *fiber.Ctx) error {
+	rep := adaptertest.ReplyTo(func(name string) string { return c.Query(name) }, c.Body())
+	switch rep.Error {
+	case adaptertest.FrameworkError:
+		return fiber.NewError(rep.Status, rep.Body)
+	case adaptertest.PlainError:
+		return adaptertest.ErrPlain
+	}
+	return c.Status(rep.Status).SendString(rep.Body)
+}
+
+func newApp(t *testing.T, l *core.Limiter, o adaptertest.Options, cfg ...fiber.Config) *fiber.App {
+	opts := forwarders.Apply(t, o)
+	if o.DenyHandler {
+		opts = append(opts, fiberlimit.WithDenyHandler(func(c *fiber.Ctx, v *core.Verdict) error {
+			status, body := adaptertest.DenyReply(v)
+			return c.Status(status).SendString(body)
+		}))
+	}
+	app := fiber.New(cfg...)
+	mw := fiberlimit.New(l, opts...)
+	app.Get(adaptertest.Path, mw, handler)
+	app.Post(adaptertest.Path, mw, handler)
+	return app
+}
+
+// serve serves app on a loopback listener until the test ends.
+func serve(t *testing.T, app *fiber.App) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = app.Listener(ln)
+	}()
+	t.Cleanup(func() {
+		_ = app.ShutdownWithTimeout(5 * time.Second)
+		<-done
+	})
+	return "http://" + ln.Addr().String()
+}
+
+func newServer(t *testing.T, l *core.Limiter, o adaptertest.Options) string {
+	return serve(t, newApp(t, l, o, fiber.Config{DisableStartupMessage: true}))
+}
+
+func TestConformance(t *testing.T) { adaptertest.Run(t, newServer) }

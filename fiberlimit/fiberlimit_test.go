@@ -1,0 +1,193 @@
+package fiberlimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/fiberlimit"
+	"github.com/ratekit/ratekit/keyfunc"
+)
+
+func newLimiter(t testing.TB, limit int64) *core.Limiter {
+	t.Helper()
+	l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "test", Rules: []core.Rule{{Limit: limit, Window: time.Hour}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func test(t *testing.T, app *fiber.App, req *http.Request) (int, http.Header, string) {
+	t.Helper()
+	res, err := app.Test(req, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, res.Header, string(b)
+}
+
+// client returns a client whose idle connections are closed before the
+// server started earlier in the test stops.
+func client(t *testing.T) *http.Client {
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+func ok(c *fiber.Ctx) error { return c.SendString("ok") }
+
+func TestNewPanicsOnNilLimiter(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("New(nil) did not panic")
+		}
+	}()
+	fiberlimit.New(nil)
+}
+
+func TestNext(t *testing.T) {
+	app := fiber.New()
+	next := fiberlimit.WithNext(func(c *fiber.Ctx) bool { return c.Query("internal") == "1" })
+	app.Get("/", fiberlimit.New(newLimiter(t, 1), next), ok)
+	for range 3 {
+		if s, h, _ := test(t, app, httptest.NewRequest(http.MethodGet, "/?internal=1", nil)); s != 200 || h.Get(core.HeaderLimit) != "" {
+			t.Fatalf("skipped: %d %v, want 200 without rate-limit headers", s, h)
+		}
+	}
+	s1, _, _ := test(t, app, httptest.NewRequest(http.MethodGet, "/", nil))
+	s2, _, _ := test(t, app, httptest.NewRequest(http.MethodGet, "/", nil))
+	if s1 != 200 || s2 != 429 {
+		t.Errorf("not skipped: statuses %d %d, want 200 429", s1, s2)
+	}
+}
+
+// TestDenyHandlerError checks that a deny handler's *fiber.Error goes to
+// the app's ErrorHandler, with the rate-limit headers already set.
+func TestDenyHandlerError(t *testing.T) {
+	app := fiber.New(fiber.Config{ErrorHandler: func(c *fiber.Ctx, err error) error {
+		var fe *fiber.Error
+		if !errors.As(err, &fe) {
+			return err
+		}
+		return c.Status(fe.Code).JSON(fiber.Map{"error": fe.Message})
+	}})
+	deny := fiberlimit.WithDenyHandler(func(c *fiber.Ctx, v *core.Verdict) error {
+		return fiber.NewError(fiber.StatusTooManyRequests, "slow down")
+	})
+	app.Get("/", fiberlimit.New(newLimiter(t, 1), deny), ok)
+	test(t, app, httptest.NewRequest(http.MethodGet, "/", nil))
+	s, h, body := test(t, app, httptest.NewRequest(http.MethodGet, "/", nil))
+	if s != 429 || body != `{"error":"slow down"}` || h.Get(core.HeaderRetryAfter) != "3600" {
+		t.Errorf("denied: %d %v %q, want the error handler's 429 with Retry-After", s, h, body)
+	}
+}
+
+type ctxKey struct{}
+
+// TestLocalsAndUserContext checks Value (c.Locals, then UserContext) and
+// that the context is c.UserContext().
+func TestLocalsAndUserContext(t *testing.T) {
+	var ctx context.Context
+	var local, fromCtx any
+	key := func(r keyfunc.Request) (string, error) {
+		ctx, local, fromCtx = r.Context(), r.Value("user"), r.Value(ctxKey{})
+		return "k", nil
+	}
+	app := fiber.New()
+	app.Use(func(c *fiber.Ctx) error {
+		c.Locals("user", "alice")
+		c.SetUserContext(context.WithValue(context.Background(), ctxKey{}, "request"))
+		return c.Next()
+	})
+	app.Get("/", fiberlimit.New(newLimiter(t, 5), fiberlimit.WithKey(key)), ok)
+	test(t, app, httptest.NewRequest(http.MethodGet, "/", nil))
+	if local != "alice" || fromCtx != "request" || ctx == nil || ctx.Value(ctxKey{}) != "request" {
+		t.Errorf("Value: local %v, context %v; context %v; want alice, request and the user context", local, fromCtx, ctx)
+	}
+}
+
+// TestPeerNotProxyHeader checks that the default key is the TCP peer even
+// when fiber is configured to trust a proxy header from anyone.
+func TestPeerNotProxyHeader(t *testing.T) {
+	app := fiber.New(fiber.Config{ProxyHeader: fiber.HeaderXForwardedFor, DisableStartupMessage: true})
+	app.Get("/", fiberlimit.New(newLimiter(t, 1)), ok)
+	base := serve(t, app)
+	hc := client(t)
+	var got []int
+	for _, xff := range []string{"203.0.113.1", "203.0.113.2"} {
+		req, _ := http.NewRequest(http.MethodGet, base+"/", nil)
+		req.Header.Set("X-Forwarded-For", xff)
+		res, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		got = append(got, res.StatusCode)
+	}
+	if got[0] != 200 || got[1] != 429 {
+		t.Errorf("statuses %v, want [200 429]: a spoofed X-Forwarded-For must not pick the key", got)
+	}
+}
+
+// TestRequestViewCopies checks that what key functions read survives the
+// request: fasthttp reuses its buffers for the next request on the
+// connection, so zero-copy strings kept in a store would change under it.
+func TestRequestViewCopies(t *testing.T) {
+	type seen struct{ header, value, query, path, route, method, body string }
+	var (
+		mu   sync.Mutex
+		kept []seen
+	)
+	key := func(r keyfunc.Request) (string, error) {
+		b, err := r.Body(1 << 10)
+		if err != nil {
+			return "", err
+		}
+		s := seen{r.Header("X-User"), strings.Join(r.Values("X-User"), ","), r.Query("q"), r.Path(), r.Route(), r.Method(), string(b)}
+		mu.Lock()
+		kept = append(kept, s)
+		mu.Unlock()
+		return s.header, nil
+	}
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.All("/items/:id", fiberlimit.New(newLimiter(t, 100), fiberlimit.WithKey(key)), ok)
+	base := serve(t, app)
+	hc := client(t)
+
+	const n = 20
+	var want []seen
+	for i := range n {
+		method := [...]string{http.MethodGet, http.MethodPost, http.MethodPut}[i%3]
+		v := fmt.Sprintf("user-%02d-%s", i, strings.Repeat("x", i))
+		body := fmt.Sprintf("body-%02d", i)
+		req, _ := http.NewRequest(method, fmt.Sprintf("%s/items/%d?q=%s", base, i, v), strings.NewReader(body))
+		req.Header.Set("X-User", v)
+		res, err := hc.Do(req) // one keep-alive connection
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		want = append(want, seen{v, v, v, fmt.Sprintf("/items/%d", i), "/items/:id", method, body})
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range want {
+		if i >= len(kept) || kept[i] != want[i] {
+			t.Fatalf("request %d: key function kept %+v, want %+v", i, kept[min(i, len(kept)-1)], want[i])
+		}
+	}
+}

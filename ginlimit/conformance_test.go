@@ -1,0 +1,56 @@
+package ginlimit_test
+
+import (
+	"io"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/ginlimit"
+	"github.com/ratekit/ratekit/internal/adaptertest"
+)
+
+func init() { gin.SetMode(gin.ReleaseMode) }
+
+var forwarders = adaptertest.Forwarders[ginlimit.Option]{
+	WithKey:      ginlimit.WithKey,
+	WithSkip:     ginlimit.WithSkip,
+	WithCost:     ginlimit.WithCost,
+	WithCountIf:  ginlimit.WithCountIf,
+	WithResetIf:  ginlimit.WithResetIf,
+	WithHeaders:  ginlimit.WithHeaders,
+	WithBody:     ginlimit.WithBody,
+	WithNoKey:    ginlimit.WithNoKey,
+	WithKeyError: ginlimit.WithKeyError,
+	WithDryRun:   ginlimit.WithDryRun,
+	WithObserver: ginlimit.WithObserver,
+}
+
+// handler is the suite's handler; gin has no error return, so every reply
+// is written.
+func handler(c *gin.Context) {
+	body, _ := io.ReadAll(c.Request.Body)
+	rep := adaptertest.ReplyTo(c.Query, body)
+	c.String(rep.Status, "%s", rep.Body)
+}
+
+func newServer(t *testing.T, l *core.Limiter, o adaptertest.Options) string {
+	opts := forwarders.Apply(t, o)
+	if o.DenyHandler {
+		opts = append(opts, ginlimit.WithDenyHandler(func(c *gin.Context, v *core.Verdict) {
+			status, body := adaptertest.DenyReply(v)
+			c.String(status, "%s", body)
+		}))
+	}
+	r := gin.New()
+	mw := ginlimit.New(l, opts...)
+	r.GET(adaptertest.Path, mw, handler)
+	r.POST(adaptertest.Path, mw, handler)
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func TestConformance(t *testing.T) { adaptertest.Run(t, newServer) }

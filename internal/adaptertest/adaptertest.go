@@ -1,0 +1,213 @@
+// Package adaptertest is the conformance suite every ratekit HTTP adapter
+// passes: the same table of HTTP cases, served through a real loopback
+// listener, against nethttp, ginlimit, echolimit and fiberlimit.
+//
+// An adapter's test calls [Run] with a newServer function that builds a
+// server for one case: it translates the neutral [Options] into the
+// adapter's own options (with [Forwarders.Apply] for the neutral ones),
+// mounts the middleware in front of the suite's handler on [Path] for GET
+// and POST, serves it on 127.0.0.1 and returns the base URL. The handler
+// reads the whole request body and answers as [ReplyTo] says.
+package adaptertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/keyfunc"
+)
+
+// Path is the path the suite's handler is served on, behind the
+// middleware, for GET and POST.
+const Path = "/r"
+
+// Options describes the middleware of one case in neutral terms. Nil and
+// false fields mean "do not pass the option": the adapter's default.
+type Options struct {
+	// Key is passed to WithKey.
+	Key keyfunc.Func
+	// Skip is passed to WithSkip.
+	Skip func(keyfunc.Request) bool
+	// Cost is passed to WithCost.
+	Cost func(keyfunc.Request) int64
+	// CountIf is passed to WithCountIf.
+	CountIf func(status int) bool
+	// ResetIf is passed to WithResetIf.
+	ResetIf func(status int) bool
+	// Headers is passed to WithHeaders.
+	Headers *core.HeaderStyle
+	// Body is passed to WithBody.
+	Body *core.BodyStyle
+	// NoKey is passed to WithNoKey.
+	NoKey *core.NoKeyAction
+	// KeyError is passed to WithKeyError.
+	KeyError *core.KeyErrorAction
+	// DryRun, when set, passes WithDryRun(true).
+	DryRun bool
+	// Observer is passed to WithObserver.
+	Observer core.Observer
+
+	// DenyHandler asks for the adapter's native deny handler, answering
+	// with [DenyReply] the framework's way.
+	DenyHandler bool
+}
+
+// Forwarders lists an adapter's neutral options, so that one
+// translation serves every adapter and the compiler checks that each
+// adapter offers each of them with the same signature. O is the adapter's
+// Option type.
+type Forwarders[O any] struct {
+	WithKey      func(keyfunc.Func) O
+	WithSkip     func(func(keyfunc.Request) bool) O
+	WithCost     func(func(keyfunc.Request) int64) O
+	WithCountIf  func(func(status int) bool) O
+	WithResetIf  func(func(status int) bool) O
+	WithHeaders  func(core.HeaderStyle) O
+	WithBody     func(core.BodyStyle) O
+	WithNoKey    func(core.NoKeyAction) O
+	WithKeyError func(core.KeyErrorAction) O
+	WithDryRun   func(bool) O
+	WithObserver func(core.Observer) O
+}
+
+// Apply translates the neutral fields of o into the adapter's options. It
+// fails the test if a forwarder is missing. o.DenyHandler is the caller's
+// to translate.
+func (f Forwarders[O]) Apply(t testing.TB, o Options) []O {
+	t.Helper()
+	if f.WithKey == nil || f.WithSkip == nil || f.WithCost == nil || f.WithCountIf == nil ||
+		f.WithResetIf == nil || f.WithHeaders == nil || f.WithBody == nil || f.WithNoKey == nil ||
+		f.WithKeyError == nil || f.WithDryRun == nil || f.WithObserver == nil {
+		t.Fatalf("adaptertest: Forwarders %+v: every neutral option must be offered", f)
+	}
+	var opts []O
+	if o.Key != nil {
+		opts = append(opts, f.WithKey(o.Key))
+	}
+	if o.Skip != nil {
+		opts = append(opts, f.WithSkip(o.Skip))
+	}
+	if o.Cost != nil {
+		opts = append(opts, f.WithCost(o.Cost))
+	}
+	if o.CountIf != nil {
+		opts = append(opts, f.WithCountIf(o.CountIf))
+	}
+	if o.ResetIf != nil {
+		opts = append(opts, f.WithResetIf(o.ResetIf))
+	}
+	if o.Headers != nil {
+		opts = append(opts, f.WithHeaders(*o.Headers))
+	}
+	if o.Body != nil {
+		opts = append(opts, f.WithBody(*o.Body))
+	}
+	if o.NoKey != nil {
+		opts = append(opts, f.WithNoKey(*o.NoKey))
+	}
+	if o.KeyError != nil {
+		opts = append(opts, f.WithKeyError(*o.KeyError))
+	}
+	if o.DryRun {
+		opts = append(opts, f.WithDryRun(true))
+	}
+	if o.Observer != nil {
+		opts = append(opts, f.WithObserver(o.Observer))
+	}
+	return opts
+}
+
+// Reply is how the suite's handler answers a request.
+type Reply struct {
+	// Status is the ?status= query parameter; 200 by default.
+	Status int
+	// Error says whether to answer through the framework's error return
+	// where it has one (echo, fiber). net/http and gin have none and
+	// write Status as usual.
+	Error ErrorKind
+	// Body is the text to write: "ok len=N\n", where N is the length of
+	// the request body the handler read.
+	Body string
+}
+
+// ReplyTo says how the suite's handler answers a request with the given
+// query lookup, after it read body in full.
+func ReplyTo(query func(name string) string, body []byte) Reply {
+	rep := Reply{Status: http.StatusOK, Body: "ok len=" + strconv.Itoa(len(body)) + "\n"}
+	if s, err := strconv.Atoi(query("status")); err == nil && s >= 200 && s <= 599 {
+		rep.Status = s
+	}
+	switch query("return_error") {
+	case "1":
+		rep.Error = FrameworkError
+	case "plain":
+		rep.Error, rep.Status = PlainError, http.StatusInternalServerError
+	}
+	return rep
+}
+
+// ErrorKind says how the suite's handler answers.
+type ErrorKind uint8
+
+const (
+	// NoError means: write Status and Body.
+	NoError ErrorKind = iota
+	// FrameworkError (?return_error=1) means: return the framework's
+	// HTTP error with Status (echo: echo.NewHTTPError(Status); fiber:
+	// fiber.NewError(Status)).
+	FrameworkError
+	// PlainError (?return_error=plain) means: return a plain error, which
+	// the framework answers with 500; Status is 500.
+	PlainError
+)
+
+// ErrPlain is the error the handler returns for [PlainError].
+var ErrPlain = errors.New("adaptertest: plain handler error")
+
+// DenyReply is what the adapter's native deny handler answers when
+// Options.DenyHandler is set: status 429 and this body, written the
+// framework's way.
+func DenyReply(v *core.Verdict) (status int, body string) {
+	return http.StatusTooManyRequests, fmt.Sprintf("custom deny: retry in %ds\n", core.Seconds(v.Decision.RetryAfter))
+}
+
+// recorder is an observer that keeps every event.
+type recorder struct {
+	mu     sync.Mutex
+	events []core.Event
+}
+
+func (r *recorder) Observe(_ context.Context, e core.Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+func (r *recorder) all() []core.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]core.Event(nil), r.events...)
+}
+
+// failingStore fails every call, standing in for a Redis that is down.
+type failingStore struct{}
+
+var errDown = fmt.Errorf("adaptertest: store down")
+
+func (failingStore) Take(context.Context, core.Query) (core.Result, error) {
+	return core.Result{}, errDown
+}
+
+func (failingStore) Peek(context.Context, core.Query) (core.Result, error) {
+	return core.Result{}, errDown
+}
+
+func (failingStore) Refund(context.Context, core.Query, int64) error { return errDown }
+
+func (failingStore) Reset(context.Context, core.Query) error { return errDown }

@@ -1,0 +1,681 @@
+package adaptertest
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dunglas/httpsfv"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/keyfunc"
+)
+
+// NewServer starts a server for one case: limiter l behind the adapter's
+// middleware configured by opts, the suite's handler on [Path]. It
+// returns the base URL ("http://127.0.0.1:port") and stops the server in
+// t.Cleanup.
+type NewServer func(t *testing.T, l *core.Limiter, opts Options) (baseURL string)
+
+// Fixed texts every adapter answers with (from core.Verdict.Body).
+const (
+	badKeyBody      = "bad request: missing or malformed rate-limit key\n"
+	unavailableBody = "service unavailable: rate limiter unavailable\n"
+	textPlain       = "text/plain; charset=utf-8"
+)
+
+// hour is the window of most cases: long enough that nothing leaves it
+// during a test, so Retry-After and X-RateLimit-Reset are exactly 3600.
+const hour = time.Hour
+
+// Run runs the conformance suite against the adapter that newServer
+// serves.
+func Run(t *testing.T, newServer NewServer) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.run(t, newServer)
+		})
+	}
+}
+
+type testCase struct {
+	name string
+	run  func(t *testing.T, newServer NewServer)
+}
+
+// limiter returns a limiter on a fresh MemoryStore.
+func limiter(t *testing.T, name string, rules ...core.Rule) *core.Limiter {
+	t.Helper()
+	l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: name, Rules: rules})
+	if err != nil {
+		t.Fatalf("NewLimiter(%q): %v", name, err)
+	}
+	return l
+}
+
+// request describes one request to the server.
+type request struct {
+	method string // GET by default
+	query  string // appended to Path after "?"
+	header http.Header
+	body   string
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (r response) String() string {
+	return strconv.Itoa(r.status) + " " + strconv.Quote(r.body)
+}
+
+func do(t *testing.T, base server, rq request) response {
+	t.Helper()
+	method := rq.method
+	if method == "" {
+		method = http.MethodGet
+	}
+	url := base.url + Path
+	if rq.query != "" {
+		url += "?" + rq.query
+	}
+	var body io.Reader
+	if rq.body != "" {
+		body = strings.NewReader(rq.body)
+	}
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		t.Fatalf("NewRequest: %v", err)
+	}
+	for k, vs := range rq.header {
+		req.Header[k] = vs
+	}
+	if rq.body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := base.client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatalf("%s %s: reading body: %v", method, url, err)
+	}
+	return response{status: res.StatusCode, header: res.Header, body: string(b)}
+}
+
+// server is a started server and the client that talks to it.
+type server struct {
+	url    string
+	client *http.Client
+}
+
+// start starts a server for one case with its own client, which does not
+// follow redirects (the suite checks the status answered) and whose idle
+// connections are closed before the server stops, so that servers that
+// wait for open connections on shutdown (fasthttp) stop at once.
+func start(t *testing.T, newServer NewServer, l *core.Limiter, opts Options) server {
+	t.Helper()
+	url := newServer(t, l, opts)
+	tr := &http.Transport{MaxIdleConnsPerHost: 64}
+	t.Cleanup(tr.CloseIdleConnections) // runs before newServer's cleanups
+	return server{url: url, client: &http.Client{
+		Transport:     tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		Timeout:       30 * time.Second,
+	}}
+}
+
+func get(t *testing.T, base server) response {
+	t.Helper()
+	return do(t, base, request{})
+}
+
+func hdr(kv ...string) http.Header {
+	h := http.Header{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		h.Add(kv[i], kv[i+1])
+	}
+	return h
+}
+
+// wantStatus checks the status of the i-th response.
+func wantStatus(t *testing.T, what string, res response, want int) {
+	t.Helper()
+	if res.status != want {
+		t.Fatalf("%s: got %v, want status %d", what, res, want)
+	}
+}
+
+// wantHeaders checks header fields; "" means absent.
+func wantHeaders(t *testing.T, what string, res response, kv ...string) {
+	t.Helper()
+	for i := 0; i+1 < len(kv); i += 2 {
+		got, ok := res.header[http.CanonicalHeaderKey(kv[i])]
+		switch {
+		case kv[i+1] == "" && ok:
+			t.Errorf("%s: header %s = %q, want absent", what, kv[i], got)
+		case kv[i+1] != "" && (len(got) != 1 || got[0] != kv[i+1]):
+			t.Errorf("%s: header %s = %q, want %q", what, kv[i], got, kv[i+1])
+		}
+	}
+}
+
+func statuses(t *testing.T, base server, rq request, n int) []int {
+	t.Helper()
+	s := make([]int, n)
+	for i := range s {
+		s[i] = do(t, base, rq).status
+	}
+	return s
+}
+
+func wantStatuses(t *testing.T, what string, got []int, want ...int) {
+	t.Helper()
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%s: statuses %v, want %v", what, got, want)
+	}
+}
+
+// Key functions the cases use.
+var (
+	userKey    = keyfunc.Header("X-User")
+	phoneKey   = keyfunc.Phone(keyfunc.PhoneHeader("X-Phone"), keyfunc.DefaultRegion("CN"))
+	phoneJSON  = keyfunc.Phone(keyfunc.PhoneJSON("phone"), keyfunc.DefaultRegion("CN"))
+	trustedKey = keyfunc.ClientIP(keyfunc.TrustedProxies("127.0.0.0/8"))
+)
+
+var cases = []testCase{
+	{"allow then deny with headers", func(t *testing.T, newServer NewServer) {
+		base := start(t, newServer, limiter(t, "basic", core.Rule{Limit: 3, Window: hour}), Options{})
+		for i, remaining := range []string{"2", "1", "0"} {
+			res := get(t, base)
+			what := "request " + strconv.Itoa(i+1)
+			wantStatus(t, what, res, http.StatusOK)
+			if res.body != "ok len=0\n" {
+				t.Errorf("%s: body %q, want the handler's", what, res.body)
+			}
+			wantHeaders(t, what, res,
+				core.HeaderLimit, "3", core.HeaderRemaining, remaining, core.HeaderReset, "3600",
+				core.HeaderRetryAfter, "", core.HeaderPolicy, "", core.HeaderRateLimit, "")
+		}
+		for i := range 2 {
+			res := get(t, base)
+			what := "denied request " + strconv.Itoa(i+1)
+			wantStatus(t, what, res, http.StatusTooManyRequests)
+			if want := "rate limit exceeded: retry after 3600s\n"; res.body != want {
+				t.Errorf("%s: body %q, want %q", what, res.body, want)
+			}
+			wantHeaders(t, what, res,
+				core.HeaderLimit, "3", core.HeaderRemaining, "0", core.HeaderReset, "3600",
+				core.HeaderRetryAfter, "3600",
+				"Content-Type", textPlain, "X-Content-Type-Options", "nosniff")
+		}
+	}},
+
+	{"skip predicate", func(t *testing.T, newServer NewServer) {
+		skip := func(r keyfunc.Request) bool { return r.Header("X-Skip") == "1" }
+		base := start(t, newServer, limiter(t, "skip", core.Rule{Limit: 1, Window: hour}), Options{Skip: skip})
+		for range 3 {
+			res := do(t, base, request{header: hdr("X-Skip", "1")})
+			wantStatus(t, "skipped", res, http.StatusOK)
+			wantHeaders(t, "skipped", res, core.HeaderLimit, "", core.HeaderRemaining, "")
+		}
+		wantStatuses(t, "not skipped", statuses(t, base, request{}, 2), 200, 429)
+		wantStatus(t, "skipped after denial", do(t, base, request{header: hdr("X-Skip", "1")}), http.StatusOK)
+	}},
+
+	{"custom deny handler", func(t *testing.T, newServer NewServer) {
+		base := start(t, newServer, limiter(t, "deny", core.Rule{Limit: 1, Window: hour}), Options{DenyHandler: true})
+		wantStatus(t, "first", get(t, base), http.StatusOK)
+		res := get(t, base)
+		wantStatus(t, "denied", res, http.StatusTooManyRequests)
+		if want := "custom deny: retry in 3600s\n"; res.body != want {
+			t.Errorf("denied: body %q, want the deny handler's %q", res.body, want)
+		}
+		wantHeaders(t, "denied", res, core.HeaderRetryAfter, "3600", core.HeaderLimit, "1", core.HeaderRemaining, "0")
+	}},
+
+	{"missing key skips by default", func(t *testing.T, newServer NewServer) {
+		obs := &recorder{}
+		base := start(t, newServer, limiter(t, "nokey", core.Rule{Limit: 1, Window: hour}), Options{Key: userKey, Observer: obs})
+		for range 3 {
+			res := get(t, base)
+			wantStatus(t, "anonymous", res, http.StatusOK)
+			wantHeaders(t, "anonymous", res, core.HeaderLimit, "")
+		}
+		alice := request{header: hdr("X-User", "alice")}
+		wantStatuses(t, "alice", statuses(t, base, alice, 2), 200, 429)
+		wantStatus(t, "bob", do(t, base, request{header: hdr("X-User", "bob")}), http.StatusOK)
+		skips := 0
+		for _, e := range obs.all() {
+			if e.Kind == core.EventSkip {
+				skips++
+			}
+		}
+		if skips != 3 {
+			t.Errorf("observer saw %d skips, want 3", skips)
+		}
+	}},
+
+	{"missing key rejected with NoKeyReject", func(t *testing.T, newServer NewServer) {
+		base := start(t, newServer, limiter(t, "nokey-reject", core.Rule{Limit: 5, Window: hour}),
+			Options{Key: userKey, NoKey: new(core.NoKeyReject)})
+		res := get(t, base)
+		wantStatus(t, "anonymous", res, http.StatusBadRequest)
+		if res.body != badKeyBody {
+			t.Errorf("anonymous: body %q, want %q", res.body, badKeyBody)
+		}
+		wantHeaders(t, "anonymous", res, core.HeaderLimit, "", core.HeaderRetryAfter, "")
+		wantStatus(t, "alice", do(t, base, request{header: hdr("X-User", "alice")}), http.StatusOK)
+	}},
+
+	{"bad key is a 400 without detail", func(t *testing.T, newServer NewServer) {
+		obs := &recorder{}
+		base := start(t, newServer, limiter(t, "badkey", core.Rule{Limit: 5, Window: hour}), Options{Key: phoneKey, Observer: obs})
+		const bad = "0000000"
+		res := do(t, base, request{header: hdr("X-Phone", bad)})
+		wantStatus(t, "bad phone", res, http.StatusBadRequest)
+		if res.body != badKeyBody {
+			t.Errorf("bad phone: body %q, want %q", res.body, badKeyBody)
+		}
+		wantHeaders(t, "bad phone", res, "Content-Type", textPlain, core.HeaderLimit, "")
+		var keyErr error
+		for _, e := range obs.all() {
+			if e.Kind == core.EventKeyError {
+				keyErr = e.Err
+			}
+		}
+		if keyErr == nil {
+			t.Fatal("observer saw no key error")
+		}
+		for _, leak := range []string{bad, keyErr.Error()} {
+			if strings.Contains(res.body, leak) {
+				t.Errorf("bad phone: body %q leaks %q", res.body, leak)
+			}
+			for name, vs := range res.header {
+				if strings.Contains(strings.Join(vs, ","), leak) {
+					t.Errorf("bad phone: header %s %q leaks %q", name, vs, leak)
+				}
+			}
+		}
+		wantStatus(t, "good phone", do(t, base, request{header: hdr("X-Phone", "13800138000")}), http.StatusOK)
+	}},
+
+	{"bad key skipped with KeyErrorSkip", func(t *testing.T, newServer NewServer) {
+		base := start(t, newServer, limiter(t, "badkey-skip", core.Rule{Limit: 1, Window: hour}),
+			Options{Key: phoneKey, KeyError: new(core.KeyErrorSkip)})
+		wantStatuses(t, "bad phone", statuses(t, base, request{header: hdr("X-Phone", "nope")}, 3), 200, 200, 200)
+	}},
+
+	{"cost weights", func(t *testing.T, newServer NewServer) {
+		cost := func(r keyfunc.Request) int64 {
+			n, _ := strconv.ParseInt(r.Query("cost"), 10, 64)
+			return n
+		}
+		base := start(t, newServer, limiter(t, "cost", core.Rule{Limit: 10, Window: hour}), Options{Cost: cost})
+		for _, want := range []string{"7", "4", "1"} {
+			res := do(t, base, request{query: "cost=3"})
+			wantStatus(t, "cost 3", res, http.StatusOK)
+			wantHeaders(t, "cost 3", res, core.HeaderLimit, "10", core.HeaderRemaining, want)
+		}
+		res := do(t, base, request{query: "cost=3"})
+		wantStatus(t, "cost 3 over", res, http.StatusTooManyRequests)
+		wantHeaders(t, "cost 3 over", res, core.HeaderRemaining, "1")
+		res = do(t, base, request{query: "cost=0"})
+		wantStatus(t, "cost 0 is free", res, http.StatusOK)
+		wantHeaders(t, "cost 0 is free", res, core.HeaderLimit, "")
+		res = do(t, base, request{query: "cost=1"})
+		wantStatus(t, "cost 1", res, http.StatusOK)
+		wantHeaders(t, "cost 1", res, core.HeaderRemaining, "0")
+	}},
+
+	{"IETF headers", func(t *testing.T, newServer NewServer) {
+		l := limiter(t, "ietf", core.Rule{Limit: 2, Window: hour}, core.Rule{Limit: 5, Window: 24 * hour})
+		base := start(t, newServer, l, Options{Headers: new(core.HeadersIETF)})
+		for i, remaining := range []int64{1, 0} {
+			res := get(t, base)
+			what := "request " + strconv.Itoa(i+1)
+			wantStatus(t, what, res, http.StatusOK)
+			wantHeaders(t, what, res, core.HeaderLimit, "", core.HeaderRemaining, "", core.HeaderReset, "")
+			checkIETF(t, what, res, []ietfItem{
+				{name: "ietf-3600s", q: 2, w: 3600, r: remaining, t: 3600},
+				{name: "ietf-86400s", q: 5, w: 86400, r: 4 - int64(i), t: 86400},
+			})
+		}
+		res := get(t, base)
+		wantStatus(t, "denied", res, http.StatusTooManyRequests)
+		wantHeaders(t, "denied", res, core.HeaderRetryAfter, "3600")
+		checkIETF(t, "denied", res, []ietfItem{
+			{name: "ietf-3600s", q: 2, w: 3600, r: 0, t: 3600},
+			{name: "ietf-86400s", q: 5, w: 86400, r: 3, t: 86400},
+		})
+	}},
+
+	{"both header styles", func(t *testing.T, newServer NewServer) {
+		base := start(t, newServer, limiter(t, "both", core.Rule{Limit: 2, Window: hour}),
+			Options{Headers: new(core.HeadersXRateLimit | core.HeadersIETF)})
+		res := get(t, base)
+		wantHeaders(t, "first", res, core.HeaderLimit, "2", core.HeaderRemaining, "1")
+		checkIETF(t, "first", res, []ietfItem{{name: "both", q: 2, w: 3600, r: 1, t: 3600}})
+	}},
+
+	{"no headers", func(t *testing.T, newServer NewServer) {
+		base := start(t, newServer, limiter(t, "none", core.Rule{Limit: 1, Window: hour}), Options{Headers: new(core.HeadersNone)})
+		res := get(t, base)
+		wantHeaders(t, "allowed", res, core.HeaderLimit, "", core.HeaderPolicy, "", core.HeaderRateLimit, "")
+		res = get(t, base)
+		wantStatus(t, "denied", res, http.StatusTooManyRequests)
+		wantHeaders(t, "denied", res, core.HeaderLimit, "", core.HeaderRetryAfter, "3600")
+	}},
+
+	{"problem+json body", func(t *testing.T, newServer NewServer) {
+		base := start(t, newServer, limiter(t, "problem", core.Rule{Limit: 1, Window: hour}), Options{Body: new(core.BodyProblem)})
+		wantStatus(t, "first", get(t, base), http.StatusOK)
+		res := get(t, base)
+		wantStatus(t, "denied", res, http.StatusTooManyRequests)
+		wantHeaders(t, "denied", res, "Content-Type", "application/problem+json", core.HeaderRetryAfter, "3600")
+		var p struct {
+			Type             string   `json:"type"`
+			Title            string   `json:"title"`
+			Status           int      `json:"status"`
+			Detail           string   `json:"detail"`
+			ViolatedPolicies []string `json:"violated-policies"`
+			RetryAfter       int      `json:"retry-after"`
+		}
+		if err := json.Unmarshal([]byte(res.body), &p); err != nil {
+			t.Fatalf("denied: body %q is not JSON: %v", res.body, err)
+		}
+		if p.Type != core.ProblemType || p.Status != 429 || p.Title == "" ||
+			!reflect.DeepEqual(p.ViolatedPolicies, []string{"problem"}) || p.RetryAfter != 3600 {
+			t.Errorf("denied: problem %+v, want type %s, status 429, violated-policies [problem], retry-after 3600", p, core.ProblemType)
+		}
+	}},
+
+	{"dry run", func(t *testing.T, newServer NewServer) {
+		obs := &recorder{}
+		base := start(t, newServer, limiter(t, "dry", core.Rule{Limit: 1, Window: hour}), Options{DryRun: true, Observer: obs})
+		first := get(t, base)
+		wantStatus(t, "first", first, http.StatusOK)
+		wantHeaders(t, "first", first, core.HeaderLimit, "1", core.HeaderRemaining, "0")
+		for range 3 {
+			res := get(t, base)
+			wantStatus(t, "over the limit", res, http.StatusOK)
+			wantHeaders(t, "over the limit", res, core.HeaderLimit, "", core.HeaderRetryAfter, "")
+			if res.body != "ok len=0\n" {
+				t.Errorf("over the limit: body %q, want the handler's", res.body)
+			}
+		}
+		dry := 0
+		for _, e := range obs.all() {
+			if e.DryRun {
+				dry++
+				if e.Kind != core.EventDecision || e.Decision.Allowed || e.Policy != "dry" {
+					t.Errorf("dry-run event %+v, want a denied decision of policy dry", e)
+				}
+			}
+		}
+		if dry != 3 {
+			t.Errorf("observer saw %d dry-run denials, want 3", dry)
+		}
+	}},
+
+	{"trusted proxy X-Forwarded-For", func(t *testing.T, newServer NewServer) {
+		base := start(t, newServer, limiter(t, "xff", core.Rule{Limit: 1, Window: hour}), Options{Key: trustedKey})
+		a := request{header: hdr("X-Forwarded-For", "203.0.113.1")}
+		b := request{header: hdr("X-Forwarded-For", "198.51.100.9, 203.0.113.2")}
+		wantStatus(t, "client a", do(t, base, a), http.StatusOK)
+		wantStatus(t, "client b", do(t, base, b), http.StatusOK)
+		wantStatus(t, "client a again", do(t, base, a), http.StatusTooManyRequests)
+		wantStatus(t, "client b via another proxy", do(t, base, request{header: hdr("X-Forwarded-For", "203.0.113.2, 127.0.0.5")}), http.StatusTooManyRequests)
+		wantStatus(t, "client b, spoofed left part", do(t, base, request{header: hdr("X-Forwarded-For", "203.0.113.99, 203.0.113.2")}), http.StatusTooManyRequests)
+		wantStatus(t, "no header: the proxy itself", get(t, base), http.StatusOK)
+	}},
+
+	{"trusted proxy Forwarded", func(t *testing.T, newServer NewServer) {
+		base := start(t, newServer, limiter(t, "fwd", core.Rule{Limit: 1, Window: hour}), Options{Key: trustedKey})
+		a := request{header: hdr("Forwarded", "for=203.0.113.1;proto=https")}
+		b := request{header: hdr("Forwarded", `for="[2001:db8:1:2::7]:4711"`)}
+		wantStatus(t, "client a", do(t, base, a), http.StatusOK)
+		wantStatus(t, "client b", do(t, base, b), http.StatusOK)
+		wantStatus(t, "client a again", do(t, base, a), http.StatusTooManyRequests)
+		wantStatus(t, "client b's /64", do(t, base, request{header: hdr("Forwarded", `for="[2001:db8:1:2::8]"`)}), http.StatusTooManyRequests)
+		wantStatus(t, "client c", do(t, base, request{header: hdr("Forwarded", "for=192.0.2.60, for=127.0.0.9")}), http.StatusOK)
+	}},
+
+	{"spoofed X-Forwarded-For ignored without trusted proxies", func(t *testing.T, newServer NewServer) {
+		base := start(t, newServer, limiter(t, "spoof", core.Rule{Limit: 1, Window: hour}), Options{})
+		wantStatus(t, "first", do(t, base, request{header: hdr("X-Forwarded-For", "203.0.113.1")}), http.StatusOK)
+		wantStatus(t, "spoofed other client", do(t, base, request{header: hdr("X-Forwarded-For", "203.0.113.2")}), http.StatusTooManyRequests)
+		wantStatus(t, "spoofed Forwarded", do(t, base, request{header: hdr("Forwarded", "for=203.0.113.3")}), http.StatusTooManyRequests)
+		wantStatus(t, "spoofed X-Real-IP", do(t, base, request{header: hdr("X-Real-IP", "203.0.113.4")}), http.StatusTooManyRequests)
+	}},
+
+	{"IPv4-mapped IPv6 normalised", func(t *testing.T, newServer NewServer) {
+		base := start(t, newServer, limiter(t, "mapped", core.Rule{Limit: 1, Window: hour}), Options{Key: trustedKey})
+		wantStatus(t, "mapped", do(t, base, request{header: hdr("X-Forwarded-For", "::ffff:10.1.2.3")}), http.StatusOK)
+		wantStatus(t, "plain", do(t, base, request{header: hdr("X-Forwarded-For", "10.1.2.3")}), http.StatusTooManyRequests)
+	}},
+
+	{"count only failures", func(t *testing.T, newServer NewServer) {
+		for _, viaError := range []bool{false, true} {
+			name := "written"
+			if viaError {
+				name = "returned error"
+			}
+			t.Run(name, func(t *testing.T) {
+				failures := func(status int) bool { return status >= 400 }
+				base := start(t, newServer, limiter(t, "login", core.Rule{Limit: 2, Window: hour}), Options{CountIf: failures})
+				fail := request{query: "status=401"}
+				if viaError {
+					fail.query += "&return_error=1"
+				}
+				for range 4 {
+					res := do(t, base, request{query: "status=200"})
+					wantStatus(t, "success", res, http.StatusOK)
+					wantHeaders(t, "success (reserved, then refunded)", res, core.HeaderRemaining, "1")
+				}
+				res := do(t, base, fail)
+				wantStatus(t, "failure 1", res, http.StatusUnauthorized)
+				wantHeaders(t, "failure 1", res, core.HeaderRemaining, "1")
+				res = do(t, base, fail)
+				wantStatus(t, "failure 2", res, http.StatusUnauthorized)
+				wantHeaders(t, "failure 2", res, core.HeaderRemaining, "0")
+				wantStatus(t, "after two failures", do(t, base, request{query: "status=200"}), http.StatusTooManyRequests)
+			})
+		}
+	}},
+
+	{"count-if judges a returned error by its status", func(t *testing.T, newServer NewServer) {
+		// A framework error with a 302 status is a success for count-if; a
+		// plain error is a 500 and counts.
+		failures := func(status int) bool { return status >= 400 }
+		base := start(t, newServer, limiter(t, "redirect", core.Rule{Limit: 1, Window: hour}), Options{CountIf: failures})
+		for range 3 {
+			wantStatus(t, "redirect", do(t, base, request{query: "status=302&return_error=1"}), http.StatusFound)
+		}
+		wantStatus(t, "plain error", do(t, base, request{query: "return_error=plain"}), http.StatusInternalServerError)
+		wantStatus(t, "after the failure", get(t, base), http.StatusTooManyRequests)
+	}},
+
+	{"reset on success", func(t *testing.T, newServer NewServer) {
+		base := start(t, newServer, limiter(t, "reset", core.Rule{Limit: 3, Window: hour}), Options{
+			CountIf: func(status int) bool { return status >= 400 },
+			ResetIf: func(status int) bool { return status == http.StatusOK },
+		})
+		fail := request{query: "status=401&return_error=1"}
+		wantStatuses(t, "failures", statuses(t, base, fail, 2), 401, 401)
+		res := get(t, base)
+		wantStatus(t, "success", res, http.StatusOK)
+		wantHeaders(t, "success", res, core.HeaderRemaining, "0")
+		res = do(t, base, fail)
+		wantStatus(t, "failure after reset", res, http.StatusUnauthorized)
+		wantHeaders(t, "failure after reset", res, core.HeaderRemaining, "2")
+	}},
+
+	{"body readable after a Phone key", func(t *testing.T, newServer NewServer) {
+		base := start(t, newServer, limiter(t, "sms", core.Rule{Limit: 2, Window: hour}), Options{Key: phoneJSON})
+		bodies := []string{
+			`{"phone":"+86 138-0013-8000","text":"hello"}`,
+			`{"text":"same number, local form","phone":"13800138000"}`,
+			`{"phone":"138 0013 8000"}`,
+		}
+		for i, b := range bodies[:2] {
+			res := do(t, base, request{method: http.MethodPost, body: b})
+			what := "request " + strconv.Itoa(i+1)
+			wantStatus(t, what, res, http.StatusOK)
+			if want := "ok len=" + strconv.Itoa(len(b)) + "\n"; res.body != want {
+				t.Errorf("%s: handler answered %q, want %q: the body must stay readable", what, res.body, want)
+			}
+		}
+		wantStatus(t, "third, same number", do(t, base, request{method: http.MethodPost, body: bodies[2]}), http.StatusTooManyRequests)
+		res := do(t, base, request{method: http.MethodPost, body: `{"phone":"not a number"}`})
+		wantStatus(t, "bad phone in body", res, http.StatusBadRequest)
+		if res.body != badKeyBody {
+			t.Errorf("bad phone in body: body %q, want %q", res.body, badKeyBody)
+		}
+		res = do(t, base, request{method: http.MethodPost, body: `{"phone":"+8613900139000","pad":"` + strings.Repeat("x", 100<<10) + `"}`})
+		wantStatus(t, "oversized body", res, http.StatusBadRequest)
+	}},
+
+	{"exact admission under concurrency", func(t *testing.T, newServer NewServer) {
+		base := start(t, newServer, limiter(t, "burst", core.Rule{Limit: 5, Window: hour}), Options{})
+		const n = 50
+		var (
+			wg   sync.WaitGroup
+			mu   sync.Mutex
+			seen = map[int]int{}
+		)
+		for range n {
+			wg.Go(func() {
+				s := get(t, base).status
+				mu.Lock()
+				seen[s]++
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		if want := map[int]int{200: 5, 429: n - 5}; !reflect.DeepEqual(seen, want) {
+			t.Errorf("%d concurrent requests against limit 5: statuses %v, want %v", n, seen, want)
+		}
+	}},
+
+	{"fail closed answers 503", func(t *testing.T, newServer NewServer) {
+		l, err := core.NewLimiter(failingStore{}, core.Policy{Name: "closed", Rules: []core.Rule{{Limit: 5, Window: hour}}},
+			core.WithFailurePolicy(core.FailClosed), core.WithBreaker(0, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		obs := &recorder{}
+		base := start(t, newServer, l, Options{Observer: obs})
+		res := get(t, base)
+		wantStatus(t, "store down", res, http.StatusServiceUnavailable)
+		if res.body != unavailableBody {
+			t.Errorf("store down: body %q, want %q", res.body, unavailableBody)
+		}
+		wantHeaders(t, "store down", res, core.HeaderRetryAfter, "1", core.HeaderLimit, "", "Content-Type", textPlain)
+		if bytes.Contains([]byte(res.body), []byte(errDown.Error())) {
+			t.Errorf("store down: body %q leaks the store error", res.body)
+		}
+		var storeErrs int
+		for _, e := range obs.all() {
+			if e.Kind == core.EventStoreError {
+				storeErrs++
+			}
+		}
+		if storeErrs != 1 {
+			t.Errorf("observer saw %d store errors, want 1", storeErrs)
+		}
+	}},
+
+	{"fail open passes without headers", func(t *testing.T, newServer NewServer) {
+		l, err := core.NewLimiter(failingStore{}, core.Policy{Name: "open", Rules: []core.Rule{{Limit: 1, Window: hour}}},
+			core.WithFailurePolicy(core.FailOpen))
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := start(t, newServer, l, Options{})
+		for range 3 {
+			res := get(t, base)
+			wantStatus(t, "store down", res, http.StatusOK)
+			wantHeaders(t, "store down", res, core.HeaderLimit, "", core.HeaderRetryAfter, "")
+		}
+	}},
+
+	{"fail local keeps limiting", func(t *testing.T, newServer NewServer) {
+		l, err := core.NewLimiter(failingStore{}, core.Policy{Name: "local", Rules: []core.Rule{{Limit: 2, Window: hour}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := start(t, newServer, l, Options{})
+		res := get(t, base)
+		wantStatus(t, "first", res, http.StatusOK)
+		wantHeaders(t, "first", res, core.HeaderLimit, "2", core.HeaderRemaining, "1")
+		wantStatuses(t, "then", statuses(t, base, request{}, 2), 200, 429)
+	}},
+}
+
+// ietfItem is one expected item of RateLimit-Policy and RateLimit.
+type ietfItem struct {
+	name       string
+	q, w, r, t int64
+}
+
+// checkIETF parses the IETF fields back as structured-field lists.
+func checkIETF(t *testing.T, what string, res response, want []ietfItem) {
+	t.Helper()
+	pol, err := httpsfv.UnmarshalList(res.header.Values(core.HeaderPolicy))
+	if err != nil {
+		t.Fatalf("%s: %s %q: %v", what, core.HeaderPolicy, res.header.Values(core.HeaderPolicy), err)
+	}
+	cur, err := httpsfv.UnmarshalList(res.header.Values(core.HeaderRateLimit))
+	if err != nil {
+		t.Fatalf("%s: %s %q: %v", what, core.HeaderRateLimit, res.header.Values(core.HeaderRateLimit), err)
+	}
+	if len(pol) != len(want) || len(cur) != len(want) {
+		t.Fatalf("%s: %d policy and %d limit items, want %d: %q / %q", what, len(pol), len(cur), len(want),
+			res.header.Values(core.HeaderPolicy), res.header.Values(core.HeaderRateLimit))
+	}
+	var pk []byte
+	for i, w := range want {
+		p, ok1 := pol[i].(httpsfv.Item)
+		c, ok2 := cur[i].(httpsfv.Item)
+		if !ok1 || !ok2 {
+			t.Fatalf("%s: item %d is an inner list", what, i)
+		}
+		if p.Value != w.name || c.Value != w.name {
+			t.Errorf("%s: item %d named %v / %v, want %q", what, i, p.Value, c.Value, w.name)
+		}
+		param := func(ps *httpsfv.Params, name string) any {
+			v, _ := ps.Get(name)
+			return v
+		}
+		if q, wi := param(p.Params, "q"), param(p.Params, "w"); q != w.q || wi != w.w {
+			t.Errorf("%s: policy item %d q=%v w=%v, want q=%d w=%d", what, i, q, wi, w.q, w.w)
+		}
+		if r, tt := param(c.Params, "r"), param(c.Params, "t"); r != w.r || tt != w.t {
+			t.Errorf("%s: limit item %d r=%v t=%v, want r=%d t=%d", what, i, r, tt, w.r, w.t)
+		}
+		ppk, ok1 := param(p.Params, "pk").([]byte)
+		cpk, ok2 := param(c.Params, "pk").([]byte)
+		if !ok1 || !ok2 || len(ppk) == 0 || !bytes.Equal(ppk, cpk) {
+			t.Errorf("%s: item %d pk %v / %v, want one non-empty byte sequence", what, i, param(p.Params, "pk"), param(c.Params, "pk"))
+		}
+		if i > 0 && !bytes.Equal(pk, ppk) {
+			t.Errorf("%s: item %d pk differs from item 0's: one key, one partition", what, i)
+		}
+		pk = ppk
+	}
+}

@@ -1,0 +1,53 @@
+package nethttp_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/adaptertest"
+	"github.com/ratekit/ratekit/nethttp"
+)
+
+var forwarders = adaptertest.Forwarders[nethttp.Option]{
+	WithKey:      nethttp.WithKey,
+	WithSkip:     nethttp.WithSkip,
+	WithCost:     nethttp.WithCost,
+	WithCountIf:  nethttp.WithCountIf,
+	WithResetIf:  nethttp.WithResetIf,
+	WithHeaders:  nethttp.WithHeaders,
+	WithBody:     nethttp.WithBody,
+	WithNoKey:    nethttp.WithNoKey,
+	WithKeyError: nethttp.WithKeyError,
+	WithDryRun:   nethttp.WithDryRun,
+	WithObserver: nethttp.WithObserver,
+}
+
+// handler is the suite's handler; net/http has no error return, so every
+// reply is written.
+func handler(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	rep := adaptertest.ReplyTo(r.URL.Query().Get, body)
+	w.WriteHeader(rep.Status)
+	_, _ = io.WriteString(w, rep.Body)
+}
+
+func newServer(t *testing.T, l *core.Limiter, o adaptertest.Options) string {
+	opts := forwarders.Apply(t, o)
+	if o.DenyHandler {
+		opts = append(opts, nethttp.WithDenyHandler(func(w http.ResponseWriter, _ *http.Request, v *core.Verdict) {
+			status, body := adaptertest.DenyReply(v)
+			w.WriteHeader(status)
+			_, _ = io.WriteString(w, body)
+		}))
+	}
+	mux := http.NewServeMux()
+	mux.Handle(adaptertest.Path, nethttp.New(l, opts...)(http.HandlerFunc(handler)))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func TestConformance(t *testing.T) { adaptertest.Run(t, newServer) }

@@ -1,0 +1,74 @@
+package nethttp_test
+
+import (
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/keyfunc"
+	"github.com/ratekit/ratekit/nethttp"
+)
+
+// Limit one route: at most 2 requests per minute per client IP.
+func ExampleNew() {
+	limiter, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{
+		Name:  "hello",
+		Rules: []core.Rule{{Limit: 2, Window: time.Minute}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "hello\n") })
+	mux := http.NewServeMux()
+	mux.Handle("GET /hello", nethttp.New(limiter, nethttp.WithKey(keyfunc.ClientIP()))(hello))
+
+	for range 3 {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/hello", nil))
+		fmt.Printf("%d remaining=%s retry-after=%q\n", rec.Code, rec.Header().Get("X-RateLimit-Remaining"), rec.Header().Get("Retry-After"))
+	}
+	// Output:
+	// 200 remaining=1 retry-after=""
+	// 200 remaining=0 retry-after=""
+	// 429 remaining=0 retry-after="60"
+}
+
+// Limit a group of routes by wrapping the sub-mux that serves them: each
+// API key gets 100 requests per hour across /api/.
+func ExampleNew_group() {
+	quota, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{
+		Name:  "api",
+		Rules: []core.Rule{{Limit: 100, Window: time.Hour}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	api := http.NewServeMux()
+	api.HandleFunc("GET /api/items", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "items\n") })
+	api.HandleFunc("GET /api/users", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "users\n") })
+
+	mux := http.NewServeMux()
+	mux.Handle("/api/", nethttp.New(quota, nethttp.WithKey(keyfunc.AppKey()))(api))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {}) // not limited
+
+	for _, path := range []string{"/api/items", "/api/users", "/api/items?api_key=k2", "/healthz"} {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		if path == "/api/items" || path == "/api/users" {
+			req.Header.Set("X-API-Key", "k1")
+		}
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, req)
+		fmt.Printf("%s %d remaining=%q\n", path, rec.Code, rec.Header().Get("X-RateLimit-Remaining"))
+	}
+	// Output:
+	// /api/items 200 remaining="99"
+	// /api/users 200 remaining="98"
+	// /api/items?api_key=k2 200 remaining="99"
+	// /healthz 200 remaining=""
+}
