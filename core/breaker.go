@@ -16,20 +16,30 @@ type breaker struct {
 	probing   atomic.Bool
 }
 
-// allow reports whether a store call may be made now.
-func (b *breaker) allow(now time.Time) bool {
+// allow reports whether a store call may be made now, and whether that
+// call is the probe of a half-open breaker.
+func (b *breaker) allow(now time.Time) (ok, probe bool) {
 	if b.threshold == 0 {
-		return true
+		return true, false
 	}
 	until := b.openUntil.Load()
 	if until == 0 {
-		return true
+		return true, false
 	}
 	if now.UnixNano() < until {
-		return false
+		return false, false
 	}
-	return b.probing.CompareAndSwap(false, true)
+	if b.probing.CompareAndSwap(false, true) {
+		return true, true
+	}
+	return false, false
 }
+
+// abandon releases the probe of a call whose caller gave up before the
+// store answered. That says nothing about the store, so the breaker stays
+// open, but the next call after the cool-down must be free to probe:
+// otherwise the breaker would never close again.
+func (b *breaker) abandon() { b.probing.Store(false) }
 
 // success records a successful call and reports whether it closed an open
 // breaker.

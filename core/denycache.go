@@ -10,7 +10,8 @@ import (
 // sliding-log key denied for n units with RetryAfter r cannot fit n or
 // more units before r passes: entries only leave the window at known
 // times, and other requests only add entries. So a hit is a denial the
-// store would give too. (A refund elsewhere can free units early; the
+// store would give too, provided the clocks agree: entries end 0.1% early
+// to absorb drift between the store's clock and this one. (A refund elsewhere can free units early; the
 // cache then denies a little longer than needed, never admits too much.)
 type denyCache struct {
 	c *lru.Cache[string, denyEntry]
@@ -60,7 +61,11 @@ func (c *denyCache) put(key string, n int64, now time.Time, d Decision) {
 	if d.RetryAfter <= 0 {
 		return
 	}
-	c.c.Add(key, denyEntry{until: now.Add(d.RetryAfter), reset: now.Add(d.ResetAfter), n: n, d: d})
+	// The store's clock (Redis TIME, wall time) and this process's
+	// monotonic clock may drift apart by up to NTP's 500 ppm; end the entry
+	// 1000 ppm early so that it never outlasts the store's own denial.
+	ttl := d.RetryAfter - d.RetryAfter/1000
+	c.c.Add(key, denyEntry{until: now.Add(ttl), reset: now.Add(d.ResetAfter), n: n, d: d})
 }
 
 func (c *denyCache) remove(key string) { c.c.Remove(key) }

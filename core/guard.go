@@ -128,7 +128,9 @@ func WithCountIf(count func(status int) bool) GuardOption {
 
 // WithResetIf resets the key after the handler answered a status for which
 // reset(status) is true, for example clearing an account's failure count
-// after a successful login. Off by default.
+// after a successful login. Only the guard's own key is reset: limits
+// added with [WithAlso] keep their units, unless [WithCountIf] refunds
+// them. Off by default.
 func WithResetIf(reset func(status int) bool) GuardOption {
 	return func(c *guardConfig) { c.resetIf = reset }
 }
@@ -220,17 +222,17 @@ func (g *Guard) Limiter() *Limiter { return g.l }
 type Outcome uint8
 
 const (
-	// OutcomeAllow: decided and admitted; the request goes on.
+	// OutcomeAllow means decided and admitted; the request goes on.
 	OutcomeAllow Outcome = iota
-	// OutcomeSkip: not limited (skip predicate, no key, free cost); the
+	// OutcomeSkip means not limited (skip predicate, no key, free cost); the
 	// request goes on.
 	OutcomeSkip
-	// OutcomeDeny: over the limit; 429 (gRPC: ResourceExhausted).
+	// OutcomeDeny means over the limit: 429 (gRPC: ResourceExhausted).
 	OutcomeDeny
-	// OutcomeBadKey: the key source is malformed; 400 (gRPC:
+	// OutcomeBadKey means the key source is malformed: 400 (gRPC:
 	// InvalidArgument).
 	OutcomeBadKey
-	// OutcomeUnavailable: the store failed under FailClosed, or the
+	// OutcomeUnavailable means the store failed under FailClosed, or the
 	// request's context ended before a decision; 503 (gRPC: Unavailable).
 	OutcomeUnavailable
 )
@@ -608,7 +610,9 @@ func (v *Verdict) Finish(ctx context.Context, status int) {
 		if err := h.l.Reset(ctx, h.key); err != nil {
 			v.g.emit(ctx, h.l, Event{Kind: EventStoreError, Key: h.key, Err: err})
 		}
-		return
+		// The reset covers the guard's own limit only; limits added with
+		// WithAlso are finished by count-if below.
+		v.held = v.held[1:]
 	}
 	if cfg.countIf != nil && !cfg.countIf(status) {
 		v.refundAll(ctx)

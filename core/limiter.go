@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync/atomic"
@@ -124,6 +123,7 @@ type Limiter struct {
 	idPrefix string
 	seq      atomic.Uint64
 	tiers    *tierSet
+	inproc   bool // the store never blocks: no timeout context needed
 }
 
 // NewLimiter returns a limiter for policy on store. It returns an error
@@ -174,6 +174,7 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		breaker:  breaker{threshold: int32(o.breakerFails), cooldown: o.breakerCool},
 		idPrefix: base64.RawURLEncoding.EncodeToString(nonce[:]) + ".",
 	}
+	_, l.inproc = store.(*MemoryStore)
 	if o.failure == FailLocal {
 		if m, ok := store.(*MemoryStore); ok {
 			l.local = m
@@ -273,9 +274,11 @@ func (l *Limiter) nextID() string {
 // decide asks the store, falling back by the failure policy.
 func (l *Limiter) decide(ctx context.Context, q Query, take bool, obs Observer) (Decision, error) {
 	now := time.Now()
-	var cause error = errBreakerOpen
-	if l.breaker.allow(now) {
-		sctx, cancel := context.WithTimeout(ctx, l.timeout)
+	if ok, probe := l.breaker.allow(now); ok {
+		sctx, cancel := ctx, context.CancelFunc(nil)
+		if !l.inproc {
+			sctx, cancel = context.WithTimeout(ctx, l.timeout)
+		}
 		var (
 			res Result
 			err error
@@ -285,7 +288,9 @@ func (l *Limiter) decide(ctx context.Context, q Query, take bool, obs Observer) 
 		} else {
 			res, err = l.store.Peek(sctx, q)
 		}
-		cancel()
+		if cancel != nil {
+			cancel()
+		}
 		lat := time.Since(now)
 		if err == nil {
 			if l.breaker.success() {
@@ -302,23 +307,23 @@ func (l *Limiter) decide(ctx context.Context, q Query, take bool, obs Observer) 
 			return d, nil
 		}
 		if cerr := ctx.Err(); cerr != nil {
+			if probe {
+				l.breaker.abandon()
+			}
 			return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, cerr)
 		}
-		cause = err
 		if l.breaker.failure(time.Now()) {
 			defer l.emit(ctx, obs, Event{Kind: EventBreakerOpen, Err: err})
 		}
 		l.emit(ctx, obs, Event{Kind: EventStoreError, Key: q.Key, Cost: q.N, Err: err, Latency: lat})
 	}
-	d := l.fallback(ctx, q, take, cause)
+	d := l.fallback(ctx, q, take)
 	l.emit(ctx, obs, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d})
 	return d, nil
 }
 
-var errBreakerOpen = errors.New("ratekit: circuit breaker open")
-
 // fallback decides without the store.
-func (l *Limiter) fallback(ctx context.Context, q Query, take bool, cause error) Decision {
+func (l *Limiter) fallback(ctx context.Context, q Query, take bool) Decision {
 	switch l.failure {
 	case FailOpen:
 		r := l.minRule()
@@ -341,7 +346,6 @@ func (l *Limiter) fallback(ctx context.Context, q Query, take bool, cause error)
 	}
 	if err != nil {
 		// Unreachable for a MemoryStore; admit rather than fail the request.
-		_ = cause
 		return Decision{Allowed: true, Limit: l.minLimit, Remaining: l.minLimit, Source: SourceOpen}
 	}
 	d := l.decision(res, SourceLocal)

@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -22,6 +23,7 @@ const memShards = 64
 type MemoryStore struct {
 	now    func() int64
 	seed   maphash.Seed
+	ops    atomic.Uint64
 	shards [memShards]memShard
 }
 
@@ -100,6 +102,13 @@ func (s *MemoryStore) decide(ctx context.Context, q Query, take bool) (Result, e
 	if q.Algorithm != SlidingLog && q.Algorithm != SlidingBuckets {
 		return Result{}, fmt.Errorf("ratekit: memory store: algorithm %v: %w", q.Algorithm, ErrInvalidPolicy)
 	}
+	res := s.decideShard(q, take)
+	s.tick()
+	return res, nil
+}
+
+// decideShard decides q under its shard's lock.
+func (s *MemoryStore) decideShard(q Query, take bool) Result {
 	k := memKey(q)
 	sh := s.shard(k)
 	states := make([]RuleState, len(q.Rules))
@@ -112,7 +121,7 @@ func (s *MemoryStore) decide(ctx context.Context, q Query, take bool) (Result, e
 		maxW = max(maxW, r.Window.Microseconds())
 	}
 	if q.Algorithm == SlidingBuckets {
-		return s.decideBuckets(sh, k, lg, q, take, now, maxW, states), nil
+		return s.decideBuckets(sh, k, lg, q, take, now, maxW, states)
 	}
 	var ev []memEvent
 	if lg != nil {
@@ -135,7 +144,7 @@ func (s *MemoryStore) decide(ctx context.Context, q Query, take bool) (Result, e
 		delete(sh.m, k)
 	}
 	sh.sweep(now)
-	return Result{Allowed: allowed, At: now, Rules: states}, nil
+	return Result{Allowed: allowed, At: now, Rules: states}
 }
 
 // evaluate fills states for ev at time now and reports whether n more
@@ -224,16 +233,35 @@ func (sh *memShard) sweep(now int64) {
 	if sh.ops%16 != 0 {
 		return
 	}
+	sh.sweepSome(now, 64)
+}
+
+// sweepSome checks up to limit keys and deletes the expired ones.
+func (sh *memShard) sweepSome(now int64, limit int) {
 	checked := 0
 	for k, lg := range sh.m {
 		if lg.expires <= now {
 			delete(sh.m, k)
 		}
 		checked++
-		if checked == 64 {
+		if checked == limit {
 			break
 		}
 	}
+}
+
+// tick sweeps the shards in turn, one every 32 operations store-wide, so
+// that a shard whose keys see no more traffic is still emptied. It runs
+// outside any shard lock.
+func (s *MemoryStore) tick() {
+	n := s.ops.Add(1)
+	if n%32 != 0 {
+		return
+	}
+	sh := &s.shards[(n/32)%memShards]
+	sh.mu.Lock()
+	sh.sweepSome(s.now(), 64)
+	sh.mu.Unlock()
 }
 
 // Refund implements [Store].

@@ -83,15 +83,6 @@ func (p *Policy) buckets() int {
 	return p.Buckets
 }
 
-// maxWindow returns the longest window of the policy.
-func (p *Policy) maxWindow() time.Duration {
-	var m time.Duration
-	for _, r := range p.Rules {
-		m = max(m, r.Window)
-	}
-	return m
-}
-
 // minLimit returns the smallest limit of the policy.
 func (p *Policy) minLimit() int64 {
 	m := p.Rules[0].Limit

@@ -1,0 +1,70 @@
+package core_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/redistest"
+)
+
+// BenchmarkLimiterAllow measures one decision on each store, from one
+// goroutine and from GOMAXPROCS goroutines. Keys rotate over 4096 so that
+// requests are admitted (the deny cache does not answer them) and each
+// window holds a realistic number of entries.
+func BenchmarkLimiterAllow(b *testing.B) {
+	b.Run("memory", func(b *testing.B) {
+		benchAllow(b, core.NewMemoryStore())
+	})
+	b.Run("redis", func(b *testing.B) {
+		srv := redistest.Start(b) // skipped with -short
+		benchAllow(b, core.NewRedisStore(srv.Client(b)))
+	})
+}
+
+func benchAllow(b *testing.B, store core.Store) {
+	const nkeys = 4096
+	keys := make([]string, nkeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user-%d", i)
+	}
+	l, err := core.NewLimiter(store, core.Policy{Name: "bench", Rules: []core.Rule{{Limit: 1000, Window: time.Second}}},
+		core.WithTimeout(time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	var fallbacks atomic.Int64
+	allow := func(i uint64) {
+		d, err := l.Allow(ctx, keys[i%nkeys])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if d.Source.Fallback() {
+			fallbacks.Add(1)
+		}
+	}
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := uint64(0); b.Loop(); i++ {
+			allow(i)
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		var next atomic.Uint64
+		b.RunParallel(func(pb *testing.PB) {
+			i := next.Add(1) * 7919
+			for pb.Next() {
+				allow(i)
+				i++
+			}
+		})
+	})
+	if n := fallbacks.Load(); n > 0 {
+		b.Errorf("%d decisions fell back: the store did not answer within the timeout", n)
+	}
+}

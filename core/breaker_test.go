@@ -1,0 +1,218 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+)
+
+// Modes of a faultyStore.
+const (
+	modePass int32 = iota // calls reach the MemoryStore underneath
+	modeFail              // calls fail at once
+	modeHang              // calls block until their context ends
+)
+
+var errStoreDown = errors.New("store down")
+
+// faultyStore is a Store whose calls pass through to a MemoryStore, fail
+// or hang, as its mode says; it counts the calls that reach it.
+type faultyStore struct {
+	core.Store
+	mode  atomic.Int32
+	calls atomic.Int64
+}
+
+func newFaultyStore() *faultyStore { return &faultyStore{Store: core.NewMemoryStore()} }
+
+func (s *faultyStore) fault(ctx context.Context) error {
+	s.calls.Add(1)
+	switch s.mode.Load() {
+	case modeFail:
+		return errStoreDown
+	case modeHang:
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return nil
+}
+
+func (s *faultyStore) Take(ctx context.Context, q core.Query) (core.Result, error) {
+	if err := s.fault(ctx); err != nil {
+		return core.Result{}, err
+	}
+	return s.Store.Take(ctx, q)
+}
+
+func (s *faultyStore) Peek(ctx context.Context, q core.Query) (core.Result, error) {
+	if err := s.fault(ctx); err != nil {
+		return core.Result{}, err
+	}
+	return s.Store.Peek(ctx, q)
+}
+
+// eventLog is an Observer that counts events by kind; safe for concurrent
+// use.
+type eventLog struct {
+	mu     sync.Mutex
+	counts map[core.EventKind]int
+	errs   []error
+}
+
+func (o *eventLog) Observe(_ context.Context, e core.Event) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.counts == nil {
+		o.counts = make(map[core.EventKind]int)
+	}
+	o.counts[e.Kind]++
+	if e.Err != nil {
+		o.errs = append(o.errs, e.Err)
+	}
+}
+
+// count returns how many events of kind were seen.
+func (o *eventLog) count(kind core.EventKind) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.counts[kind]
+}
+
+func TestBreakerOpensSkipsStoreAndCloses(t *testing.T) {
+	const (
+		threshold = 3
+		cooldown  = 50 * time.Millisecond
+	)
+	store := newFaultyStore()
+	obs := &eventLog{}
+	l, err := core.NewLimiter(store, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 100, Window: time.Minute}}},
+		core.WithBreaker(threshold, cooldown), core.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	store.mode.Store(modeFail)
+	for i := range threshold + 5 {
+		d, err := l.Allow(ctx, "k")
+		if err != nil || d.Source != core.SourceLocal || !d.Allowed {
+			t.Fatalf("Allow #%d with the store failing = %+v, %v; want allowed locally", i+1, d, err)
+		}
+	}
+	if got := store.calls.Load(); got != threshold {
+		t.Errorf("store calls with the store failing = %d, want %d (none once the breaker opened)", got, threshold)
+	}
+	if got := obs.count(core.EventStoreError); got != threshold {
+		t.Errorf("EventStoreError count = %d, want %d", got, threshold)
+	}
+	if got := obs.count(core.EventBreakerOpen); got != 1 {
+		t.Errorf("EventBreakerOpen count = %d, want 1", got)
+	}
+
+	// Cool-down passed, store still failing: one probe, which reopens.
+	time.Sleep(cooldown + 10*time.Millisecond)
+	for range 5 {
+		if d, _ := l.Allow(ctx, "k"); d.Source != core.SourceLocal {
+			t.Fatalf("Allow after a failed probe = %+v, want Source local", d)
+		}
+	}
+	if got := store.calls.Load(); got != threshold+1 {
+		t.Errorf("store calls after the cool-down = %d, want %d (one probe)", got, threshold+1)
+	}
+
+	// Cool-down passed, store healthy: the probe closes the breaker.
+	store.mode.Store(modePass)
+	time.Sleep(cooldown + 10*time.Millisecond)
+	for i := range 3 {
+		if d, _ := l.Allow(ctx, "k"); d.Source != core.SourceStore {
+			t.Fatalf("Allow #%d after the store recovered = %+v, want Source store", i+1, d)
+		}
+	}
+	if got := obs.count(core.EventBreakerClose); got != 1 {
+		t.Errorf("EventBreakerClose count = %d, want 1", got)
+	}
+	for _, err := range obs.errs {
+		if !errors.Is(err, errStoreDown) {
+			t.Errorf("observed error %v, want it to wrap the store's error", err)
+		}
+	}
+}
+
+// TestBreakerOneProbeAtATime: when the cool-down ends, concurrent requests
+// do not all hit a store that may still be down.
+func TestBreakerOneProbeAtATime(t *testing.T) {
+	const cooldown = 20 * time.Millisecond
+	store := newFaultyStore()
+	l, err := core.NewLimiter(store, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1000, Window: time.Minute}}},
+		core.WithBreaker(1, cooldown), core.WithTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	store.mode.Store(modeFail)
+	if d, err := l.Allow(ctx, "k"); err != nil || d.Source != core.SourceLocal {
+		t.Fatalf("Allow with the store failing = %+v, %v; want Source local", d, err)
+	}
+	store.mode.Store(modeHang)
+	time.Sleep(cooldown + 10*time.Millisecond)
+	before := store.calls.Load()
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			if d, err := l.Allow(ctx, "k"); err != nil || d.Source != core.SourceLocal {
+				t.Errorf("Allow during the probe = %+v, %v; want Source local", d, err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := store.calls.Load() - before; got != 1 {
+		t.Errorf("32 concurrent requests after the cool-down made %d store calls, want 1 probe", got)
+	}
+}
+
+// TestBreakerProbeAbandonedByCaller: a probe whose caller gives up (its
+// context ends) says nothing about the store; the breaker must still probe
+// again and close once the store is back.
+func TestBreakerProbeAbandonedByCaller(t *testing.T) {
+	const cooldown = 20 * time.Millisecond
+	store := newFaultyStore()
+	l, err := core.NewLimiter(store, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1000, Window: time.Minute}}},
+		core.WithBreaker(1, cooldown), core.WithTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.mode.Store(modeFail)
+	if d, _ := l.Allow(context.Background(), "k"); d.Source != core.SourceLocal {
+		t.Fatalf("Allow with the store failing = %+v, want Source local", d)
+	}
+	time.Sleep(cooldown + 10*time.Millisecond)
+
+	// The probe hangs and its caller gives up first.
+	store.mode.Store(modeHang)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	_, err = l.Allow(ctx, "k")
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Allow whose context ended during the store call: error %v, want context.DeadlineExceeded", err)
+	}
+
+	store.mode.Store(modePass)
+	deadline := time.Now().Add(time.Second)
+	for {
+		d, err := l.Allow(context.Background(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Source == core.SourceStore {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Allow 1 s after the store recovered = %+v, want Source store (breaker stuck half-open)", d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,328 @@
+package core_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/storetest"
+)
+
+func TestMemoryStore(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) core.Store { return core.NewMemoryStore() })
+}
+
+// testClock is a clock that moves only when told; safe for concurrent use.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newTestClock() *testClock {
+	return &testClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+}
+
+// Now returns the clock's time.
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Set moves the clock to start + d.
+func (c *testClock) Set(start time.Time, d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = start.Add(d)
+}
+
+// Add moves the clock forward by d.
+func (c *testClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// step is one request at a time offset on a fake clock, with the decision
+// it must get.
+type step struct {
+	at            time.Duration
+	n             int64
+	wantAllowed   bool
+	wantRemaining int64
+	wantRetry     time.Duration
+	wantReset     time.Duration
+	wantRule      int
+}
+
+// runSteps runs steps through a limiter for rules on a MemoryStore with a
+// fake clock, x/time/rate style: time is an argument, so every value is
+// exact.
+func runSteps(t *testing.T, rules []core.Rule, steps []step) {
+	t.Helper()
+	clock := newTestClock()
+	start := clock.Now()
+	// The deny cache runs on the real clock; it is off so that the fake
+	// clock alone decides.
+	l, err := core.NewLimiter(core.NewMemoryStore(core.WithClock(clock.Now)),
+		core.Policy{Name: "p", Rules: rules}, core.WithDenyCache(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range steps {
+		clock.Set(start, s.at)
+		d, err := l.AllowN(context.Background(), "k", s.n)
+		if err != nil {
+			t.Fatalf("step %d: AllowN(k, %d) at %v: %v", i, s.n, s.at, err)
+		}
+		if d.Allowed != s.wantAllowed || d.Remaining != s.wantRemaining || d.RetryAfter != s.wantRetry ||
+			d.ResetAfter != s.wantReset || d.Rule != s.wantRule || d.Source != core.SourceStore {
+			t.Errorf("step %d: AllowN(k, %d) at %v = {Allowed:%v Remaining:%d RetryAfter:%v ResetAfter:%v Rule:%d Source:%v}, "+
+				"want {Allowed:%v Remaining:%d RetryAfter:%v ResetAfter:%v Rule:%d Source:store}",
+				i, s.n, s.at, d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, d.Rule, d.Source,
+				s.wantAllowed, s.wantRemaining, s.wantRetry, s.wantReset, s.wantRule)
+		}
+	}
+}
+
+func TestMemoryExactWindow(t *testing.T) {
+	const (
+		s  = time.Second
+		us = time.Microsecond
+	)
+	for _, tc := range []struct {
+		name  string
+		rules []core.Rule
+		steps []step
+	}{
+		{
+			name:  "3 per 10s",
+			rules: []core.Rule{{Limit: 3, Window: 10 * s}},
+			steps: []step{
+				{at: 0, n: 1, wantAllowed: true, wantRemaining: 2, wantReset: 10 * s},
+				{at: 1 * s, n: 1, wantAllowed: true, wantRemaining: 1, wantReset: 10 * s},
+				{at: 2 * s, n: 1, wantAllowed: true, wantRemaining: 0, wantReset: 10 * s},
+				// Full: the unit of 0s leaves at 10s, the newest at 12s.
+				{at: 3 * s, n: 1, wantRemaining: 0, wantRetry: 7 * s, wantReset: 9 * s},
+				// 2 units need the one of 1s gone too.
+				{at: 3 * s, n: 2, wantRemaining: 0, wantRetry: 8 * s, wantReset: 9 * s},
+				{at: 3 * s, n: 3, wantRemaining: 0, wantRetry: 9 * s, wantReset: 9 * s},
+				// One microsecond before the boundary.
+				{at: 10*s - us, n: 1, wantRemaining: 0, wantRetry: us, wantReset: 2*s + us},
+				// At the boundary the unit of 0s is out: (now-window, now].
+				{at: 10 * s, n: 1, wantAllowed: true, wantRemaining: 0, wantReset: 10 * s},
+				{at: 10 * s, n: 1, wantRemaining: 0, wantRetry: 1 * s, wantReset: 10 * s},
+				{at: 11 * s, n: 1, wantAllowed: true, wantRemaining: 0, wantReset: 10 * s},
+				// Everything gone.
+				{at: 30 * s, n: 3, wantAllowed: true, wantRemaining: 0, wantReset: 10 * s},
+			},
+		},
+		{
+			name:  "same microsecond",
+			rules: []core.Rule{{Limit: 4, Window: s}},
+			steps: []step{
+				{at: 0, n: 1, wantAllowed: true, wantRemaining: 3, wantReset: s},
+				{at: 0, n: 2, wantAllowed: true, wantRemaining: 1, wantReset: s},
+				{at: 0, n: 2, wantRemaining: 1, wantRetry: s, wantReset: s},
+				{at: 0, n: 1, wantAllowed: true, wantRemaining: 0, wantReset: s},
+				{at: s / 2, n: 1, wantRemaining: 0, wantRetry: s / 2, wantReset: s / 2},
+				{at: s, n: 4, wantAllowed: true, wantRemaining: 0, wantReset: s},
+			},
+		},
+		{
+			// SMS: 1 per minute, 5 per hour. Rule 0 binds at first, then
+			// the hour once it is used up.
+			name:  "sms 1/min + 5/h",
+			rules: []core.Rule{{Limit: 1, Window: time.Minute}, {Limit: 5, Window: time.Hour}},
+			steps: []step{
+				{at: 0, n: 1, wantAllowed: true, wantRemaining: 0, wantReset: time.Minute},
+				{at: 30 * s, n: 1, wantRemaining: 0, wantRetry: 30 * s, wantReset: 30 * s},
+				{at: 1 * time.Minute, n: 1, wantAllowed: true, wantRemaining: 0, wantReset: time.Minute},
+				{at: 2 * time.Minute, n: 1, wantAllowed: true, wantRemaining: 0, wantReset: time.Minute},
+				{at: 3 * time.Minute, n: 1, wantAllowed: true, wantRemaining: 0, wantReset: time.Minute},
+				// The 5th unit uses up the hour: both rules have 0 left;
+				// the hour empties last and binds.
+				{at: 4 * time.Minute, n: 1, wantAllowed: true, wantRemaining: 0, wantReset: time.Hour, wantRule: 1},
+				// Both violated: the minute frees at 5 min, the hour at
+				// 60 min and binds.
+				{at: 4*time.Minute + 30*s, n: 1, wantRemaining: 0, wantRetry: 55*time.Minute + 30*s, wantReset: 59*time.Minute + 30*s, wantRule: 1},
+				// The minute rule has room again, the hour does not.
+				{at: 10 * time.Minute, n: 1, wantRemaining: 0, wantRetry: 50 * time.Minute, wantReset: 54 * time.Minute, wantRule: 1},
+				// The unit of 0 min has left the hour.
+				{at: 60*time.Minute + 30*s, n: 1, wantAllowed: true, wantRemaining: 0, wantReset: time.Hour, wantRule: 1},
+				// Both violated: the hour frees at 61 min (the unit of
+				// 1 min), the minute at 61.5 min and binds.
+				{at: 60*time.Minute + 40*s, n: 1, wantRemaining: 0, wantRetry: 50 * s, wantReset: 50 * s, wantRule: 0},
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runSteps(t, tc.rules, tc.steps)
+		})
+	}
+}
+
+func TestMemoryRefundExact(t *testing.T) {
+	clock := newTestClock()
+	l, err := core.NewLimiter(core.NewMemoryStore(core.WithClock(clock.Now)),
+		core.Policy{Name: "p", Rules: []core.Rule{{Limit: 3, Window: time.Second}}}, core.WithDenyCache(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// Two decisions at the same microsecond share one log entry: refunding
+	// one gives back its units only.
+	d1, _ := l.AllowN(ctx, "k", 2)
+	d2, _ := l.Allow(ctx, "k")
+	if !d1.Allowed || !d2.Allowed || d2.Remaining != 0 {
+		t.Fatalf("AllowN(k, 2), Allow(k) = %+v, %+v; want both allowed", d1, d2)
+	}
+	if err := l.Refund(ctx, d1); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := l.Peek(ctx, "k")
+	if d.Remaining != 2 || d.Rules[0].Used != 1 {
+		t.Errorf("Peek after refunding AllowN(k, 2) = %+v, want Used 1, Remaining 2", d)
+	}
+	// A refund after the units left the window gives nothing of the new
+	// units back.
+	clock.Add(2 * time.Second)
+	d, _ = l.AllowN(ctx, "k", 3)
+	if !d.Allowed {
+		t.Errorf("AllowN(k, 3) after the window = %+v, want allowed", d)
+	}
+	if err := l.Refund(ctx, d2); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := l.Peek(ctx, "k"); d.Rules[0].Used != 3 {
+		t.Errorf("Peek after a stale refund: Used %d, want 3 (nothing of the new units given back)", d.Rules[0].Used)
+	}
+}
+
+// TestMemorySweepIdleKeys checks that keys whose windows have passed leave
+// the store as it keeps being used, without a goroutine.
+func TestMemorySweepIdleKeys(t *testing.T) {
+	const (
+		idle = 10000
+		// Enough busy keys that traffic reaches every shard of the store:
+		// keys are swept by the traffic of their own shard.
+		busy = 4096
+	)
+	clock := newTestClock()
+	store := core.NewMemoryStore(core.WithClock(clock.Now))
+	ctx := context.Background()
+	short, err := core.NewLimiter(store, core.Policy{Name: "short", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, err := core.NewLimiter(store, core.Policy{Name: "long", Rules: []core.Rule{{Limit: 1 << 40, Window: time.Minute}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range idle {
+		if d, err := short.Allow(ctx, fmt.Sprintf("idle-%d", i)); err != nil || !d.Allowed {
+			t.Fatalf("Allow(idle-%d) = %+v, %v", i, d, err)
+		}
+	}
+	if got := store.Len(); got != idle {
+		t.Fatalf("Len() after %d keys = %d, want %d", idle, got, idle)
+	}
+	clock.Add(2 * time.Second)
+	keys := make([]string, busy)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("busy-%d", i)
+	}
+	ops := 0
+	for ops < 50*busy && store.Len() > busy {
+		for _, k := range keys {
+			if _, err := long.Allow(ctx, k); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ops += busy
+	}
+	if got := store.Len(); got != busy {
+		t.Fatalf("Len() after %d operations on %d busy keys = %d, want %d (the %d idle keys swept)", ops, busy, got, busy, idle)
+	}
+	t.Logf("%d idle keys swept within %d operations on %d busy keys", idle, ops, busy)
+	// The busy keys keep their units.
+	if d, _ := long.Peek(ctx, "busy-0"); d.Rules[0].Used != int64(ops/busy) {
+		t.Errorf("Peek(busy-0): Used %d, want %d", d.Rules[0].Used, ops/busy)
+	}
+}
+
+// TestMemoryBoundedByLiveKeys checks the store's memory under a stream of
+// keys seen once each (rotating client addresses): it must stay bounded by
+// the keys live within their window, not grow with every key ever seen.
+func TestMemoryBoundedByLiveKeys(t *testing.T) {
+	const (
+		ops    = 100_000
+		tick   = 10 * time.Microsecond
+		window = time.Millisecond
+		live   = int(window / tick) // keys within their window at any time
+		bound  = 2000
+	)
+	clock := newTestClock()
+	store := core.NewMemoryStore(core.WithClock(clock.Now))
+	l, err := core.NewLimiter(store, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: window}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	peak := 0
+	for i := range ops {
+		clock.Add(tick)
+		if d, err := l.Allow(ctx, fmt.Sprintf("client-%d", i)); err != nil || !d.Allowed {
+			t.Fatalf("Allow(client-%d) = %+v, %v", i, d, err)
+		}
+		if i%1000 == 0 {
+			peak = max(peak, store.Len())
+		}
+	}
+	peak = max(peak, store.Len())
+	t.Logf("%d one-off keys, %d live at a time: peak Len() %d", ops, live, peak)
+	if peak > bound {
+		t.Errorf("peak Len() = %d over %d one-off keys with %d live at a time, want at most %d", peak, ops, live, bound)
+	}
+}
+
+// TestMemoryHammerOneKey: 256 goroutines on one key admit exactly the
+// limit.
+func TestMemoryHammerOneKey(t *testing.T) {
+	const (
+		limit      = 1000
+		goroutines = 256
+		each       = 8
+	)
+	l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "p", Rules: []core.Rule{{Limit: limit, Window: 30 * time.Second}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range goroutines {
+		wg.Go(func() {
+			<-start
+			for range each {
+				d, err := l.Allow(context.Background(), "k")
+				if err != nil {
+					t.Errorf("Allow(k): %v", err)
+					return
+				}
+				if d.Allowed {
+					allowed.Add(1)
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if got := allowed.Load(); got != limit {
+		t.Errorf("%d goroutines x %d Allow(k) with Limit %d: %d allowed, want exactly %d", goroutines, each, limit, got, limit)
+	}
+}

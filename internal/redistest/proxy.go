@@ -1,0 +1,190 @@
+package redistest
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Proxy is a loopback TCP proxy to a server, for faults that Redis itself
+// cannot produce: latency on replies, and replies lost after the command
+// ran. Its methods are safe for concurrent use.
+//
+// The proxy sees bytes, not commands. It treats each chunk of data a
+// client writes as one request, which holds for a go-redis client that
+// does not pipeline: each command goes out in one write, and the next one
+// only after the reply.
+type Proxy struct {
+	target string
+	ln     net.Listener
+
+	latency  atomic.Int64 // time.Duration added to every reply chunk
+	drop     atomic.Bool  // drop the reply to the next request
+	requests atomic.Int64
+	dropped  atomic.Int64
+	accepted atomic.Int64
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	done   chan struct{}
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+// NewProxy starts a proxy on a free port of 127.0.0.1 that forwards every
+// connection to target, and registers a cleanup that closes it.
+func NewProxy(t testing.TB, target string) *Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("redistest: proxy: %v", err)
+	}
+	p := &Proxy{target: target, ln: ln, conns: make(map[net.Conn]struct{}), done: make(chan struct{})}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(p.Close)
+	return p
+}
+
+// Addr returns the proxy's address, "127.0.0.1:port".
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// SetLatency delays every reply chunk by d from now on; 0 removes the
+// delay.
+func (p *Proxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
+
+// DropNextReply makes the proxy forward the next request of any client to
+// the server as usual, but close that client's connection instead of
+// forwarding the server's reply. The command runs; the client sees a
+// broken connection, and go-redis retries the command on a new one.
+func (p *Proxy) DropNextReply() { p.drop.Store(true) }
+
+// Requests returns the number of requests (client write chunks) forwarded
+// to the server so far.
+func (p *Proxy) Requests() int64 { return p.requests.Load() }
+
+// Dropped returns the number of replies dropped so far.
+func (p *Proxy) Dropped() int64 { return p.dropped.Load() }
+
+// Conns returns the number of client connections accepted so far.
+func (p *Proxy) Conns() int64 { return p.accepted.Load() }
+
+// Close stops the proxy, closes every connection and waits for its
+// goroutines to exit. Closing twice does nothing.
+func (p *Proxy) Close() {
+	p.once.Do(func() {
+		p.mu.Lock()
+		p.closed = true
+		close(p.done)
+		for c := range p.conns {
+			_ = c.Close()
+		}
+		p.mu.Unlock()
+		_ = p.ln.Close()
+		p.wg.Wait()
+	})
+}
+
+// track registers c for Close; it reports false (and closes c) when the
+// proxy is closed.
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		_ = c.Close()
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Proxy) untrack(c net.Conn) {
+	_ = c.Close()
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.accepted.Add(1)
+		if !p.track(c) {
+			return
+		}
+		p.wg.Add(1)
+		go p.serve(c)
+	}
+}
+
+// serve pumps one client connection to a fresh server connection.
+func (p *Proxy) serve(client net.Conn) {
+	defer p.wg.Done()
+	defer p.untrack(client)
+	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	if err != nil {
+		return
+	}
+	if !p.track(server) {
+		return
+	}
+	defer p.untrack(server)
+	var dropReply atomic.Bool
+	upDone := make(chan struct{})
+	go func() {
+		defer close(upDone)
+		// When either direction ends, end both.
+		defer client.Close()
+		defer server.Close()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := client.Read(buf)
+			if n > 0 {
+				if p.drop.CompareAndSwap(true, false) {
+					dropReply.Store(true)
+				}
+				p.requests.Add(1)
+				if _, werr := server.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := server.Read(buf)
+		if n > 0 {
+			if dropReply.Load() {
+				p.dropped.Add(1)
+				break
+			}
+			if d := time.Duration(p.latency.Load()); d > 0 {
+				tm := time.NewTimer(d)
+				select {
+				case <-tm.C:
+				case <-p.done:
+					tm.Stop()
+				}
+			}
+			if _, werr := client.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	_ = client.Close()
+	_ = server.Close()
+	<-upDone
+}

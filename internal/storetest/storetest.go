@@ -1,0 +1,968 @@
+// Package storetest is the behavioural suite every [core.Store] passes, in
+// the spirit of testing/fstest.TestFS: [Run] drives a store through
+// [core.NewLimiter] (and directly where the store's own answer is the
+// point) and checks exact admission under concurrency, multi-rule binding,
+// exact RetryAfter, Peek, Reset, Refund, cost validation, bounded keys and
+// window expiry.
+package storetest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+)
+
+// callTimeout bounds every store call of the suite. It is generous on
+// purpose: the suite checks what a store decides, not how fast, and a
+// fallback decision on a loaded machine would make the counts meaningless.
+// Every decision is checked to come from the store (or the deny cache).
+const callTimeout = 5 * time.Second
+
+// slack is what time bracket checks allow beyond the bracket itself, for
+// rounding to microseconds.
+const slack = time.Millisecond
+
+// driftPPM is the clock-rate difference a bracket check allows between the
+// store's clock and the clock the bracket is read from, in parts per
+// million of the time measured (NTP slews a clock by at most 500 ppm).
+const driftPPM = 500
+
+// Run runs the suite against stores made by newStore. Each subtest calls
+// newStore once and uses policy names of its own, so stores made by
+// newStore may share one backend (one Redis server). Subtests run in
+// parallel.
+func Run(t *testing.T, newStore func(t *testing.T) core.Store) {
+	s := &suite{newStore: newStore, nonce: nonce(t)}
+	for _, tc := range []struct {
+		name string
+		f    func(t *testing.T, s *suite)
+	}{
+		{"ConcurrentAdmission", testConcurrentAdmission},
+		{"ConcurrentTakeRetryAfter", testConcurrentTakeRetryAfter},
+		{"SameInstantUnits", testSameInstantUnits},
+		{"MultiRuleBinding", testMultiRuleBinding},
+		{"MultiRuleStore", testMultiRuleStore},
+		{"ExactRetryAfter", testExactRetryAfter},
+		{"RetryAfterBracket", testRetryAfterBracket},
+		{"RemainingLimitResetAfter", testRemaining},
+		{"AllowN", testAllowN},
+		{"InvalidCost", testInvalidCost},
+		{"CanceledContext", testCanceledContext},
+		{"Peek", testPeek},
+		{"Reset", testReset},
+		{"Refund", testRefund},
+		{"Isolation", testIsolation},
+		{"NewLimiterValidation", testValidation},
+		{"LongKeys", testLongKeys},
+		{"WindowExpiry", testWindowExpiry},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.f(t, s)
+		})
+	}
+}
+
+type suite struct {
+	newStore func(t *testing.T) core.Store
+	nonce    string
+	seq      atomic.Int64
+}
+
+func nonce(t *testing.T) string {
+	t.Helper()
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// name returns a policy name no other subtest (or earlier run on the same
+// backend) uses.
+func (s *suite) name() string {
+	return fmt.Sprintf("st-%s-%d", s.nonce, s.seq.Add(1))
+}
+
+// store returns a new store wrapped in a spy.
+func (s *suite) store(t *testing.T) *spy {
+	t.Helper()
+	return &spy{Store: s.newStore(t)}
+}
+
+// limiter returns a limiter for rules on a new store, with the suite's
+// call timeout before opts.
+func (s *suite) limiter(t *testing.T, rules []core.Rule, opts ...core.Option) (*core.Limiter, *spy) {
+	t.Helper()
+	st := s.store(t)
+	l, err := core.NewLimiter(st, core.Policy{Name: s.name(), Rules: rules}, append([]core.Option{core.WithTimeout(callTimeout)}, opts...)...)
+	if err != nil {
+		t.Fatalf("NewLimiter: %v", err)
+	}
+	return l, st
+}
+
+// spy is a Store that records what the limiter asks of the store it wraps.
+type spy struct {
+	core.Store
+	takes  atomic.Int64
+	maxKey atomic.Int64
+	mu     sync.Mutex
+	keys   map[string]bool
+}
+
+func (s *spy) see(q core.Query) {
+	for {
+		m := s.maxKey.Load()
+		if int64(len(q.Key)) <= m || s.maxKey.CompareAndSwap(m, int64(len(q.Key))) {
+			break
+		}
+	}
+	s.mu.Lock()
+	if s.keys == nil {
+		s.keys = make(map[string]bool)
+	}
+	s.keys[q.Key] = true
+	s.mu.Unlock()
+}
+
+func (s *spy) Take(ctx context.Context, q core.Query) (core.Result, error) {
+	s.takes.Add(1)
+	s.see(q)
+	return s.Store.Take(ctx, q)
+}
+
+func (s *spy) Peek(ctx context.Context, q core.Query) (core.Result, error) {
+	s.see(q)
+	return s.Store.Peek(ctx, q)
+}
+
+func (s *spy) Refund(ctx context.Context, q core.Query, at int64) error {
+	s.see(q)
+	return s.Store.Refund(ctx, q, at)
+}
+
+func (s *spy) Reset(ctx context.Context, q core.Query) error {
+	s.see(q)
+	return s.Store.Reset(ctx, q)
+}
+
+func (s *spy) sawKey(k string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.keys[k]
+}
+
+// ctx returns a context bounded by the suite's call timeout.
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), callTimeout)
+	t.Cleanup(cancel)
+	return c
+}
+
+// show formats a decision without its per-rule states.
+func show(d core.Decision) string {
+	return fmt.Sprintf("{Allowed:%v Limit:%d Remaining:%d RetryAfter:%v ResetAfter:%v Rule:%d Source:%v}",
+		d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Rule, d.Source)
+}
+
+// allowN calls l.AllowN and fails t on an error or a fallback decision.
+func allowN(t *testing.T, l *core.Limiter, key string, n int64) core.Decision {
+	t.Helper()
+	d, err := l.AllowN(ctx(t), key, n)
+	if err != nil {
+		t.Fatalf("AllowN(%q, %d): %v", key, n, err)
+	}
+	if d.Source.Fallback() {
+		t.Fatalf("AllowN(%q, %d) = %s, want a decision of the store", key, n, show(d))
+	}
+	return d
+}
+
+func allow(t *testing.T, l *core.Limiter, key string) core.Decision {
+	t.Helper()
+	return allowN(t, l, key, 1)
+}
+
+func peek(t *testing.T, l *core.Limiter, key string) core.Decision {
+	t.Helper()
+	d, err := l.Peek(ctx(t), key)
+	if err != nil {
+		t.Fatalf("Peek(%q): %v", key, err)
+	}
+	if d.Source != core.SourceStore {
+		t.Fatalf("Peek(%q) = %s, want Source store", key, show(d))
+	}
+	return d
+}
+
+// inBracket reports whether got is a possible RetryAfter for a unit
+// admitted between firstBefore and firstAfter to leave a window w, seen by
+// a decision made between before and after. The store's clock readings are
+// only known to lie within those local readings, so the bracket is as
+// tight as the calls were fast: no tolerance is guessed.
+//
+// A store reads either this machine's wall clock (Redis TIME, client time)
+// or its monotonic clock (MemoryStore), and the two can run at different
+// rates while the wall clock is slewed; got must fit the bracket read from
+// one of them. lo and hi are the bracket's union.
+func inBracket(got, w time.Duration, firstBefore, firstAfter, before, after time.Time) (lo, hi time.Duration, ok bool) {
+	bracket := func(firstBefore, firstAfter, before, after time.Time) (lo, hi time.Duration) {
+		drift := w * driftPPM / 1e6
+		return w - after.Sub(firstBefore) - slack - drift, w - before.Sub(firstAfter) + slack + drift
+	}
+	// Sub uses the monotonic readings; Round(0) strips them, leaving the
+	// wall clock.
+	mlo, mhi := bracket(firstBefore, firstAfter, before, after)
+	wlo, whi := bracket(firstBefore.Round(0), firstAfter.Round(0), before.Round(0), after.Round(0))
+	ok = got >= mlo && got <= mhi || got >= wlo && got <= whi
+	return min(mlo, wlo), max(mhi, whi), ok
+}
+
+func testConcurrentAdmission(t *testing.T, s *suite) {
+	const (
+		limit      = 100
+		goroutines = 32
+		each       = 10
+	)
+	l, _ := s.limiter(t, []core.Rule{{Limit: limit, Window: time.Minute}})
+	var allowed, denied atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	c := ctx(t)
+	for range goroutines {
+		wg.Go(func() {
+			<-start
+			for range each {
+				d, err := l.Allow(c, "k")
+				switch {
+				case err != nil:
+					t.Errorf("Allow(%q): %v", "k", err)
+				case d.Source.Fallback():
+					t.Errorf("Allow(%q) = %s, want a decision of the store", "k", show(d))
+				case d.Allowed:
+					if d.Source != core.SourceStore {
+						t.Errorf("Allow(%q) = %s, want admissions from the store", "k", show(d))
+					}
+					allowed.Add(1)
+				default:
+					denied.Add(1)
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if got := allowed.Load(); got != limit {
+		t.Errorf("%d goroutines x %d Allow with Limit %d: %d allowed, want exactly %d", goroutines, each, limit, got, limit)
+	}
+	if got := denied.Load(); got != goroutines*each-limit {
+		t.Errorf("%d denied, want %d", got, goroutines*each-limit)
+	}
+	// Units admitted at the same microsecond must all count.
+	d := peek(t, l, "k")
+	if d.Allowed || d.Rules[0].Used != limit || d.Remaining != 0 {
+		t.Errorf("Peek after the flood = %s, Used %d; want denied with Used %d, Remaining 0", show(d), d.Rules[0].Used, limit)
+	}
+}
+
+// testConcurrentTakeRetryAfter is the classic case at the store level:
+// 1005 takes at once with Limit 1000 admit 1000, and each of the 5
+// denials says exactly when the oldest unit leaves the window.
+func testConcurrentTakeRetryAfter(t *testing.T, s *suite) {
+	const (
+		limit  = 1000
+		extra  = 5
+		window = time.Minute
+	)
+	st := s.store(t)
+	q := core.Query{Policy: s.name(), Key: "k", Rules: []core.Rule{{Limit: limit, Window: window}}, N: 1}
+	results := make([]core.Result, limit+extra)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	c := ctx(t)
+	for i := range results {
+		wg.Go(func() {
+			q := q
+			q.ID = fmt.Sprintf("c%d", i)
+			<-start
+			r, err := st.Take(c, q)
+			if err != nil {
+				t.Errorf("Take(%s): %v", q.ID, err)
+			}
+			results[i] = r
+		})
+	}
+	close(start)
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	var admitted int
+	oldest := int64(-1)
+	for _, r := range results {
+		if r.Allowed {
+			admitted++
+			if oldest < 0 || r.At < oldest {
+				oldest = r.At
+			}
+		}
+	}
+	if admitted != limit {
+		t.Fatalf("%d concurrent Take with Limit %d: %d admitted, want %d", limit+extra, limit, admitted, limit)
+	}
+	for _, r := range results {
+		if r.Allowed {
+			continue
+		}
+		want := time.Duration(oldest+window.Microseconds()-r.At) * time.Microsecond
+		if got := r.Rules[0].RetryAfter; got != want {
+			t.Errorf("denied Take at %d: RetryAfter %v, want %v (oldest %d + window - at)", r.At, got, want, oldest)
+		}
+		if r.Rules[0].Used != limit {
+			t.Errorf("denied Take at %d: Used %d, want %d", r.At, r.Rules[0].Used, limit)
+		}
+	}
+}
+
+func testSameInstantUnits(t *testing.T, s *suite) {
+	l, _ := s.limiter(t, []core.Rule{{Limit: 10, Window: time.Minute}})
+	for i, want := range []int64{5, 10} {
+		d := allowN(t, l, "k", 5)
+		if !d.Allowed || d.Rules[0].Used != want {
+			t.Errorf("AllowN(k, 5) #%d = %s, Used %d; want allowed with Used %d", i+1, show(d), d.Rules[0].Used, want)
+		}
+	}
+	if d := allow(t, l, "k"); d.Allowed {
+		t.Errorf("Allow(k) after 2 x AllowN(k, 5) with Limit 10 = %s, want denied", show(d))
+	}
+}
+
+// testMultiRuleBinding checks 1/200ms + 3/1s: a denial names the rule
+// that binds, with that rule's RetryAfter.
+func testMultiRuleBinding(t *testing.T, s *suite) {
+	const (
+		short = 200 * time.Millisecond
+		long  = time.Second
+	)
+	l, _ := s.limiter(t, []core.Rule{{Limit: 1, Window: short}, {Limit: 3, Window: long}}, core.WithDenyCache(0))
+	retryTiming(t, func(key string) bool {
+		t1b := time.Now()
+		d := allow(t, l, key)
+		t1a := time.Now()
+		if !d.Allowed || d.Rule != 0 || d.Limit != 1 || d.Window != short || d.Remaining != 0 || d.Rules[1].Remaining() != 2 {
+			t.Fatalf("Allow #1 = %s, want allowed, binding Rules[0] (1 per %v, Remaining 0), Rules[1] Remaining 2", show(d), short)
+		}
+
+		// Only the 200 ms rule is violated.
+		b := time.Now()
+		d = allow(t, l, key)
+		a := time.Now()
+		if d.Allowed && b.Sub(t1a) >= short {
+			return false // stalled past the window: allowed rightly
+		}
+		if d.Allowed || d.Rule != 0 || d.Limit != 1 {
+			t.Fatalf("Allow #2 right after #1 = %s, want denied by Rules[0] (1 per %v)", show(d), short)
+		}
+		if d.Rules[1].RetryAfter != 0 {
+			t.Errorf("Allow #2: Rules[1].RetryAfter = %v, want 0 (3 per %v has room)", d.Rules[1].RetryAfter, long)
+		}
+		if lo, hi, ok := inBracket(d.RetryAfter, short, t1b, t1a, b, a); !ok {
+			t.Errorf("Allow #2: RetryAfter = %v, want in [%v, %v]", d.RetryAfter, lo, hi)
+		}
+
+		// Units 2 and 3, each as soon as the 200 ms rule allows.
+		time.Sleep(d.RetryAfter + 2*time.Millisecond)
+		var t3b, t3a time.Time
+		for i := 2; i <= 3; i++ {
+			t3b = time.Now()
+			d = allow(t, l, key)
+			t3a = time.Now()
+			if !d.Allowed {
+				t.Fatalf("Allow of unit %d after the %v rule freed = %s, want allowed", i, short, show(d))
+			}
+			if want := int64(3 - i); d.Rules[1].Remaining() != want {
+				t.Errorf("Allow of unit %d: Rules[1] Remaining %d, want %d", i, d.Rules[1].Remaining(), want)
+			}
+			if i == 2 {
+				time.Sleep(d.Rules[0].ResetAfter + 2*time.Millisecond)
+			}
+		}
+
+		// Both rules are violated now: the 200 ms one by unit 3, the 1 s
+		// one by units 1-3. The one that frees last binds.
+		b = time.Now()
+		d = allow(t, l, key)
+		a = time.Now()
+		if d.Allowed && b.Sub(t3a) >= short {
+			return false
+		}
+		if d.Allowed || d.Remaining != 0 {
+			t.Fatalf("Allow #4 = %s, want denied, Remaining 0", show(d))
+		}
+		r0, r1 := d.Rules[0].RetryAfter, d.Rules[1].RetryAfter
+		if lo, hi, ok := inBracket(r0, short, t3b, t3a, b, a); !ok {
+			t.Errorf("Allow #4: Rules[0].RetryAfter = %v, want in [%v, %v] (unit 3 leaving the %v window)", r0, lo, hi, short)
+		}
+		if lo, hi, ok := inBracket(r1, long, t1b, t1a, b, a); !ok {
+			t.Errorf("Allow #4: Rules[1].RetryAfter = %v, want in [%v, %v] (unit 1 leaving the %v window)", r1, lo, hi, long)
+		}
+		want := 0
+		if r1 > r0 {
+			want = 1
+		}
+		if d.Rule != want || d.RetryAfter != max(r0, r1) || d.Limit != d.Rules[want].Limit || d.Window != d.Rules[want].Window {
+			t.Errorf("Allow #4 = %s with Rules[0].RetryAfter %v, Rules[1].RetryAfter %v; want binding Rules[%d] and its RetryAfter", show(d), r0, r1, want)
+		}
+		// Unit 3 came 400 ms after unit 1 unless the machine stalled: the
+		// 1 s rule must be the one that binds then.
+		if t3a.Add(short).Before(t1b.Add(long)) && d.Rule != 1 {
+			t.Errorf("Allow #4 = %s, want denied by Rules[1] (3 per %v), which frees last", show(d), long)
+		}
+		return t3a.Add(short).Before(t1b.Add(long))
+	})
+}
+
+// testMultiRuleStore checks the store's own answer for two rules: each
+// rule's RetryAfter is exact, and a denial records nothing in any rule.
+func testMultiRuleStore(t *testing.T, s *suite) {
+	const (
+		w1 = 30 * time.Second
+		w2 = time.Minute
+	)
+	st := s.store(t)
+	rules := []core.Rule{{Limit: 2, Window: w1}, {Limit: 3, Window: w2}}
+	q := core.Query{Policy: s.name(), Key: "k", Rules: rules, N: 1}
+	take := func(id string, n int64) core.Result {
+		t.Helper()
+		q := q
+		q.ID, q.N = id, n
+		r, err := st.Take(ctx(t), q)
+		if err != nil {
+			t.Fatalf("Take(%s, %d): %v", id, n, err)
+		}
+		return r
+	}
+	r1 := take("a", 2)
+	if !r1.Allowed || r1.Rules[0].Used != 2 || r1.Rules[1].Used != 2 {
+		t.Fatalf("Take(a, 2) = %+v, want allowed, Used 2 in both rules", r1)
+	}
+	r := take("b", 1)
+	if r.Allowed {
+		t.Fatalf("Take(b, 1) = %+v, want denied by Rules[0]", r)
+	}
+	if want := time.Duration(r1.At+w1.Microseconds()-r.At) * time.Microsecond; r.Rules[0].RetryAfter != want {
+		t.Errorf("Take(b, 1): Rules[0].RetryAfter = %v, want %v", r.Rules[0].RetryAfter, want)
+	}
+	if r.Rules[1].RetryAfter != 0 || r.Rules[1].Used != 2 {
+		t.Errorf("Take(b, 1): Rules[1] = %+v, want room (RetryAfter 0, Used 2)", r.Rules[1])
+	}
+	// 2 units violate both rules: Rules[1] needs 1 of a's units gone too.
+	r = take("c", 2)
+	if r.Allowed || r.Rules[0].RetryAfter <= 0 || r.Rules[1].RetryAfter <= 0 {
+		t.Fatalf("Take(c, 2) = %+v, want denied by both rules", r)
+	}
+	if want := time.Duration(r1.At+w2.Microseconds()-r.At) * time.Microsecond; r.Rules[1].RetryAfter != want {
+		t.Errorf("Take(c, 2): Rules[1].RetryAfter = %v, want %v", r.Rules[1].RetryAfter, want)
+	}
+	p, err := st.Peek(ctx(t), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Rules[0].Used != 2 || p.Rules[1].Used != 2 {
+		t.Errorf("Peek after denials = %+v, want Used 2 in both rules (denials record nothing)", p)
+	}
+}
+
+// testExactRetryAfter checks, at the store level where the decision's
+// time is known, that RetryAfter is exactly when enough units leave.
+func testExactRetryAfter(t *testing.T, s *suite) {
+	const window = time.Minute
+	st := s.store(t)
+	q := core.Query{Policy: s.name(), Key: "k", Rules: []core.Rule{{Limit: 3, Window: window}}}
+	var at [3]int64
+	for i := range at {
+		q.ID, q.N = fmt.Sprintf("u%d", i), 1
+		r, err := st.Take(ctx(t), q)
+		if err != nil || !r.Allowed {
+			t.Fatalf("Take(u%d) = %+v, %v; want allowed", i, r, err)
+		}
+		at[i] = r.At
+		if i > 0 && at[i] < at[i-1] {
+			t.Errorf("Take(u%d).At = %d, before the previous %d", i, at[i], at[i-1])
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		n      int64
+		peek   bool
+		oldest int // the unit that must leave
+	}{
+		{"take 1", 1, false, 0},
+		{"take 2", 2, false, 1},
+		{"take 3", 3, false, 2},
+		{"peek 1", 1, true, 0},
+		{"peek 2", 2, true, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := q
+			q.N, q.ID = tc.n, "x-"+tc.name
+			var (
+				r   core.Result
+				err error
+			)
+			if tc.peek {
+				q.ID = ""
+				r, err = st.Peek(ctx(t), q)
+			} else {
+				r, err = st.Take(ctx(t), q)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := time.Duration(at[tc.oldest]+window.Microseconds()-r.At) * time.Microsecond
+			if r.Allowed || r.Rules[0].RetryAfter != want {
+				t.Errorf("%s on a full window = Allowed %v, RetryAfter %v; want denied, RetryAfter %v", tc.name, r.Allowed, r.Rules[0].RetryAfter, want)
+			}
+			if want := time.Duration(at[2]+window.Microseconds()-r.At) * time.Microsecond; r.Rules[0].ResetAfter != want {
+				t.Errorf("%s: ResetAfter %v, want %v (newest unit leaving)", tc.name, r.Rules[0].ResetAfter, want)
+			}
+		})
+	}
+}
+
+// testRetryAfterBracket checks RetryAfter through the limiter, against
+// this process's clock.
+func testRetryAfterBracket(t *testing.T, s *suite) {
+	const window = time.Second
+	l, _ := s.limiter(t, []core.Rule{{Limit: 2, Window: window}}, core.WithDenyCache(0))
+	retryTiming(t, func(key string) bool {
+		b1 := time.Now()
+		allow(t, l, key)
+		a1 := time.Now()
+		allow(t, l, key)
+		for i := range 3 {
+			b := time.Now()
+			d := allow(t, l, key)
+			a := time.Now()
+			if d.Allowed && b.Sub(a1) >= window {
+				return false
+			}
+			if d.Allowed {
+				t.Fatalf("Allow #%d on a full window = %s, want denied", i+3, show(d))
+			}
+			if lo, hi, ok := inBracket(d.RetryAfter, window, b1, a1, b, a); !ok {
+				t.Errorf("Allow #%d: RetryAfter = %v, want in [%v, %v]", i+3, d.RetryAfter, lo, hi)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return true
+	})
+}
+
+func testRemaining(t *testing.T, s *suite) {
+	const window = time.Minute
+	l, _ := s.limiter(t, []core.Rule{{Limit: 5, Window: window}}, core.WithDenyCache(0))
+	for _, tc := range []struct {
+		name          string
+		n             int64
+		wantAllowed   bool
+		wantRemaining int64
+	}{
+		{"1st", 1, true, 4},
+		{"2nd", 1, true, 3},
+		{"3 more", 3, true, 0},
+		{"over", 1, false, 0},
+	} {
+		d := allowN(t, l, "k", tc.n)
+		if d.Allowed != tc.wantAllowed || d.Remaining != tc.wantRemaining || d.Limit != 5 || d.Source != core.SourceStore {
+			t.Errorf("%s: AllowN(k, %d) = %s, want Allowed=%v Limit=5 Remaining=%d Source=store",
+				tc.name, tc.n, show(d), tc.wantAllowed, tc.wantRemaining)
+		}
+		switch {
+		case d.Allowed && d.ResetAfter != window:
+			// The newest unit was just admitted: the window is empty
+			// exactly one window from now.
+			t.Errorf("%s: ResetAfter = %v, want %v", tc.name, d.ResetAfter, window)
+		case !d.Allowed && (d.ResetAfter <= 0 || d.ResetAfter > window || d.RetryAfter <= 0 || d.RetryAfter > d.ResetAfter):
+			t.Errorf("%s: ResetAfter %v, RetryAfter %v; want 0 < RetryAfter <= ResetAfter <= %v", tc.name, d.ResetAfter, d.RetryAfter, window)
+		case d.Allowed && d.RetryAfter != 0:
+			t.Errorf("%s: RetryAfter = %v on an admission, want 0", tc.name, d.RetryAfter)
+		}
+		if len(d.Rules) != 1 || d.Rules[0].Limit != 5 || d.Rules[0].Window != window {
+			t.Errorf("%s: Rules = %+v, want one state of 5 per %v", tc.name, d.Rules, window)
+		}
+	}
+	// An unknown key: everything left, nothing to reset.
+	d := peek(t, l, "other")
+	if !d.Allowed || d.Remaining != 5 || d.ResetAfter != 0 || d.RetryAfter != 0 {
+		t.Errorf("Peek(other) = %s, want allowed, Remaining 5, ResetAfter 0", show(d))
+	}
+}
+
+func testAllowN(t *testing.T, s *suite) {
+	l, _ := s.limiter(t, []core.Rule{{Limit: 10, Window: time.Minute}})
+	for _, tc := range []struct {
+		n             int64
+		wantAllowed   bool
+		wantRemaining int64
+	}{
+		{4, true, 6},
+		{7, false, 6}, // does not fit: records nothing
+		{6, true, 0},
+		{1, false, 0},
+	} {
+		d := allowN(t, l, "k", tc.n)
+		if d.Allowed != tc.wantAllowed || d.Remaining != tc.wantRemaining {
+			t.Errorf("AllowN(k, %d) = %s, want Allowed=%v Remaining=%d", tc.n, show(d), tc.wantAllowed, tc.wantRemaining)
+		}
+	}
+	// A larger request than a cached denial is denied too; a smaller one
+	// goes to the store.
+	l2, _ := s.limiter(t, []core.Rule{{Limit: 10, Window: time.Minute}})
+	allowN(t, l2, "k", 8)
+	if d := allowN(t, l2, "k", 3); d.Allowed {
+		t.Fatalf("AllowN(k, 3) with 2 left = %s, want denied", show(d))
+	}
+	if d := allowN(t, l2, "k", 5); d.Allowed || d.RetryAfter <= 0 {
+		t.Errorf("AllowN(k, 5) after AllowN(k, 3) was denied = %s, want denied with RetryAfter", show(d))
+	}
+	if d := allowN(t, l2, "k", 2); !d.Allowed || d.Remaining != 0 {
+		t.Errorf("AllowN(k, 2) with 2 left = %s, want allowed, Remaining 0", show(d))
+	}
+}
+
+func testInvalidCost(t *testing.T, s *suite) {
+	l, st := s.limiter(t, []core.Rule{{Limit: 10, Window: time.Minute}, {Limit: 5, Window: time.Second}})
+	for _, n := range []int64{0, -1, 6, 1 << 40} {
+		d, err := l.AllowN(context.Background(), "k", n)
+		if !errors.Is(err, core.ErrInvalidCost) {
+			t.Errorf("AllowN(k, %d) error = %v, want ErrInvalidCost", n, err)
+		}
+		if d.Allowed {
+			t.Errorf("AllowN(k, %d) = %s with an error, want a zero Decision", n, show(d))
+		}
+	}
+	if n := st.takes.Load(); n != 0 {
+		t.Errorf("invalid costs made %d store calls, want 0", n)
+	}
+	if d := allowN(t, l, "k", 5); !d.Allowed {
+		t.Errorf("AllowN(k, 5) with smallest Limit 5 = %s, want allowed", show(d))
+	}
+}
+
+func testCanceledContext(t *testing.T, s *suite) {
+	l, st := s.limiter(t, []core.Rule{{Limit: 1, Window: time.Minute}})
+	c, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := l.Allow(c, "k"); !errors.Is(err, context.Canceled) {
+		t.Errorf("Allow with a canceled context: error %v, want context.Canceled", err)
+	}
+	if _, err := l.Peek(c, "k"); !errors.Is(err, context.Canceled) {
+		t.Errorf("Peek with a canceled context: error %v, want context.Canceled", err)
+	}
+	if n := st.takes.Load(); n != 0 {
+		t.Errorf("canceled calls made %d store calls, want 0", n)
+	}
+	if d := allow(t, l, "k"); !d.Allowed {
+		t.Errorf("Allow(k) after canceled calls = %s, want allowed (nothing consumed)", show(d))
+	}
+}
+
+func testPeek(t *testing.T, s *suite) {
+	l, _ := s.limiter(t, []core.Rule{{Limit: 3, Window: time.Minute}})
+	for range 5 {
+		if d := peek(t, l, "k"); !d.Allowed || d.Remaining != 3 || d.Limit != 3 {
+			t.Fatalf("Peek(k) on a fresh key = %s, want allowed, Remaining 3", show(d))
+		}
+	}
+	for i := range 3 {
+		if d := allow(t, l, "k"); !d.Allowed || d.Remaining != int64(2-i) {
+			t.Fatalf("Allow(k) #%d after 5 Peek = %s, want allowed, Remaining %d", i+1, show(d), 2-i)
+		}
+	}
+	for range 3 {
+		d := peek(t, l, "k")
+		if d.Allowed || d.Remaining != 0 || d.RetryAfter <= 0 || d.Rules[0].Used != 3 {
+			t.Errorf("Peek(k) on a full key = %s, Used %d; want denied, Remaining 0, RetryAfter > 0, Used 3", show(d), d.Rules[0].Used)
+		}
+	}
+}
+
+func testReset(t *testing.T, s *suite) {
+	l, _ := s.limiter(t, []core.Rule{{Limit: 2, Window: time.Minute}})
+	allow(t, l, "k")
+	allow(t, l, "k")
+	allow(t, l, "other")
+	if d := allow(t, l, "k"); d.Allowed {
+		t.Fatalf("Allow(k) #3 = %s, want denied", show(d))
+	}
+	// The denial is in the deny cache now.
+	if d := allow(t, l, "k"); d.Allowed || d.Source != core.SourceCache {
+		t.Fatalf("Allow(k) #4 = %s, want denied from the deny cache", show(d))
+	}
+	if err := l.Reset(ctx(t), "k"); err != nil {
+		t.Fatalf("Reset(k): %v", err)
+	}
+	if d := allow(t, l, "k"); !d.Allowed || d.Remaining != 1 || d.Source != core.SourceStore {
+		t.Errorf("Allow(k) after Reset = %s, want allowed by the store, Remaining 1", show(d))
+	}
+	if d := peek(t, l, "other"); d.Remaining != 1 {
+		t.Errorf("Peek(other) after Reset(k) = %s, want Remaining 1 (untouched)", show(d))
+	}
+	if err := l.Reset(ctx(t), "never-seen"); err != nil {
+		t.Errorf("Reset(never-seen) = %v, want nil", err)
+	}
+}
+
+func testRefund(t *testing.T, s *suite) {
+	l, _ := s.limiter(t, []core.Rule{{Limit: 2, Window: time.Minute}})
+	d1 := allow(t, l, "k")
+	d2 := allow(t, l, "k")
+	d3 := allow(t, l, "k")
+	if !d1.Allowed || !d2.Allowed || d3.Allowed {
+		t.Fatalf("Allow(k) x3 with Limit 2 = %s, %s, %s; want allowed, allowed, denied", show(d1), show(d2), show(d3))
+	}
+	// A denial recorded nothing: refunding it gives nothing back.
+	if err := l.Refund(ctx(t), d3); err != nil {
+		t.Fatalf("Refund(denied): %v", err)
+	}
+	if d := allow(t, l, "k"); d.Allowed {
+		t.Fatalf("Allow(k) after refunding a denial = %s, want denied", show(d))
+	}
+	if err := l.Refund(ctx(t), d2); err != nil {
+		t.Fatalf("Refund(d2): %v", err)
+	}
+	// The refund also clears the deny cache for the key.
+	if d := allow(t, l, "k"); !d.Allowed || d.Source != core.SourceStore || d.Remaining != 0 {
+		t.Errorf("Allow(k) after Refund = %s, want allowed by the store, Remaining 0", show(d))
+	}
+	if d := allow(t, l, "k"); d.Allowed {
+		t.Errorf("Allow(k) after the refunded unit was taken again = %s, want denied", show(d))
+	}
+
+	// AllowN's units all come back.
+	d := allowN(t, l, "n", 2)
+	if err := l.Refund(ctx(t), d); err != nil {
+		t.Fatalf("Refund(AllowN(n, 2)): %v", err)
+	}
+	if d := peek(t, l, "n"); d.Remaining != 2 || d.Rules[0].Used != 0 {
+		t.Errorf("Peek(n) after refunding AllowN(n, 2) = %s, want Remaining 2", show(d))
+	}
+}
+
+func testIsolation(t *testing.T, s *suite) {
+	st := s.store(t)
+	rules := []core.Rule{{Limit: 1, Window: time.Minute}}
+	a, err := core.NewLimiter(st, core.Policy{Name: s.name(), Rules: rules}, core.WithTimeout(callTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := core.NewLimiter(st, core.Policy{Name: s.name(), Rules: rules}, core.WithTimeout(callTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		l    *core.Limiter
+		key  string
+		want bool
+	}{
+		{"a/k", a, "k", true},
+		{"a/k again", a, "k", false},
+		{"a/K (case differs)", a, "K", true},
+		{"a/k2", a, "k2", true},
+		{"b/k (other policy)", b, "k", true},
+		{"b/k again", b, "k", false},
+	} {
+		if d := allow(t, tc.l, tc.key); d.Allowed != tc.want {
+			t.Errorf("%s: Allow(%q) = %s, want Allowed=%v", tc.name, tc.key, show(d), tc.want)
+		}
+	}
+}
+
+func testValidation(t *testing.T, s *suite) {
+	st := s.newStore(t)
+	ok := []core.Rule{{Limit: 1, Window: time.Second}}
+	many := make([]core.Rule, 17)
+	for i := range many {
+		many[i] = core.Rule{Limit: int64(i + 1), Window: time.Second}
+	}
+	for _, tc := range []struct {
+		name      string
+		store     core.Store
+		policy    core.Policy
+		opts      []core.Option
+		wantField string
+	}{
+		{"nil store", nil, core.Policy{Name: "p", Rules: ok}, nil, "store"},
+		{"empty name", st, core.Policy{Rules: ok}, nil, "Name"},
+		{"name with brace", st, core.Policy{Name: "a{b", Rules: ok}, nil, "Name"},
+		{"name with space", st, core.Policy{Name: "a b", Rules: ok}, nil, "Name"},
+		{"name too long", st, core.Policy{Name: strings.Repeat("n", 65), Rules: ok}, nil, "Name"},
+		{"no rules", st, core.Policy{Name: "p"}, nil, "Rules"},
+		{"17 rules", st, core.Policy{Name: "p", Rules: many}, nil, "Rules"},
+		{"zero limit", st, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 0, Window: time.Second}}}, nil, "Limit"},
+		{"negative limit", st, core.Policy{Name: "p", Rules: []core.Rule{{Limit: -1, Window: time.Second}}}, nil, "Limit"},
+		{"zero window", st, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1}}}, nil, "Window"},
+		{"sub-millisecond window", st, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: 999 * time.Microsecond}}}, nil, "Window"},
+		{"window with nanoseconds", st, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Second + 1}}}, nil, "Window"},
+		{"second rule bad", st, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Second}, {Limit: 0, Window: time.Minute}}}, nil, "Rules[1].Limit"},
+		{"duplicate rule", st, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Second}, {Limit: 1, Window: time.Second}}}, nil, "Rules[1]"},
+		{"unknown algorithm", st, core.Policy{Name: "p", Rules: ok, Algorithm: 7}, nil, "Algorithm"},
+		{"zero timeout", st, core.Policy{Name: "p", Rules: ok}, []core.Option{core.WithTimeout(0)}, "WithTimeout"},
+		{"unknown failure policy", st, core.Policy{Name: "p", Rules: ok}, []core.Option{core.WithFailurePolicy(9)}, "WithFailurePolicy"},
+		{"negative deny cache", st, core.Policy{Name: "p", Rules: ok}, []core.Option{core.WithDenyCache(-1)}, "WithDenyCache"},
+		{"negative breaker", st, core.Policy{Name: "p", Rules: ok}, []core.Option{core.WithBreaker(-1, time.Second)}, "WithBreaker"},
+		{"breaker without cooldown", st, core.Policy{Name: "p", Rules: ok}, []core.Option{core.WithBreaker(3, 0)}, "WithBreaker"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := core.NewLimiter(tc.store, tc.policy, tc.opts...)
+			if !errors.Is(err, core.ErrInvalidPolicy) {
+				t.Fatalf("NewLimiter(%+v) = %v, %v; want ErrInvalidPolicy", tc.policy, l, err)
+			}
+			if l != nil {
+				t.Errorf("NewLimiter(%+v) returned a limiter with an error", tc.policy)
+			}
+			if !strings.Contains(err.Error(), tc.wantField) {
+				t.Errorf("NewLimiter(%+v) error %q does not name %s", tc.policy, err, tc.wantField)
+			}
+		})
+	}
+
+	// The edges that are valid.
+	sixteen := many[:16]
+	for _, p := range []core.Policy{
+		{Name: strings.Repeat("n", 64), Rules: ok},
+		{Name: "p", Rules: sixteen},
+		{Name: "p", Rules: []core.Rule{{Limit: 1, Window: core.MinWindow}}},
+		{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Second + time.Microsecond}}},
+	} {
+		if _, err := core.NewLimiter(st, p); err != nil {
+			t.Errorf("NewLimiter(%+v) = %v, want a limiter", p, err)
+		}
+	}
+
+	// The limiter keeps its own copy of the rules.
+	rules := []core.Rule{{Limit: 1, Window: time.Minute}}
+	l, err := core.NewLimiter(st, core.Policy{Name: s.name(), Rules: rules}, core.WithTimeout(callTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules[0].Limit = 100
+	l.Policy().Rules[0].Limit = 100
+	if got := l.Policy().Rules[0].Limit; got != 1 {
+		t.Errorf("Policy().Rules[0].Limit after changing the caller's slices = %d, want 1", got)
+	}
+	allow(t, l, "k")
+	if d := allow(t, l, "k"); d.Allowed {
+		t.Errorf("Allow #2 with Limit 1 = %s, want denied", show(d))
+	}
+}
+
+func testLongKeys(t *testing.T, s *suite) {
+	l, st := s.limiter(t, []core.Rule{{Limit: 1, Window: time.Minute}})
+	base := strings.Repeat("k", 100<<10)
+	k1, k2 := base+"1", base+"2"
+	for _, tc := range []struct {
+		name, key string
+		want      bool
+	}{
+		{"k1", k1, true},
+		{"k2 (same 100 KB prefix)", k2, true},
+		{"k1 again", k1, false},
+		{"k2 again", k2, false},
+	} {
+		if d := allow(t, l, tc.key); d.Allowed != tc.want {
+			t.Errorf("%s: Allow(%d-byte key) = %s, want Allowed=%v", tc.name, len(tc.key), show(d), tc.want)
+		}
+	}
+	if got := st.maxKey.Load(); got > core.MaxKeyLen {
+		t.Errorf("the store saw a %d-byte key, want at most MaxKeyLen = %d", got, core.MaxKeyLen)
+	}
+	// Keys up to MaxKeyLen reach the store as they are.
+	exact := strings.Repeat("e", core.MaxKeyLen)
+	allow(t, l, exact)
+	if !st.sawKey(exact) {
+		t.Errorf("a %d-byte key did not reach the store unchanged", len(exact))
+	}
+	over := exact + "x"
+	allow(t, l, over)
+	if st.sawKey(over) || !st.sawKey(core.BoundKey(over)) {
+		t.Errorf("a %d-byte key reached the store unhashed", len(over))
+	}
+	if d := peek(t, l, k1); d.Allowed {
+		t.Errorf("Peek(k1) = %s, want denied (Peek bounds keys as Allow does)", show(d))
+	}
+	if err := l.Reset(ctx(t), k1); err != nil {
+		t.Fatal(err)
+	}
+	d := allow(t, l, k1)
+	if !d.Allowed {
+		t.Errorf("Allow(k1) after Reset(k1) = %s, want allowed (Reset bounds keys as Allow does)", show(d))
+	}
+	if err := l.Refund(ctx(t), d); err != nil {
+		t.Fatal(err)
+	}
+	if d := allow(t, l, k1); !d.Allowed {
+		t.Errorf("Allow(k1) after Refund = %s, want allowed (Refund finds the bounded key)", show(d))
+	}
+	if got := st.maxKey.Load(); got > core.MaxKeyLen {
+		t.Errorf("the store saw a %d-byte key in Peek, Reset or Refund, want at most %d", got, core.MaxKeyLen)
+	}
+}
+
+func testWindowExpiry(t *testing.T, s *suite) {
+	const window = 150 * time.Millisecond
+	l, _ := s.limiter(t, []core.Rule{{Limit: 2, Window: window}})
+	retryTiming(t, func(key string) bool {
+		for round := range 2 {
+			b := time.Now()
+			allow(t, l, key)
+			allow(t, l, key)
+			d := allow(t, l, key)
+			if d.Allowed && time.Since(b) >= window {
+				return false
+			}
+			if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > window {
+				t.Fatalf("round %d: Allow(%s) #3 = %s, want denied with RetryAfter in (0, %v]", round, key, show(d), window)
+			}
+			// Wait until every unit has left the window: the key must be
+			// as new, from the store (the deny cache must not outlive it).
+			time.Sleep(d.ResetAfter + 2*time.Millisecond)
+			d = allow(t, l, key)
+			if !d.Allowed || d.Remaining != 1 || d.Source != core.SourceStore {
+				t.Fatalf("round %d: Allow(%s) after the window passed = %s, want allowed by the store, Remaining 1", round, key, show(d))
+			}
+			if err := l.Reset(ctx(t), key); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return true
+	})
+}
+
+// retryTiming runs a scenario that depends on calls taking less than a
+// window, on a fresh key each time, until it reports that its timing held
+// (true). A scenario returns false only when this process stalled longer
+// than a window, which makes its outcome right but uninformative; three
+// such stalls in a row fail the test.
+func retryTiming(t *testing.T, scenario func(key string) bool) {
+	t.Helper()
+	for attempt := 1; attempt <= 3; attempt++ {
+		if scenario(fmt.Sprintf("k%d", attempt)) || t.Failed() {
+			return
+		}
+		t.Logf("attempt %d: stalled longer than a window; trying again", attempt)
+	}
+	t.Fatal("3 attempts stalled longer than a window: the machine is too loaded for this test")
+}
