@@ -1,6 +1,8 @@
 package core
 
 import (
+	"hash/maphash"
+	"sync/atomic"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -13,12 +15,24 @@ import (
 // store would give too, provided the clocks agree: entries end 0.1% early
 // to absorb drift between the store's clock and this one. (A refund elsewhere can free units early; the
 // cache then denies a little longer than needed, never admits too much.)
+//
+// A refund or reset frees units, so it removes the key's entry. So that a
+// denial decided by a store call in flight meanwhile is not cached after
+// the removal (which would deny a key with room for the whole RetryAfter,
+// such as a login IP whose reservations were all refunded), a denial is
+// cached only if no removal hit its key's stripe since the store call
+// began (see generation and put).
 type denyCache struct {
-	c *lru.Cache[string, denyEntry]
+	c    *lru.Cache[string, denyEntry]
+	seed maphash.Seed
+	gens [denyStripes]atomic.Uint64 // removals, per stripe of keys
 }
 
+const denyStripes = 64
+
 type denyEntry struct {
-	until time.Time
+	until time.Time // the entry answers until then
+	retry time.Time // when the denied request fits, as the store said
 	reset time.Time
 	n     int64
 	d     Decision
@@ -29,8 +43,16 @@ func newDenyCache(size int) *denyCache {
 	if err != nil {
 		panic(err) // size > 0 is checked by NewLimiter
 	}
-	return &denyCache{c: c}
+	return &denyCache{c: c, seed: maphash.MakeSeed()}
 }
+
+func (c *denyCache) stripe(key string) *atomic.Uint64 {
+	return &c.gens[maphash.String(c.seed, key)%denyStripes]
+}
+
+// generation returns the removal count of key's stripe; read it before
+// the store call whose denial may be put.
+func (c *denyCache) generation(key string) uint64 { return c.stripe(key).Load() }
 
 // get returns the cached denial of key for n units at now.
 func (c *denyCache) get(key string, n int64, now time.Time) (Decision, bool) {
@@ -49,23 +71,38 @@ func (c *denyCache) get(key string, n int64, now time.Time) (Decision, bool) {
 		Limit:      e.d.Limit,
 		Window:     e.d.Window,
 		Rule:       e.d.Rule,
-		RetryAfter: e.until.Sub(now),
+		RetryAfter: e.retry.Sub(now),
 		ResetAfter: max(0, e.reset.Sub(now)),
 		Source:     SourceCache,
 	}
 	return d, true
 }
 
-// put remembers a store denial of key for n units decided at now.
-func (c *denyCache) put(key string, n int64, now time.Time, d Decision) {
+// put remembers a store denial of key for n units decided at now by a
+// store call that began at generation gen; it does nothing if a removal
+// hit the key's stripe since.
+func (c *denyCache) put(key string, n int64, now time.Time, d Decision, gen uint64) {
 	if d.RetryAfter <= 0 {
+		return
+	}
+	g := c.stripe(key)
+	if g.Load() != gen {
 		return
 	}
 	// The store's clock (Redis TIME, wall time) and this process's
 	// monotonic clock may drift apart by up to NTP's 500 ppm; end the entry
 	// 1000 ppm early so that it never outlasts the store's own denial.
 	ttl := d.RetryAfter - d.RetryAfter/1000
-	c.c.Add(key, denyEntry{until: now.Add(ttl), reset: now.Add(d.ResetAfter), n: n, d: d})
+	c.c.Add(key, denyEntry{until: now.Add(ttl), retry: now.Add(d.RetryAfter), reset: now.Add(d.ResetAfter), n: n, d: d})
+	if g.Load() != gen {
+		c.c.Remove(key) // a removal ran between the check and the Add
+	}
 }
 
-func (c *denyCache) remove(key string) { c.c.Remove(key) }
+// remove forgets key's denial. Call it after the store has freed the
+// units (refund, reset), so that no denial decided before can be put
+// after it.
+func (c *denyCache) remove(key string) {
+	c.stripe(key).Add(1)
+	c.c.Remove(key)
+}
