@@ -275,6 +275,10 @@ func (l *Limiter) nextID() string {
 func (l *Limiter) decide(ctx context.Context, q Query, take bool, obs Observer) (Decision, error) {
 	now := time.Now()
 	if ok, probe := l.breaker.allow(now); ok {
+		var gen uint64
+		if take && l.deny != nil {
+			gen = l.deny.generation(q.Key)
+		}
 		sctx, cancel := ctx, context.CancelFunc(nil)
 		if !l.inproc {
 			sctx, cancel = context.WithTimeout(ctx, l.timeout)
@@ -301,7 +305,7 @@ func (l *Limiter) decide(ctx context.Context, q Query, take bool, obs Observer) 
 				d.ticket = ticket{owner: l, key: q.Key, id: q.ID, at: res.At, n: q.N}
 			}
 			if take && !d.Allowed && l.deny != nil {
-				l.deny.put(q.Key, q.N, now, d)
+				l.deny.put(q.Key, q.N, now, d, gen)
 			}
 			l.emit(ctx, obs, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d, Latency: lat})
 			return d, nil
@@ -405,14 +409,11 @@ func (l *Limiter) decision(res Result, src Source) Decision {
 // store's.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	key = BoundKey(key)
-	if l.deny != nil {
-		l.deny.remove(key)
-	}
+	// The deny caches forget key once the store has: a denial decided
+	// before then must not be cached after.
+	defer l.forgetDenial(key)
 	if l.tiers != nil {
 		for _, t := range l.tiers.by {
-			if t.deny != nil {
-				t.deny.remove(key)
-			}
 			if t.local != nil && t.local != l.store {
 				_ = t.local.Reset(context.WithoutCancel(ctx), t.query(key, 0, ""))
 			}
@@ -428,6 +429,20 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		return fmt.Errorf("ratekit: policy %q: reset: %w", l.policy.Name, err)
 	}
 	return nil
+}
+
+// forgetDenial removes key from the deny caches of l and its tiers.
+func (l *Limiter) forgetDenial(key string) {
+	if l.deny != nil {
+		l.deny.remove(key)
+	}
+	if l.tiers != nil {
+		for _, t := range l.tiers.by {
+			if t.deny != nil {
+				t.deny.remove(key)
+			}
+		}
+	}
 }
 
 // Refund gives back the units an allowed decision of this limiter
@@ -447,7 +462,9 @@ func (l *Limiter) Refund(ctx context.Context, d Decision) error {
 		return t.owner.Refund(ctx, d)
 	}
 	if l.deny != nil {
-		l.deny.remove(t.key)
+		// Once the units are back: a denial decided before then must not
+		// be cached after.
+		defer l.deny.remove(t.key)
 	}
 	q := l.query(t.key, t.n, t.id)
 	if t.local {

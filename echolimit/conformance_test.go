@@ -24,6 +24,7 @@ var forwarders = adaptertest.Forwarders[echolimit.Option]{
 	WithKeyError: echolimit.WithKeyError,
 	WithDryRun:   echolimit.WithDryRun,
 	WithObserver: echolimit.WithObserver,
+	WithAlso:     echolimit.WithAlso,
 }
 
 // handler is the suite's handler; framework errors are returned as

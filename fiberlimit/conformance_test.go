@@ -24,6 +24,7 @@ var forwarders = adaptertest.Forwarders[fiberlimit.Option]{
 	WithKeyError: fiberlimit.WithKeyError,
 	WithDryRun:   fiberlimit.WithDryRun,
 	WithObserver: fiberlimit.WithObserver,
+	WithAlso:     fiberlimit.WithAlso,
 }
 
 // handler is the suite's handler; framework errors are returned as

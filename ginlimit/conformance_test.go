@@ -26,6 +26,7 @@ var forwarders = adaptertest.Forwarders[ginlimit.Option]{
 	WithKeyError: ginlimit.WithKeyError,
 	WithDryRun:   ginlimit.WithDryRun,
 	WithObserver: ginlimit.WithObserver,
+	WithAlso:     ginlimit.WithAlso,
 }
 
 // handler is the suite's handler; gin has no error return, so every reply

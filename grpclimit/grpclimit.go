@@ -179,19 +179,13 @@ func (e *engine) refuse(ctx context.Context, g *guard, v core.Verdict) error {
 // guard is one core.Guard with what its answers need, computed once.
 type guard struct {
 	g      *core.Guard
-	finish bool     // g.NeedsFinish()
-	policy string   // QuotaFailure subject
-	rules  []string // QuotaFailure descriptions, by rule index
+	finish bool   // g.NeedsFinish()
+	policy string // QuotaFailure subject
 }
 
 func newGuard(l *core.Limiter, opts []core.GuardOption) *guard {
 	g := core.NewGuard(l, opts...)
-	p := l.Policy()
-	rules := make([]string, len(p.Rules))
-	for i, r := range p.Rules {
-		rules[i] = "limit " + strconv.FormatInt(r.Limit, 10) + " per " + r.Window.String()
-	}
-	return &guard{g: g, finish: g.NeedsFinish(), policy: p.Name, rules: rules}
+	return &guard{g: g, finish: g.NeedsFinish(), policy: l.Policy().Name}
 }
 
 // done completes an admitted call with the code the handler ended with.
@@ -206,7 +200,7 @@ func (g *guard) status(v *core.Verdict) *status.Status {
 	switch v.Outcome {
 	case core.OutcomeDeny:
 		return withDetails(status.New(codes.ResourceExhausted, msgDenied),
-			retryInfo(v.Decision.RetryAfter), g.quotaFailure(&v.Decision))
+			retryInfo(v.Decision.RetryAfter), g.quotaFailure(v))
 	case core.OutcomeBadKey:
 		return status.New(codes.InvalidArgument, msgBadKey)
 	case core.OutcomeUnavailable:
@@ -229,19 +223,31 @@ func retryInfo(d time.Duration) *errdetails.RetryInfo {
 	return &errdetails.RetryInfo{RetryDelay: durationpb.New(d)}
 }
 
-// quotaFailure names the policy and every violated rule; never the key.
-func (g *guard) quotaFailure(d *core.Decision) *errdetails.QuotaFailure {
+// quotaFailure names the denying policy (the guard's own, or a limit added
+// with WithAlso) and every violated rule, as the decision saw it (a tier's
+// rules under core.WithTiers); never the key.
+func (g *guard) quotaFailure(v *core.Verdict) *errdetails.QuotaFailure {
+	policy := g.policy
+	if l := v.Limiter(); l != nil && l != g.g.Limiter() {
+		policy = l.Policy().Name
+	}
+	d := &v.Decision
 	q := &errdetails.QuotaFailure{}
-	for i, s := range d.Rules {
-		if s.RetryAfter > 0 && i < len(g.rules) {
-			q.Violations = append(q.Violations, &errdetails.QuotaFailure_Violation{Subject: g.policy, Description: g.rules[i]})
+	for _, s := range d.Rules {
+		if s.RetryAfter > 0 {
+			q.Violations = append(q.Violations, &errdetails.QuotaFailure_Violation{Subject: policy, Description: describe(s.Limit, s.Window)})
 		}
 	}
-	if len(q.Violations) == 0 && d.Rule >= 0 && d.Rule < len(g.rules) {
+	if len(q.Violations) == 0 {
 		// A deny-cache answer knows only its binding rule.
-		q.Violations = append(q.Violations, &errdetails.QuotaFailure_Violation{Subject: g.policy, Description: g.rules[d.Rule]})
+		q.Violations = append(q.Violations, &errdetails.QuotaFailure_Violation{Subject: policy, Description: describe(d.Limit, d.Window)})
 	}
 	return q
+}
+
+// describe says what a rule allows, for QuotaFailure descriptions.
+func describe(limit int64, window time.Duration) string {
+	return "limit " + strconv.FormatInt(limit, 10) + " per " + window.String()
 }
 
 // withDetails adds details to st, keeping st as it is if they cannot be

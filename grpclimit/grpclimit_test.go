@@ -791,3 +791,32 @@ func TestPanics(t *testing.T) {
 	// A well-formed call does not panic.
 	grpclimit.WithMethods("/grpc.health.v1.Health/Check", emptyCall)
 }
+
+func TestWithAlso(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	main := newLimiter(t, "api", perMinute(5))
+	tenant := newLimiter(t, "tenant", perMinute(1))
+	c := serveBufconn(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(main,
+		grpclimit.WithKey(userKey), grpclimit.WithAlso(tenant, userKey))))
+	if _, err := callEmpty(c, "u"); err != nil {
+		t.Fatalf("call 1: EmptyCall = %v, want OK", err)
+	}
+	for i := 2; i <= 4; i++ {
+		md, err := callEmpty(c, "u")
+		if status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("call %d: EmptyCall = %v, want ResourceExhausted from the added limit", i, err)
+		}
+		if got := md.Get("x-ratelimit-limit"); !slices.Equal(got, []string{"1"}) {
+			t.Errorf("call %d: x-ratelimit-limit = %q, want the added limit's [1]", i, got)
+		}
+		_, qf := details(err)
+		if v := qf.GetViolations(); len(v) != 1 || v[0].GetSubject() != "tenant" || v[0].GetDescription() != "limit 1 per 1m0s" {
+			t.Errorf("call %d: QuotaFailure violations = %v, want one of subject \"tenant\", \"limit 1 per 1m0s\"", i, v)
+		}
+		d, err := main.Peek(ctx, "u")
+		if err != nil || d.Remaining != 4 {
+			t.Errorf("call %d: main Peek = %+v, %v; want 4 remaining: the denied call consumed nothing", i, d, err)
+		}
+	}
+}

@@ -42,6 +42,14 @@ func WithSkip(f func(keyfunc.Request) bool) Option { return forward(core.WithSki
 // 1 by default. See [core.WithCost].
 func WithCost(f func(keyfunc.Request) int64) Option { return forward(core.WithCost(f)) }
 
+// WithAlso adds a limit decided together with this one: l keyed by key.
+// The call is admitted only if every limit admits it, and a call denied by
+// one consumes nothing from the others, even when their keys live in
+// different Redis Cluster slots. A denial is answered with the denying
+// limit's metadata and QuotaFailure. See [core.WithAlso]; it panics if l
+// or key is nil, a programmer error caught at start-up.
+func WithAlso(l *core.Limiter, key keyfunc.Func) Option { return forward(core.WithAlso(l, key)) }
+
 // WithNoKey says what to do with calls that have no key;
 // [core.NoKeySkip] by default. [core.NoKeyReject] answers
 // codes.InvalidArgument.

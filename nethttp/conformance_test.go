@@ -23,6 +23,7 @@ var forwarders = adaptertest.Forwarders[nethttp.Option]{
 	WithKeyError: nethttp.WithKeyError,
 	WithDryRun:   nethttp.WithDryRun,
 	WithObserver: nethttp.WithObserver,
+	WithAlso:     nethttp.WithAlso,
 }
 
 // handler is the suite's handler; net/http has no error return, so every

@@ -35,6 +35,14 @@ func WithCountIf(count func(status int) bool) Option { return guard(core.WithCou
 // status; off by default. See [core.WithResetIf].
 func WithResetIf(reset func(status int) bool) Option { return guard(core.WithResetIf(reset)) }
 
+// WithAlso adds a limit decided together with this one: l keyed by key.
+// The request is admitted only if every limit admits it, and a request
+// denied by one consumes nothing from the others, even when their keys
+// live in different Redis Cluster slots. A denial is answered with the
+// denying limit's headers and body. See [core.WithAlso]; it panics if l or
+// key is nil, a programmer error caught at start-up.
+func WithAlso(l *core.Limiter, key keyfunc.Func) Option { return guard(core.WithAlso(l, key)) }
+
 // WithHeaders selects the rate-limit header fields;
 // [core.HeadersXRateLimit] by default.
 func WithHeaders(s core.HeaderStyle) Option { return guard(core.WithHeaders(s)) }

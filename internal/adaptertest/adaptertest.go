@@ -52,10 +52,18 @@ type Options struct {
 	DryRun bool
 	// Observer is passed to WithObserver.
 	Observer core.Observer
+	// Also is passed to WithAlso, one option per element, in order.
+	Also []Also
 
 	// DenyHandler asks for the adapter's native deny handler, answering
 	// with [DenyReply] the framework's way.
 	DenyHandler bool
+}
+
+// Also is one limit added with WithAlso: Limiter keyed by Key.
+type Also struct {
+	Limiter *core.Limiter
+	Key     keyfunc.Func
 }
 
 // Forwarders lists an adapter's neutral options, so that one
@@ -74,6 +82,7 @@ type Forwarders[O any] struct {
 	WithKeyError func(core.KeyErrorAction) O
 	WithDryRun   func(bool) O
 	WithObserver func(core.Observer) O
+	WithAlso     func(*core.Limiter, keyfunc.Func) O
 }
 
 // Apply translates the neutral fields of o into the adapter's options. It
@@ -83,7 +92,7 @@ func (f Forwarders[O]) Apply(t testing.TB, o Options) []O {
 	t.Helper()
 	if f.WithKey == nil || f.WithSkip == nil || f.WithCost == nil || f.WithCountIf == nil ||
 		f.WithResetIf == nil || f.WithHeaders == nil || f.WithBody == nil || f.WithNoKey == nil ||
-		f.WithKeyError == nil || f.WithDryRun == nil || f.WithObserver == nil {
+		f.WithKeyError == nil || f.WithDryRun == nil || f.WithObserver == nil || f.WithAlso == nil {
 		t.Fatalf("adaptertest: Forwarders %+v: every neutral option must be offered", f)
 	}
 	var opts []O
@@ -119,6 +128,9 @@ func (f Forwarders[O]) Apply(t testing.TB, o Options) []O {
 	}
 	if o.Observer != nil {
 		opts = append(opts, f.WithObserver(o.Observer))
+	}
+	for _, a := range o.Also {
+		opts = append(opts, f.WithAlso(a.Limiter, a.Key))
 	}
 	return opts
 }

@@ -2,6 +2,7 @@ package adaptertest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -195,7 +196,38 @@ var (
 	phoneKey   = keyfunc.Phone(keyfunc.PhoneHeader("X-Phone"), keyfunc.DefaultRegion("CN"))
 	phoneJSON  = keyfunc.Phone(keyfunc.PhoneJSON("phone"), keyfunc.DefaultRegion("CN"))
 	trustedKey = keyfunc.ClientIP(keyfunc.TrustedProxies("127.0.0.0/8"))
+	tenantKey  = keyfunc.Header("X-Tenant")
 )
+
+// wantUsed checks, with Peek, the units recorded for key on l.
+func wantUsed(t *testing.T, l *core.Limiter, key string, want int64) {
+	t.Helper()
+	d, err := l.Peek(context.Background(), key)
+	if err != nil {
+		t.Fatalf("Peek(%q): %v", key, err)
+	}
+	if len(d.Rules) != 1 || d.Rules[0].Used != want {
+		t.Errorf("policy %s: Peek(%q) = %+v, want %d units used", l.Policy().Name, key, d, want)
+	}
+}
+
+// checkProblem checks an RFC 9457 denial body naming policy.
+func checkProblem(t *testing.T, what string, res response, policy string) {
+	t.Helper()
+	if ct := res.header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Errorf("%s: Content-Type %q, want application/problem+json", what, ct)
+	}
+	var p struct {
+		Status           int      `json:"status"`
+		ViolatedPolicies []string `json:"violated-policies"`
+	}
+	if err := json.Unmarshal([]byte(res.body), &p); err != nil {
+		t.Fatalf("%s: body %q is not JSON: %v", what, res.body, err)
+	}
+	if p.Status != http.StatusTooManyRequests || !reflect.DeepEqual(p.ViolatedPolicies, []string{policy}) {
+		t.Errorf("%s: problem %+v, want status 429, violated-policies [%s]", what, p, policy)
+	}
+}
 
 var cases = []testCase{
 	{"allow then deny with headers", func(t *testing.T, newServer NewServer) {
@@ -548,6 +580,81 @@ var cases = []testCase{
 		}
 		res = do(t, base, request{method: http.MethodPost, body: `{"phone":"+8613900139000","pad":"` + strings.Repeat("x", 100<<10) + `"}`})
 		wantStatus(t, "oversized body", res, http.StatusBadRequest)
+	}},
+
+	{"WithAlso: a denial by one limit consumes nothing from the other", func(t *testing.T, newServer NewServer) {
+		main := limiter(t, "main", core.Rule{Limit: 2, Window: hour})
+		added := limiter(t, "added", core.Rule{Limit: 3, Window: hour})
+		base := start(t, newServer, main, Options{
+			Key:     userKey,
+			Headers: new(core.HeadersXRateLimit | core.HeadersIETF),
+			Body:    new(core.BodyProblem),
+			Also:    []Also{{Limiter: added, Key: tenantKey}},
+		})
+		as := func(user, tenant string) request {
+			h := hdr("X-User", user)
+			if tenant != "" {
+				h.Set("X-Tenant", tenant)
+			}
+			return request{header: h}
+		}
+		wantStatuses(t, "alice at t1", statuses(t, base, as("alice", "t1"), 2), 200, 200)
+
+		// Denied by the main limit: the added one is not asked.
+		res := do(t, base, as("alice", "t1"))
+		wantStatus(t, "alice over the main limit", res, http.StatusTooManyRequests)
+		wantHeaders(t, "alice over the main limit", res, core.HeaderLimit, "2", core.HeaderRemaining, "0", core.HeaderRetryAfter, "3600")
+		checkProblem(t, "alice over the main limit", res, "main")
+		wantUsed(t, added, "t1", 2)
+
+		wantStatus(t, "bob at t1", do(t, base, as("bob", "t1")), http.StatusOK)
+		wantUsed(t, added, "t1", 3)
+
+		// Denied by the added limit: the main one's unit is given back, and
+		// the answer names the added limit.
+		for i := range 3 {
+			res := do(t, base, as("carol", "t1"))
+			what := "carol at a full t1, try " + strconv.Itoa(i+1)
+			wantStatus(t, what, res, http.StatusTooManyRequests)
+			wantHeaders(t, what, res, core.HeaderLimit, "3", core.HeaderRemaining, "0", core.HeaderRetryAfter, "3600")
+			checkIETF(t, what, res, []ietfItem{{name: "added", q: 3, w: 3600, r: 0, t: 3600}})
+			checkProblem(t, what, res, "added")
+			wantUsed(t, main, "carol", 0)
+		}
+
+		res = do(t, base, as("carol", "t2"))
+		wantStatus(t, "carol at t2", res, http.StatusOK)
+		wantHeaders(t, "carol at t2", res, core.HeaderLimit, "2", core.HeaderRemaining, "1")
+		wantUsed(t, main, "carol", 1)
+		wantUsed(t, added, "t2", 1)
+
+		// No key for the added limit: only the main one applies.
+		res = do(t, base, as("dave", ""))
+		wantStatus(t, "dave without a tenant", res, http.StatusOK)
+		wantHeaders(t, "dave without a tenant", res, core.HeaderLimit, "2", core.HeaderRemaining, "1")
+	}},
+
+	{"WithAlso with count-if and reset-if", func(t *testing.T, newServer NewServer) {
+		// Login: failures count on the account and on the client; a
+		// success resets the account and is not counted on the client.
+		account := limiter(t, "account", core.Rule{Limit: 2, Window: hour})
+		client := limiter(t, "client", core.Rule{Limit: 3, Window: hour})
+		base := start(t, newServer, account, Options{
+			Key:     userKey,
+			CountIf: func(status int) bool { return status >= 400 },
+			ResetIf: func(status int) bool { return status == http.StatusOK },
+			Also:    []Also{{Limiter: client, Key: tenantKey}},
+		})
+		fail := request{query: "status=401&return_error=1", header: hdr("X-User", "alice", "X-Tenant", "c1")}
+		ok := request{header: hdr("X-User", "alice", "X-Tenant", "c1")}
+		wantStatus(t, "failure", do(t, base, fail), http.StatusUnauthorized)
+		wantUsed(t, account, "alice", 1)
+		wantUsed(t, client, "c1", 1)
+		wantStatuses(t, "successes", statuses(t, base, ok, 5), 200, 200, 200, 200, 200)
+		wantUsed(t, account, "alice", 0)
+		wantUsed(t, client, "c1", 1)
+		wantStatuses(t, "failures", statuses(t, base, fail, 3), 401, 401, 429)
+		wantUsed(t, client, "c1", 3)
 	}},
 
 	{"exact admission under concurrency", func(t *testing.T, newServer NewServer) {

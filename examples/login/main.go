@@ -1,0 +1,245 @@
+// Command login shows login anti-bruteforce with ratekit on gin. POST /login
+// takes {"username", "password"} as JSON or as a form and is limited twice
+// at once, counting failed logins (401) only:
+//
+//   - per client IP: 20 failures per 15 minutes;
+//   - per account (the username, trimmed and case-folded, stored in Redis
+//     only as a keyed hash): 5 failures per 15 minutes, forgotten after a
+//     successful login.
+//
+// Each limiter reserves a unit before the password is checked and gives it
+// back when the login succeeds, so 50 concurrent guesses at one account
+// reach the password check exactly 5 times, and a user who logs in
+// correctly a thousand times is never limited. Denials are 429 with
+// Retry-After and an RFC 9457 problem+json body naming the limit
+// ("login-ip" or "login-account"); no X-RateLimit fields are sent, so
+// that nobody can read how many failures an account has.
+//
+// Demo users: alice / wonderland and bob / builder.
+//
+//	go run ./examples/login
+//	curl -i -d username=alice -d password=guess localhost:8081/login
+//	curl -i -H 'Content-Type: application/json' -d '{"username":"Alice","password":"wonderland"}' localhost:8081/login
+//
+// Behind a reverse proxy, name it with -trusted-proxy so that the client
+// address is read from X-Forwarded-For or Forwarded; without it those
+// headers are ignored and every client behind the proxy shares one limit.
+// Set LOGIN_KEY_SECRET (the same on every instance) to key the account
+// hashes with a secret of your own; without it a fixed public key is used,
+// which keeps names out of a Redis dump but lets a name be tested against
+// it. Limits live in memory; set REDIS_URL to keep them in Redis.
+//
+// # The lockout trade-off
+//
+// A per-account limit stops password guessing spread over many addresses,
+// but it lets anyone lock an account by failing on purpose: after 5
+// failures the real owner is refused too, with the correct password,
+// because the limiter answers before the password is checked (checking it
+// anyway would hand the attacker an oracle). The lockout is bounded:
+//
+//   - it lasts at most the window (15 minutes) after the last counted
+//     failure, and the 429 says when to retry (Retry-After, in seconds);
+//   - the per-IP limit stops one address from locking many accounts: 20
+//     failures per IP per window lock at most 20/5 = 4 accounts; every
+//     further attempt from that address is refused before it touches any
+//     account's budget;
+//   - an account that is not locked forgets its failures on the first
+//     successful login.
+//
+// An attacker with many addresses can still keep an account locked by
+// failing 5 times per window from each of them. Shorter windows shorten
+// the lockout but let a patient guesser try more often; pair the limits
+// with a second factor or a CAPTCHA after a few failures where that
+// matters.
+package main
+
+import (
+	"errors"
+	"flag"
+	"log"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/ginlimit"
+	"github.com/ratekit/ratekit/internal/exampleenv"
+	"github.com/ratekit/ratekit/keyfunc"
+)
+
+// demoUsers are the accounts of the demo, with their passwords.
+var demoUsers = map[string]string{
+	"alice": "wonderland",
+	"bob":   "builder",
+}
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8081", "listen address")
+	proxy := flag.String("trusted-proxy", "", "CIDR of the reverse proxies in front of this server, e.g. 10.0.0.0/8")
+	flag.Parse()
+
+	cfg := defaultConfig()
+	if *proxy != "" {
+		trusted, err := keyfunc.ParseTrustedProxies(*proxy)
+		if err != nil {
+			log.Fatal(err)
+		}
+		cfg.clientIP = keyfunc.ClientIP(keyfunc.TrustedPrefixes(trusted...))
+	}
+	if s := os.Getenv("LOGIN_KEY_SECRET"); s != "" {
+		cfg.accountSecret = []byte(s)
+	} else {
+		log.Print("LOGIN_KEY_SECRET is not set: account keys are hashed with ratekit's public default key")
+	}
+
+	users, err := newUserStore(bcrypt.DefaultCost, demoUsers)
+	if err != nil {
+		log.Fatal(err)
+	}
+	a, err := newApp(exampleenv.Store(), users, cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	log.Printf("listening on %s: try `curl -i -d username=alice -d password=guess http://%s/login` six times", *addr, *addr)
+	srv := &http.Server{Addr: *addr, Handler: a.router, ReadHeaderTimeout: 5 * time.Second}
+	log.Fatal(srv.ListenAndServe())
+}
+
+// config holds the limits of the login route; tests shorten the windows.
+type config struct {
+	ipFailures      int64         // failed logins per client IP per window
+	accountFailures int64         // failed logins per account per window
+	window          time.Duration // the window of both limits
+	clientIP        keyfunc.Func  // how the client IP is found
+	accountSecret   []byte        // HMAC key of account keys; nil: keyfunc's public default
+	limiterOptions  []core.Option // options of both limiters
+}
+
+func defaultConfig() config {
+	return config{
+		ipFailures:      20,
+		accountFailures: 5,
+		window:          15 * time.Minute,
+		clientIP:        keyfunc.ClientIP(),
+	}
+}
+
+// app is the login service: its router and the two limiters in front of
+// the password check.
+type app struct {
+	router  *gin.Engine
+	ip      *core.Limiter // failures per client IP
+	account *core.Limiter // failures per account
+	users   authenticator
+	checks  atomic.Int64 // password checks made: what the limiters protect
+}
+
+// newApp builds the service on store.
+func newApp(store core.Store, users authenticator, cfg config) (*app, error) {
+	ipLimit, err := core.NewLimiter(store, core.Policy{
+		Name:  "login-ip",
+		Rules: []core.Rule{{Limit: cfg.ipFailures, Window: cfg.window}},
+	}, cfg.limiterOptions...)
+	if err != nil {
+		return nil, err
+	}
+	accountLimit, err := core.NewLimiter(store, core.Policy{
+		Name:  "login-account",
+		Rules: []core.Rule{{Limit: cfg.accountFailures, Window: cfg.window}},
+	}, cfg.limiterOptions...)
+	if err != nil {
+		return nil, err
+	}
+	a := &app{router: gin.New(), ip: ipLimit, account: accountLimit, users: users}
+	a.router.Use(gin.Recovery())
+
+	// Per IP first: an address over its limit is refused before its
+	// request touches any account's budget. Both count 401 and 403 only.
+	// Neither sends X-RateLimit fields: the account's would tell anyone
+	// how many failures an account has, and a login client needs only
+	// Retry-After, which denials carry.
+	perIP := ginlimit.New(ipLimit,
+		ginlimit.WithKey(cfg.clientIP),
+		ginlimit.WithCountIf(core.StatusAuthFailure),
+		ginlimit.WithBody(core.BodyProblem),
+		ginlimit.WithHeaders(core.HeadersNone),
+	)
+	perAccount := ginlimit.New(accountLimit,
+		ginlimit.WithKey(keyfunc.Account(keyfunc.AccountSecret(cfg.accountSecret))),
+		ginlimit.WithCountIf(core.StatusAuthFailure),
+		ginlimit.WithResetIf(core.StatusSuccess),
+		ginlimit.WithBody(core.BodyProblem),
+		ginlimit.WithHeaders(core.HeadersNone),
+	)
+	a.router.POST("/login", perIP, perAccount, a.login)
+	return a, nil
+}
+
+// credentials is the body of POST /login, JSON or form.
+type credentials struct {
+	Username string `json:"username" form:"username"`
+	Password string `json:"password" form:"password"`
+}
+
+// login checks a password. Unknown users and wrong passwords get the same
+// 401, which the limiters count.
+func (a *app) login(c *gin.Context) {
+	var req credentials
+	if err := c.ShouldBind(&req); err != nil || strings.TrimSpace(req.Username) == "" || req.Password == "" {
+		c.JSON(http.StatusBadRequest, gin.H{"error": "username and password are required"})
+		return
+	}
+	a.checks.Add(1)
+	if !a.users.authenticate(req.Username, req.Password) {
+		c.JSON(http.StatusUnauthorized, gin.H{"error": "wrong username or password"})
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"user": keyfunc.NormalizeAccount(req.Username)})
+}
+
+// authenticator checks a user's password.
+type authenticator interface {
+	authenticate(username, password string) bool
+}
+
+// userStore is the demo's user table: bcrypt hashes by account name,
+// normalised as the account limiter normalises it.
+type userStore struct {
+	hashes map[string][]byte
+	dummy  []byte // checked for unknown names, so that they take as long
+}
+
+func newUserStore(cost int, passwords map[string]string) (*userStore, error) {
+	u := &userStore{hashes: make(map[string][]byte, len(passwords))}
+	for name, pw := range passwords {
+		h, err := bcrypt.GenerateFromPassword([]byte(pw), cost)
+		if err != nil {
+			return nil, err
+		}
+		n := keyfunc.NormalizeAccount(name)
+		if n == "" {
+			return nil, errors.New("login: invalid demo user name")
+		}
+		u.hashes[n] = h
+	}
+	h, err := bcrypt.GenerateFromPassword([]byte("no such user"), cost)
+	if err != nil {
+		return nil, err
+	}
+	u.dummy = h
+	return u, nil
+}
+
+func (u *userStore) authenticate(username, password string) bool {
+	h, ok := u.hashes[keyfunc.NormalizeAccount(username)]
+	if !ok {
+		h = u.dummy
+	}
+	return bcrypt.CompareHashAndPassword(h, []byte(password)) == nil && ok
+}

@@ -1,0 +1,364 @@
+package main
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/keyfunc"
+)
+
+func init() { gin.SetMode(gin.ReleaseMode) }
+
+// plainUsers is a fast authenticator for tests that log in thousands of
+// times: bcrypt costs about 14 ms per check under -race even at MinCost.
+// Names are the normalised account names.
+type plainUsers map[string]string
+
+func (p plainUsers) authenticate(username, password string) bool {
+	want, ok := p[keyfunc.NormalizeAccount(username)]
+	return subtle.ConstantTimeCompare([]byte(want), []byte(password)) == 1 && ok
+}
+
+// stores are the stores every scenario runs on. The Redis case starts a
+// redis-server of its own (skipped with -short).
+var stores = []struct {
+	name string
+	new  func(t *testing.T) core.Store
+}{
+	{"memory", func(*testing.T) core.Store { return core.NewMemoryStore() }},
+	{"redis", func(t *testing.T) core.Store { return core.NewRedisStore(redistest.Start(t).Client(t)) }},
+}
+
+// testConfig is the example's configuration with a store timeout generous
+// enough that a loaded machine under -race never makes a decision fall
+// back to the in-process store, which would split the counts.
+func testConfig() config {
+	cfg := defaultConfig()
+	cfg.limiterOptions = []core.Option{core.WithTimeout(2 * time.Second)}
+	return cfg
+}
+
+func newTestApp(t *testing.T, store core.Store, users authenticator, cfg config) *app {
+	t.Helper()
+	a, err := newApp(store, users, cfg)
+	if err != nil {
+		t.Fatalf("newApp: %v", err)
+	}
+	return a
+}
+
+// answer is what a login request got.
+type answer struct {
+	status     int
+	retryAfter int    // Retry-After in seconds; 0 when absent
+	policy     string // the limit a 429 names in its problem body
+}
+
+func jsonBody(user, password string) string {
+	b, _ := json.Marshal(credentials{Username: user, Password: password})
+	return string(b)
+}
+
+func read(t *testing.T, status int, h http.Header, body io.Reader) answer {
+	t.Helper()
+	a := answer{status: status}
+	if s := h.Get("Retry-After"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("Retry-After %q is not delta-seconds", s)
+		}
+		a.retryAfter = n
+	}
+	if status == http.StatusTooManyRequests {
+		var p struct {
+			Violated []string `json:"violated-policies"`
+		}
+		if err := json.NewDecoder(body).Decode(&p); err != nil || len(p.Violated) != 1 {
+			t.Fatalf("429 body is not a problem naming one policy: %+v, %v", p, err)
+		}
+		a.policy = p.Violated[0]
+	}
+	return a
+}
+
+// serve sends one JSON login from client address ip through the router,
+// in process.
+func serve(t *testing.T, a *app, ip, user, password string) answer {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodPost, "/login", strings.NewReader(jsonBody(user, password)))
+	req.Header.Set("Content-Type", "application/json")
+	req.RemoteAddr = ip + ":40000"
+	rec := httptest.NewRecorder()
+	a.router.ServeHTTP(rec, req)
+	return read(t, rec.Code, rec.Header(), rec.Body)
+}
+
+// post sends one JSON login over the loopback server.
+func post(t *testing.T, c *http.Client, url, user, password string) answer {
+	t.Helper()
+	res, err := c.Post(url+"/login", "application/json", strings.NewReader(jsonBody(user, password)))
+	if err != nil {
+		t.Errorf("POST /login: %v", err)
+		return answer{}
+	}
+	defer res.Body.Close()
+	return read(t, res.StatusCode, res.Header, res.Body)
+}
+
+// used returns the units recorded for key on l, without consuming any.
+func used(t *testing.T, l *core.Limiter, key string) int64 {
+	t.Helper()
+	d, err := l.Peek(context.Background(), key)
+	if err != nil || len(d.Rules) != 1 {
+		t.Fatalf("Peek(%q) = %+v, %v", key, d, err)
+	}
+	return d.Rules[0].Used
+}
+
+// TestConcurrentGuesses: 50 concurrent wrong passwords for one account,
+// over real HTTP, reach the password check exactly 5 times; the other 45
+// are 429 with Retry-After. Then 1000 correct logins in the same window
+// are never limited: successes do not consume the failure budget.
+func TestConcurrentGuesses(t *testing.T) {
+	for _, sc := range stores {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			users := plainUsers{"alice": "wonderland", "bob": "builder"}
+			a := newTestApp(t, sc.new(t), users, testConfig())
+			srv := httptest.NewServer(a.router)
+			t.Cleanup(srv.Close)
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 30 * time.Second}
+			t.Cleanup(client.CloseIdleConnections)
+
+			const guesses = 50
+			var (
+				wg      sync.WaitGroup
+				mu      sync.Mutex
+				answers []answer
+			)
+			for i := range guesses {
+				wg.Go(func() {
+					ans := post(t, client, srv.URL, "Alice", fmt.Sprintf("guess-%d", i))
+					mu.Lock()
+					answers = append(answers, ans)
+					mu.Unlock()
+				})
+			}
+			wg.Wait()
+
+			counts := map[int]int{}
+			for _, ans := range answers {
+				counts[ans.status]++
+				if ans.status == http.StatusTooManyRequests && (ans.retryAfter < 1 || ans.retryAfter > 900) {
+					t.Errorf("429 %+v: Retry-After %d, want 1..900 s", ans, ans.retryAfter)
+				}
+			}
+			if got := a.checks.Load(); got != 5 {
+				t.Errorf("%d concurrent wrong passwords reached the password check %d times, want 5", guesses, got)
+			}
+			if counts[http.StatusUnauthorized] != 5 || counts[http.StatusTooManyRequests] != guesses-5 {
+				t.Errorf("%d concurrent wrong passwords: statuses %v, want 5×401 and %d×429", guesses, counts, guesses-5)
+			}
+			t.Logf("%d concurrent guesses: %d reached the password check, statuses %v", guesses, a.checks.Load(), counts)
+
+			ip := "127.0.0.1"
+			alice := keyfunc.AccountKey(nil, "alice")
+			if got := used(t, a.account, alice); got != 5 {
+				t.Errorf("alice's account limit holds %d failures, want 5", got)
+			}
+			if got := used(t, a.ip, ip); got != 5 {
+				t.Errorf("the client's IP limit holds %d failures, want 5 (denied guesses are given back)", got)
+			}
+
+			// The locked account refuses even the right password: the
+			// trade-off TestLockoutTradeoff bounds.
+			if ans := post(t, client, srv.URL, "alice", "wonderland"); ans.status != http.StatusTooManyRequests || ans.policy != "login-account" {
+				t.Errorf("alice's right password during the lockout: %+v, want 429 by login-account", ans)
+			}
+
+			// Bob fails 4 times, then logs in correctly 1000 times from the
+			// same address in the same window.
+			for i := range 4 {
+				if ans := post(t, client, srv.URL, "bob", "nope"); ans.status != http.StatusUnauthorized {
+					t.Fatalf("bob's wrong password %d: %+v, want 401", i+1, ans)
+				}
+			}
+			const logins = 1000
+			limited := 0
+			for range logins {
+				if ans := post(t, client, srv.URL, "bob", "builder"); ans.status != http.StatusOK {
+					limited++
+				}
+			}
+			if limited > 0 {
+				t.Errorf("%d of %d correct logins were refused, want none", limited, logins)
+			}
+			if got := used(t, a.account, keyfunc.AccountKey(nil, "bob")); got != 0 {
+				t.Errorf("bob's account limit holds %d failures after his logins, want 0 (reset on success)", got)
+			}
+			if got := used(t, a.ip, ip); got != 9 {
+				t.Errorf("the client's IP limit holds %d failures, want 9: successes are not counted", got)
+			}
+			// alice's right password above was refused before the check.
+			if got, want := a.checks.Load(), int64(5+4+logins); got != want {
+				t.Errorf("password checks = %d, want %d", got, want)
+			}
+		})
+	}
+}
+
+// TestLockoutTradeoff: an attacker who fails on purpose locks an account
+// for at most the window, and the 429 says when to retry; the per-IP limit
+// stops one address from locking more than ipFailures/accountFailures
+// accounts. The windows are shortened to 2 s.
+func TestLockoutTradeoff(t *testing.T) {
+	const window = 2 * time.Second
+	for _, sc := range stores {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			users := plainUsers{}
+			const accounts = 10
+			for i := range accounts {
+				users[fmt.Sprintf("victim%d", i)] = fmt.Sprintf("pw-%d", i)
+			}
+			cfg := testConfig()
+			cfg.window = window
+			a := newTestApp(t, sc.new(t), users, cfg)
+			const attacker, victimIP = "203.0.113.66", "198.51.100.7"
+
+			// The attacker tries 5 wrong passwords on each of 10 accounts.
+			lockable := int(cfg.ipFailures / cfg.accountFailures) // 4
+			for i := range accounts {
+				user := fmt.Sprintf("victim%d", i)
+				for j := range cfg.accountFailures {
+					ans := serve(t, a, attacker, user, "wrong")
+					switch {
+					case i < lockable && ans.status != http.StatusUnauthorized:
+						t.Fatalf("attacker on %s, try %d: %+v, want 401", user, j+1, ans)
+					case i >= lockable && (ans.status != http.StatusTooManyRequests || ans.policy != "login-ip"):
+						t.Fatalf("attacker on %s, try %d: %+v, want 429 by login-ip", user, j+1, ans)
+					}
+				}
+			}
+			if got, want := a.checks.Load(), cfg.ipFailures; got != want {
+				t.Errorf("the attacker's guesses reached the password check %d times, want %d", got, want)
+			}
+
+			// Accounts beyond the attacker's IP budget were never touched.
+			for i := lockable; i < accounts; i++ {
+				user := fmt.Sprintf("victim%d", i)
+				if got := used(t, a.account, keyfunc.AccountKey(nil, user)); got != 0 {
+					t.Errorf("%s holds %d failures from refused attempts, want 0", user, got)
+				}
+				if ans := serve(t, a, victimIP, user, fmt.Sprintf("pw-%d", i)); ans.status != http.StatusOK {
+					t.Errorf("%s logging in from elsewhere: %+v, want 200", user, ans)
+				}
+			}
+
+			// The accounts the attacker locked stay locked, even for the
+			// right password from another address, until the window passes;
+			// the 429 says when.
+			retryAt := make([]time.Time, lockable)
+			for i := range lockable {
+				user := fmt.Sprintf("victim%d", i)
+				now := time.Now()
+				ans := serve(t, a, victimIP, user, fmt.Sprintf("pw-%d", i))
+				if ans.status != http.StatusTooManyRequests || ans.policy != "login-account" {
+					t.Fatalf("%s during the lockout: %+v, want 429 by login-account", user, ans)
+				}
+				if most := int(core.Seconds(window)); ans.retryAfter < 1 || ans.retryAfter > most {
+					t.Errorf("%s during the lockout: Retry-After %d, want 1..%d s (at most the window)", user, ans.retryAfter, most)
+				}
+				retryAt[i] = now.Add(time.Duration(ans.retryAfter) * time.Second)
+			}
+			// The attacker's address is refused for any account.
+			if ans := serve(t, a, attacker, "victim9", "pw-9"); ans.status != http.StatusTooManyRequests || ans.policy != "login-ip" {
+				t.Errorf("attacker's address with a right password: %+v, want 429 by login-ip", ans)
+			}
+
+			// At the time Retry-After named, the owners log in again.
+			for i := range lockable {
+				time.Sleep(time.Until(retryAt[i]))
+				user := fmt.Sprintf("victim%d", i)
+				if ans := serve(t, a, victimIP, user, fmt.Sprintf("pw-%d", i)); ans.status != http.StatusOK {
+					t.Errorf("%s after Retry-After: %+v, want 200", user, ans)
+				}
+			}
+		})
+	}
+}
+
+// TestRequests: bodies as JSON or form; malformed requests are 400 and not
+// counted as failures.
+func TestRequests(t *testing.T) {
+	t.Parallel()
+	a := newTestApp(t, core.NewMemoryStore(), plainUsers{"alice": "wonderland"}, testConfig())
+	tests := []struct {
+		name, contentType, body string
+		want                    int
+		counted                 int64 // failures the IP limit holds afterwards
+	}{
+		{"json", "application/json", `{"username":" ALICE ","password":"wonderland"}`, 200, 0},
+		{"form", "application/x-www-form-urlencoded", "username=alice&password=wonderland", 200, 0},
+		{"wrong password", "application/x-www-form-urlencoded", "username=alice&password=nope", 401, 1},
+		{"unknown user", "application/json", `{"username":"mallory","password":"x"}`, 401, 2},
+		{"no password", "application/json", `{"username":"alice"}`, 400, 2},
+		{"no username", "application/json", `{"password":"x"}`, 400, 2},
+		{"username too long", "application/json", `{"username":"` + strings.Repeat("a", 400) + `","password":"x"}`, 400, 2},
+		{"not json", "application/json", `{"username":`, 400, 2},
+	}
+	for _, tc := range tests {
+		req := httptest.NewRequest(http.MethodPost, "/login", strings.NewReader(tc.body))
+		req.Header.Set("Content-Type", tc.contentType)
+		req.RemoteAddr = "192.0.2.1:1234"
+		rec := httptest.NewRecorder()
+		a.router.ServeHTTP(rec, req)
+		if rec.Code != tc.want {
+			t.Errorf("%s: status %d (%q), want %d", tc.name, rec.Code, rec.Body, tc.want)
+		}
+		if got := used(t, a.ip, "192.0.2.1"); got != tc.counted {
+			t.Errorf("%s: IP limit holds %d failures, want %d", tc.name, got, tc.counted)
+		}
+	}
+}
+
+// TestUserStore: the demo's bcrypt user table.
+func TestUserStore(t *testing.T) {
+	t.Parallel()
+	u, err := newUserStore(bcrypt.MinCost, demoUsers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		user, password string
+		want           bool
+	}{
+		{"alice", "wonderland", true},
+		{"  Alice ", "wonderland", true},
+		{"alice", "Wonderland", false},
+		{"bob", "builder", true},
+		{"bob", "wonderland", false},
+		{"mallory", "wonderland", false},
+		{"", "", false},
+	}
+	for _, tc := range tests {
+		if got := u.authenticate(tc.user, tc.password); got != tc.want {
+			t.Errorf("authenticate(%q, %q) = %v, want %v", tc.user, tc.password, got, tc.want)
+		}
+	}
+}

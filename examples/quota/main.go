@@ -1,0 +1,295 @@
+// Command quota shows per-customer API quotas with ratekit on fiber. Each
+// API key (X-API-Key header or api_key query parameter) has a plan, and
+// the plan sets its limits, which must all hold:
+//
+//	free  100 per minute and   1,000 per day
+//	pro  1000 per minute and 100,000 per day
+//
+// The plan of a key is looked up in the app's plan table by a function
+// the limiter calls on a cache miss (cached for a minute). The quota uses
+// the SlidingBuckets algorithm: each window is kept as 60 counters, so a
+// daily quota of 100,000 takes a few KB per key in Redis however many
+// requests it counts, where the exact sliding log would keep one entry
+// per request. It never admits more than a limit and under-admits by at
+// most one bucket (1/60 of the window).
+//
+//	GET  /api/items    costs 1
+//	POST /api/reports  costs 10 (an expensive endpoint)
+//	GET  /quota        the key's plan and remaining quota, consuming none
+//	POST /admin/plan   {"key": "...", "plan": "pro"} moves a key to
+//	                   another plan at once; needs QUOTA_ADMIN_TOKEN
+//
+// Requests over the quota get 429 with Retry-After, the X-RateLimit-* and
+// IETF RateLimit fields, and an RFC 9457 problem+json body naming the
+// binding rule ("api-60s" or "api-86400s"). Unknown keys get 401. The demo
+// keys are demo-free and demo-pro:
+//
+//	QUOTA_ADMIN_TOKEN=s3cret go run ./examples/quota
+//	curl -i -H 'X-API-Key: demo-free' localhost:8083/api/items
+//	curl -i -X POST -H 'X-API-Key: demo-free' localhost:8083/api/reports
+//	curl -s -H 'X-API-Key: demo-free' localhost:8083/quota
+//	curl -i -H 'Authorization: Bearer s3cret' -H 'Content-Type: application/json' \
+//	     -d '{"key":"demo-free","plan":"pro"}' localhost:8083/admin/plan
+//
+// The key is stored in Redis as sent; an app whose API keys are secrets
+// would key the quota by the account its authentication middleware finds
+// (keyfunc.UserIDFrom) instead. Limits live in memory; set REDIS_URL to
+// keep them in Redis.
+package main
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"flag"
+	"log"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/fiberlimit"
+	"github.com/ratekit/ratekit/internal/exampleenv"
+	"github.com/ratekit/ratekit/keyfunc"
+)
+
+// costReport is what POST /api/reports costs.
+const costReport = 10
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8083", "listen address")
+	flag.Parse()
+
+	cfg := defaultConfig()
+	cfg.adminToken = os.Getenv("QUOTA_ADMIN_TOKEN")
+	if cfg.adminToken == "" {
+		log.Print("QUOTA_ADMIN_TOKEN is not set: POST /admin/plan is disabled")
+	}
+	p := newPlans(map[string]string{"demo-free": "free", "demo-pro": "pro"})
+	a, err := newApp(exampleenv.Store(), p, cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("listening on %s: try `curl -i -H 'X-API-Key: demo-free' http://%s/api/items`", *addr, *addr)
+	log.Fatal(a.fiber.Listen(*addr))
+}
+
+// config holds the plans' limits; tests change them.
+type config struct {
+	tiers          map[string][]core.Rule // limits per plan
+	defaultTier    string                 // the plan whose limits apply when a key's plan cannot be found
+	tierCacheTTL   time.Duration          // how long a key's plan is cached
+	adminToken     string                 // bearer token of POST /admin/plan; "" disables it
+	limiterOptions []core.Option          // options of the limiter
+}
+
+func defaultConfig() config {
+	return config{
+		tiers: map[string][]core.Rule{
+			"free": {{Limit: 100, Window: time.Minute}, {Limit: 1000, Window: 24 * time.Hour}},
+			"pro":  {{Limit: 1000, Window: time.Minute}, {Limit: 100_000, Window: 24 * time.Hour}},
+		},
+		defaultTier:  "free",
+		tierCacheTTL: time.Minute,
+	}
+}
+
+// plans is the app's plan table: API key to plan name. A real app keeps it
+// in its database. It is safe for concurrent use.
+type plans struct {
+	mu      sync.RWMutex
+	byKey   map[string]string
+	lookups atomic.Int64 // resolutions by the limiter; its cache keeps them few
+}
+
+var errUnknownKey = errors.New("quota: unknown API key")
+
+func newPlans(byKey map[string]string) *plans {
+	p := &plans{byKey: make(map[string]string, len(byKey))}
+	for k, v := range byKey {
+		p.byKey[k] = v
+	}
+	return p
+}
+
+// plan returns the plan of key.
+func (p *plans) plan(key string) (string, bool) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	plan, ok := p.byKey[key]
+	return plan, ok
+}
+
+// set puts key on plan.
+func (p *plans) set(key, plan string) {
+	p.mu.Lock()
+	p.byKey[key] = plan
+	p.mu.Unlock()
+}
+
+// resolve is the limiter's core.TierFunc.
+func (p *plans) resolve(_ context.Context, key string) (string, error) {
+	p.lookups.Add(1)
+	plan, ok := p.plan(key)
+	if !ok {
+		return "", errUnknownKey
+	}
+	return plan, nil
+}
+
+// app is the API service: its routes, the quota limiter and the plans.
+type app struct {
+	fiber *fiber.App
+	quota *core.Limiter
+	plans *plans
+	tiers map[string][]core.Rule
+}
+
+// newApp builds the service on store.
+func newApp(store core.Store, p *plans, cfg config) (*app, error) {
+	quota, err := core.NewLimiter(store, core.Policy{
+		Name:      "api",
+		Rules:     cfg.tiers[cfg.defaultTier],
+		Algorithm: core.SlidingBuckets, // bounded memory per key, however large the quota
+	}, append([]core.Option{
+		core.WithTiers(p.resolve, cfg.tiers),
+		core.WithTierCache(10_000, cfg.tierCacheTTL),
+	}, cfg.limiterOptions...)...)
+	if err != nil {
+		return nil, err
+	}
+	a := &app{
+		fiber: fiber.New(fiber.Config{ErrorHandler: answerError, DisableStartupMessage: true}),
+		quota: quota,
+		plans: p,
+		tiers: cfg.tiers,
+	}
+
+	// Each route states its cost where it is mounted, rather than one
+	// middleware guessing it from the path (fiber matches paths
+	// case-insensitively, so "/API/REPORTS" would dodge a path check).
+	limit := func(cost int64) fiber.Handler {
+		return fiberlimit.New(quota,
+			fiberlimit.WithKey(keyfunc.AppKey()),
+			fiberlimit.WithCost(func(keyfunc.Request) int64 { return cost }),
+			fiberlimit.WithHeaders(core.HeadersXRateLimit|core.HeadersIETF),
+			fiberlimit.WithBody(core.BodyProblem),
+		)
+	}
+	api := a.fiber.Group("/api", a.authenticate)
+	api.Get("/items", limit(1), items)
+	api.Post("/reports", limit(costReport), report)
+
+	a.fiber.Get("/quota", a.authenticate, a.status)
+	if cfg.adminToken != "" {
+		a.fiber.Post("/admin/plan", a.setPlan(cfg.adminToken))
+	}
+	return a, nil
+}
+
+// apiKey returns the request's API key as keyfunc.AppKey finds it, copied
+// out of fasthttp's reused buffers.
+func apiKey(c *fiber.Ctx) string {
+	k := c.Get("X-API-Key")
+	if k == "" {
+		k = c.Query("api_key")
+	}
+	return strings.Clone(k)
+}
+
+// authenticate refuses keys that have no plan.
+func (a *app) authenticate(c *fiber.Ctx) error {
+	if _, ok := a.plans.plan(apiKey(c)); !ok {
+		return c.Status(http.StatusUnauthorized).JSON(fiber.Map{"error": "unknown API key"})
+	}
+	return c.Next()
+}
+
+func items(c *fiber.Ctx) error {
+	return c.JSON([]string{"apple", "pear", "plum"})
+}
+
+func report(c *fiber.Ctx) error {
+	return c.JSON(fiber.Map{"report": "quarterly figures"})
+}
+
+// quotaStatus is the answer of GET /quota.
+type quotaStatus struct {
+	Plan   string       `json:"plan"`
+	Limits []limitState `json:"limits"`
+}
+
+// limitState is one rule of a key's plan as it stands.
+type limitState struct {
+	Limit         int64 `json:"limit"`
+	WindowSeconds int64 `json:"window_seconds"`
+	Used          int64 `json:"used"`
+	Remaining     int64 `json:"remaining"`
+	ResetSeconds  int64 `json:"reset_seconds"` // until the window is empty
+}
+
+// status answers the key's remaining quota without consuming any.
+func (a *app) status(c *fiber.Ctx) error {
+	key := apiKey(c)
+	plan, _ := a.plans.plan(key)
+	d, err := a.quota.Peek(c.UserContext(), key)
+	if err != nil {
+		return fiber.ErrServiceUnavailable
+	}
+	st := quotaStatus{Plan: plan, Limits: make([]limitState, 0, len(d.Rules))}
+	for _, r := range d.Rules {
+		st.Limits = append(st.Limits, limitState{
+			Limit:         r.Limit,
+			WindowSeconds: core.Seconds(r.Window),
+			Used:          r.Used,
+			Remaining:     r.Remaining(),
+			ResetSeconds:  core.Seconds(r.ResetAfter),
+		})
+	}
+	return c.JSON(st)
+}
+
+// setPlan moves a key to another plan. InvalidateTier makes the move
+// count at once: the key's next request resolves its plan again, and no
+// denial cached under the old plan survives.
+func (a *app) setPlan(token string) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		bearer, ok := strings.CutPrefix(c.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(bearer), []byte(token)) != 1 {
+			return c.Status(http.StatusUnauthorized).JSON(fiber.Map{"error": "admin token required"})
+		}
+		var req struct {
+			Key  string `json:"key"`
+			Plan string `json:"plan"`
+		}
+		if err := c.BodyParser(&req); err != nil || req.Key == "" {
+			return c.Status(http.StatusBadRequest).JSON(fiber.Map{"error": `want {"key": "...", "plan": "..."}`})
+		}
+		if _, ok := a.tiers[req.Plan]; !ok {
+			return c.Status(http.StatusBadRequest).JSON(fiber.Map{"error": "unknown plan"})
+		}
+		key := strings.Clone(req.Key)
+		a.plans.set(key, req.Plan)
+		a.quota.InvalidateTier(key)
+		return c.JSON(fiber.Map{"plan": req.Plan})
+	}
+}
+
+// answerError answers errors returned by handlers with a fixed text: the
+// status's own for a *fiber.Error, else 500. No error detail reaches the
+// client.
+func answerError(c *fiber.Ctx, err error) error {
+	code := http.StatusInternalServerError
+	var fe *fiber.Error
+	if errors.As(err, &fe) {
+		code = fe.Code
+	} else {
+		log.Printf("quota: %s %s: %v", c.Method(), c.Path(), err)
+	}
+	return c.Status(code).JSON(fiber.Map{"error": http.StatusText(code)})
+}

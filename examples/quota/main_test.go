@@ -1,0 +1,461 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/redistest"
+)
+
+const adminToken = "test-admin-token"
+
+// testConfig is the example's configuration with an admin token and a
+// store timeout generous enough that a loaded machine under -race never
+// makes a decision fall back to the in-process store.
+func testConfig(opts ...core.Option) config {
+	cfg := defaultConfig()
+	cfg.adminToken = adminToken
+	cfg.limiterOptions = append([]core.Option{core.WithTimeout(2 * time.Second)}, opts...)
+	return cfg
+}
+
+func newTestApp(t testing.TB, store core.Store, cfg config) *app {
+	t.Helper()
+	a, err := newApp(store, newPlans(map[string]string{"k-free": "free", "k-pro": "pro"}), cfg)
+	if err != nil {
+		t.Fatalf("newApp: %v", err)
+	}
+	t.Cleanup(func() { _ = a.fiber.Shutdown() })
+	return a
+}
+
+// stores are the stores every scenario runs on; the Redis case starts a
+// redis-server of its own (skipped with -short).
+var stores = []struct {
+	name string
+	new  func(t *testing.T) core.Store
+}{
+	{"memory", func(*testing.T) core.Store { return core.NewMemoryStore() }},
+	{"redis", func(t *testing.T) core.Store { return core.NewRedisStore(redistest.Start(t).Client(t)) }},
+}
+
+// answer is what a request got.
+type answer struct {
+	status    int
+	limit     string // X-RateLimit-Limit
+	remaining string // X-RateLimit-Remaining
+	retry     string // Retry-After
+	body      string
+}
+
+func (a answer) String() string {
+	return fmt.Sprintf("%d limit=%s remaining=%s retry=%s %q", a.status, a.limit, a.remaining, a.retry, a.body)
+}
+
+func do(t *testing.T, a *app, method, path, key, body string, header ...string) answer {
+	t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	if key != "" {
+		req.Header.Set("X-API-Key", key)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	res, err := a.fiber.Test(req, -1)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return answer{
+		status:    res.StatusCode,
+		limit:     res.Header.Get(core.HeaderLimit),
+		remaining: res.Header.Get(core.HeaderRemaining),
+		retry:     res.Header.Get(core.HeaderRetryAfter),
+		body:      string(b),
+	}
+}
+
+func getItems(t *testing.T, a *app, key string) answer {
+	t.Helper()
+	return do(t, a, http.MethodGet, "/api/items", key, "")
+}
+
+func postReport(t *testing.T, a *app, key string) answer {
+	t.Helper()
+	return do(t, a, http.MethodPost, "/api/reports", key, "")
+}
+
+func quota(t *testing.T, a *app, key string) quotaStatus {
+	t.Helper()
+	ans := do(t, a, http.MethodGet, "/quota", key, "")
+	if ans.status != http.StatusOK {
+		t.Fatalf("GET /quota: %v", ans)
+	}
+	var st quotaStatus
+	if err := json.Unmarshal([]byte(ans.body), &st); err != nil {
+		t.Fatalf("GET /quota: %v: %v", ans, err)
+	}
+	return st
+}
+
+func wantAnswer(t *testing.T, what string, got answer, status int, remaining string) {
+	t.Helper()
+	if got.status != status || got.remaining != remaining {
+		t.Fatalf("%s: %v, want %d with X-RateLimit-Remaining %s", what, got, status, remaining)
+	}
+}
+
+// violated returns the violated-policies of a problem body.
+func violated(t *testing.T, ans answer) []string {
+	t.Helper()
+	var p struct {
+		Violated []string `json:"violated-policies"`
+	}
+	if err := json.Unmarshal([]byte(ans.body), &p); err != nil {
+		t.Fatalf("body of %v is not a problem: %v", ans, err)
+	}
+	return p.Violated
+}
+
+// TestCostAndStatus: a report costs 10 units, an item 1; GET /quota shows
+// the remaining quota without consuming any.
+func TestCostAndStatus(t *testing.T) {
+	for _, sc := range stores {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			a := newTestApp(t, sc.new(t), testConfig())
+			want := quotaStatus{Plan: "free", Limits: []limitState{
+				{Limit: 100, WindowSeconds: 60, Remaining: 100},
+				{Limit: 1000, WindowSeconds: 86400, Remaining: 1000},
+			}}
+			for range 3 {
+				if got := quota(t, a, "k-free"); !equalStatus(got, want) {
+					t.Fatalf("GET /quota of a fresh key: %+v, want %+v", got, want)
+				}
+			}
+
+			for i := range 9 {
+				wantAnswer(t, "report "+strconv.Itoa(i+1), postReport(t, a, "k-free"), http.StatusOK, strconv.Itoa(90-10*i))
+			}
+			for i := range 5 {
+				wantAnswer(t, "item "+strconv.Itoa(i+1), getItems(t, a, "k-free"), http.StatusOK, strconv.Itoa(9-i))
+			}
+			// 5 units left: a report (10) does not fit, items still do.
+			ans := postReport(t, a, "k-free")
+			wantAnswer(t, "report over the quota", ans, http.StatusTooManyRequests, "5")
+			if v := violated(t, ans); len(v) != 1 || v[0] != "api-60s" || ans.retry == "" || ans.limit != "100" {
+				t.Errorf("report over the quota: %v, violated %v; want Retry-After and api-60s", ans, v)
+			}
+			for i := range 5 {
+				wantAnswer(t, "item after the denied report", getItems(t, a, "k-free"), http.StatusOK, strconv.Itoa(4-i))
+			}
+			wantAnswer(t, "item over the quota", getItems(t, a, "k-free"), http.StatusTooManyRequests, "0")
+
+			for range 3 {
+				got := quota(t, a, "k-free")
+				if len(got.Limits) != 2 || got.Limits[0].Used != 100 || got.Limits[0].Remaining != 0 ||
+					got.Limits[1].Used != 100 || got.Limits[1].Remaining != 900 || got.Limits[0].ResetSeconds < 1 {
+					t.Fatalf("GET /quota after 100 units: %+v, want 100 used of each rule", got)
+				}
+			}
+			// Another key is not affected.
+			if got := quota(t, a, "k-pro"); got.Plan != "pro" || got.Limits[0].Remaining != 1000 || got.Limits[1].Remaining != 100_000 {
+				t.Errorf("GET /quota of k-pro: %+v, want untouched pro limits", got)
+			}
+
+			// Unknown keys are refused before the limiter.
+			for _, key := range []string{"", "k-unknown"} {
+				for _, path := range []string{"/api/items", "/quota"} {
+					if ans := do(t, a, http.MethodGet, path, key, ""); ans.status != http.StatusUnauthorized || ans.limit != "" {
+						t.Errorf("GET %s with key %q: %v, want 401 without rate-limit headers", path, key, ans)
+					}
+				}
+			}
+		})
+	}
+}
+
+func equalStatus(a, b quotaStatus) bool {
+	if a.Plan != b.Plan || len(a.Limits) != len(b.Limits) {
+		return false
+	}
+	for i := range a.Limits {
+		if a.Limits[i] != b.Limits[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestUpgrade: a key moved from free to pro gets the higher limit on its
+// next request; neither the tier cache nor a denial cached under the free
+// plan answers for it.
+func TestUpgrade(t *testing.T) {
+	for _, sc := range stores {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			a := newTestApp(t, sc.new(t), testConfig())
+			for range 10 {
+				postReport(t, a, "k-free")
+			}
+			for range 3 { // the 2nd and 3rd from the deny cache
+				wantAnswer(t, "free key over its quota", getItems(t, a, "k-free"), http.StatusTooManyRequests, "0")
+			}
+			if n := a.plans.lookups.Load(); n != 1 {
+				t.Errorf("the plan was looked up %d times for 13 requests, want 1 (cached)", n)
+			}
+
+			// Without the admin call the change waits for the tier cache.
+			a.plans.set("k-free", "pro")
+			wantAnswer(t, "plan changed behind the limiter's back", getItems(t, a, "k-free"), http.StatusTooManyRequests, "0")
+			a.plans.set("k-free", "free")
+
+			for _, bad := range []struct{ token, body string }{
+				{"wrong", `{"key":"k-free","plan":"pro"}`},
+				{adminToken, `{"key":"k-free","plan":"platinum"}`},
+				{adminToken, `{"plan":"pro"}`},
+			} {
+				ans := do(t, a, http.MethodPost, "/admin/plan", "", bad.body, "Authorization", "Bearer "+bad.token)
+				if ans.status != http.StatusUnauthorized && ans.status != http.StatusBadRequest {
+					t.Errorf("POST /admin/plan %s with token %q: %v, want 401 or 400", bad.body, bad.token, ans)
+				}
+			}
+			if ans := do(t, a, http.MethodPost, "/admin/plan", "", `{"key":"k-free","plan":"pro"}`, "Authorization", "Bearer "+adminToken); ans.status != http.StatusOK {
+				t.Fatalf("POST /admin/plan: %v, want 200", ans)
+			}
+			ans := getItems(t, a, "k-free")
+			wantAnswer(t, "first request after the upgrade", ans, http.StatusOK, "899")
+			if ans.limit != "1000" {
+				t.Errorf("first request after the upgrade: X-RateLimit-Limit %s, want 1000", ans.limit)
+			}
+			if got := quota(t, a, "k-free"); got.Plan != "pro" || got.Limits[1].Used != 101 || got.Limits[1].Remaining != 99_899 {
+				t.Errorf("GET /quota after the upgrade: %+v, want pro with the 101 units used so far", got)
+			}
+		})
+	}
+}
+
+// clock is a clock the test steps by hand.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) add(d time.Duration) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+	return c.t
+}
+
+var epoch = time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+
+// TestNeverOverAdmits: with a small plan (5 per minute, 20 per day) and a
+// request every 3 s of simulated time across a day boundary, no sliding
+// minute or day ever holds more admissions than its limit; and of 50
+// concurrent requests of a pro key (10 per minute) exactly 10 are
+// admitted.
+func TestNeverOverAdmits(t *testing.T) {
+	small := func(opts ...core.Option) config {
+		cfg := testConfig(opts...)
+		cfg.tiers = map[string][]core.Rule{
+			"free": {{Limit: 5, Window: time.Minute}, {Limit: 20, Window: 24 * time.Hour}},
+			"pro":  {{Limit: 10, Window: time.Minute}, {Limit: 40, Window: 24 * time.Hour}},
+		}
+		return cfg
+	}
+	tests := []struct {
+		name  string
+		store func(t *testing.T, clk *clock) core.Store
+	}{
+		{"memory", func(_ *testing.T, clk *clock) core.Store { return core.NewMemoryStore(core.WithClock(clk.now)) }},
+		{"redis", func(t *testing.T, clk *clock) core.Store {
+			return core.NewRedisStore(redistest.Start(t).Client(t), core.WithClientClock(clk.now))
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clk := &clock{t: epoch}
+			// The deny cache runs on the real clock, not the stepped one.
+			a := newTestApp(t, tc.store(t, clk), small(core.WithDenyCache(0)))
+			ctx := context.Background()
+
+			var admitted []time.Time
+			step := func(from, to time.Duration) {
+				for clk.now().Before(epoch.Add(to)) {
+					now := clk.add(3 * time.Second)
+					if now.Before(epoch.Add(from)) {
+						continue
+					}
+					d, err := a.quota.Allow(ctx, "k-free")
+					if err != nil || d.Source != core.SourceStore {
+						t.Fatalf("Allow at %v: %+v, %v", now.Sub(epoch), d, err)
+					}
+					if d.Allowed {
+						admitted = append(admitted, now)
+					} else if d.RetryAfter <= 0 {
+						t.Fatalf("denial at %v without RetryAfter: %+v", now.Sub(epoch), d)
+					}
+				}
+			}
+			step(0, 10*time.Minute)
+			if len(admitted) != 20 {
+				t.Errorf("first 10 minutes: %d admitted, want the daily 20", len(admitted))
+			}
+			clk.add(24*time.Hour - 15*time.Minute)
+			step(24*time.Hour-5*time.Minute, 24*time.Hour+30*time.Minute)
+			for i, at := range admitted {
+				var minute, day int
+				for _, b := range admitted[:i+1] {
+					if at.Sub(b) < time.Minute {
+						minute++
+					}
+					if at.Sub(b) < 24*time.Hour {
+						day++
+					}
+				}
+				if minute > 5 || day > 20 {
+					t.Fatalf("admission at %v: %d in the minute and %d in the day before it, limits 5 and 20", at.Sub(epoch), minute, day)
+				}
+			}
+			if n := len(admitted); n < 25 {
+				t.Errorf("%d admitted in all, want the next day's budget to open up", n)
+			}
+			t.Logf("%d admissions; first of the second day at %v", len(admitted), admitted[20].Sub(epoch))
+
+			// 50 concurrent requests of a fresh key over HTTP: exactly 5.
+			var (
+				wg     sync.WaitGroup
+				mu     sync.Mutex
+				counts = map[int]int{}
+			)
+			for range 50 {
+				wg.Go(func() {
+					req := httptest.NewRequest(http.MethodGet, "/api/items", nil)
+					req.Header.Set("X-API-Key", "k-pro")
+					res, err := a.fiber.Test(req, -1)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					res.Body.Close()
+					mu.Lock()
+					counts[res.StatusCode]++
+					mu.Unlock()
+				})
+			}
+			wg.Wait()
+			if counts[http.StatusOK] != 10 || counts[http.StatusTooManyRequests] != 40 {
+				t.Errorf("50 concurrent requests against 10 per minute: %v, want 10×200 and 40×429", counts)
+			}
+		})
+	}
+}
+
+// TestRedisMemoryBounded: a 100,000-per-day quota on Redis, after 20,000
+// admissions spread over a simulated day, keeps its key in a few KB.
+func TestRedisMemoryBounded(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	clk := &clock{t: epoch}
+	store := core.NewRedisStore(srv.Client(t), core.WithClientClock(clk.now))
+	a := newTestApp(t, store, testConfig())
+	ctx := context.Background()
+	key := store.Key("api", "k-pro") + ":b"
+
+	const n = 20_000
+	step := 24 * time.Hour / n // 4.32 s
+	var peak int64
+	for i := 1; i <= n; i++ {
+		clk.add(step)
+		d, err := a.quota.Allow(ctx, "k-pro")
+		if err != nil || !d.Allowed || d.Source != core.SourceStore {
+			t.Fatalf("request %d: %+v, %v; want admitted by the store", i, d, err)
+		}
+		if i%2000 == 0 {
+			mem, _ := srv.Do(t, "MEMORY", "USAGE", key, "SAMPLES", "0").(int64)
+			fields, _ := srv.Do(t, "HLEN", key).(int64)
+			peak = max(peak, mem)
+			t.Logf("after %6d admissions (%5.1f h): MEMORY USAGE %d bytes, %d hash fields", i, clk.now().Sub(epoch).Hours(), mem, fields)
+		}
+	}
+	if peak == 0 || peak >= 4096 {
+		t.Errorf("MEMORY USAGE peaked at %d bytes, want under 4 KB", peak)
+	}
+	if got := quota(t, a, "k-pro"); got.Limits[1].Used != n || got.Limits[1].Remaining != 100_000-n {
+		t.Errorf("GET /quota: %+v, want %d of 100000 used today", got, n)
+	}
+
+	// The worst case: a key busy every second has every bucket of both
+	// windows live. The hash is still bounded by the bucket count (61 per
+	// rule, plus 17 fields remembering recent call IDs); its encoding, and
+	// so its size, depends on the server's hash-max-listpack-entries.
+	for range 2 * 61 {
+		clk.add(time.Second)
+		if d, err := a.quota.AllowN(ctx, "k-pro", 10); err != nil || !d.Allowed {
+			t.Fatalf("busy key: %+v, %v", d, err)
+		}
+	}
+	mem, _ := srv.Do(t, "MEMORY", "USAGE", key, "SAMPLES", "0").(int64)
+	fields, _ := srv.Do(t, "HLEN", key).(int64)
+	enc := srv.Do(t, "OBJECT", "ENCODING", key)
+	limit := srv.Do(t, "CONFIG", "GET", "hash-max-listpack-entries")
+	t.Logf("busy every second: MEMORY USAGE %d bytes, %d hash fields, %v encoding (%v)", mem, fields, enc, limit)
+	if maxFields := int64(2*(core.DefaultBuckets+1) + 17); fields > maxFields || mem >= 16<<10 {
+		t.Errorf("busy key: %d fields and %d bytes, want at most %d fields and under 16 KB", fields, mem, maxFields)
+	}
+}
+
+// BenchmarkRedisQuota measures one decision on a 100,000-per-day
+// SlidingBuckets quota on Redis with 0 to 90,000 units already in the
+// day's window: the time per decision does not grow with the count.
+func BenchmarkRedisQuota(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, used := range []int{0, 10_000, 50_000, 90_000} {
+		b.Run("used="+strconv.Itoa(used), func(b *testing.B) {
+			clk := &clock{t: epoch}
+			store := core.NewRedisStore(srv.Client(b), core.WithClientClock(clk.now), core.WithPrefix("bench"+strconv.Itoa(used)))
+			a := newTestApp(b, store, testConfig(core.WithDenyCache(0)))
+			ctx := context.Background()
+			for range used / 1000 {
+				// 1000 units a minute, the pro plan's per-minute limit.
+				clk.add(time.Minute + time.Second)
+				if d, err := a.quota.AllowN(ctx, "k-pro", 1000); err != nil || !d.Allowed {
+					b.Fatalf("preload: %+v, %v", d, err)
+				}
+			}
+			clk.add(time.Minute + time.Second)
+			b.ReportAllocs()
+			for b.Loop() {
+				clk.add(60 * time.Millisecond) // 1000 a minute
+				if _, err := a.quota.Allow(ctx, "k-pro"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,208 @@
+// Command sms shows verification-code throttling with ratekit on echo.
+// POST /sms/send takes {"phone": "..."} (JSON, a form, or ?phone=) and
+// sends a code, limited three ways in one decision:
+//
+//   - per phone number, normalised to E.164 (with region CN,
+//     "+86 138-0013-8000", "8613800138000" and "13800138000" are one
+//     number): 1 per 60 s AND 5 per hour AND 10 per 24 hours, one policy
+//     whose rules are checked atomically;
+//   - per client IP: 20 per hour;
+//   - for everyone together: 1000 per hour, a cap on the SMS bill.
+//
+// A request denied by one of them consumes nothing from the others, even
+// on Redis Cluster where their keys live in different slots. A denial is
+// 429 with Retry-After and an RFC 9457 problem+json body whose
+// "violated-policies" names the binding rule: "sms-phone-60s",
+// "sms-phone-3600s", "sms-phone-86400s", "sms-ip" or "sms-global". A
+// missing or invalid number is 400. A code the provider failed to deliver
+// (502) is not charged.
+//
+//	go run ./examples/sms
+//	curl -i -H 'Content-Type: application/json' -d '{"phone":"+86 138-0013-8000"}' localhost:8082/sms/send
+//	curl -i -d phone=13800138000 localhost:8082/sms/send
+//
+// Phone numbers are personal data, so the limiters store only a keyed hash
+// of each number (HMAC-SHA256): a dump of Redis shows no numbers. Set
+// SMS_KEY_SECRET to a random secret, the same on every instance; without
+// it ratekit's fixed public key is used, which still keeps numbers out of
+// a dump but lets someone who has the dump test a guessed number against
+// it. Behind a reverse proxy, name it with -trusted-proxy. Limits live in
+// memory; set REDIS_URL to keep them in Redis.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"flag"
+	"fmt"
+	"log"
+	"math/big"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/echolimit"
+	"github.com/ratekit/ratekit/internal/exampleenv"
+	"github.com/ratekit/ratekit/keyfunc"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8082", "listen address")
+	proxy := flag.String("trusted-proxy", "", "CIDR of the reverse proxies in front of this server, e.g. 10.0.0.0/8")
+	flag.Parse()
+
+	cfg := defaultConfig()
+	if *proxy != "" {
+		trusted, err := keyfunc.ParseTrustedProxies(*proxy)
+		if err != nil {
+			log.Fatal(err)
+		}
+		cfg.clientIP = keyfunc.ClientIP(keyfunc.TrustedPrefixes(trusted...))
+	}
+	if s := os.Getenv("SMS_KEY_SECRET"); s != "" {
+		cfg.secret = []byte(s)
+	} else {
+		log.Print("SMS_KEY_SECRET is not set: phone numbers are hashed with ratekit's public default key")
+	}
+
+	a, err := newApp(exampleenv.Store(), logSender{}, cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("listening on %s: try `curl -i -d phone=13800138000 http://%s/sms/send` twice", *addr, *addr)
+	a.echo.HideBanner = true
+	a.echo.Server.ReadHeaderTimeout = 5 * time.Second
+	log.Fatal(a.echo.Start(*addr))
+}
+
+// config holds the limits of POST /sms/send; tests change them.
+type config struct {
+	phoneRules     []core.Rule   // per phone number, all must hold
+	perIP          core.Rule     // per client IP
+	global         core.Rule     // for all requests together
+	region         string        // region of numbers written without a country code
+	secret         []byte        // HMAC key of phone keys; nil: keyfunc's public default
+	clientIP       keyfunc.Func  // how the client IP is found
+	limiterOptions []core.Option // options of every limiter
+}
+
+func defaultConfig() config {
+	return config{
+		phoneRules: []core.Rule{
+			{Limit: 1, Window: time.Minute},
+			{Limit: 5, Window: time.Hour},
+			{Limit: 10, Window: 24 * time.Hour},
+		},
+		perIP:    core.Rule{Limit: 20, Window: time.Hour},
+		global:   core.Rule{Limit: 1000, Window: time.Hour},
+		region:   "CN",
+		clientIP: keyfunc.ClientIP(),
+	}
+}
+
+// app is the SMS service: its routes, the three limiters and the sender.
+type app struct {
+	echo   *echo.Echo
+	phone  *core.Limiter // per phone number: 1/60 s, 5/h, 10/24 h
+	ip     *core.Limiter // per client IP
+	global *core.Limiter // for everyone
+	number keyfunc.Func  // the E.164 number of a request, for the handler
+	sender sender
+}
+
+// globalKey is the one key of the global cap.
+const globalKey = "all"
+
+// newApp builds the service on store.
+func newApp(store core.Store, s sender, cfg config) (*app, error) {
+	phone, err := core.NewLimiter(store, core.Policy{Name: "sms-phone", Rules: cfg.phoneRules}, cfg.limiterOptions...)
+	if err != nil {
+		return nil, err
+	}
+	ip, err := core.NewLimiter(store, core.Policy{Name: "sms-ip", Rules: []core.Rule{cfg.perIP}}, cfg.limiterOptions...)
+	if err != nil {
+		return nil, err
+	}
+	global, err := core.NewLimiter(store, core.Policy{Name: "sms-global", Rules: []core.Rule{cfg.global}}, cfg.limiterOptions...)
+	if err != nil {
+		return nil, err
+	}
+	region := keyfunc.DefaultRegion(cfg.region)
+	a := &app{
+		echo:   echo.New(),
+		phone:  phone,
+		ip:     ip,
+		global: global,
+		number: keyfunc.Phone(region, keyfunc.PhoneCleartext(true)),
+		sender: s,
+	}
+	everyone := func(keyfunc.Request) (string, error) { return globalKey, nil }
+
+	a.echo.POST("/sms/send", a.send, echolimit.New(phone,
+		// The phone's key is a keyed hash of the E.164 number.
+		echolimit.WithKey(keyfunc.Phone(region, keyfunc.PhoneSecret(cfg.secret))),
+		echolimit.WithNoKey(core.NoKeyReject),
+		// Decided together with the phone's rules: a request denied by any
+		// of the three limits consumes nothing from the others.
+		echolimit.WithAlso(ip, cfg.clientIP),
+		echolimit.WithAlso(global, everyone),
+		// A code the provider could not deliver is not charged.
+		echolimit.WithCountIf(func(status int) bool { return status < http.StatusInternalServerError }),
+		echolimit.WithBody(core.BodyProblem),
+		echolimit.WithHeaders(core.HeadersXRateLimit|core.HeadersIETF),
+	))
+	return a, nil
+}
+
+// send sends a verification code to the request's number. The limiter has
+// already checked that the number is valid.
+func (a *app) send(c echo.Context) error {
+	number, err := a.number(keyfunc.FromHTTP(c.Request(), c.Path()))
+	if err != nil {
+		return c.JSON(http.StatusBadRequest, map[string]string{"error": "a valid phone number is required"})
+	}
+	code, err := newCode() // a real service would keep it to check the reply
+	if err != nil {
+		log.Printf("sms: %v", err)
+		return c.JSON(http.StatusInternalServerError, map[string]string{"error": "internal error"})
+	}
+	if err := a.sender.send(c.Request().Context(), number, code); err != nil {
+		log.Printf("sms: send to %s failed: %v", mask(number), err)
+		return c.JSON(http.StatusBadGateway, map[string]string{"error": "the code could not be sent, try again later"})
+	}
+	return c.JSON(http.StatusAccepted, map[string]string{"status": "sent"})
+}
+
+// newCode returns a random 6-digit code.
+func newCode() (string, error) {
+	n, err := rand.Int(rand.Reader, big.NewInt(1_000_000))
+	if err != nil {
+		return "", fmt.Errorf("code: %w", err)
+	}
+	return fmt.Sprintf("%06d", n.Int64()), nil
+}
+
+// sender delivers a code by SMS.
+type sender interface {
+	send(ctx context.Context, number, code string) error
+}
+
+// logSender stands in for an SMS provider: it logs the masked number.
+type logSender struct{}
+
+func (logSender) send(_ context.Context, number, _ string) error {
+	log.Printf("sms: code sent to %s", mask(number))
+	return nil
+}
+
+// mask hides the middle of a number for logs: "+8613800138000" is
+// "+861380****000".
+func mask(number string) string {
+	if len(number) < 9 {
+		return "****"
+	}
+	return number[:len(number)-7] + "****" + number[len(number)-3:]
+}

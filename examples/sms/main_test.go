@@ -1,0 +1,424 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/keyfunc"
+)
+
+// One number, in the formats the README documents, and its E.164 form.
+var formats = []string{"+86 138-0013-8000", "8613800138000", "13800138000"}
+
+const e164 = "+8613800138000"
+
+var testSecret = []byte("sms test secret")
+
+// testConfig is the example's configuration with an app secret and a store
+// timeout generous enough that a loaded machine under -race never makes a
+// decision fall back to the in-process store.
+func testConfig(opts ...core.Option) config {
+	cfg := defaultConfig()
+	cfg.secret = testSecret
+	cfg.limiterOptions = append([]core.Option{core.WithTimeout(2 * time.Second)}, opts...)
+	return cfg
+}
+
+// recorder is a sender that keeps what it sent, or fails when told to.
+type recorder struct {
+	mu   sync.Mutex
+	sent []string
+	fail bool
+}
+
+func (r *recorder) send(_ context.Context, number, code string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fail {
+		return errors.New("provider down")
+	}
+	if len(code) != 6 {
+		return errors.New("bad code " + code)
+	}
+	r.sent = append(r.sent, number)
+	return nil
+}
+
+func (r *recorder) setFail(fail bool) {
+	r.mu.Lock()
+	r.fail = fail
+	r.mu.Unlock()
+}
+
+func (r *recorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.sent)
+}
+
+func newTestApp(t *testing.T, store core.Store, s sender, cfg config) *app {
+	t.Helper()
+	a, err := newApp(store, s, cfg)
+	if err != nil {
+		t.Fatalf("newApp: %v", err)
+	}
+	return a
+}
+
+// answer is what a send request got.
+type answer struct {
+	status     int
+	retryAfter string
+	policy     string // the rule a 429 names in violated-policies
+	body       string
+}
+
+// send posts one request for phone from client address ip, in process.
+// The formats alternate between JSON and form bodies.
+func send(t *testing.T, a *app, ip, phone string) answer {
+	t.Helper()
+	var req *http.Request
+	if strings.HasPrefix(phone, "+") {
+		b, _ := json.Marshal(map[string]string{"phone": phone})
+		req = httptest.NewRequest(http.MethodPost, "/sms/send", strings.NewReader(string(b)))
+		req.Header.Set("Content-Type", "application/json")
+	} else {
+		req = httptest.NewRequest(http.MethodPost, "/sms/send", strings.NewReader(url.Values{"phone": {phone}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	req.RemoteAddr = ip + ":50000"
+	rec := httptest.NewRecorder()
+	a.echo.ServeHTTP(rec, req)
+	ans := answer{status: rec.Code, retryAfter: rec.Header().Get("Retry-After"), body: rec.Body.String()}
+	if rec.Code == http.StatusTooManyRequests {
+		var p struct {
+			Violated []string `json:"violated-policies"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || len(p.Violated) != 1 {
+			t.Fatalf("429 body %q is not a problem naming one rule: %v", rec.Body, err)
+		}
+		ans.policy = p.Violated[0]
+	}
+	return ans
+}
+
+func wantAnswer(t *testing.T, what string, got answer, status int, policy string) {
+	t.Helper()
+	if got.status != status || got.policy != policy {
+		t.Fatalf("%s: %+v, want status %d naming %q", what, got, status, policy)
+	}
+}
+
+// used returns the units each rule of l holds for key, without consuming
+// any.
+func used(t *testing.T, l *core.Limiter, key string) []int64 {
+	t.Helper()
+	d, err := l.Peek(context.Background(), key)
+	if err != nil {
+		t.Fatalf("Peek(%q): %v", key, err)
+	}
+	u := make([]int64, len(d.Rules))
+	for i, r := range d.Rules {
+		u[i] = r.Used
+	}
+	return u
+}
+
+func wantUsed(t *testing.T, what string, l *core.Limiter, key string, want ...int64) {
+	t.Helper()
+	if got := used(t, l, key); !equal(got, want) {
+		t.Errorf("%s: %s holds %v units, want %v", what, l.Policy().Name, got, want)
+	}
+}
+
+func equal(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// phoneKey is the key the phone limiter counts number under.
+func phoneKey(number string) string { return keyfunc.Pseudonym(testSecret, number) }
+
+// stores are the stores every scenario runs on; the Redis case starts a
+// redis-server of its own (skipped with -short).
+var stores = []struct {
+	name string
+	new  func(t *testing.T) core.Store
+}{
+	{"memory", func(*testing.T) core.Store { return core.NewMemoryStore() }},
+	{"redis", func(t *testing.T) core.Store { return core.NewRedisStore(redistest.Start(t).Client(t)) }},
+}
+
+// TestFormatsShareOneKey: three ways of writing one number are one key,
+// so the 2nd and 3rd sends are denied by the 1/60 s rule.
+func TestFormatsShareOneKey(t *testing.T) {
+	for _, sc := range stores {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			s := &recorder{}
+			a := newTestApp(t, sc.new(t), s, testConfig())
+			wantAnswer(t, formats[0], send(t, a, "192.0.2.1", formats[0]), http.StatusAccepted, "")
+			for _, f := range formats[1:] {
+				ans := send(t, a, "192.0.2.1", f)
+				wantAnswer(t, f, ans, http.StatusTooManyRequests, "sms-phone-60s")
+				if n, err := strconv.Atoi(ans.retryAfter); err != nil || n < 59 || n > 60 {
+					t.Errorf("%s: Retry-After %q, want about 60 s", f, ans.retryAfter)
+				}
+			}
+			if s.count() != 1 || s.sent[0] != e164 {
+				t.Errorf("sent %v, want one code to %s", s.sent, e164)
+			}
+			wantUsed(t, "after three formats", a.phone, phoneKey(e164), 1, 1, 1)
+
+			// Malformed numbers are 400, with no detail, and cost nothing.
+			for _, bad := range []string{"12345", "not a number", "+86 138-0013-800x"} {
+				ans := send(t, a, "192.0.2.1", bad)
+				if ans.status != http.StatusBadRequest || strings.Contains(ans.body, "138") {
+					t.Errorf("number %q: %+v, want 400 without detail", bad, ans)
+				}
+			}
+			req := httptest.NewRequest(http.MethodPost, "/sms/send", strings.NewReader(`{}`))
+			req.Header.Set("Content-Type", "application/json")
+			rec := httptest.NewRecorder()
+			a.echo.ServeHTTP(rec, req)
+			if rec.Code != http.StatusBadRequest {
+				t.Errorf("no number: status %d, want 400", rec.Code)
+			}
+			wantUsed(t, "after bad requests", a.ip, "192.0.2.1", 1)
+		})
+	}
+}
+
+// clock is a clock the test steps by hand.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// decisions keeps the last decision of each policy.
+type decisions struct {
+	mu   sync.Mutex
+	last map[string]core.Decision
+}
+
+func (d *decisions) Observe(_ context.Context, e core.Event) {
+	if e.Kind != core.EventDecision {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.last == nil {
+		d.last = map[string]core.Decision{}
+	}
+	d.last[e.Policy] = e.Decision
+}
+
+func (d *decisions) of(policy string) core.Decision {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.last[policy]
+}
+
+// TestDailyRule: 10 sends spaced past the per-minute and per-hour rules
+// but within a day; the 11th is denied by the 24 h rule, and RetryAfter is
+// exactly the moment the first send leaves the day's window. Time is a
+// stepped clock, µs-precise, with steps that are no whole number of
+// seconds.
+func TestDailyRule(t *testing.T) {
+	start := time.Date(2026, 3, 1, 8, 0, 0, 123_456_000, time.UTC)
+	const step = 13*time.Minute + 7*time.Second + 345_678*time.Microsecond
+	tests := []struct {
+		name      string
+		store     func(t *testing.T, clk *clock) core.Store
+		tolerance time.Duration
+	}{
+		{"memory", func(_ *testing.T, clk *clock) core.Store {
+			return core.NewMemoryStore(core.WithClock(clk.now))
+		}, 0},
+		{"redis", func(t *testing.T, clk *clock) core.Store {
+			return core.NewRedisStore(redistest.Start(t).Client(t), core.WithClientClock(clk.now))
+		}, time.Millisecond},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clk := &clock{t: start}
+			seen := &decisions{}
+			s := &recorder{}
+			a := newTestApp(t, tc.store(t, clk), s, testConfig(core.WithObserver(seen)))
+			for i := range 10 {
+				if i > 0 {
+					clk.add(step)
+				}
+				wantAnswer(t, "send "+strconv.Itoa(i+1), send(t, a, "192.0.2.7", formats[i%len(formats)]), http.StatusAccepted, "")
+			}
+			clk.add(step)
+			want := start.Add(24 * time.Hour).Sub(clk.now()) // 21h48m46.54322s
+			ans := send(t, a, "192.0.2.7", formats[0])
+			wantAnswer(t, "send 11", ans, http.StatusTooManyRequests, "sms-phone-86400s")
+			if got := ans.retryAfter; got != strconv.FormatInt(core.Seconds(want), 10) {
+				t.Errorf("send 11: Retry-After %s, want %d (%v)", got, core.Seconds(want), want)
+			}
+			d := seen.of("sms-phone")
+			if d.Allowed || d.Rule != 2 || d.Source != core.SourceStore {
+				t.Fatalf("send 11: decision %+v, want a store denial by rule 2 (10 per 24 h)", d)
+			}
+			if diff := (d.RetryAfter - want).Abs(); diff > tc.tolerance {
+				t.Errorf("send 11: RetryAfter %v, want %v (first send + 24 h - now) within %v", d.RetryAfter, want, tc.tolerance)
+			}
+			for i, r := range d.Rules[:2] {
+				if r.RetryAfter != 0 {
+					t.Errorf("send 11: rule %d (%d per %v) violated too: %+v", i, r.Limit, r.Window, r)
+				}
+			}
+			t.Logf("send 11 denied by %d per %v: RetryAfter %v (want %v), Retry-After: %s",
+				d.Limit, d.Window, d.RetryAfter, want, ans.retryAfter)
+			if s.count() != 10 {
+				t.Errorf("sent %d codes, want 10", s.count())
+			}
+		})
+	}
+}
+
+// TestCombinedLimits: phone, client IP and the global cap are decided
+// together; a request denied by one consumes nothing from the others. On
+// Redis the three keys live in different hash slots.
+func TestCombinedLimits(t *testing.T) {
+	numbers := []string{"+8613800138000", "+8613900139000", "+8613700137000", "+8613600136000", "+8613500135000", "+8613300133000"}
+	for _, sc := range stores {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			store := sc.new(t)
+			cfg := testConfig()
+			cfg.perIP = core.Rule{Limit: 3, Window: time.Hour}
+			cfg.global = core.Rule{Limit: 5, Window: time.Hour}
+			s := &recorder{}
+			a := newTestApp(t, store, s, cfg)
+			const x, y, z, w = "192.0.2.10", "192.0.2.20", "192.0.2.30", "192.0.2.40"
+
+			for _, n := range numbers[:3] {
+				wantAnswer(t, "x sends to "+n, send(t, a, x, n), http.StatusAccepted, "")
+			}
+			// Denied per IP: the phone and the global cap keep nothing.
+			wantAnswer(t, "x over its IP limit", send(t, a, x, numbers[3]), http.StatusTooManyRequests, "sms-ip")
+			wantUsed(t, "denied per IP", a.phone, phoneKey(numbers[3]), 0, 0, 0)
+			wantUsed(t, "denied per IP", a.global, globalKey, 3)
+
+			// Denied per phone: the IP and the global cap keep nothing.
+			wantAnswer(t, "y to a number just sent to", send(t, a, y, numbers[0]), http.StatusTooManyRequests, "sms-phone-60s")
+			wantUsed(t, "denied per phone", a.ip, y, 0)
+			wantUsed(t, "denied per phone", a.global, globalKey, 3)
+
+			// A failed delivery is not charged to anyone.
+			s.setFail(true)
+			if ans := send(t, a, y, numbers[3]); ans.status != http.StatusBadGateway {
+				t.Fatalf("send with the provider down: %+v, want 502", ans)
+			}
+			s.setFail(false)
+			wantUsed(t, "failed delivery", a.phone, phoneKey(numbers[3]), 0, 0, 0)
+			wantUsed(t, "failed delivery", a.ip, y, 0)
+			wantUsed(t, "failed delivery", a.global, globalKey, 3)
+
+			// Denied by the global cap: neither phone nor IP keeps anything.
+			wantAnswer(t, "y to a fresh number", send(t, a, y, numbers[3]), http.StatusAccepted, "")
+			wantAnswer(t, "z to a fresh number", send(t, a, z, numbers[4]), http.StatusAccepted, "")
+			wantAnswer(t, "w over the global cap", send(t, a, w, numbers[5]), http.StatusTooManyRequests, "sms-global")
+			wantUsed(t, "denied globally", a.phone, phoneKey(numbers[5]), 0, 0, 0)
+			wantUsed(t, "denied globally", a.ip, w, 0)
+			if s.count() != 5 {
+				t.Errorf("sent %d codes, want 5", s.count())
+			}
+
+			if rs, ok := store.(*core.RedisStore); ok {
+				// The three keys of one request: different hash slots, so a
+				// Redis Cluster could not decide them in one script.
+				slots := redistest.Start(t, redistest.WithArgs("--cluster-enabled", "yes"))
+				keys := []string{
+					rs.Key("sms-phone", phoneKey(numbers[3])),
+					rs.Key("sms-ip", y),
+					rs.Key("sms-global", globalKey),
+				}
+				seen := map[int64]string{}
+				for _, k := range keys {
+					slot, _ := slots.Do(t, "CLUSTER", "KEYSLOT", k).(int64)
+					if other, dup := seen[slot]; dup {
+						t.Errorf("keys %s and %s share slot %d", other, k, slot)
+					}
+					seen[slot] = k
+					t.Logf("key %s: slot %d", k, slot)
+				}
+			}
+		})
+	}
+}
+
+// TestRedisKeyPrivacy: after sends, no Redis key holds the number.
+func TestRedisKeyPrivacy(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a := newTestApp(t, core.NewRedisStore(srv.Client(t)), &recorder{}, testConfig())
+	for _, f := range append(formats, "+8613900139000") {
+		send(t, a, "192.0.2.1", f)
+	}
+	var keys []string
+	for cursor := "0"; ; {
+		reply, _ := srv.Do(t, "SCAN", cursor, "COUNT", 1000).([]any)
+		if len(reply) != 2 {
+			t.Fatalf("SCAN answered %v", reply)
+		}
+		cursor, _ = reply[0].(string)
+		page, _ := reply[1].([]any)
+		for _, k := range page {
+			s, _ := k.(string)
+			keys = append(keys, s)
+		}
+		if cursor == "0" {
+			break
+		}
+	}
+	phoneKeys := 0
+	for _, k := range keys {
+		for _, digits := range []string{"13800138000", "8613800138000", "13900139000"} {
+			if strings.Contains(k, digits) {
+				t.Errorf("Redis key %q holds the number's digits %q", k, digits)
+			}
+		}
+		if strings.HasPrefix(k, "ratekit:sms-phone:{"+keyfunc.PseudonymPrefix) {
+			phoneKeys++
+		}
+	}
+	if phoneKeys != 2 {
+		t.Errorf("Redis holds %d phone keys, want 2: %q", phoneKeys, keys)
+	}
+	t.Logf("Redis keys after sends: %q", keys)
+}
