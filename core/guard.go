@@ -556,7 +556,8 @@ func Seconds(d time.Duration) int64 {
 }
 
 // Body returns the content type and body of an answer that does not
-// proceed. The texts are fixed: no error detail reaches the client.
+// proceed. The texts are fixed: no error detail reaches the client beyond
+// the fixed reason of [keyfunc.Reason].
 func (v *Verdict) Body() (contentType string, body []byte) {
 	switch v.Outcome {
 	case OutcomeDeny:
@@ -566,6 +567,11 @@ func (v *Verdict) Body() (contentType string, body []byte) {
 		return "text/plain; charset=utf-8", []byte("rate limit exceeded: retry after " +
 			strconv.FormatInt(max(1, Seconds(v.Decision.RetryAfter)), 10) + "s\n")
 	case OutcomeBadKey:
+		// keyfunc.Reason is a fixed text ("invalid phone number"), never
+		// request input.
+		if r := keyfunc.Reason(v.Err); r != "" {
+			return "text/plain; charset=utf-8", []byte("bad request: " + r + "\n")
+		}
 		return "text/plain; charset=utf-8", []byte("bad request: missing or malformed rate-limit key\n")
 	case OutcomeUnavailable:
 		return "text/plain; charset=utf-8", []byte("service unavailable: rate limiter unavailable\n")

@@ -46,7 +46,7 @@ func ExampleNew() {
 	// Output:
 	// 202 retry-after="" code sent
 	// 429 retry-after="60" rate limit exceeded: retry after 60s
-	// 400 retry-after="" bad request: missing or malformed rate-limit key
+	// 400 retry-after="" bad request: invalid phone number
 }
 
 // Limit a whole group: each API key gets 100 requests per hour, shared by

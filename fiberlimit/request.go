@@ -3,7 +3,6 @@ package fiberlimit
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -78,7 +77,7 @@ func (r request) Body(limit int64) ([]byte, error) {
 	limit = max(limit, 0)
 	b := r.c.Body()
 	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("fiberlimit: request body longer than %d bytes: %w", limit, keyfunc.ErrInvalidKey)
+		return nil, keyfunc.BodyTooLarge(limit)
 	}
 	return bytes.Clone(b), nil
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/keyfunc"
 )
 
 // Fixed status messages: no error detail ever reaches the client.
@@ -202,6 +203,10 @@ func (g *guard) status(v *core.Verdict) *status.Status {
 		return withDetails(status.New(codes.ResourceExhausted, msgDenied),
 			retryInfo(v.Decision.RetryAfter), g.quotaFailure(v))
 	case core.OutcomeBadKey:
+		// keyfunc.Reason is a fixed text, never request input.
+		if r := keyfunc.Reason(v.Err); r != "" {
+			return status.New(codes.InvalidArgument, r)
+		}
 		return status.New(codes.InvalidArgument, msgBadKey)
 	case core.OutcomeUnavailable:
 		switch {

@@ -24,8 +24,8 @@ type accountConfig struct {
 const MaxAccountLen = 320
 
 var (
-	errAccountTooLong = fmt.Errorf("keyfunc: account: longer than %d bytes: %w", MaxAccountLen, ErrInvalidKey)
-	errAccountUTF8    = fmt.Errorf("keyfunc: account: not valid UTF-8: %w", ErrInvalidKey)
+	errAccountTooLong = withReason(fmt.Errorf("keyfunc: account: longer than %d bytes: %w", MaxAccountLen, ErrInvalidKey), "invalid account name")
+	errAccountUTF8    = withReason(fmt.Errorf("keyfunc: account: not valid UTF-8: %w", ErrInvalidKey), "invalid account name")
 )
 
 // AccountField adds a field of a JSON object or form body as a source of

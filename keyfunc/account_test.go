@@ -78,3 +78,22 @@ func TestPseudonym(t *testing.T) {
 		t.Errorf("AccountKey = %q, want %q", got, want)
 	}
 }
+
+func TestReason(t *testing.T) {
+	phone := keyfunc.Phone(keyfunc.PhoneHeader("X-Phone"), keyfunc.DefaultRegion("CN"))
+	r := httptest.NewRequest("POST", "/", nil)
+	r.Header.Set("X-Phone", "0000000")
+	_, err := phone(keyfunc.FromHTTP(r, ""))
+	if got := keyfunc.Reason(err); got != "invalid phone number" {
+		t.Errorf("Reason(%v) = %q, want %q", err, got, "invalid phone number")
+	}
+	if got := keyfunc.Reason(keyfunc.BodyTooLarge(10)); got != "request body too large" {
+		t.Errorf("Reason(BodyTooLarge) = %q", got)
+	}
+	if !errors.Is(keyfunc.BodyTooLarge(10), keyfunc.ErrInvalidKey) {
+		t.Error("BodyTooLarge does not wrap ErrInvalidKey")
+	}
+	if got := keyfunc.Reason(errors.New("x")); got != "" {
+		t.Errorf("Reason(plain error) = %q, want \"\"", got)
+	}
+}

@@ -30,9 +30,9 @@ type fields struct {
 }
 
 var (
-	errJSONType  = fmt.Errorf("keyfunc: json field is not a string or number: %w", ErrInvalidKey)
-	errJSON      = fmt.Errorf("keyfunc: body is not a json object: %w", ErrInvalidKey)
-	errMultipart = fmt.Errorf("keyfunc: multipart bodies are not supported: %w", ErrInvalidKey)
+	errJSONType  = withReason(fmt.Errorf("keyfunc: json field is not a string or number: %w", ErrInvalidKey), "malformed request body")
+	errJSON      = withReason(fmt.Errorf("keyfunc: body is not a json object: %w", ErrInvalidKey), "malformed request body")
+	errMultipart = withReason(fmt.Errorf("keyfunc: multipart bodies are not supported: %w", ErrInvalidKey), "unsupported request body")
 )
 
 // find returns the trimmed value of the first source that holds one;

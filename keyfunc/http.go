@@ -88,7 +88,7 @@ func (h *httpRequest) Value(key any) any {
 func (h *httpRequest) Body(limit int64) ([]byte, error) {
 	limit = min(max(limit, 0), math.MaxInt64-1)
 	if int64(len(h.buf)) > limit || !h.eof && h.r.ContentLength > limit {
-		return nil, fmt.Errorf("keyfunc: body longer than %d bytes: %w", limit, ErrInvalidKey)
+		return nil, BodyTooLarge(limit)
 	}
 	if h.eof {
 		return h.buf[:len(h.buf):len(h.buf)], nil
@@ -135,7 +135,7 @@ func (h *httpRequest) Body(limit int64) ([]byte, error) {
 	case err != nil && err != io.EOF:
 		return nil, fmt.Errorf("keyfunc: reading body: %w", err)
 	case int64(len(h.buf)) > limit:
-		return nil, fmt.Errorf("keyfunc: body longer than %d bytes: %w", limit, ErrInvalidKey)
+		return nil, BodyTooLarge(limit)
 	}
 	return h.buf[:len(h.buf):len(h.buf)], nil
 }

@@ -19,7 +19,7 @@ const MaxKeyLen = 4096
 // a header that the client cannot choose freely or that you verify.
 func Header(name string) Func {
 	name = textproto.CanonicalMIMEHeaderKey(name)
-	tooLong := fmt.Errorf("keyfunc: header %.64q: value longer than %d bytes: %w", name, MaxKeyLen, ErrInvalidKey)
+	tooLong := withReason(fmt.Errorf("keyfunc: header %.64q: value longer than %d bytes: %w", name, MaxKeyLen, ErrInvalidKey), "key too long")
 	return func(r Request) (string, error) {
 		return bounded(r.Header(name), tooLong)
 	}
@@ -29,7 +29,7 @@ func Header(name string) Func {
 // absent or empty parameter is [ErrNoKey]; a value longer than [MaxKeyLen]
 // is an error wrapping [ErrInvalidKey].
 func Query(name string) Func {
-	tooLong := fmt.Errorf("keyfunc: query %.64q: value longer than %d bytes: %w", name, MaxKeyLen, ErrInvalidKey)
+	tooLong := withReason(fmt.Errorf("keyfunc: query %.64q: value longer than %d bytes: %w", name, MaxKeyLen, ErrInvalidKey), "key too long")
 	return func(r Request) (string, error) {
 		return bounded(r.Query(name), tooLong)
 	}
@@ -85,7 +85,7 @@ func AppKey(opts ...AppKeyOption) Func {
 	if c.header == "" && c.query == "" {
 		panic("keyfunc: AppKey: both the header and the query source are disabled")
 	}
-	tooLong := fmt.Errorf("keyfunc: app key: longer than %d bytes: %w", MaxKeyLen, ErrInvalidKey)
+	tooLong := withReason(fmt.Errorf("keyfunc: app key: longer than %d bytes: %w", MaxKeyLen, ErrInvalidKey), "key too long")
 	return func(r Request) (string, error) {
 		var v string
 		if c.header != "" {

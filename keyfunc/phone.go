@@ -28,8 +28,8 @@ const DefaultMaxBody = 64 << 10
 const maxPhoneLen = phonenumbers.MAX_INPUT_STRING_LENGTH
 
 var (
-	errPhoneInvalid = fmt.Errorf("keyfunc: phone: not a valid phone number: %w", ErrInvalidKey)
-	errPhoneTooLong = fmt.Errorf("keyfunc: phone: longer than %d bytes: %w", maxPhoneLen, ErrInvalidKey)
+	errPhoneInvalid = withReason(fmt.Errorf("keyfunc: phone: not a valid phone number: %w", ErrInvalidKey), "invalid phone number")
+	errPhoneTooLong = withReason(fmt.Errorf("keyfunc: phone: longer than %d bytes: %w", maxPhoneLen, ErrInvalidKey), "invalid phone number")
 )
 
 // PhoneHeader adds a header as a source of the phone number. Sources are
@@ -179,7 +179,7 @@ func (c *phoneConfig) normalize(raw string) (string, error) {
 		}
 	}
 	if err != nil {
-		return "", fmt.Errorf("keyfunc: phone: %w: %w", err, ErrInvalidKey)
+		return "", withReason(fmt.Errorf("keyfunc: phone: %w: %w", err, ErrInvalidKey), "invalid phone number")
 	}
 	return "", errPhoneInvalid
 }

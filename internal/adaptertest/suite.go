@@ -28,6 +28,7 @@ type NewServer func(t *testing.T, l *core.Limiter, opts Options) (baseURL string
 // Fixed texts every adapter answers with (from core.Verdict.Body).
 const (
 	badKeyBody      = "bad request: missing or malformed rate-limit key\n"
+	badPhoneBody    = "bad request: invalid phone number\n"
 	unavailableBody = "service unavailable: rate limiter unavailable\n"
 	textPlain       = "text/plain; charset=utf-8"
 )
@@ -314,14 +315,14 @@ var cases = []testCase{
 		wantStatus(t, "alice", do(t, base, request{header: hdr("X-User", "alice")}), http.StatusOK)
 	}},
 
-	{"bad key is a 400 without detail", func(t *testing.T, newServer NewServer) {
+	{"bad key is a 400 with a fixed reason", func(t *testing.T, newServer NewServer) {
 		obs := &recorder{}
 		base := start(t, newServer, limiter(t, "badkey", core.Rule{Limit: 5, Window: hour}), Options{Key: phoneKey, Observer: obs})
 		const bad = "0000000"
 		res := do(t, base, request{header: hdr("X-Phone", bad)})
 		wantStatus(t, "bad phone", res, http.StatusBadRequest)
-		if res.body != badKeyBody {
-			t.Errorf("bad phone: body %q, want %q", res.body, badKeyBody)
+		if res.body != badPhoneBody {
+			t.Errorf("bad phone: body %q, want %q", res.body, badPhoneBody)
 		}
 		wantHeaders(t, "bad phone", res, "Content-Type", textPlain, core.HeaderLimit, "")
 		var keyErr error
@@ -575,11 +576,14 @@ var cases = []testCase{
 		wantStatus(t, "third, same number", do(t, base, request{method: http.MethodPost, body: bodies[2]}), http.StatusTooManyRequests)
 		res := do(t, base, request{method: http.MethodPost, body: `{"phone":"not a number"}`})
 		wantStatus(t, "bad phone in body", res, http.StatusBadRequest)
-		if res.body != badKeyBody {
-			t.Errorf("bad phone in body: body %q, want %q", res.body, badKeyBody)
+		if res.body != badPhoneBody {
+			t.Errorf("bad phone in body: body %q, want %q", res.body, badPhoneBody)
 		}
 		res = do(t, base, request{method: http.MethodPost, body: `{"phone":"+8613900139000","pad":"` + strings.Repeat("x", 100<<10) + `"}`})
 		wantStatus(t, "oversized body", res, http.StatusBadRequest)
+		if want := "bad request: request body too large\n"; res.body != want {
+			t.Errorf("oversized body: body %q, want %q", res.body, want)
+		}
 	}},
 
 	{"WithAlso: a denial by one limit consumes nothing from the other", func(t *testing.T, newServer NewServer) {

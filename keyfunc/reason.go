@@ -1,0 +1,38 @@
+package keyfunc
+
+import (
+	"errors"
+	"fmt"
+)
+
+// reasoned is a key error with a fixed reason that may be shown to the
+// client.
+type reasoned struct {
+	err    error
+	reason string
+}
+
+func (e *reasoned) Error() string { return e.err.Error() }
+func (e *reasoned) Unwrap() error { return e.err }
+
+// withReason attaches a client-safe reason to err.
+func withReason(err error, reason string) error { return &reasoned{err: err, reason: reason} }
+
+// Reason returns a short, fixed reason for a key error that may be shown to
+// the client, such as "invalid phone number" or "request body too large",
+// and "" when err carries none. It never contains request input. Adapters
+// put it in the 400 answer.
+func Reason(err error) string {
+	var r *reasoned
+	if errors.As(err, &r) {
+		return r.reason
+	}
+	return ""
+}
+
+// BodyTooLarge returns the error a [Request.Body] implementation returns for
+// a body longer than limit: it wraps [ErrInvalidKey] and carries the reason
+// "request body too large".
+func BodyTooLarge(limit int64) error {
+	return withReason(fmt.Errorf("keyfunc: body longer than %d bytes: %w", limit, ErrInvalidKey), "request body too large")
+}
