@@ -35,14 +35,7 @@ func main() {
 	proxy := flag.String("trusted-proxy", "", "CIDR of the reverse proxies in front of this server, e.g. 10.0.0.0/8")
 	flag.Parse()
 
-	var ipOpts []keyfunc.IPOption
-	if *proxy != "" {
-		trusted, err := keyfunc.ParseTrustedProxies(*proxy)
-		if err != nil {
-			log.Fatal(err)
-		}
-		ipOpts = append(ipOpts, keyfunc.TrustedPrefixes(trusted...))
-	}
+	clientIP := exampleenv.ClientIP(*proxy)
 
 	store := exampleenv.Store()
 	login := must(core.NewLimiter(store, core.Policy{Name: "login-ip", Rules: []core.Rule{{Limit: 5, Window: 15 * time.Minute}}}))
@@ -51,7 +44,7 @@ func main() {
 	app := fiber.New()
 
 	app.Post("/login", fiberlimit.New(login,
-		fiberlimit.WithKey(keyfunc.ClientIP(ipOpts...)),
+		fiberlimit.WithKey(clientIP),
 		fiberlimit.WithCountIf(func(status int) bool { return status == fiber.StatusUnauthorized }),
 	), func(c *fiber.Ctx) error {
 		if c.Query("password") != "secret" {

@@ -58,7 +58,6 @@ import (
 	"flag"
 	"log"
 	"net/http"
-	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -84,18 +83,8 @@ func main() {
 	flag.Parse()
 
 	cfg := defaultConfig()
-	if *proxy != "" {
-		trusted, err := keyfunc.ParseTrustedProxies(*proxy)
-		if err != nil {
-			log.Fatal(err)
-		}
-		cfg.clientIP = keyfunc.ClientIP(keyfunc.TrustedPrefixes(trusted...))
-	}
-	if s := os.Getenv("LOGIN_KEY_SECRET"); s != "" {
-		cfg.accountSecret = []byte(s)
-	} else {
-		log.Print("LOGIN_KEY_SECRET is not set: account keys are hashed with ratekit's public default key")
-	}
+	cfg.clientIP = exampleenv.ClientIP(*proxy)
+	cfg.accountSecret = exampleenv.Secret("LOGIN_KEY_SECRET", "account keys")
 
 	users, err := newUserStore(bcrypt.DefaultCost, demoUsers)
 	if err != nil {

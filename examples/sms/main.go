@@ -38,7 +38,6 @@ import (
 	"log"
 	"math/big"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -55,18 +54,8 @@ func main() {
 	flag.Parse()
 
 	cfg := defaultConfig()
-	if *proxy != "" {
-		trusted, err := keyfunc.ParseTrustedProxies(*proxy)
-		if err != nil {
-			log.Fatal(err)
-		}
-		cfg.clientIP = keyfunc.ClientIP(keyfunc.TrustedPrefixes(trusted...))
-	}
-	if s := os.Getenv("SMS_KEY_SECRET"); s != "" {
-		cfg.secret = []byte(s)
-	} else {
-		log.Print("SMS_KEY_SECRET is not set: phone numbers are hashed with ratekit's public default key")
-	}
+	cfg.clientIP = exampleenv.ClientIP(*proxy)
+	cfg.secret = exampleenv.Secret("SMS_KEY_SECRET", "phone numbers")
 
 	a, err := newApp(exampleenv.Store(), logSender{}, cfg)
 	if err != nil {

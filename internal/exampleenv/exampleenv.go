@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/keyfunc"
 )
 
 // Store returns the store an example program limits with: a
@@ -41,4 +42,29 @@ func Store() core.Store {
 		log.Printf("store: Redis at %s", opt.Addr)
 	}
 	return core.NewRedisStore(rdb)
+}
+
+// ClientIP returns the client-IP key for an example's -trusted-proxy flag:
+// the peer address when cidr is empty, else the forwarded client address
+// from proxies inside cidr. It exits the program if cidr does not parse.
+func ClientIP(cidr string) keyfunc.Func {
+	if cidr == "" {
+		return keyfunc.ClientIP()
+	}
+	trusted, err := keyfunc.ParseTrustedProxies(cidr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return keyfunc.ClientIP(keyfunc.TrustedPrefixes(trusted...))
+}
+
+// Secret returns the key-hashing secret in the environment variable env,
+// or nil (ratekit's public default key) with a warning naming what is
+// hashed.
+func Secret(env, what string) []byte {
+	if s := os.Getenv(env); s != "" {
+		return []byte(s)
+	}
+	log.Printf("%s is not set: %s are hashed with ratekit's public default key", env, what)
+	return nil
 }
