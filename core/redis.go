@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -48,6 +49,11 @@ type RedisStore struct {
 	prefix    string
 	clock     func() time.Time // nil: the server's TIME
 	honorsCtx bool
+
+	waitReplicas int           // WithWaitReplicas; 0: off
+	waitTimeout  time.Duration // WithWaitReplicas
+	waits        atomic.Int64  // admitting takes that waited for replicas
+	waitsShort   atomic.Int64  // ... and got fewer acknowledgements than asked
 }
 
 // RedisOption configures a [RedisStore].
@@ -72,9 +78,48 @@ func WithClientClock(clock func() time.Time) RedisOption {
 	return func(s *RedisStore) { s.clock = clock }
 }
 
+// WithWaitReplicas makes every Take that admits units wait until at
+// least replicas replicas of the key's master have acknowledged the write,
+// or timeout has passed (Redis WAIT, sent on the connection that ran the
+// decision's script, because WAIT counts that connection's writes; on a
+// Redis Cluster, on a connection to the key's master). Takes that admit
+// nothing, Peek, Refund and Reset do not wait. Off by default.
+//
+// Replication is asynchronous: when a master dies, the replica promoted
+// in its place may lack the last admissions the master made, so those
+// units are admitted once more (see the README on failover). Waiting
+// closes that window for every decision whose write reached replicas
+// replicas in time; it does not close it for the decisions in flight when
+// the master dies, nor for those that timed out: such a decision is still
+// returned as the store decided it (the write happened on the master),
+// and is counted by [RedisStore.ReplicaWaits]. It costs every admission a
+// replication round trip, so timeout must stay well below the Limiter's
+// [WithTimeout], or a slow replica turns admissions into fallbacks.
+//
+// It works with a *redis.Client (standalone or Sentinel failover) and a
+// *redis.ClusterClient; [NewRedisStore] panics with other clients, with
+// replicas < 0, and with replicas > 0 and timeout < 1 ms (WAIT 0 would
+// wait forever). replicas 0 turns it off.
+func WithWaitReplicas(replicas int, timeout time.Duration) RedisOption {
+	return func(s *RedisStore) {
+		s.waitReplicas = replicas
+		s.waitTimeout = timeout
+	}
+}
+
+// ReplicaWaits reports, for a store built [WithWaitReplicas], how many
+// admitting Takes waited for replicas, and how many of them were
+// acknowledged by fewer replicas than asked (WAIT timed out, failed, or
+// the decision was redirected during a cluster slot migration). The
+// writes of the short ones may be lost by a failover.
+func (s *RedisStore) ReplicaWaits() (waits, short int64) {
+	return s.waits.Load(), s.waitsShort.Load()
+}
+
 // NewRedisStore returns a store on client: a *redis.Client, a Sentinel
 // failover client or a *redis.ClusterClient. It panics if client is nil,
-// a programmer error caught at start-up.
+// or on an invalid [WithWaitReplicas]: programmer errors caught at
+// start-up.
 func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) *RedisStore {
 	if client == nil {
 		panic("ratekit: NewRedisStore: nil client")
@@ -82,6 +127,19 @@ func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) *RedisStor
 	s := &RedisStore{client: client, prefix: DefaultPrefix}
 	for _, opt := range opts {
 		opt(s)
+	}
+	if s.waitReplicas < 0 {
+		panic(fmt.Sprintf("ratekit: NewRedisStore: WithWaitReplicas replicas is %d, must be >= 0", s.waitReplicas))
+	}
+	if s.waitReplicas > 0 {
+		if s.waitTimeout < time.Millisecond {
+			panic(fmt.Sprintf("ratekit: NewRedisStore: WithWaitReplicas timeout is %v, must be at least 1ms", s.waitTimeout))
+		}
+		switch client.(type) {
+		case *redis.Client, *redis.ClusterClient:
+		default:
+			panic(fmt.Sprintf("ratekit: NewRedisStore: WithWaitReplicas needs a *redis.Client or *redis.ClusterClient, not %T", client))
+		}
 	}
 	switch c := client.(type) {
 	case *redis.Client:
@@ -143,6 +201,9 @@ func (s *RedisStore) eval(ctx context.Context, q Query, take bool) (Result, erro
 	}
 	keys := []string{s.keyOf(&q)}
 	reply, err := bounded(ctx, s.honorsCtx, func() ([]int64, error) {
+		if take && s.waitReplicas > 0 {
+			return s.runAndWait(ctx, script, keys, args)
+		}
 		return script.Run(ctx, s.client, keys, args...).Int64Slice()
 	})
 	if err != nil {
@@ -163,6 +224,50 @@ func (s *RedisStore) eval(ctx context.Context, q Query, take bool) (Result, erro
 		}
 	}
 	return res, nil
+}
+
+// runAndWait runs a take's script on one connection of the key's master
+// and, when it admitted units, WAIT on that same connection
+// ([WithWaitReplicas]).
+func (s *RedisStore) runAndWait(ctx context.Context, script *redis.Script, keys []string, args []any) ([]int64, error) {
+	var node *redis.Client
+	switch c := s.client.(type) {
+	case *redis.ClusterClient:
+		n, err := c.MasterForKey(ctx, keys[0])
+		if err != nil {
+			return nil, err
+		}
+		node = n
+	case *redis.Client:
+		node = c
+	}
+	conn := node.Conn()
+	defer conn.Close()
+	reply, err := script.Run(ctx, conn, keys, args...).Int64Slice()
+	if err != nil {
+		_, moved := redis.IsMovedError(err)
+		_, ask := redis.IsAskError(err)
+		if !moved && !ask {
+			return nil, err
+		}
+		// The key's slot moved or is moving: the cluster client follows
+		// the redirect; this decision does not wait.
+		reply, err = script.Run(ctx, s.client, keys, args...).Int64Slice()
+		if err == nil && len(reply) > 0 && reply[0] == 1 {
+			s.waits.Add(1)
+			s.waitsShort.Add(1)
+		}
+		return reply, err
+	}
+	if len(reply) == 0 || reply[0] != 1 {
+		return reply, nil
+	}
+	s.waits.Add(1)
+	acked, err := conn.Wait(ctx, s.waitReplicas, s.waitTimeout).Result()
+	if err != nil || acked < int64(s.waitReplicas) {
+		s.waitsShort.Add(1)
+	}
+	return reply, nil
 }
 
 // Refund implements [Store].
@@ -186,8 +291,23 @@ func (s *RedisStore) Refund(ctx context.Context, q Query, at int64) error {
 
 // Reset implements [Store].
 func (s *RedisStore) Reset(ctx context.Context, q Query) error {
+	k := s.Key(q.Policy, q.Key)
 	_, err := bounded(ctx, s.honorsCtx, func() (int64, error) {
-		return s.client.Del(ctx, s.Key(q.Policy, q.Key), s.Key(q.Policy, q.Key)+":b").Result()
+		if c, ok := s.client.(*redis.ClusterClient); ok {
+			// One DEL per key: a key that empties the hash tag ("" or
+			// one starting with "}") puts the two in different slots,
+			// which a cluster refuses in one DEL (CROSSSLOT).
+			cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.Del(ctx, k)
+				p.Del(ctx, k+":b")
+				return nil
+			})
+			if err != nil {
+				return 0, err
+			}
+			return cmds[0].(*redis.IntCmd).Val() + cmds[1].(*redis.IntCmd).Val(), nil
+		}
+		return s.client.Del(ctx, k, k+":b").Result()
 	})
 	if err != nil {
 		return fmt.Errorf("ratekit: redis store: reset: %w", err)
