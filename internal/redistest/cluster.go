@@ -563,7 +563,7 @@ func pollUntil(ctx context.Context, what string, check func() error) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w (last: %v)", what, ctx.Err(), err)
+			return fmt.Errorf("waiting for %s: %w (last: %w)", what, ctx.Err(), err)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
