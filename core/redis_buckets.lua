@@ -3,6 +3,7 @@
 --            '<rule>:<bucket>' -> units admitted in that bucket (bucket = floor(t / width))
 --            '~<slot>'         -> '<call ID> <at>' of the last 16 takes, so a retried
 --                                 take is recognised and not counted again
+--                                 (' R' is appended once the take is refunded)
 --            '~n'              -> the next ring slot
 -- ARGV[1]  '1' to take, '0' to peek, 'r' to refund
 -- ARGV[2]  units (n)
@@ -27,6 +28,22 @@ local function fmt(x) return string.format('%.0f', x) end
 local nrules = (#ARGV - 4) / 3
 
 if mode == 'r' then
+  -- Idempotent per call: the take's ring entry is marked refunded, so a
+  -- refund retried after a lost reply gives nothing back twice. A take
+  -- whose entry has left the ring is refunded without the mark.
+  local ring = redis.call('HMGET', key, '~0', '~1', '~2', '~3', '~4', '~5', '~6', '~7',
+    '~8', '~9', '~10', '~11', '~12', '~13', '~14', '~15')
+  local prefix = id .. ' '
+  for s = 1, 16 do
+    local v = ring[s]
+    if v and string.sub(v, 1, #prefix) == prefix then
+      if string.sub(v, -2) == ' R' then
+        return {1, now}
+      end
+      redis.call('HSET', key, '~' .. (s - 1), v .. ' R')
+      break
+    end
+  end
   for i = 1, nrules do
     local g = tonumber(ARGV[4 + 3 * i])
     local f = i .. ':' .. fmt(math.floor(now / g))
@@ -49,7 +66,12 @@ for j = 1, #fields, 2 do
       slot = tonumber(v)
     else
       local sp = string.find(v, ' ', 1, true)
-      if sp then ring[string.sub(v, 1, sp - 1)] = tonumber(string.sub(v, sp + 1)) end
+      if sp then
+        local rest = string.sub(v, sp + 1)
+        local sp2 = string.find(rest, ' ', 1, true)
+        if sp2 then rest = string.sub(rest, 1, sp2 - 1) end
+        ring[string.sub(v, 1, sp - 1)] = tonumber(rest)
+      end
     end
   else
     local c = string.find(f, ':', 1, true)
