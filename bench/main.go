@@ -1,0 +1,410 @@
+// Command compare runs ratekit and its peers side by side: the same
+// goroutine counts, key patterns, Redis and run for every library, with
+// redis-benchmark running EVALSHA of the classic sliding-window script for
+// the ceiling. It lives in its own module so that the library's go.mod
+// never depends on its competitors.
+//
+//	cd bench && go run .          # about 3 minutes
+//	cd bench && go run . -quick   # about 40 seconds
+//
+// It starts its own redis-server on a free loopback port (redis-server and
+// redis-benchmark must be installed), prints progress on stderr and the
+// tables on stdout, and writes results/results.md and
+// results/throughput.svg. Every run is bounded in time and stops by
+// itself.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// config is the run's parameters.
+type config struct {
+	quick      bool
+	redisDur   time.Duration // measured time of one Redis-backed cell
+	memDur     time.Duration // measured time of one in-memory cell
+	ceilingDur time.Duration // time of one redis-benchmark run
+	microTime  time.Duration // benchtime of one in-memory testing.Benchmark
+	goroutines []int
+	libs       string // comma-separated substrings; empty: all
+	pats       string // comma-separated pattern names; empty: all
+	out        string
+	limit      time.Duration // hard bound of the whole run
+	cpuProfile string        // file for a CPU profile of the run; "" for none
+}
+
+func main() {
+	testing.Init() // testing.Benchmark reads the test.benchtime flag
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	cfg, err := parseFlags(args)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, cfg.limit)
+	defer cancel()
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if err := compare(ctx, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		return 1
+	}
+	return 0
+}
+
+func parseFlags(args []string) (config, error) {
+	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
+	var cfg config
+	var gs string
+	fs.BoolVar(&cfg.quick, "quick", false, "short cells (about 40 s in all) for a smoke run")
+	fs.DurationVar(&cfg.redisDur, "d", 3*time.Second, "measured time of one Redis-backed cell")
+	fs.DurationVar(&cfg.memDur, "dmem", 800*time.Millisecond, "measured time of one in-memory cell")
+	fs.DurationVar(&cfg.ceilingDur, "dceiling", 3*time.Second, "time of one redis-benchmark run")
+	fs.DurationVar(&cfg.microTime, "benchtime", 300*time.Millisecond, "benchtime of one in-memory ns/op benchmark")
+	fs.StringVar(&gs, "goroutines", "1,16,64", "goroutine counts (and redis-benchmark clients)")
+	fs.StringVar(&cfg.libs, "libs", "", "only libraries whose name contains one of these comma-separated words")
+	fs.StringVar(&cfg.pats, "patterns", "", "only these comma-separated patterns (hot, 10k, denied)")
+	fs.StringVar(&cfg.out, "out", "results", "directory for results.md and throughput.svg")
+	fs.DurationVar(&cfg.limit, "limit", 10*time.Minute, "hard bound of the whole run")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (narrow the run with -libs, -patterns, -goroutines)")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if cfg.quick {
+		cfg.redisDur, cfg.memDur, cfg.ceilingDur, cfg.microTime = 500*time.Millisecond, 200*time.Millisecond, 500*time.Millisecond, 50*time.Millisecond
+	}
+	for _, f := range strings.Split(gs, ",") {
+		g, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || g < 1 || g > 1024 {
+			return cfg, fmt.Errorf("-goroutines: %q is not a count within 1..1024", f)
+		}
+		cfg.goroutines = append(cfg.goroutines, g)
+	}
+	return cfg, nil
+}
+
+// warmup is the unmeasured start of a cell: connections, script loads.
+func warmup(d time.Duration) time.Duration { return min(d/5, 300*time.Millisecond) }
+
+func selected(list, name string) bool {
+	if list == "" {
+		return true
+	}
+	for _, w := range strings.Split(list, ",") {
+		if w = strings.TrimSpace(w); w != "" && strings.Contains(name, w) {
+			return true
+		}
+	}
+	return false
+}
+
+func compare(ctx context.Context, cfg config) error {
+	begin := time.Now()
+	load0 := loadAvg()
+	srv, err := startRedis(ctx)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	maxG := 0
+	for _, g := range cfg.goroutines {
+		maxG = max(maxG, g)
+	}
+	// One connection per goroutine, as redis-benchmark opens one per
+	// client; ContextTimeoutEnabled as a ratekit deployment sets it.
+	rdb := redis.NewClient(&redis.Options{Addr: srv.addr, PoolSize: maxG + 4, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	e := &env{rdb: rdb}
+	redisVersion := "?"
+	if info, err := rdb.InfoMap(ctx, "server").Result(); err == nil {
+		redisVersion = info["Server"]["redis_version"]
+	}
+
+	var pats []*pattern
+	for _, p := range patterns() {
+		if selected(cfg.pats, p.name) {
+			pats = append(pats, p)
+		}
+	}
+	var libs []*library
+	for _, l := range libraries() {
+		if selected(cfg.libs, l.name) {
+			libs = append(libs, l)
+		}
+	}
+	_, benchErr := exec.LookPath("redis-benchmark")
+
+	// The plan, for progress and the time estimate.
+	type job struct {
+		lib *library
+		pat *pattern
+		g   int
+	}
+	var jobs []job
+	planned := time.Duration(0)
+	for _, p := range pats {
+		for _, l := range libs {
+			for _, g := range cfg.goroutines {
+				jobs = append(jobs, job{l, p, g})
+				d := cfg.memDur
+				if l.store == "redis" {
+					d = cfg.redisDur
+				}
+				planned += d + warmup(d)
+			}
+		}
+	}
+	ceilRuns := []ceilingRun{}
+	if benchErr == nil {
+		for _, g := range cfg.goroutines {
+			ceilRuns = append(ceilRuns, ceilingRun{clients: g, pipeline: 1})
+		}
+		ceilRuns = append(ceilRuns, ceilingRun{clients: maxG, pipeline: 16})
+		planned += 2 * time.Duration(len(ceilRuns)) * (cfg.ceilingDur + 300*time.Millisecond)
+	}
+	planned += 16 * 2 * cfg.microTime
+	logf("redis-server %s on %s; %d cells, %d ceiling runs; planned about %s (hard limit %s)",
+		redisVersion, srv.addr, len(jobs), 2*len(ceilRuns), planned.Round(time.Second), cfg.limit)
+
+	rep := &report{goroutines: cfg.goroutines, patterns: pats}
+	rep.header = []string{
+		"date: " + begin.UTC().Format("2006-01-02 15:04 UTC"),
+		fmt.Sprintf("machine: %s/%s, %d CPUs, GOMAXPROCS %d, %s; client and Redis share it", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version()),
+		fmt.Sprintf("redis-server %s (no persistence, loopback), go-redis %s, one client with a pool of %d connections", redisVersion, depVersion("github.com/redis/go-redis/v9"), maxG+4),
+		"competitors: " + competitorVersions(),
+		fmt.Sprintf("cells: %v measured per Redis-backed cell, %v per in-memory cell, after an unmeasured warm-up; latency sampled on every Redis decision and on 1 in 64 in-memory decisions", cfg.redisDur, cfg.memDur),
+		"load average before the run: " + load0,
+	}
+	if benchErr != nil {
+		rep.notes = append(rep.notes, "redis-benchmark not found: no ceiling was measured")
+	}
+
+	// 1. The ceiling, measured before the matrix and again after it; the
+	// ratios use the higher of the two, so a machine that was busier
+	// during one of them does not flatter the libraries.
+	runCeilings := func(round string) {
+		for i, cr := range ceilRuns {
+			if ctx.Err() != nil {
+				return
+			}
+			logf("[ceiling %s %d/%d] redis-benchmark EVALSHA -c %d -P %d ...", round, i+1, len(ceilRuns), cr.clients, cr.pipeline)
+			res, err := runCeiling(ctx, rdb, srv.port(), cr, cfg.ceilingDur)
+			if err != nil {
+				rep.notes = append(rep.notes, fmt.Sprintf("ceiling -c %d -P %d (%s) failed: %v", cr.clients, cr.pipeline, round, err))
+				logf("  failed: %v", err)
+				continue
+			}
+			res.round = round
+			rep.ceilings = append(rep.ceilings, res)
+			logf("  %s ops/s, p50 %s, p99 %s, Redis %.1f µs per script call", fmtOps(res.rps), fmtDur(res.p50), fmtDur(res.p99), res.serverUsec)
+		}
+	}
+	runCeilings("before")
+
+	// 2. The matrix.
+	for i, j := range jobs {
+		if ctx.Err() != nil {
+			break
+		}
+		d, sample := cfg.memDur, uint64(64)
+		if j.lib.store == "redis" {
+			d, sample = cfg.redisDur, 1
+			if err := rdb.FlushAll(ctx).Err(); err != nil {
+				return fmt.Errorf("FLUSHALL: %w", err)
+			}
+			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+				return fmt.Errorf("CONFIG RESETSTAT: %w", err)
+			}
+		}
+		allow, closeFn, err := j.lib.setup(e, j.pat)
+		if err != nil {
+			return fmt.Errorf("%s (%s): %w", j.lib.name, j.lib.store, err)
+		}
+		res := measure(ctx, allow, j.pat.keys, j.g, warmup(d), d, sample)
+		closeFn()
+		if j.lib.store == "redis" && ctx.Err() == nil {
+			if res.serverUsec, err = scriptUsecPerCall(ctx, rdb); err != nil {
+				return err
+			}
+		}
+		rep.cells = append(rep.cells, cell{lib: j.lib, pat: j.pat, g: j.g, res: res})
+		errs := ""
+		if res.errs > 0 {
+			errs = fmt.Sprintf(", %d ERRORS", res.errs)
+		}
+		logf("[%2d/%d %s] %-22s %-6s %-6s G=%-3d %12s ops/s  p50 %-9s p99 %-9s%s",
+			i+1, len(jobs), time.Since(begin).Round(time.Second), j.lib.name, j.lib.store, j.pat.name, j.g,
+			fmtOps(res.opsPerSec()), fmtDur(res.p50), fmtDur(res.p99), errs)
+	}
+	if err := rdb.FlushAll(ctx).Err(); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("FLUSHALL: %w", err)
+	}
+
+	runCeilings("after")
+
+	// 3. In-memory ns/op and allocations.
+	if ctx.Err() == nil {
+		rep.micro = runMicro(ctx, e, libs, pats, cfg.microTime)
+	}
+
+	// 4. Redis footprint.
+	if ctx.Err() == nil && selected(cfg.libs, "ratekit") {
+		logf("footprint: MEMORY USAGE of sliding-log and sliding-buckets keys ...")
+		fps, err := measureFootprint(ctx, rdb)
+		if err != nil {
+			rep.notes = append(rep.notes, "footprint failed: "+err.Error())
+		}
+		rep.footprints = fps
+	}
+
+	if err := ctx.Err(); err != nil {
+		rep.notes = append(rep.notes, "the run was cut short: "+err.Error())
+	}
+	rep.header = append(rep.header, "load average after the run: "+loadAvg(), "wall time: "+time.Since(begin).Round(time.Second).String())
+
+	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
+		return err
+	}
+	md := filepath.Join(cfg.out, "results.md")
+	f, err := os.Create(md)
+	if err != nil {
+		return err
+	}
+	rep.writeMarkdown(f)
+	if err := f.Close(); err != nil {
+		return err
+	}
+	rep.writeMarkdown(os.Stdout)
+	svg := filepath.Join(cfg.out, "throughput.svg")
+	if err := rep.writeChart(svg); err != nil {
+		return fmt.Errorf("chart: %w", err)
+	}
+	logf("wrote %s and %s in %s", md, svg, time.Since(begin).Round(time.Second))
+	return nil
+}
+
+// runMicro measures serial and parallel ns/op and allocations of every
+// in-memory library on the mostly-allowed patterns with testing.Benchmark.
+func runMicro(ctx context.Context, e *env, libs []*library, pats []*pattern, benchtime time.Duration) []microResult {
+	if err := flag.Set("test.benchtime", benchtime.String()); err != nil {
+		logf("micro: %v", err)
+		return nil
+	}
+	var out []microResult
+	for _, p := range pats {
+		if p.name == "denied" {
+			continue
+		}
+		for _, l := range libs {
+			if l.store != "memory" {
+				continue
+			}
+			for _, parallel := range []bool{false, true} {
+				if ctx.Err() != nil {
+					return out
+				}
+				allow, closeFn, err := l.setup(e, p)
+				if err != nil {
+					logf("micro %s: %v", l.name, err)
+					continue
+				}
+				keys := p.keys
+				br := testing.Benchmark(func(b *testing.B) {
+					b.ReportAllocs()
+					if !parallel {
+						i := 0
+						for b.Loop() {
+							_, _ = allow(ctx, keys[i%len(keys)])
+							i++
+						}
+						return
+					}
+					b.RunParallel(func(pb *testing.PB) {
+						i := 0
+						for pb.Next() {
+							_, _ = allow(ctx, keys[i%len(keys)])
+							i += 7919
+						}
+					})
+				})
+				closeFn()
+				m := microResult{lib: l, pat: p, parallel: parallel, allocs: br.AllocsPerOp(), bytes: br.AllocedBytesPerOp()}
+				if br.N > 0 {
+					m.nsPerOp = float64(br.T.Nanoseconds()) / float64(br.N)
+				}
+				out = append(out, m)
+				logf("micro %-22s %-6s parallel=%-5v %8.1f ns/op %3d allocs/op", l.name, p.name, parallel, m.nsPerOp, m.allocs)
+			}
+		}
+	}
+	return out
+}
+
+func logf(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, format+"\n", a...)
+}
+
+// loadAvg returns the 1, 5 and 15 minute load averages, or "?".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// depVersion returns the version of module path in this binary.
+func depVersion(path string) string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == path {
+				return d.Version
+			}
+		}
+	}
+	return "?"
+}
+
+func competitorVersions() string {
+	var s []string
+	for _, m := range []string{"github.com/go-redis/redis_rate/v10", "github.com/ulule/limiter/v3", "github.com/sethvargo/go-limiter", "golang.org/x/time"} {
+		s = append(s, m+" "+depVersion(m))
+	}
+	return strings.Join(s, ", ")
+}

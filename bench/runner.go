@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"math"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// allowFunc decides one request for key and reports whether it was
+// admitted. Every library is driven through one.
+type allowFunc func(ctx context.Context, key string) (bool, error)
+
+// result is what one cell of the matrix measured.
+type result struct {
+	ops      int64         // decisions completed in the measured window
+	allowed  int64         // of which admitted
+	errs     int64         // errors (and, for ratekit, fallback decisions)
+	elapsed  time.Duration // length of the measured window
+	p50, p99 time.Duration // latency of one decision, sampled
+	// serverUsec is Redis's own execution time per script call, µs (0 for
+	// in-memory libraries and when no script ran).
+	serverUsec float64
+}
+
+// opsPerSec returns the throughput of r.
+func (r result) opsPerSec() float64 {
+	if r.elapsed <= 0 {
+		return 0
+	}
+	return float64(r.ops) / r.elapsed.Seconds()
+}
+
+// Phases of a run: workers count operations only while measuring.
+const (
+	phaseWarm int32 = iota
+	phaseMeasure
+	phaseStop
+)
+
+// worker is one goroutine's counters, padded so that workers do not share
+// cache lines.
+type worker struct {
+	ops, allowed, errs int64
+	hist               histogram
+	_                  [64]byte
+}
+
+// measure drives allow from g goroutines over keys for warm (not counted)
+// and then dur (counted). Each goroutine picks keys with its own
+// xorshift generator. Latency is sampled on one decision in sampleEvery,
+// so that reading the clock does not dominate in-memory decisions.
+func measure(ctx context.Context, allow allowFunc, keys []string, g int, warm, dur time.Duration, sampleEvery uint64) result {
+	var phase atomic.Int32
+	workers := make([]worker, g)
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Add(1)
+		go func(w *worker, seed uint64) {
+			defer wg.Done()
+			x := seed*0x9E3779B97F4A7C15 | 1
+			nkeys := uint64(len(keys))
+			for n := uint64(0); ; n++ {
+				p := phase.Load()
+				if p == phaseStop {
+					return
+				}
+				key := keys[0]
+				if nkeys > 1 {
+					x ^= x << 13
+					x ^= x >> 7
+					x ^= x << 17
+					key = keys[x%nkeys]
+				}
+				sample := p == phaseMeasure && n%sampleEvery == 0
+				var t0 time.Time
+				if sample {
+					t0 = time.Now()
+				}
+				ok, err := allow(ctx, key)
+				if p != phaseMeasure {
+					continue
+				}
+				if sample {
+					w.hist.add(time.Since(t0))
+				}
+				w.ops++
+				switch {
+				case err != nil:
+					w.errs++
+				case ok:
+					w.allowed++
+				}
+			}
+		}(&workers[i], uint64(i)+1)
+	}
+	sleepCtx(ctx, warm)
+	start := time.Now()
+	phase.Store(phaseMeasure)
+	sleepCtx(ctx, dur)
+	phase.Store(phaseStop)
+	elapsed := time.Since(start)
+	wg.Wait()
+
+	var r result
+	var h histogram
+	for i := range workers {
+		w := &workers[i]
+		r.ops += w.ops
+		r.allowed += w.allowed
+		r.errs += w.errs
+		h.merge(&w.hist)
+	}
+	r.elapsed = elapsed
+	r.p50 = h.quantile(0.50)
+	r.p99 = h.quantile(0.99)
+	return r
+}
+
+// sleepCtx sleeps for d or until ctx is done.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// histogram counts durations in log-linear buckets: 32 per power of two,
+// so a quantile is within about 3% of the true value.
+type histogram struct {
+	counts [histBuckets]uint64
+	total  uint64
+}
+
+const (
+	subBits     = 5
+	subBuckets  = 1 << subBits
+	histBuckets = (64 - subBits + 1) * subBuckets
+)
+
+// bucketOf returns the bucket of v nanoseconds.
+func bucketOf(v uint64) int {
+	if v < subBuckets {
+		return int(v)
+	}
+	e := bits.Len64(v) - subBits // at least 1
+	return (e-1)*subBuckets + int(v>>(e-1))
+}
+
+// bucketRange returns the smallest value of bucket i and the bucket's width.
+func bucketRange(i int) (lo, width uint64) {
+	if i < 2*subBuckets {
+		return uint64(i), 1
+	}
+	e := i / subBuckets
+	m := uint64(i - (e-1)*subBuckets)
+	return m << (e - 1), 1 << (e - 1)
+}
+
+func (h *histogram) add(d time.Duration) {
+	if d < 0 {
+		d = 0
+	}
+	h.counts[bucketOf(uint64(d))]++
+	h.total++
+}
+
+func (h *histogram) merge(o *histogram) {
+	for i, c := range o.counts {
+		h.counts[i] += c
+	}
+	h.total += o.total
+}
+
+// quantile returns the q-quantile (0 < q ≤ 1) by nearest rank: the middle
+// of the bucket that holds it; 0 for an empty histogram.
+func (h *histogram) quantile(q float64) time.Duration {
+	if h.total == 0 {
+		return 0
+	}
+	rank := uint64(math.Ceil(q * float64(h.total))) // nearest rank
+	rank = max(rank, 1)
+	var seen uint64
+	for i, c := range h.counts {
+		seen += c
+		if seen >= rank {
+			lo, w := bucketRange(i)
+			return time.Duration(lo + w/2)
+		}
+	}
+	return 0
+}

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/redistest"
+)
+
+// exec runs the CLI with REDIS_URL set to url.
+func exec(t *testing.T, url string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	env := func(k string) string {
+		if k == "REDIS_URL" {
+			return url
+		}
+		return ""
+	}
+	code = run(context.Background(), args, env, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestCommands(t *testing.T) {
+	srv := redistest.Start(t)
+	url := "redis://" + srv.Addr() + "/0"
+	ctx := context.Background()
+	store := core.NewRedisStore(srv.Client(t))
+	login, err := core.NewLimiter(store, core.Policy{Name: "login", Rules: []core.Rule{{Limit: 5, Window: 15 * time.Minute}, {Limit: 20, Window: 24 * time.Hour}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	quota, err := core.NewLimiter(store, core.Policy{Name: "quota", Rules: []core.Rule{{Limit: 1000, Window: 24 * time.Hour}}, Algorithm: core.SlidingBuckets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if d, err := login.Allow(ctx, "alice@example.com"); err != nil || d.Source != core.SourceStore {
+			t.Fatalf("Allow = %+v, %v", d, err)
+		}
+	}
+	if _, err := login.Allow(ctx, "bob"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := quota.AllowN(ctx, "app-1", 7); err != nil {
+		t.Fatal(err)
+	}
+
+	steps := []struct {
+		name     string
+		args     []string
+		wantCode int
+		want     []string // substrings of stdout (or of stderr when wantCode != 0)
+	}{
+		{"peek locked out", []string{"peek", "-policy", "login", "-rules", "5/15m,20/1d", "alice@example.com"}, 0,
+			[]string{`policy login, key "alice@example.com" (Redis key ratekit:login:{alice@example.com})`,
+				"a request now: denied, retry after 1", // 15m0s or, on a slow run, 14m59s
+				"rule 5/15m0s: used 5, remaining 0, full: retry after 1",
+				"rule 20/24h0m0s: used 5, remaining 15, empty in 2"}},
+		{"peek buckets", []string{"peek", "-policy", "quota", "-rules", "1000/24h", "-algorithm", "buckets", "app-1"}, 0,
+			[]string{"a request now: allowed", "rule 1000/24h0m0s: used 7, remaining 993"}},
+		{"policies", []string{"policies"}, 0,
+			[]string{"login                               2            0", "quota                               0            1"}},
+		{"reset", []string{"reset", "-policy", "login", "alice@example.com"}, 0, []string{`reset login "alice@example.com"`}},
+		{"peek after reset", []string{"peek", "-policy", "login", "-rules", "5/15m", "alice@example.com"}, 0,
+			[]string{"a request now: allowed", "rule 5/15m0s: used 0, remaining 5"}},
+		{"policies after reset", []string{"policies"}, 0, []string{"login                               1            0"}},
+		{"unknown command", []string{"unlock"}, 2, []string{`unknown command "unlock"`, "usage: ratekit"}},
+		{"no command", nil, 2, []string{"usage: ratekit"}},
+		{"peek without rules", []string{"peek", "-policy", "login", "alice"}, 2, []string{"-rules is required"}},
+		{"peek bad rule", []string{"peek", "-policy", "login", "-rules", "5per15m", "alice"}, 2, []string{`rule "5per15m": want LIMIT/WINDOW`}},
+		{"peek bad policy", []string{"peek", "-policy", "", "-rules", "5/15m", "alice"}, 2, []string{"policy Name is empty"}},
+		{"peek two keys", []string{"peek", "-policy", "login", "-rules", "5/15m", "a", "b"}, 2, []string{"exactly one key"}},
+		{"reset without policy", []string{"reset", "alice"}, 2, []string{"-policy is required"}},
+		{"unknown flag", []string{"reset", "-polcy", "login", "alice"}, 2, []string{"flag provided but not defined"}},
+	}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			code, stdout, stderr := exec(t, url, s.args...)
+			if code != s.wantCode {
+				t.Fatalf("ratekit %v: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", s.args, code, s.wantCode, stdout, stderr)
+			}
+			out := stdout
+			if s.wantCode != 0 {
+				out = stderr
+			}
+			for _, w := range s.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("ratekit %v: output lacks %q:\n%s", s.args, w, out)
+				}
+			}
+		})
+	}
+
+	t.Run("peek json", func(t *testing.T) {
+		code, stdout, stderr := exec(t, url, "peek", "-json", "-policy", "login", "-rules", "5/15m", "bob")
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		var got peekJSON
+		if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+			t.Fatalf("invalid JSON %q: %v", stdout, err)
+		}
+		want := peekJSON{Policy: "login", RedisKey: "ratekit:login:{bob}", Allowed: true}
+		if got.Policy != want.Policy || got.RedisKey != want.RedisKey || got.Allowed != want.Allowed ||
+			len(got.Rules) != 1 || got.Rules[0].Used != 1 || got.Rules[0].Remaining != 4 {
+			t.Errorf("peek -json = %+v, want %+v with 1 used, 4 remaining", got, want)
+		}
+	})
+}
+
+func TestConnectionErrors(t *testing.T) {
+	srv := redistest.Start(t)
+	tests := []struct {
+		name    string
+		url     string
+		stop    bool
+		want    string
+		notWant string
+	}{
+		{"invalid URL never echoed", "http://:hunter2@somewhere", false, "REDIS_URL is not a valid redis:// URL", "hunter2"},
+		{"Redis down", "redis://:hunter2@" + srv.Addr() + "/0", true, "redis at " + srv.Addr(), "hunter2"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.stop {
+				srv.Stop()
+			}
+			code, _, stderr := exec(t, tc.url, "reset", "-timeout", "2s", "-policy", "login", "alice")
+			if code != 1 || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, tc.notWant) {
+				t.Errorf("exit %d, stderr %q; want 1 and %q without %q", code, stderr, tc.want, tc.notWant)
+			}
+		})
+	}
+}
+
+func TestParseRules(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    []core.Rule
+		wantErr bool
+	}{
+		{"5/15m", []core.Rule{{Limit: 5, Window: 15 * time.Minute}}, false},
+		{"1/60s, 5/1h,10/1d", []core.Rule{{Limit: 1, Window: time.Minute}, {Limit: 5, Window: time.Hour}, {Limit: 10, Window: 24 * time.Hour}}, false},
+		{"", nil, true},
+		{"5", nil, true},
+		{"x/1m", nil, true},
+		{"5/soon", nil, true},
+		{"5/xd", nil, true},
+	}
+	for _, tc := range tests {
+		got, err := parseRules(tc.in)
+		if (err != nil) != tc.wantErr {
+			t.Errorf("parseRules(%q) error = %v, want error %v", tc.in, err, tc.wantErr)
+			continue
+		}
+		if len(got) != len(tc.want) {
+			t.Errorf("parseRules(%q) = %v, want %v", tc.in, got, tc.want)
+			continue
+		}
+		for i := range got {
+			if got[i] != tc.want[i] {
+				t.Errorf("parseRules(%q)[%d] = %v, want %v", tc.in, i, got[i], tc.want[i])
+			}
+		}
+	}
+}
+
+func TestParseKey(t *testing.T) {
+	tests := []struct {
+		key     string
+		policy  string
+		buckets bool
+		ok      bool
+	}{
+		{"ratekit:login:{alice}", "login", false, true},
+		{"ratekit:quota:{app:{1}}:b", "quota", true, true},
+		{"ratekit:a:b:{k}", "a:b", false, true},
+		{"other:login:{alice}", "", false, false},
+		{"ratekit:login", "", false, false},
+		{"ratekit::{x}", "", false, false},
+	}
+	for _, tc := range tests {
+		p, b, ok := parseKey("ratekit", tc.key)
+		if p != tc.policy || b != tc.buckets || ok != tc.ok {
+			t.Errorf("parseKey(%q) = %q, %v, %v; want %q, %v, %v", tc.key, p, b, ok, tc.policy, tc.buckets, tc.ok)
+		}
+	}
+}

@@ -1,0 +1,207 @@
+package opshttp_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/opshttp"
+)
+
+// failingStore fails every call with an error whose text must not reach
+// the client.
+type failingStore struct{ core.Store }
+
+var errSecret = errors.New("dial redis://:hunter2@10.0.0.1:6379: refused")
+
+func (failingStore) Take(context.Context, core.Query) (core.Result, error) {
+	return core.Result{}, errSecret
+}
+func (failingStore) Peek(context.Context, core.Query) (core.Result, error) {
+	return core.Result{}, errSecret
+}
+func (failingStore) Reset(context.Context, core.Query) error { return errSecret }
+
+func newLimiter(t *testing.T, store core.Store, p core.Policy) *core.Limiter {
+	t.Helper()
+	l, err := core.NewLimiter(store, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+type fixture struct {
+	srv    *httptest.Server
+	login  *core.Limiter
+	quota  *core.Limiter
+	broken *core.Limiter
+	logs   *bytes.Buffer
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{logs: &bytes.Buffer{}}
+	f.login = newLimiter(t, core.NewMemoryStore(), core.Policy{Name: "login", Rules: []core.Rule{{Limit: 5, Window: 15 * time.Minute}, {Limit: 20, Window: 24 * time.Hour}}})
+	f.quota = newLimiter(t, core.NewMemoryStore(), core.Policy{Name: "quota", Rules: []core.Rule{{Limit: 100000, Window: 24 * time.Hour}}, Algorithm: core.SlidingBuckets})
+	f.broken = newLimiter(t, failingStore{}, core.Policy{Name: "broken", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
+	h := opshttp.Handler([]*core.Limiter{f.login, f.quota, f.broken}, opshttp.WithLogger(slog.New(slog.NewTextHandler(f.logs, nil))))
+	f.srv = httptest.NewServer(http.StripPrefix("/admin", h))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fixture) do(t *testing.T, method, path string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, f.srv.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+func TestRoutes(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	const key = "user/1@example.com" // a '/' travels as %2F
+	for range 3 {
+		if _, err := f.login.Allow(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name       string
+		method     string
+		path       string
+		wantStatus int
+		wantBody   string // JSON compared after re-encoding; "" for none
+	}{
+		{"list", "GET", "/admin/policies", 200,
+			`[{"name":"login","algorithm":"SlidingLog","rules":[{"limit":5,"window":"15m0s","window_seconds":900},{"limit":20,"window":"24h0m0s","window_seconds":86400}]},` +
+				`{"name":"quota","algorithm":"SlidingBuckets","buckets":60,"rules":[{"limit":100000,"window":"24h0m0s","window_seconds":86400}]},` +
+				`{"name":"broken","algorithm":"SlidingLog","rules":[{"limit":1,"window":"1s","window_seconds":1}]}]`},
+		{"one policy", "GET", "/admin/policies/quota", 200,
+			`{"name":"quota","algorithm":"SlidingBuckets","buckets":60,"rules":[{"limit":100000,"window":"24h0m0s","window_seconds":86400}]}`},
+		{"unknown policy", "GET", "/admin/policies/nope", 404, `{"error":"unknown policy"}`},
+		{"peek unknown policy", "GET", "/admin/policies/nope/keys/x", 404, `{"error":"unknown policy"}`},
+		{"reset unknown policy", "DELETE", "/admin/policies/nope/keys/x", 404, `{"error":"unknown policy"}`},
+		{"peek untouched key", "GET", "/admin/policies/login/keys/someone-else", 200,
+			`{"policy":"login","allowed":true,"limit":5,"window":"15m0s","remaining":5,"retry_after_seconds":0,"reset_after_seconds":0,"source":"store",` +
+				`"rules":[{"limit":5,"window":"15m0s","used":0,"remaining":5,"retry_after_seconds":0,"reset_after_seconds":0},{"limit":20,"window":"24h0m0s","used":0,"remaining":20,"retry_after_seconds":0,"reset_after_seconds":0}]}`},
+		{"wrong method", "POST", "/admin/policies", 405, ""},
+		{"store failure is a fixed 503", "DELETE", "/admin/policies/broken/keys/x", 503, `{"error":"store unavailable"}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body := f.do(t, tc.method, tc.path)
+			if status != tc.wantStatus {
+				t.Fatalf("%s %s: status %d, want %d; body %s", tc.method, tc.path, status, tc.wantStatus, body)
+			}
+			if tc.wantBody != "" && canon(t, body) != canon(t, tc.wantBody) {
+				t.Errorf("%s %s:\n got %s\nwant %s", tc.method, tc.path, body, tc.wantBody)
+			}
+			if strings.Contains(body, "hunter2") {
+				t.Errorf("%s %s: body leaks the store error: %s", tc.method, tc.path, body)
+			}
+		})
+	}
+	if !strings.Contains(f.logs.String(), "reset failed") || strings.Contains(f.logs.String(), "key=") {
+		t.Errorf("log = %q, want the reset failure, without the key", f.logs.String())
+	}
+}
+
+// TestPeekAndReset is the support flow: look at a locked-out user, unlock.
+func TestPeekAndReset(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	const key = "user/1@example.com"
+	path := "/admin/policies/login/keys/user%2F1%40example.com"
+	for range 5 {
+		if _, err := f.login.Allow(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d, _ := f.login.Allow(ctx, key); d.Allowed {
+		t.Fatal("sixth request admitted; want the user locked out")
+	}
+	for i := range 2 { // peeking twice consumes nothing
+		status, body := f.do(t, "GET", path)
+		var st opshttp.KeyState
+		if err := json.Unmarshal([]byte(body), &st); err != nil || status != 200 {
+			t.Fatalf("peek %d: status %d, body %s, %v", i, status, body, err)
+		}
+		if st.Allowed || st.Remaining != 0 || st.RetryAfterSeconds <= 0 || st.Rules[0].Used != 5 || st.Source != "store" {
+			t.Errorf("peek %d of a locked-out key = %+v, want denied, 0 remaining, 5 used, a retry time", i, st)
+		}
+		if strings.Contains(body, "example.com") {
+			t.Errorf("peek echoes the key: %s", body)
+		}
+	}
+	if status, body := f.do(t, "DELETE", path); status != http.StatusNoContent || body != "" {
+		t.Fatalf("reset: status %d body %q, want 204 and no body", status, body)
+	}
+	status, body := f.do(t, "GET", path)
+	var st opshttp.KeyState
+	if err := json.Unmarshal([]byte(body), &st); err != nil || status != 200 {
+		t.Fatalf("peek after reset: status %d, body %s, %v", status, body, err)
+	}
+	if !st.Allowed || st.Remaining != 5 {
+		t.Errorf("peek after reset = %+v, want allowed with 5 remaining", st)
+	}
+	if d, err := f.login.Allow(ctx, key); err != nil || !d.Allowed {
+		t.Errorf("Allow after reset = %+v, %v; want admitted (store and deny cache cleared)", d, err)
+	}
+}
+
+func TestHandlerPanics(t *testing.T) {
+	l := newLimiter(t, core.NewMemoryStore(), core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
+	tests := []struct {
+		name     string
+		limiters []*core.Limiter
+	}{
+		{"nil limiter", []*core.Limiter{nil}},
+		{"duplicate policy", []*core.Limiter{l, l}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Handler(%s) did not panic", tc.name)
+				}
+			}()
+			opshttp.Handler(tc.limiters)
+		})
+	}
+}
+
+// canon re-encodes JSON so that formatting does not matter.
+func canon(t *testing.T, s string) string {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatalf("invalid JSON %q: %v", s, err)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

@@ -1,0 +1,35 @@
+// Package ratekitprom exports ratekit's decisions as Prometheus metrics.
+//
+// An [Observer] is a [core.Observer] and a [prometheus.Collector]:
+// register it, then attach it to the middleware (nethttp.WithObserver,
+// ginlimit.WithObserver, …), which sees every request the guard handles,
+// or to a limiter with [core.WithObserver] for decisions made outside
+// middleware. Attach it in one place per limiter: an observer attached to
+// both counts every decision twice.
+//
+//	obs := ratekitprom.New()
+//	prometheus.MustRegister(obs)
+//	mux.Handle("POST /login", nethttp.New(login, nethttp.WithObserver(obs))(loginHandler))
+//	mux.Handle("GET /metrics", promhttp.Handler())
+//
+// Every metric is labelled by policy name, and by outcome or source where
+// it says so; never by key, so the number of series is bounded by the
+// number of policies. With the default namespace "ratekit":
+//
+//	ratekit_decisions_total{policy,outcome,source}  decisions of a limiter; outcome is
+//	                                                allowed or denied, source is store,
+//	                                                cache, local, open or closed
+//	ratekit_dry_run_denials_total{policy}           denials let through by dry-run mode
+//	                                                (also counted as denied decisions)
+//	ratekit_skips_total{policy}                     requests not limited (skip rule, no key)
+//	ratekit_key_errors_total{policy}                requests whose key function failed
+//	ratekit_fallbacks_total{policy,source}          decisions made by the failure policy
+//	                                                because the store failed (local, open, closed)
+//	ratekit_deny_cache_hits_total{policy}           denials answered by the deny cache
+//	ratekit_store_errors_total{policy}              failed store calls
+//	ratekit_store_latency_seconds{policy,result}    store call latency; result is ok or error
+//	ratekit_breaker_open{policy}                    1 while the circuit breaker is open
+//	ratekit_breaker_opens_total{policy}             times the circuit breaker opened
+//
+// A policy's series appear with its first event.
+package ratekitprom
