@@ -3,7 +3,7 @@ GO ?= go
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: run test test-short lint fuzz bench redis-server
+.PHONY: run test test-short lint fuzz bench bench-go redis-server
 
 ## run: the quickstart example server on the in-memory store (REDIS_URL switches to Redis)
 run:
@@ -14,6 +14,7 @@ test: redis-server
 	$(GO) vet ./...
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) test -race -shuffle=on -count=1 -timeout=15m ./...
+	cd bench && $(GO) vet -mod=mod ./... && $(GO) test -mod=mod -count=1 ./...
 
 ## test-short: a fast local loop without the Redis-backed tests
 test-short:
@@ -31,3 +32,12 @@ redis-server:
 		echo "redis-server not found: installing it with apt-get"; \
 		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server; }
+
+## bench: the side-by-side comparison (own module bench/, own redis-server; about 3 minutes,
+## BENCHFLAGS=-quick for about 35 s); writes bench/results/
+bench: redis-server
+	cd bench && $(GO) run -mod=mod . $(BENCHFLAGS)
+
+## bench-go: the in-module benchmarks with allocations
+bench-go: redis-server
+	$(GO) test -run '^$$' -bench . -benchmem ./core/ ./nethttp/ ./ginlimit/ ./echolimit/ ./fiberlimit/ ./grpclimit/
