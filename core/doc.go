@@ -33,4 +33,36 @@
 // answers floods from a denied key locally until its RetryAfter. The
 // [Decision]'s Source tells a fallback from a normal decision; failures go
 // to the [Observer].
+//
+// A Redis that evicts keys under memory pressure forgets windows: see
+// [ErrUnsafeEviction] for the safe settings, and call [Limiter.Check] at
+// start-up to report a server that can evict limiter keys.
+//
+// # Hot keys
+//
+// Every decision on a key runs on the one Redis node that holds the key's
+// slot. A key too hot for one node, typically a global cap, can be split
+// with Policy.Shards = N into N store keys "<key>#0" … "<key>#N-1", each
+// its own hash tag and so its own slot. Shard i holds, for every rule, the
+// share Limit/N, plus one unit for the first Limit%N shards; the shares
+// sum to the limit. Requests go to the shards in turn. The trade-off:
+//
+//   - It never admits more than a rule's Limit in any window, however
+//     many instances decide: the key's admissions are the sum of its
+//     shards', each exact and at most its share.
+//   - It can deny early. A request is decided by its shard alone, so it is
+//     denied when that shard is full even if others have room; the next
+//     requests go to the other shards and are admitted. Under steady
+//     traffic from one instance the shards fill and empty in step and no
+//     request is denied before the key holds its limit; under bursts that
+//     expire unevenly, or several instances, a denial can come when the
+//     key holds as little as one share (Limit/N) in its window.
+//   - A decision describes its shard: Limit and Remaining are the shard's
+//     share, and a denial's RetryAfter is when that shard has room again
+//     (another may have room sooner).
+//   - A request may cost at most the smallest share.
+//   - Each key costs N store keys, and Reset makes N store calls.
+//
+// Shard only keys that need it: per-client keys spread over a cluster by
+// themselves.
 package core

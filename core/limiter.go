@@ -123,7 +123,8 @@ type Limiter struct {
 	idPrefix string
 	seq      atomic.Uint64
 	tiers    *tierSet
-	inproc   bool // the store never blocks: no timeout context needed
+	shards   *shardSet // nil unless Policy.Shards > 1
+	inproc   bool      // the store never blocks: no timeout context needed
 }
 
 // NewLimiter returns a limiter for policy on store. It returns an error
@@ -173,6 +174,7 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		observer: o.observer,
 		breaker:  breaker{threshold: int32(o.breakerFails), cooldown: o.breakerCool},
 		idPrefix: base64.RawURLEncoding.EncodeToString(nonce[:]) + ".",
+		shards:   newShardSet(policy),
 	}
 	_, l.inproc = store.(*MemoryStore)
 	if o.failure == FailLocal {
@@ -235,7 +237,7 @@ func (l *Limiter) allow(ctx context.Context, key string, n int64, extra Observer
 	if err := ctx.Err(); err != nil {
 		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
 	}
-	key = BoundKey(key)
+	key = l.shards.pick(BoundKey(key))
 	obs := join(l.observer, extra)
 	if l.deny != nil {
 		if d, ok := l.deny.get(key, n, time.Now()); ok {
@@ -259,12 +261,13 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
 			return t.Peek(ctx, key)
 		}
 	}
+	key = l.shards.peek(key)
 	q := l.query(key, 1, "")
 	return l.decide(ctx, q, false, l.observer)
 }
 
 func (l *Limiter) query(key string, n int64, id string) Query {
-	return Query{Policy: l.policy.Name, Key: key, Rules: l.policy.Rules, Algorithm: l.policy.Algorithm, Buckets: l.policy.buckets(), N: n, ID: id}
+	return Query{Policy: l.policy.Name, Key: key, Rules: l.shards.rulesOf(key, l.policy.Rules), Algorithm: l.policy.Algorithm, Buckets: l.policy.buckets(), N: n, ID: id}
 }
 
 func (l *Limiter) nextID() string {
@@ -409,6 +412,14 @@ func (l *Limiter) decision(res Result, src Source) Decision {
 // store's.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	key = BoundKey(key)
+	if l.shards != nil {
+		return l.shards.reset(ctx, l, key)
+	}
+	return l.resetKey(ctx, key)
+}
+
+// resetKey is Reset of a bounded key (a shard's, with shards).
+func (l *Limiter) resetKey(ctx context.Context, key string) error {
 	// The deny caches forget key once the store has: a denial decided
 	// before then must not be cached after.
 	defer l.forgetDenial(key)

@@ -26,6 +26,10 @@ const (
 	// EventKeyError reports a request whose key function failed; it was
 	// answered as a bad request (or as configured). Event.Err holds why.
 	EventKeyError
+	// EventStoreCheck reports a failed [Limiter.Check]: a store configured
+	// so that limits may not hold, such as a Redis that can evict limiter
+	// keys ([ErrUnsafeEviction]). Event.Err holds why.
+	EventStoreCheck
 )
 
 // String returns the kind's name.
@@ -43,6 +47,8 @@ func (k EventKind) String() string {
 		return "skip"
 	case EventKeyError:
 		return "key_error"
+	case EventStoreCheck:
+		return "store_check"
 	}
 	return "unknown"
 }
@@ -63,7 +69,7 @@ type Event struct {
 	// DryRun reports that a denial was let through because the guard is
 	// in dry-run mode.
 	DryRun bool
-	// Err is set for EventStoreError and EventKeyError.
+	// Err is set for EventStoreError, EventKeyError and EventStoreCheck.
 	Err error
 	// Latency is how long the store call took, for EventDecision and
 	// EventStoreError made by the store.

@@ -56,7 +56,9 @@ func (a Algorithm) String() string {
 // admitted. Name is the key namespace and the metrics label.
 type Policy struct {
 	// Name identifies the policy in keys, headers and metrics. It must be
-	// non-empty and must not contain '{', '}' or spaces.
+	// 1 to 64 bytes of visible ASCII (no spaces or control characters)
+	// other than '{', '}', '"' and '\', so that it can go as it is into
+	// Redis Cluster key names, HTTP header fields and JSON.
 	Name string
 	// Rules must all have room for a request; at least one.
 	Rules []Rule
@@ -66,6 +68,14 @@ type Policy struct {
 	// SlidingBuckets; [DefaultBuckets] when 0. More buckets cost memory and
 	// time per decision and under-admit less. Ignored by SlidingLog.
 	Buckets int
+	// Shards splits every key over this many store keys, each holding its
+	// share of every rule's limit, so that one very hot key (a global cap)
+	// spreads over several Redis Cluster slots; 0 or 1 (the default)
+	// means one key. It never admits more than a rule's Limit, but it can
+	// deny a request while other shards still have room: see "Hot keys"
+	// in the package documentation. Each rule's Limit must be at least
+	// Shards; at most [MaxShards].
+	Shards int
 }
 
 // DefaultBuckets is the number of buckets per window under SlidingBuckets
@@ -83,11 +93,15 @@ func (p *Policy) buckets() int {
 	return p.Buckets
 }
 
-// minLimit returns the smallest limit of the policy.
+// minLimit returns the smallest limit of the policy: the most one request
+// may cost. With shards it is the smallest share of a rule's limit.
 func (p *Policy) minLimit() int64 {
 	m := p.Rules[0].Limit
 	for _, r := range p.Rules[1:] {
 		m = min(m, r.Limit)
+	}
+	if p.Shards > 1 {
+		m /= int64(p.Shards)
 	}
 	return m
 }
@@ -98,8 +112,11 @@ func (p Policy) Validate() error {
 	if p.Name == "" {
 		return fmt.Errorf("ratekit: policy Name is empty: %w", ErrInvalidPolicy)
 	}
-	if strings.ContainsAny(p.Name, "{} \t\r\n") {
-		return fmt.Errorf("ratekit: policy Name %q must not contain braces or spaces: %w", p.Name, ErrInvalidPolicy)
+	for i := 0; i < len(p.Name); i++ {
+		if c := p.Name[i]; c <= ' ' || c >= 0x7f || strings.IndexByte("{}\"\\", c) >= 0 {
+			return fmt.Errorf("ratekit: policy Name %q must be visible ASCII without braces, spaces, quotes or backslashes: %w",
+				p.Name, ErrInvalidPolicy)
+		}
 	}
 	if len(p.Name) > 64 {
 		return fmt.Errorf("ratekit: policy Name %q is longer than 64 bytes: %w", p.Name, ErrInvalidPolicy)
@@ -116,7 +133,14 @@ func (p Policy) Validate() error {
 	if p.Buckets < 0 || p.Buckets > MaxBuckets {
 		return fmt.Errorf("ratekit: policy %q Buckets is %d, must be within 0..%d: %w", p.Name, p.Buckets, MaxBuckets, ErrInvalidPolicy)
 	}
+	if p.Shards < 0 || p.Shards > MaxShards {
+		return fmt.Errorf("ratekit: policy %q Shards is %d, must be within 0..%d: %w", p.Name, p.Shards, MaxShards, ErrInvalidPolicy)
+	}
 	for i, r := range p.Rules {
+		if p.Shards > 1 && r.Limit >= 1 && r.Limit < int64(p.Shards) {
+			return fmt.Errorf("ratekit: policy %q Shards is %d, more than Rules[%d].Limit %d: every shard needs at least one unit: %w",
+				p.Name, p.Shards, i, r.Limit, ErrInvalidPolicy)
+		}
 		if r.Limit < 1 {
 			return fmt.Errorf("ratekit: policy %q Rules[%d].Limit is %d, must be at least 1: %w", p.Name, i, r.Limit, ErrInvalidPolicy)
 		}

@@ -29,7 +29,9 @@ type Store interface {
 type Query struct {
 	// Policy is the policy name, the key namespace.
 	Policy string
-	// Key is the key within the policy, already bounded in length.
+	// Key is the key within the policy, already bounded in length
+	// ([MaxKeyLen] bytes, plus "#<i>" for shard i of a policy with
+	// Shards).
 	Key string
 	// Rules are the policy's rules; all must have room.
 	Rules []Rule

@@ -22,6 +22,7 @@ type Proxy struct {
 
 	latency  atomic.Int64 // time.Duration added to every reply chunk
 	drop     atomic.Bool  // drop the reply to the next request
+	dropAll  atomic.Bool  // drop every connection (SetDropping)
 	requests atomic.Int64
 	dropped  atomic.Int64
 	accepted atomic.Int64
@@ -118,6 +119,10 @@ func (p *Proxy) accept() {
 		p.accepted.Add(1)
 		if !p.track(c) {
 			return
+		}
+		if p.dropAll.Load() {
+			p.untrack(c)
+			continue
 		}
 		p.wg.Add(1)
 		go p.serve(c)

@@ -1,0 +1,160 @@
+package core_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dunglas/httpsfv"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/keyfunc"
+)
+
+// FuzzRedisKey fuzzes key building: BoundKey and RedisStore.Key for any
+// valid policy name and any key. Bounded keys are at most MaxKeyLen bytes
+// (a fixed point of BoundKey); Redis key names are distinct for distinct
+// (policy, bounded key) pairs; and the braces put a key's ZSET, its
+// SlidingBuckets HASH and its shards' keys where the hash tag says: the
+// slot of Key(p, k) is the slot of "{k}", whatever the policy, unless k is
+// empty or starts with "}" (an empty hash tag: then the whole name is
+// hashed, and RedisStore.Reset deletes the two names one by one).
+func FuzzRedisKey(f *testing.F) {
+	f.Add("login", "192.0.2.1", "sms", "+8613800138000")
+	f.Add("a:b", "c", "a", "b:{c")
+	f.Add("p", "}x", "p", "")
+	f.Add("p", "{", "p:{", "}")
+	f.Add("p", "a}b{c}", "p", "a}b")
+	f.Add("x", strings.Repeat("k", 129), "x", strings.Repeat("k", 128))
+	f.Add("p", "#", "p", "#0")
+	f.Add("\xff", "\x00{\xff}", "p\x01", "")
+	// Key names are built without a server: the client never connects.
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	store := core.NewRedisStore(rdb)
+	rules := []core.Rule{{Limit: 1, Window: time.Second}}
+	f.Fuzz(func(t *testing.T, p1, k1, p2, k2 string) {
+		if (core.Policy{Name: p1, Rules: rules}).Validate() != nil {
+			return
+		}
+		b1 := core.BoundKey(k1)
+		if len(b1) > core.MaxKeyLen || (len(k1) <= core.MaxKeyLen) != (b1 == k1) || core.BoundKey(b1) != b1 {
+			t.Fatalf("BoundKey(%d bytes) = %q (%d bytes), want the key itself up to %d bytes, else a fixed-length hash",
+				len(k1), b1, len(b1), core.MaxKeyLen)
+		}
+		name := store.Key(p1, b1)
+		if b1 != "" && b1[0] != '}' {
+			slot := redistest.Slot("{" + b1 + "}")
+			for _, n := range []string{name, name + ":b", store.Key("other-policy", b1)} {
+				if got := redistest.Slot(n); got != slot {
+					t.Fatalf("Slot(%q) = %d, want %d, the slot of {%s}", n, got, slot, b1)
+				}
+			}
+		}
+		if (core.Policy{Name: p2, Rules: rules}).Validate() != nil {
+			return
+		}
+		b2 := core.BoundKey(k2)
+		if (p1 != p2 || b1 != b2) == (name == store.Key(p2, b2)) {
+			t.Fatalf("Key(%q, %q) = %q and Key(%q, %q) = %q", p1, b1, name, p2, b2, store.Key(p2, b2))
+		}
+	})
+}
+
+// FuzzPolicyValidate fuzzes policies: Validate never panics; NewLimiter
+// accepts exactly the policies Validate accepts; a valid policy admits a
+// first request, and its denial answers carry IETF header fields that
+// parse as structured fields and a problem body that is valid JSON
+// naming the policy.
+func FuzzPolicyValidate(f *testing.F) {
+	f.Add("sms", int64(1), int64(time.Minute), int64(5), int64(time.Hour), 0, 0, 0)
+	f.Add("quota", int64(100000), int64(24*time.Hour), int64(0), int64(0), 1, 60, 8)
+	f.Add("p", int64(10), int64(time.Second), int64(10), int64(time.Second), 0, 0, 0)
+	f.Add("p", int64(3), int64(time.Millisecond), int64(2), int64(999*time.Microsecond), 0, 0, 4)
+	f.Add("p", int64(1), int64(time.Second+1), int64(0), int64(0), 2, -1, -1)
+	f.Add(`a"b\c`, int64(1), int64(time.Second), int64(0), int64(0), 0, 1001, 257)
+	f.Add("\x01", int64(1), int64(time.Second), int64(0), int64(0), 0, 0, 0)
+	f.Add("登录", int64(1), int64(time.Second), int64(0), int64(0), 0, 0, 0)
+	f.Add("a{b", int64(-1), int64(-1), int64(1<<62), int64(1<<62), 0, 0, 0)
+	f.Fuzz(func(t *testing.T, name string, l1, w1, l2, w2 int64, alg, buckets, shards int) {
+		p := core.Policy{Name: name, Rules: []core.Rule{{Limit: l1, Window: time.Duration(w1)}},
+			Algorithm: core.Algorithm(alg), Buckets: buckets, Shards: shards}
+		if l2 != 0 || w2 != 0 {
+			p.Rules = append(p.Rules, core.Rule{Limit: l2, Window: time.Duration(w2)})
+		}
+		verr := p.Validate()
+		l, err := core.NewLimiter(core.NewMemoryStore(), p)
+		if (verr == nil) != (err == nil) {
+			t.Fatalf("Validate() = %v but NewLimiter = %v", verr, err)
+		}
+		if err != nil {
+			if !errors.Is(err, core.ErrInvalidPolicy) || !errors.Is(verr, core.ErrInvalidPolicy) {
+				t.Fatalf("NewLimiter(%+v) = %v, want ErrInvalidPolicy", p, err)
+			}
+			return
+		}
+		ctx := context.Background()
+		if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
+			t.Fatalf("Allow(k) on a valid policy %+v = %+v, %v; want allowed", p, d, err)
+		}
+
+		// A denial's answer, from a store that denies everything.
+		dl, err := core.NewLimiter(denyStore{}, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := core.NewGuard(dl, core.WithKey(func(keyfunc.Request) (string, error) { return "k", nil }),
+			core.WithHeaders(core.HeadersIETF|core.HeadersXRateLimit), core.WithBody(core.BodyProblem))
+		v := g.Check(ctx, nil)
+		if v.Outcome != core.OutcomeDeny {
+			t.Fatalf("Check with a denying store = %v, want deny", v.Outcome)
+		}
+		fields := map[string]string{}
+		v.WriteHeaders(func(k, val string) { fields[k] = val })
+		for k, val := range fields {
+			for i := 0; i < len(val); i++ {
+				if c := val[i]; c < 0x20 || c > 0x7e {
+					t.Fatalf("header %s = %q: byte %#x is not visible ASCII", k, val, c)
+				}
+			}
+		}
+		for _, k := range []string{core.HeaderPolicy, core.HeaderRateLimit} {
+			list, err := httpsfv.UnmarshalList([]string{fields[k]})
+			if err != nil || len(list) != len(p.Rules) {
+				t.Fatalf("header %s = %q: %v, want a structured-field list of %d items", k, fields[k], err, len(p.Rules))
+			}
+		}
+		_, body := v.Body()
+		var doc struct {
+			Violated []string `json:"violated-policies"`
+		}
+		if err := json.Unmarshal(body, &doc); err != nil || len(doc.Violated) != 1 || doc.Violated[0] != v.ItemName() {
+			t.Fatalf("problem body %q: %v; want JSON naming %q", body, err, v.ItemName())
+		}
+	})
+}
+
+// denyStore is a Store that denies every request, each rule full and
+// freeing in a second.
+type denyStore struct{}
+
+func (denyStore) Take(_ context.Context, q core.Query) (core.Result, error) {
+	res := core.Result{Rules: make([]core.RuleState, len(q.Rules))}
+	for i, r := range q.Rules {
+		res.Rules[i] = core.RuleState{Limit: r.Limit, Window: r.Window, Used: r.Limit, RetryAfter: time.Second, ResetAfter: r.Window}
+	}
+	return res, nil
+}
+
+func (s denyStore) Peek(ctx context.Context, q core.Query) (core.Result, error) {
+	return s.Take(ctx, q)
+}
+
+func (denyStore) Refund(context.Context, core.Query, int64) error { return nil }
+
+func (denyStore) Reset(context.Context, core.Query) error { return nil }

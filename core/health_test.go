@@ -1,0 +1,271 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/redistest"
+)
+
+// TestRedisCheckPolicies: Check flags every maxmemory-policy but
+// noeviction, through CONFIG GET or, with CONFIG renamed away, through
+// INFO memory.
+func TestRedisCheckPolicies(t *testing.T) {
+	policies := []struct {
+		policy string
+		unsafe bool
+	}{
+		{"noeviction", false},
+		{"allkeys-lru", true},
+		{"allkeys-lfu", true},
+		{"allkeys-random", true},
+		{"volatile-lru", true},
+		{"volatile-lfu", true},
+		{"volatile-random", true},
+		{"volatile-ttl", true},
+	}
+	for _, srvc := range []struct {
+		name string
+		args []string
+	}{
+		{"CONFIG", nil},
+		{"INFO (CONFIG renamed)", []string{"--rename-command", "CONFIG", "ratekit-test-config"}},
+		{"INFO (CONFIG not permitted)", nil},
+	} {
+		t.Run(srvc.name, func(t *testing.T) {
+			srv := redistest.Start(t, redistest.WithArgs(append([]string{"--maxmemory", "2mb"}, srvc.args...)...))
+			rdb := srv.Client(t)
+			configCmd := "CONFIG"
+			switch {
+			case srvc.args != nil:
+				configCmd = "ratekit-test-config"
+			case strings.Contains(srvc.name, "permitted"):
+				// As on managed services: the app's user may not run CONFIG.
+				srv.Do(t, "ACL", "SETUSER", "app", "on", ">secret", "~*", "&*", "+@all", "-config")
+				rdb = redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "app", Password: "secret"})
+				t.Cleanup(func() { _ = rdb.Close() })
+			}
+			if configCmd != "CONFIG" || rdb.Options().Username != "" {
+				// Evidence that the store cannot use CONFIG here.
+				if err := rdb.ConfigGet(context.Background(), "maxmemory-policy").Err(); err == nil {
+					t.Fatal("CONFIG GET answered for the store's client")
+				}
+			}
+			store := core.NewRedisStore(rdb)
+			for _, tc := range policies {
+				t.Run(tc.policy, func(t *testing.T) {
+					srv.Do(t, configCmd, "SET", "maxmemory-policy", tc.policy)
+					err := store.Check(context.Background())
+					if got := errors.Is(err, core.ErrUnsafeEviction); got != tc.unsafe {
+						t.Fatalf("Check() with maxmemory-policy %s = %v, want unsafe=%v", tc.policy, err, tc.unsafe)
+					}
+					if tc.unsafe && (!strings.Contains(err.Error(), tc.policy) || !strings.Contains(err.Error(), srv.Addr()) ||
+						!strings.Contains(err.Error(), "maxmemory 2097152 bytes")) {
+						t.Errorf("Check() = %q, want the policy %s, the server %s and its maxmemory named", err, tc.policy, srv.Addr())
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestRedisCheckFails: a server whose configuration cannot be read, or
+// cannot be reached, fails the check with an error that is not
+// ErrUnsafeEviction, by the context's deadline.
+func TestRedisCheckFails(t *testing.T) {
+	t.Run("CONFIG and INFO not permitted", func(t *testing.T) {
+		srv := redistest.Start(t)
+		srv.Do(t, "ACL", "SETUSER", "app", "on", ">secret", "~*", "&*", "+@all", "-config", "-info")
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "app", Password: "secret"})
+		t.Cleanup(func() { _ = rdb.Close() })
+		err := core.NewRedisStore(rdb).Check(context.Background())
+		if err == nil || errors.Is(err, core.ErrUnsafeEviction) || !strings.Contains(err.Error(), "NOPERM") {
+			t.Fatalf("Check() = %v, want a NOPERM error that is not ErrUnsafeEviction", err)
+		}
+		t.Logf("Check() = %v", err)
+	})
+	t.Run("paused", func(t *testing.T) {
+		srv := redistest.Start(t)
+		store := core.NewRedisStore(srv.Client(t)) // default options: go-redis ignores deadlines
+		if err := store.Check(context.Background()); err != nil {
+			t.Fatalf("Check() before the pause = %v", err)
+		}
+		srv.Pause(2 * time.Second)
+		const deadline = 100 * time.Millisecond
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+		start := time.Now()
+		err := store.Check(ctx)
+		took := time.Since(start)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Check() while paused = %v, want context.DeadlineExceeded", err)
+		}
+		if took > deadline+latencyMargin {
+			t.Errorf("Check() while paused took %v, want about the %v deadline", took, deadline)
+		}
+	})
+	t.Run("stopped", func(t *testing.T) {
+		srv := redistest.Start(t)
+		store := core.NewRedisStore(srv.Client(t))
+		srv.Stop()
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		if err := store.Check(ctx); err == nil || errors.Is(err, core.ErrUnsafeEviction) {
+			t.Errorf("Check() with Redis stopped = %v, want a connection error", err)
+		}
+	})
+}
+
+// TestLimiterCheck: Limiter.Check reports a failed store check to the
+// limiter's observers, once, and passes a MemoryStore.
+func TestLimiterCheck(t *testing.T) {
+	p := core.Policy{Name: "check", Rules: []core.Rule{{Limit: 1, Window: time.Minute}}}
+	t.Run("memory", func(t *testing.T) {
+		obs := &eventLog{}
+		l := mustLimit(t, core.NewMemoryStore(), p, core.WithObserver(obs))
+		if err := l.Check(context.Background()); err != nil {
+			t.Errorf("Check() on a MemoryStore = %v, want nil", err)
+		}
+		if got := obs.count(core.EventStoreCheck); got != 0 {
+			t.Errorf("EventStoreCheck count = %d, want 0", got)
+		}
+	})
+	for _, tc := range []struct {
+		policy string
+		unsafe bool
+	}{
+		{"noeviction", false},
+		{"allkeys-lru", true},
+	} {
+		t.Run(tc.policy, func(t *testing.T) {
+			srv := redistest.Start(t, redistest.WithArgs("--maxmemory-policy", tc.policy))
+			obs := &eventLog{}
+			var kinds []core.EventKind
+			rec := core.ObserverFunc(func(_ context.Context, e core.Event) {
+				kinds = append(kinds, e.Kind)
+				if e.Policy != p.Name {
+					t.Errorf("event %v names policy %q, want %q", e.Kind, e.Policy, p.Name)
+				}
+			})
+			l := mustLimit(t, core.NewRedisStore(srv.Client(t)), p, core.WithObserver(obs), core.WithObserver(rec))
+			err := l.Check(context.Background())
+			if got := errors.Is(err, core.ErrUnsafeEviction); got != tc.unsafe {
+				t.Fatalf("Check() = %v, want unsafe=%v", err, tc.unsafe)
+			}
+			want := 0
+			if tc.unsafe {
+				want = 1
+			}
+			if got := obs.count(core.EventStoreCheck); got != want {
+				t.Errorf("EventStoreCheck count = %d, want %d (events %v)", got, want, kinds)
+			}
+			if tc.unsafe && (len(obs.errs) != 1 || !errors.Is(obs.errs[0], core.ErrUnsafeEviction)) {
+				t.Errorf("observed errors %v, want the ErrUnsafeEviction", obs.errs)
+			}
+			if got := core.EventStoreCheck.String(); got != "store_check" {
+				t.Errorf("EventStoreCheck.String() = %q", got)
+			}
+		})
+	}
+}
+
+// TestRedisEviction shows what Check warns of, on a Redis of 2 MB under
+// memory pressure: with allkeys-lru, and with volatile-lru when the other
+// keys have no TTL, the key of a denied client is evicted and the client
+// is admitted again as if new; with noeviction it survives and the client
+// stays denied, while the writes that do not fit fail.
+func TestRedisEviction(t *testing.T) {
+	const limit = 3
+	for _, tc := range []struct {
+		policy  string
+		evicted bool
+	}{
+		{"allkeys-lru", true},
+		{"volatile-lru", true},
+		{"noeviction", false},
+	} {
+		t.Run(tc.policy, func(t *testing.T) {
+			srv := redistest.Start(t, redistest.WithArgs("--maxmemory", "2mb", "--maxmemory-policy", tc.policy))
+			rdb := srv.Client(t)
+			store := core.NewRedisStore(rdb)
+			if err := store.Check(context.Background()); errors.Is(err, core.ErrUnsafeEviction) != tc.evicted {
+				t.Fatalf("Check() = %v, want unsafe=%v", err, tc.evicted)
+			}
+			p := core.Policy{Name: "evict", Rules: []core.Rule{{Limit: limit, Window: time.Minute}}}
+			l := mustLimit(t, store, p, core.WithDenyCache(0), core.WithTimeout(2*time.Second))
+			ctx := context.Background()
+			for i := range limit + 1 {
+				d, err := l.Allow(ctx, "victim")
+				if err != nil || d.Source != core.SourceStore || d.Allowed != (i < limit) {
+					t.Fatalf("Allow(victim) #%d = %+v, %v; want from the store, Allowed=%v", i+1, d, err, i < limit)
+				}
+			}
+
+			// Memory pressure: 4 MB of other keys without TTL, written in
+			// pipelines of 100.
+			value := strings.Repeat("x", 1024)
+			var written, oom int
+			for batch := range 40 {
+				pipe := rdb.Pipeline()
+				for i := range 100 {
+					pipe.Set(ctx, "junk:"+strconv.Itoa(batch*100+i), value, 0)
+				}
+				cmds, _ := pipe.Exec(ctx)
+				for _, c := range cmds {
+					switch err := c.Err(); {
+					case err == nil:
+						written++
+					case strings.HasPrefix(err.Error(), "OOM"):
+						oom++
+					default:
+						t.Fatalf("SET: %v", err)
+					}
+				}
+			}
+			evicted := evictedKeys(t, rdb)
+			exists, err := rdb.Exists(ctx, store.Key(p.Name, "victim")).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: %d SETs written, %d refused (OOM), %d keys evicted; the victim's key exists: %v",
+				tc.policy, written, oom, evicted, exists == 1)
+			if got := exists == 0; got != tc.evicted {
+				t.Fatalf("victim key evicted = %v, want %v", got, tc.evicted)
+			}
+			d, err := l.Allow(ctx, "victim")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.evicted && (!d.Allowed || d.Source != core.SourceStore || d.Remaining != limit-1) {
+				t.Errorf("Allow(victim) after its key was evicted = %+v, want admitted by the store as if new (Remaining %d)", d, limit-1)
+			}
+			if !tc.evicted && (d.Allowed || d.Source != core.SourceStore) {
+				t.Errorf("Allow(victim) under noeviction = %+v, want still denied by the store", d)
+			}
+		})
+	}
+}
+
+// evictedKeys returns the evicted_keys counter of INFO stats.
+func evictedKeys(t *testing.T, rdb *redis.Client) int64 {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "stats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "evicted_keys:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	t.Fatal("INFO stats has no evicted_keys")
+	return 0
+}

@@ -1,0 +1,97 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync/atomic"
+)
+
+// MaxShards is the largest Policy.Shards.
+const MaxShards = 256
+
+// shardSet splits each key of a policy with Shards > 1 over that many
+// store keys: "<key>#<i>", each a hash tag of its own on Redis, so the
+// shards of one key land in different Cluster slots. Shard i holds, for
+// every rule, the share Limit/Shards, plus one unit for the first
+// Limit%Shards shards: the shares sum to the limit exactly. Decisions go
+// to the shards in turn.
+type shardSet struct {
+	n     int
+	next  atomic.Uint64
+	rules [][]Rule // per shard: the policy's rules with the shard's shares
+}
+
+// newShardSet returns the shards of a valid policy; nil when it has none.
+func newShardSet(p Policy) *shardSet {
+	if p.Shards <= 1 {
+		return nil
+	}
+	s := &shardSet{n: p.Shards, rules: make([][]Rule, p.Shards)}
+	for i := range s.rules {
+		rs := make([]Rule, len(p.Rules))
+		for j, r := range p.Rules {
+			rs[j] = Rule{Limit: share(r.Limit, p.Shards, i), Window: r.Window}
+		}
+		s.rules[i] = rs
+	}
+	return s
+}
+
+// share returns shard i's share of limit over n shards.
+func share(limit int64, n, i int) int64 {
+	q := limit / int64(n)
+	if int64(i) < limit%int64(n) {
+		q++
+	}
+	return q
+}
+
+// shardKey names shard i of key. Shard numbers hold no '#', so distinct
+// (key, shard) pairs give distinct names.
+func shardKey(key string, i int) string { return key + "#" + strconv.Itoa(i) }
+
+// pick returns the shard of key that decides the next request: the shards
+// take turns, on a counter shared by the limiter's keys. Without shards it
+// returns key.
+func (s *shardSet) pick(key string) string {
+	if s == nil {
+		return key
+	}
+	return shardKey(key, int((s.next.Add(1)-1)%uint64(s.n)))
+}
+
+// peek returns the shard pick would return next, without taking the turn.
+func (s *shardSet) peek(key string) string {
+	if s == nil {
+		return key
+	}
+	return shardKey(key, int(s.next.Load()%uint64(s.n)))
+}
+
+// rulesOf returns the rules of a shard key; without shards, all. A name
+// that is not a shard's (unreachable) gets the smallest shares, which
+// never over-admit.
+func (s *shardSet) rulesOf(key string, all []Rule) []Rule {
+	if s == nil {
+		return all
+	}
+	j := strings.LastIndexByte(key, '#')
+	i, err := strconv.Atoi(key[j+1:])
+	if j < 0 || err != nil || i < 0 || i >= s.n {
+		return s.rules[s.n-1]
+	}
+	return s.rules[i]
+}
+
+// reset resets every shard of key.
+func (s *shardSet) reset(ctx context.Context, l *Limiter, key string) error {
+	var errs []error
+	for i := range s.n {
+		if err := l.resetKey(ctx, shardKey(key, i)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
