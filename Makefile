@@ -26,6 +26,10 @@ lint:
 		$(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	PATH="$(GOBIN):$$PATH" golangci-lint run ./...
 
+## fuzz: every fuzz target of the module for FUZZTIME each (10s by default)
+fuzz:
+	./.ci/fuzz
+
 ## redis-server: the tests start their own redis-server processes; install the binary if missing
 redis-server:
 	@command -v redis-server >/dev/null 2>&1 || { \
