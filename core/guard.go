@@ -198,8 +198,20 @@ func WithGuardObserver(obs Observer) GuardOption {
 // [keyfunc.Request], call [Guard.Check], and write the [Verdict] the
 // framework's way. A Guard is safe for concurrent use.
 type Guard struct {
-	l   *Limiter
-	cfg guardConfig
+	l         *Limiter
+	cfg       guardConfig
+	decisions Observer // the guard's observers, as the limiter reports decisions to them
+}
+
+// dryRunMark reports the denials of a dry-run guard with DryRun set: the
+// request goes on, so observers must not count them as plain denials.
+type dryRunMark struct{ o Observer }
+
+func (m dryRunMark) Observe(ctx context.Context, e Event) {
+	if e.Kind == EventDecision && !e.Decision.Allowed {
+		e.DryRun = true
+	}
+	m.o.Observe(ctx, e)
 }
 
 // NewGuard returns a guard for l. It panics if l is nil, a programmer error
@@ -211,6 +223,10 @@ func NewGuard(l *Limiter, opts ...GuardOption) *Guard {
 	g := &Guard{l: l, cfg: guardConfig{key: keyfunc.ClientIP(), headers: HeadersXRateLimit}}
 	for _, opt := range opts {
 		opt(&g.cfg)
+	}
+	g.decisions = g.cfg.observer
+	if g.cfg.dryRun && g.decisions != nil {
+		g.decisions = dryRunMark{g.decisions}
 	}
 	return g
 }
@@ -309,7 +325,7 @@ func (g *Guard) Check(ctx context.Context, r keyfunc.Request) Verdict {
 			return v
 		}
 	}
-	d, err := g.l.allow(ctx, key, v.Cost, g.cfg.observer, true)
+	d, err := g.l.allow(ctx, key, v.Cost, g.decisions, true)
 	if !g.settle(ctx, &v, g.l, key, d, err) {
 		return v
 	}
@@ -325,7 +341,7 @@ func (g *Guard) Check(ctx context.Context, r keyfunc.Request) Verdict {
 			v.refundAll(ctx)
 			return v
 		}
-		d, err := a.l.allow(ctx, akey, v.Cost, g.cfg.observer, true)
+		d, err := a.l.allow(ctx, akey, v.Cost, g.decisions, true)
 		if !g.settle(ctx, &v, a.l, akey, d, err) {
 			return v
 		}
@@ -381,7 +397,7 @@ func (g *Guard) settle(ctx context.Context, v *Verdict, l *Limiter, key string, 
 		v.Outcome = OutcomeAllow
 		return true
 	case g.cfg.dryRun:
-		g.emit(ctx, l, Event{Kind: EventDecision, Key: key, Cost: v.Cost, Decision: d, DryRun: true})
+		// The observers saw the denial with DryRun set (see dryRunMark).
 		if !v.DryRun {
 			v.Decision, v.l, v.Key = d, l, key
 		}

@@ -113,9 +113,9 @@ func (o *Observer) Observe(ctx context.Context, e core.Event) {
 	switch e.Kind {
 	case core.EventDecision:
 		if e.DryRun {
-			// The limiter reported the denial itself just before.
+			// A denial the guard let through: counted here and, as a
+			// denial, in ratekit.decisions.
 			o.dryRun.Add(ctx, 1, a.policy...)
-			return
 		}
 		d := &e.Decision
 		if d.Source > core.SourceClosed {

@@ -142,9 +142,9 @@ func (o *Observer) Observe(_ context.Context, e core.Event) {
 	switch e.Kind {
 	case core.EventDecision:
 		if e.DryRun {
-			// The limiter reported the denial itself just before.
+			// A denial the guard let through: counted here and, as a
+			// denial, in decisions_total.
 			m.dryRun.Inc()
-			return
 		}
 		d := &e.Decision
 		if c := m.decision(d); c != nil {
