@@ -50,6 +50,10 @@ type RedisStore struct {
 	clock     func() time.Time // nil: the server's TIME
 	honorsCtx bool
 
+	pipeline int                  // WithPipelining threshold; 0: off
+	ap       *redis.AutoPipeliner // nil: every call on its own round trip
+	inflight atomic.Int64         // script calls in flight
+
 	waitReplicas int           // WithWaitReplicas; 0: off
 	waitTimeout  time.Duration // WithWaitReplicas
 	waits        atomic.Int64  // admitting takes that waited for replicas
@@ -58,6 +62,24 @@ type RedisStore struct {
 
 // RedisOption configures a [RedisStore].
 type RedisOption func(*RedisStore)
+
+// DefaultPipelineThreshold is the number of decisions in flight on one
+// [RedisStore] above which further decisions share round trips, unless
+// [WithPipelining] sets another.
+const DefaultPipelineThreshold = 4
+
+// WithPipelining coalesces concurrent decisions into shared round trips
+// (go-redis auto-pipelining) once more than threshold decisions are in
+// flight on the store; below it, each decision is its own round trip, so
+// a lone caller's latency is unchanged. [DefaultPipelineThreshold] by
+// default; 0 turns it off. Each caller keeps its own timeout and failure
+// policy: a decision whose shared round trip is late falls back alone.
+// Pipelining needs a *redis.Client (standalone or Sentinel failover) or a
+// *redis.ClusterClient; with other clients it is off. The pipeliner's
+// goroutines end when the client is closed.
+func WithPipelining(threshold int) RedisOption {
+	return func(s *RedisStore) { s.pipeline = threshold }
+}
 
 // WithPrefix sets the prefix of every key; [DefaultPrefix] by default.
 func WithPrefix(prefix string) RedisOption {
@@ -124,9 +146,12 @@ func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) *RedisStor
 	if client == nil {
 		panic("ratekit: NewRedisStore: nil client")
 	}
-	s := &RedisStore{client: client, prefix: DefaultPrefix}
+	s := &RedisStore{client: client, prefix: DefaultPrefix, pipeline: DefaultPipelineThreshold}
 	for _, opt := range opts {
 		opt(s)
+	}
+	if s.pipeline < 0 {
+		panic(fmt.Sprintf("ratekit: NewRedisStore: WithPipelining threshold is %d, must be >= 0", s.pipeline))
 	}
 	if s.waitReplicas < 0 {
 		panic(fmt.Sprintf("ratekit: NewRedisStore: WithWaitReplicas replicas is %d, must be >= 0", s.waitReplicas))
@@ -141,14 +166,40 @@ func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) *RedisStor
 			panic(fmt.Sprintf("ratekit: NewRedisStore: WithWaitReplicas needs a *redis.Client or *redis.ClusterClient, not %T", client))
 		}
 	}
+	var err error
 	switch c := client.(type) {
 	case *redis.Client:
 		s.honorsCtx = c.Options().ContextTimeoutEnabled
+		if s.pipeline > 0 {
+			s.ap, err = c.AutoPipeline()
+		}
 	case *redis.ClusterClient:
 		s.honorsCtx = c.Options().ContextTimeoutEnabled
+		if s.pipeline > 0 {
+			s.ap, err = c.AutoPipeline()
+		}
+	}
+	if err != nil {
+		// A closed client or an invalid pipelining configuration on the
+		// client: decide one round trip at a time.
+		s.ap = nil
 	}
 	return s
 }
+
+// scripter returns what the next script call runs on, and whether that
+// honours the call's context: the auto-pipeliner when enough calls are in
+// flight (it runs batches on its own context), else the client. The
+// caller must call done when the script call has returned.
+func (s *RedisStore) scripter() (sc redis.Scripter, honorsCtx bool, done func()) {
+	n := s.inflight.Add(1)
+	if s.ap != nil && n > int64(s.pipeline) {
+		return s.ap, false, s.release
+	}
+	return s.client, s.honorsCtx, s.release
+}
+
+func (s *RedisStore) release() { s.inflight.Add(-1) }
 
 // Key returns the Redis key of a policy and key under SlidingLog: a ZSET
 // named <prefix>:<policy>:{<key>}. Under SlidingBuckets the key is a HASH
@@ -200,12 +251,22 @@ func (s *RedisStore) eval(ctx context.Context, q Query, take bool) (Result, erro
 		}
 	}
 	keys := []string{s.keyOf(&q)}
-	reply, err := bounded(ctx, s.honorsCtx, func() ([]int64, error) {
-		if take && s.waitReplicas > 0 {
+	if take && s.waitReplicas > 0 {
+		reply, err := bounded(ctx, s.honorsCtx, func() ([]int64, error) {
 			return s.runAndWait(ctx, script, keys, args)
-		}
-		return script.Run(ctx, s.client, keys, args...).Int64Slice()
+		})
+		return s.result(q, reply, err)
+	}
+	sc, honors, done := s.scripter()
+	reply, err := bounded(ctx, honors, func() ([]int64, error) {
+		defer done()
+		return script.Run(ctx, sc, keys, args...).Int64Slice()
 	})
+	return s.result(q, reply, err)
+}
+
+// result turns a script reply into a Result.
+func (s *RedisStore) result(q Query, reply []int64, err error) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("ratekit: redis store: %w", err)
 	}

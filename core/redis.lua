@@ -46,7 +46,13 @@ for i = 1, nrules do
   local limit = tonumber(ARGV[3 + 2 * i])
   local w = tonumber(ARGV[4 + 2 * i])
   local lo = '(' .. fmt(now - w)
-  local c = redis.call('ZCOUNT', key, lo, '+inf')
+  local c
+  if w == maxw then
+    -- Everything older than the longest window was just evicted.
+    c = redis.call('ZCARD', key)
+  else
+    c = redis.call('ZCOUNT', key, lo, '+inf')
+  end
   used[i] = c
   retry[i] = 0
   local need = c + n - limit
@@ -87,8 +93,12 @@ if take and allowed == 1 and not replay then
 end
 
 local newest = nil
-local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-if top[2] then newest = tonumber(top[2]) end
+if take and allowed == 1 and not replay then
+  newest = now
+else
+  local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if top[2] then newest = tonumber(top[2]) end
+end
 local out = {allowed, at}
 for i = 1, nrules do
   local w = tonumber(ARGV[4 + 2 * i])
