@@ -20,10 +20,13 @@ var refundSource string
 //go:embed redis_buckets.lua
 var bucketsSource string
 
+//go:embed redis_prelude.lua
+var preludeSource string
+
 var (
-	slidingLogScript = redis.NewScript(slidingLogSource)
+	slidingLogScript = redis.NewScript(preludeSource + slidingLogSource)
 	refundScript     = redis.NewScript(refundSource)
-	bucketsScript    = redis.NewScript(bucketsSource)
+	bucketsScript    = redis.NewScript(preludeSource + bucketsSource)
 )
 
 // DefaultPrefix is the prefix of every key a [RedisStore] writes, unless

@@ -7,18 +7,8 @@
 -- ARGV[4]  client time in µs, or '' to use the server's TIME
 -- ARGV[5..] limit, window (µs) for each rule
 -- Returns {allowed, at, used_1, retry_1, reset_1, ...}; durations in µs.
-local key = KEYS[1]
-local take = ARGV[1] == '1'
-local n = tonumber(ARGV[2])
-local id = ARGV[3]
-local now
-if ARGV[4] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[4])
-end
-local function fmt(x) return string.format('%.0f', x) end
+-- (redis_prelude.lua defines key, mode, n, id, now and fmt.)
+local take = mode == '1'
 local nrules = (#ARGV - 4) / 2
 local maxw = 0
 for i = 1, nrules do

@@ -13,18 +13,7 @@
 -- Returns {allowed, at, used_1, retry_1, reset_1, ...}; durations in µs.
 -- A bucket is counted in full while any part of it lies inside the window,
 -- so the count is never below the true sliding count: never over-admits.
-local key = KEYS[1]
-local mode = ARGV[1]
-local n = tonumber(ARGV[2])
-local id = ARGV[3]
-local now
-if ARGV[4] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[4])
-end
-local function fmt(x) return string.format('%.0f', x) end
+-- (redis_prelude.lua defines key, mode, n, id, now and fmt.)
 local nrules = (#ARGV - 4) / 3
 
 if mode == 'r' then
