@@ -54,7 +54,11 @@ type memLog struct {
 	expires int64
 }
 
-type memEvent struct{ at, n int64 }
+// memEvent is the units admitted at one microsecond (sliding log) or in
+// one bucket (sliding buckets). cum, kept by the sliding log only, is the
+// running total of units up to and including this event, so a window's
+// count and a RetryAfter are binary searches, not sums over the window.
+type memEvent struct{ at, n, cum int64 }
 
 // NewMemoryStore returns an empty in-process store.
 func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
@@ -148,12 +152,12 @@ func (s *MemoryStore) decideShard(q Query, take bool) Result {
 }
 
 // evaluate fills states for ev at time now and reports whether n more
-// units fit every rule.
+// units fit every rule. It costs O(rules × log(events)).
 func evaluate(ev []memEvent, rules []Rule, n, now int64, states []RuleState) bool {
 	allowed := true
-	var newest int64
+	var newest, total int64
 	if len(ev) > 0 {
-		newest = ev[len(ev)-1].at
+		newest, total = ev[len(ev)-1].at, ev[len(ev)-1].cum
 	}
 	for i, r := range rules {
 		w := r.Window.Microseconds()
@@ -164,9 +168,10 @@ func evaluate(ev []memEvent, rules []Rule, n, now int64, states []RuleState) boo
 			}
 			return 1
 		})
-		var used int64
-		for _, e := range ev[idx:] {
-			used += e.n
+		var used, base int64
+		if idx < len(ev) {
+			base = ev[idx].cum - ev[idx].n
+			used = total - base
 		}
 		st := RuleState{Limit: r.Limit, Window: r.Window, Used: used}
 		if used > 0 {
@@ -174,13 +179,15 @@ func evaluate(ev []memEvent, rules []Rule, n, now int64, states []RuleState) boo
 		}
 		if need := used + n - r.Limit; need > 0 {
 			allowed = false
-			var acc int64
-			for _, e := range ev[idx:] {
-				acc += e.n
-				if acc >= need {
-					st.RetryAfter = time.Duration(e.at+w-now) * time.Microsecond
-					break
+			// The first event by which need units of the window have left.
+			j, _ := slices.BinarySearchFunc(ev[idx:], base+need, func(e memEvent, t int64) int {
+				if e.cum < t {
+					return -1
 				}
+				return 1
+			})
+			if j += idx; j < len(ev) {
+				st.RetryAfter = time.Duration(ev[j].at+w-now) * time.Microsecond
 			}
 		}
 		states[i] = st
@@ -203,10 +210,21 @@ func (lg *memLog) evict(cutoff int64) {
 
 // add records n units at time at, keeping events sorted and merged.
 func (lg *memLog) add(at, n int64) {
-	if l := len(lg.ev); l == 0 || lg.ev[l-1].at < at {
-		lg.ev = append(lg.ev, memEvent{at: at, n: n})
+	l := len(lg.ev)
+	switch {
+	case l == 0:
+		lg.ev = append(lg.ev, memEvent{at: at, n: n, cum: n})
+		return
+	case lg.ev[l-1].at < at:
+		lg.ev = append(lg.ev, memEvent{at: at, n: n, cum: lg.ev[l-1].cum + n})
+		return
+	case lg.ev[l-1].at == at:
+		lg.ev[l-1].n += n
+		lg.ev[l-1].cum += n
 		return
 	}
+	// An injected clock stepped back: insert in order, then fix the
+	// running totals after the insertion point.
 	i, found := slices.BinarySearchFunc(lg.ev, at, func(e memEvent, t int64) int {
 		switch {
 		case e.at < t:
@@ -218,9 +236,23 @@ func (lg *memLog) add(at, n int64) {
 	})
 	if found {
 		lg.ev[i].n += n
-		return
+	} else {
+		lg.ev = slices.Insert(lg.ev, i, memEvent{at: at, n: n})
 	}
-	lg.ev = slices.Insert(lg.ev, i, memEvent{at: at, n: n})
+	lg.recount(i)
+}
+
+// recount recomputes the running totals from event i on.
+func (lg *memLog) recount(i int) {
+	// Only differences of totals are read, so any base will do.
+	var cum int64
+	if i > 0 {
+		cum = lg.ev[i-1].cum
+	}
+	for j := i; j < len(lg.ev); j++ {
+		cum += lg.ev[j].n
+		lg.ev[j].cum = cum
+	}
 }
 
 // sweep deletes a few expired keys every so many operations, so idle keys
@@ -285,14 +317,21 @@ func (s *MemoryStore) Refund(ctx context.Context, q Query, at int64) error {
 		}
 		return nil
 	}
-	for i := range lg.ev {
-		if lg.ev[i].at == at {
-			lg.ev[i].n -= min(q.N, lg.ev[i].n)
-			if lg.ev[i].n == 0 {
-				lg.ev = slices.Delete(lg.ev, i, i+1)
-			}
-			break
+	i, found := slices.BinarySearchFunc(lg.ev, at, func(e memEvent, t int64) int {
+		switch {
+		case e.at < t:
+			return -1
+		case e.at > t:
+			return 1
 		}
+		return 0
+	})
+	if found {
+		lg.ev[i].n -= min(q.N, lg.ev[i].n)
+		if lg.ev[i].n == 0 {
+			lg.ev = slices.Delete(lg.ev, i, i+1)
+		}
+		lg.recount(i)
 	}
 	if len(lg.ev) == 0 {
 		delete(sh.m, k)

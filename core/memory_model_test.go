@@ -1,0 +1,128 @@
+package core_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+)
+
+// TestMemoryStoreMatchesModel drives the memory store with random takes,
+// refunds and clock steps (some backwards) and checks every answer against
+// a brute-force sliding log.
+func TestMemoryStoreMatchesModel(t *testing.T) {
+	clock := newFakeClock()
+	store := core.NewMemoryStore(core.WithClock(clock.Now))
+	rules := []core.Rule{{Limit: 7, Window: 300 * time.Millisecond}, {Limit: 20, Window: 2 * time.Second}}
+	type unit struct {
+		at int64
+		id string
+	}
+	var model []unit
+	type taken struct {
+		q  core.Query
+		at int64
+	}
+	var admitted []taken
+	rng := rand.New(rand.NewPCG(7, 11))
+	ctx := context.Background()
+	for step := range 4000 {
+		switch r := rng.IntN(100); {
+		case r < 5:
+			clock.Advance(-time.Duration(rng.IntN(3000)) * time.Microsecond)
+		default:
+			clock.Advance(time.Duration(rng.IntN(40000)) * time.Microsecond)
+		}
+		now := clock.Now().UnixMicro()
+		if rng.IntN(10) == 0 && len(admitted) > 0 {
+			k := rng.IntN(len(admitted))
+			tk := admitted[k]
+			admitted = append(admitted[:k], admitted[k+1:]...)
+			if err := store.Refund(ctx, tk.q, tk.at); err != nil {
+				t.Fatal(err)
+			}
+			removed := int64(0)
+			kept := model[:0]
+			for _, u := range model {
+				if u.id == tk.q.ID && removed < tk.q.N {
+					removed++
+					continue
+				}
+				kept = append(kept, u)
+			}
+			model = kept
+			continue
+		}
+		n := int64(1 + rng.IntN(3))
+		q := core.Query{Policy: "model", Key: "k", Rules: rules, N: n, ID: string(rune('a'+step%26)) + string(rune('0'+step/26%10)) + time.Duration(step).String()}
+		res, err := store.Take(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantAllowed := true
+		for i, r := range rules {
+			w := r.Window.Microseconds()
+			var used int64
+			for _, u := range model {
+				if u.at > now-w {
+					used++
+				}
+			}
+			if res.Allowed {
+				used += n
+			}
+			if res.Rules[i].Used != used {
+				t.Fatalf("step %d rule %d: Used = %d, model %d", step, i, res.Rules[i].Used, used)
+			}
+			if !res.Allowed {
+				var in []int64
+				for _, u := range model {
+					if u.at > now-w {
+						in = append(in, u.at)
+					}
+				}
+				slices.Sort(in)
+				var want time.Duration
+				if need := used + n - r.Limit; need > 0 {
+					want = time.Duration(in[need-1]+w-now) * time.Microsecond
+				}
+				if got := res.Rules[i].RetryAfter; got != want {
+					t.Fatalf("step %d rule %d: RetryAfter = %v, model %v", step, i, got, want)
+				}
+			}
+			if !res.Allowed && used+n > r.Limit {
+				wantAllowed = false
+			}
+			if used-boolInt(res.Allowed)*n+n > r.Limit {
+				wantAllowed = false
+			}
+		}
+		if res.Allowed != wantAllowed {
+			t.Fatalf("step %d: Allowed = %v, model %v", step, res.Allowed, wantAllowed)
+		}
+		if res.Allowed {
+			for range n {
+				model = append(model, unit{at: now, id: q.ID})
+			}
+			admitted = append(admitted, taken{q: q, at: res.At})
+		}
+		// The model forgets units older than the longest window.
+		kept := model[:0]
+		for _, u := range model {
+			if u.at > now-rules[1].Window.Microseconds() {
+				kept = append(kept, u)
+			}
+		}
+		model = kept
+	}
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
