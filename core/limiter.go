@@ -245,7 +245,11 @@ func (l *Limiter) allow(ctx context.Context, key string, n int64, extra Observer
 			return d, nil
 		}
 	}
-	q := l.query(key, n, l.nextID())
+	id := inprocID
+	if !l.inproc {
+		id = l.nextID()
+	}
+	q := l.query(key, n, id)
 	return l.decide(ctx, q, true, obs)
 }
 
@@ -269,6 +273,10 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
 func (l *Limiter) query(key string, n int64, id string) Query {
 	return Query{Policy: l.policy.Name, Key: key, Rules: l.shards.rulesOf(key, l.policy.Rules), Algorithm: l.policy.Algorithm, Buckets: l.policy.buckets(), N: n, ID: id}
 }
+
+// inprocID is the call ID of takes on the in-process store, which needs
+// none: a call cannot be retried there, and refunds go by time.
+const inprocID = "m"
 
 func (l *Limiter) nextID() string {
 	return l.idPrefix + strconv.FormatUint(l.seq.Add(1), 36)

@@ -42,7 +42,7 @@ func WithClock(clock func() time.Time) MemoryOption {
 
 type memShard struct {
 	mu  sync.Mutex
-	m   map[string]*memLog
+	m   map[memKey]*memLog
 	ops uint32
 }
 
@@ -78,16 +78,25 @@ func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
 		s.now = func() int64 { return baseMicro + time.Since(base).Microseconds() }
 	}
 	for i := range s.shards {
-		s.shards[i].m = make(map[string]*memLog)
+		s.shards[i].m = make(map[memKey]*memLog)
 	}
 	return s
 }
 
-func (s *MemoryStore) shard(k string) *memShard {
-	return &s.shards[maphash.String(s.seed, k)%memShards]
-}
+// memKey names one window: a struct rather than a joined string, so that
+// looking it up allocates nothing.
+type memKey struct{ policy, key string }
 
-func memKey(q Query) string { return q.Policy + "\x00" + q.Key }
+func keyOf(q Query) memKey { return memKey{q.Policy, q.Key} }
+
+func (s *MemoryStore) shard(k memKey) *memShard {
+	var h maphash.Hash
+	h.SetSeed(s.seed)
+	h.WriteString(k.policy)
+	h.WriteByte(0)
+	h.WriteString(k.key)
+	return &s.shards[h.Sum64()%memShards]
+}
 
 // Take implements [Store].
 func (s *MemoryStore) Take(ctx context.Context, q Query) (Result, error) {
@@ -113,7 +122,7 @@ func (s *MemoryStore) decide(ctx context.Context, q Query, take bool) (Result, e
 
 // decideShard decides q under its shard's lock.
 func (s *MemoryStore) decideShard(q Query, take bool) Result {
-	k := memKey(q)
+	k := keyOf(q)
 	sh := s.shard(k)
 	states := make([]RuleState, len(q.Rules))
 	sh.mu.Lock()
@@ -301,7 +310,7 @@ func (s *MemoryStore) Refund(ctx context.Context, q Query, at int64) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("ratekit: memory store: %w", err)
 	}
-	k := memKey(q)
+	k := keyOf(q)
 	sh := s.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -344,7 +353,7 @@ func (s *MemoryStore) Reset(ctx context.Context, q Query) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("ratekit: memory store: %w", err)
 	}
-	k := memKey(q)
+	k := keyOf(q)
 	sh := s.shard(k)
 	sh.mu.Lock()
 	delete(sh.m, k)
@@ -367,7 +376,7 @@ func (s *MemoryStore) Len() int {
 // decideBuckets is decide for SlidingBuckets: each rule's window is split
 // into buckets of width g; the bucket holding the window's start is counted
 // in full, so the count never falls short of the true sliding count.
-func (s *MemoryStore) decideBuckets(sh *memShard, k string, lg *memLog, q Query, take bool, now, maxW int64, states []RuleState) Result {
+func (s *MemoryStore) decideBuckets(sh *memShard, k memKey, lg *memLog, q Query, take bool, now, maxW int64, states []RuleState) Result {
 	if lg == nil {
 		lg = &memLog{}
 	}
