@@ -234,15 +234,7 @@ func (lg *memLog) add(at, n int64) {
 	}
 	// An injected clock stepped back: insert in order, then fix the
 	// running totals after the insertion point.
-	i, found := slices.BinarySearchFunc(lg.ev, at, func(e memEvent, t int64) int {
-		switch {
-		case e.at < t:
-			return -1
-		case e.at > t:
-			return 1
-		}
-		return 0
-	})
+	i, found := findAt(lg.ev, at)
 	if found {
 		lg.ev[i].n += n
 	} else {
@@ -326,15 +318,7 @@ func (s *MemoryStore) Refund(ctx context.Context, q Query, at int64) error {
 		}
 		return nil
 	}
-	i, found := slices.BinarySearchFunc(lg.ev, at, func(e memEvent, t int64) int {
-		switch {
-		case e.at < t:
-			return -1
-		case e.at > t:
-			return 1
-		}
-		return 0
-	})
+	i, found := findAt(lg.ev, at)
 	if found {
 		lg.ev[i].n -= min(q.N, lg.ev[i].n)
 		if lg.ev[i].n == 0 {
@@ -447,15 +431,7 @@ func bucketState(bk []memEvent, r Rule, g, n, now int64) RuleState {
 // bucketAdd adds n (possibly negative) units to bucket idx, dropping
 // buckets that fall to zero.
 func bucketAdd(bk []memEvent, idx, n int64) []memEvent {
-	i, found := slices.BinarySearchFunc(bk, idx, func(e memEvent, t int64) int {
-		switch {
-		case e.at < t:
-			return -1
-		case e.at > t:
-			return 1
-		}
-		return 0
-	})
+	i, found := findAt(bk, idx)
 	if !found {
 		if n <= 0 {
 			return bk
@@ -479,4 +455,17 @@ func (lg *memLog) empty() bool {
 		}
 	}
 	return true
+}
+
+// findAt finds the event at time (or bucket index) at in ev, sorted by at.
+func findAt(ev []memEvent, at int64) (int, bool) {
+	return slices.BinarySearchFunc(ev, at, func(e memEvent, t int64) int {
+		switch {
+		case e.at < t:
+			return -1
+		case e.at > t:
+			return 1
+		}
+		return 0
+	})
 }
