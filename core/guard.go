@@ -291,7 +291,11 @@ type Verdict struct {
 
 	g    *Guard
 	l    *Limiter // the limiter whose decision the answer shows
-	held []held   // admissions to refund or finish
+	// Admissions to refund or finish: held0, then more (limits added
+	// with WithAlso), so the common single admission allocates nothing.
+	held0 held
+	nheld int
+	more  []held
 }
 
 // held is one admission of a request.
@@ -389,11 +393,11 @@ func (g *Guard) settle(ctx context.Context, v *Verdict, l *Limiter, key string, 
 	}
 	switch {
 	case d.Allowed:
-		if len(v.held) == 0 && !v.DryRun {
+		if v.nheld == 0 && !v.DryRun {
 			// The first decision is the one the headers show.
 			v.Decision, v.l = d, l
 		}
-		v.held = append(v.held, held{l: l, key: key, d: d})
+		v.hold(held{l: l, key: key, d: d})
 		v.Outcome = OutcomeAllow
 		return true
 	case g.cfg.dryRun:
@@ -414,14 +418,33 @@ func (g *Guard) settle(ctx context.Context, v *Verdict, l *Limiter, key string, 
 	return false
 }
 
+// hold keeps an admission for Finish or a later refund.
+func (v *Verdict) hold(h held) {
+	if v.nheld == 0 {
+		v.held0 = h
+	} else {
+		v.more = append(v.more, h)
+	}
+	v.nheld++
+}
+
+// dropFirst forgets the first admission held.
+func (v *Verdict) dropFirst() {
+	if len(v.more) > 0 {
+		v.held0, v.more = v.more[0], v.more[1:]
+	}
+	v.nheld--
+}
+
 // refundAll gives back every unit the request's admissions took.
 func (v *Verdict) refundAll(ctx context.Context) {
-	for _, h := range v.held {
+	for v.nheld > 0 {
+		h := v.held0
 		if err := h.l.Refund(context.WithoutCancel(ctx), h.d); err != nil {
 			v.g.emit(ctx, h.l, Event{Kind: EventStoreError, Key: h.key, Err: err})
 		}
+		v.dropFirst()
 	}
-	v.held = v.held[:0]
 }
 
 func (g *Guard) emit(ctx context.Context, l *Limiter, e Event) {
@@ -621,20 +644,20 @@ func (v *Verdict) problem() []byte {
 // requests that were not admitted by a decision. Store failures here go to
 // the observers; the answer is already on its way.
 func (v *Verdict) Finish(ctx context.Context, status int) {
-	if v.Outcome != OutcomeAllow || len(v.held) == 0 {
+	if v.Outcome != OutcomeAllow || v.nheld == 0 {
 		return
 	}
 	// The client may be gone; the refund or reset must still happen.
 	ctx = context.WithoutCancel(ctx)
 	cfg := &v.g.cfg
 	if cfg.resetIf != nil && cfg.resetIf(status) {
-		h := v.held[0]
+		h := v.held0
 		if err := h.l.Reset(ctx, h.key); err != nil {
 			v.g.emit(ctx, h.l, Event{Kind: EventStoreError, Key: h.key, Err: err})
 		}
 		// The reset covers the guard's own limit only; limits added with
 		// WithAlso are finished by count-if below.
-		v.held = v.held[1:]
+		v.dropFirst()
 	}
 	if cfg.countIf != nil && !cfg.countIf(status) {
 		v.refundAll(ctx)
