@@ -289,8 +289,8 @@ type Verdict struct {
 	// it to the client.
 	Err error
 
-	g    *Guard
-	l    *Limiter // the limiter whose decision the answer shows
+	g *Guard
+	l *Limiter // the limiter whose decision the answer shows
 	// Admissions to refund or finish: held0, then more (limits added
 	// with WithAlso), so the common single admission allocates nothing.
 	held0 held
