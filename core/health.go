@@ -160,7 +160,7 @@ func (l *Limiter) Check(ctx context.Context) error {
 	}
 	err := c.Check(ctx)
 	if err != nil {
-		l.emit(ctx, l.observer, Event{Kind: EventStoreCheck, Err: err})
+		l.emit(ctx, nil, Event{Kind: EventStoreCheck, Err: err})
 	}
 	return err
 }

@@ -238,7 +238,7 @@ func (l *Limiter) allow(ctx context.Context, key string, n int64, extra Observer
 		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
 	}
 	key = l.shards.pick(BoundKey(key))
-	obs := join(l.observer, extra)
+	obs := extra
 	if l.deny != nil {
 		if d, ok := l.deny.get(key, n, time.Now()); ok {
 			l.emit(ctx, obs, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d})
@@ -267,7 +267,7 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
 	}
 	key = l.shards.peek(key)
 	q := l.query(key, 1, "")
-	return l.decide(ctx, q, false, l.observer)
+	return l.decide(ctx, q, false, nil)
 }
 
 func (l *Limiter) query(key string, n int64, id string) Query {
@@ -282,7 +282,8 @@ func (l *Limiter) nextID() string {
 	return l.idPrefix + strconv.FormatUint(l.seq.Add(1), 36)
 }
 
-// decide asks the store, falling back by the failure policy.
+// decide asks the store, falling back by the failure policy; extra is a
+// guard's observer, reported to after the limiter's own.
 func (l *Limiter) decide(ctx context.Context, q Query, take bool, obs Observer) (Decision, error) {
 	now := time.Now()
 	if ok, probe := l.breaker.allow(now); ok {
@@ -498,12 +499,20 @@ func (l *Limiter) Refund(ctx context.Context, d Decision) error {
 	return nil
 }
 
-func (l *Limiter) emit(ctx context.Context, obs Observer, e Event) {
-	if obs == nil {
+// emit reports e to the limiter's observers, then to extra (a guard's):
+// two calls rather than a joined observer, so that the request path does
+// not allocate one.
+func (l *Limiter) emit(ctx context.Context, extra Observer, e Event) {
+	if l.observer == nil && extra == nil {
 		return
 	}
 	e.Policy = l.policy.Name
-	obs.Observe(ctx, e)
+	if l.observer != nil {
+		l.observer.Observe(ctx, e)
+	}
+	if extra != nil {
+		extra.Observe(ctx, e)
+	}
 }
 
 // BoundKey returns key unchanged when it is at most [MaxKeyLen] bytes, and
