@@ -594,6 +594,17 @@ func Seconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
+// Answer sets the content headers of an answer that does not proceed
+// (Content-Type, X-Content-Type-Options: nosniff) through set and returns
+// its status and fixed body: what every adapter writes after
+// [Verdict.WriteHeaders] when no deny handler takes over.
+func (v *Verdict) Answer(set func(name, value string)) (status int, body []byte) {
+	ct, body := v.Body()
+	set("Content-Type", ct)
+	set("X-Content-Type-Options", "nosniff")
+	return v.Status(), body
+}
+
 // Body returns the content type and body of an answer that does not
 // proceed. The texts are fixed: no error detail reaches the client beyond
 // the fixed reason of [keyfunc.Reason].

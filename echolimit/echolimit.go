@@ -144,9 +144,11 @@ func New(l *core.Limiter, opts ...Option) echo.MiddlewareFunc {
 // status, content type and fixed body. Headers from v.WriteHeaders must be
 // set before. Deny handlers may call it to fall back to the default answer.
 func Write(c echo.Context, v *core.Verdict) error {
-	ct, body := v.Body()
-	c.Response().Header().Set(echo.HeaderXContentTypeOptions, "nosniff")
-	return c.Blob(v.Status(), ct, body)
+	res := c.Response()
+	status, body := v.Answer(res.Header().Set)
+	res.WriteHeader(status)
+	_, err := res.Write(body)
+	return err
 }
 
 // status is the status the client will get. When the handler returned an

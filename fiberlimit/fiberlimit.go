@@ -126,10 +126,8 @@ func New(l *core.Limiter, opts ...Option) fiber.Handler {
 // status, content type and fixed body. Headers from v.WriteHeaders must be
 // set before. Deny handlers may call it to fall back to the default answer.
 func Write(c *fiber.Ctx, v *core.Verdict) error {
-	ct, body := v.Body()
-	c.Set(fiber.HeaderContentType, ct)
-	c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
-	return c.Status(v.Status()).Send(body)
+	status, body := v.Answer(c.Set)
+	return c.Status(status).Send(body)
 }
 
 // status is the status the client will get. When the handler returned an

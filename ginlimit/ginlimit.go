@@ -126,11 +126,9 @@ func New(l *core.Limiter, opts ...Option) gin.HandlerFunc {
 // set before. Deny handlers may call it to fall back to the default answer.
 // It does not abort the chain; New does.
 func Write(c *gin.Context, v *core.Verdict) {
-	ct, body := v.Body()
-	h := c.Writer.Header()
-	h.Set("Content-Type", ct)
-	h.Set("X-Content-Type-Options", "nosniff")
-	c.Data(v.Status(), ct, body)
+	status, body := v.Answer(c.Writer.Header().Set)
+	c.Status(status)
+	_, _ = c.Writer.Write(body)
 }
 
 // locals looks keys up in the gin context's Keys (c.Set). Keys that cannot

@@ -127,11 +127,8 @@ func New(l *core.Limiter, opts ...Option) func(http.Handler) http.Handler {
 // status, content type and fixed body. Headers from v.WriteHeaders must be
 // set before. Deny handlers may call it to fall back to the default answer.
 func Write(w http.ResponseWriter, v *core.Verdict) {
-	ct, body := v.Body()
-	h := w.Header()
-	h.Set("Content-Type", ct)
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(v.Status())
+	status, body := v.Answer(w.Header().Set)
+	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }
 
