@@ -121,7 +121,7 @@ func New(l *core.Limiter, opts ...Option) echo.MiddlewareFunc {
 			}
 			r := c.Request()
 			ctx := r.Context()
-			v := g.Check(ctx, keyfunc.FromHTTPWithValues(r, c.Path(), locals(c)))
+			v := g.Check(ctx, keyfunc.FromHTTPWithValues(r, c.Path(), locals{c}))
 			v.WriteHeaders(c.Response().Header().Set)
 			if !v.Proceed() {
 				if cfg.deny != nil && v.Outcome == core.OutcomeDeny {
@@ -170,11 +170,11 @@ func status(c echo.Context, err error) int {
 }
 
 // locals looks string keys up in the echo context's store (c.Set).
-func locals(c echo.Context) func(key any) any {
-	return func(key any) any {
-		if s, ok := key.(string); ok {
-			return c.Get(s)
-		}
-		return nil
+type locals struct{ c echo.Context }
+
+func (l locals) Local(key any) any {
+	if s, ok := key.(string); ok {
+		return l.c.Get(s)
 	}
+	return nil
 }

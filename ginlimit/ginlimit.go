@@ -101,7 +101,7 @@ func New(l *core.Limiter, opts ...Option) gin.HandlerFunc {
 	finish := g.NeedsFinish()
 	return func(c *gin.Context) {
 		ctx := c.Request.Context()
-		v := g.Check(ctx, keyfunc.FromHTTPWithValues(c.Request, c.FullPath(), locals(c)))
+		v := g.Check(ctx, keyfunc.FromHTTPWithValues(c.Request, c.FullPath(), (*locals)(c)))
 		v.WriteHeaders(c.Writer.Header().Set)
 		if !v.Proceed() {
 			if cfg.deny != nil && v.Outcome == core.OutcomeDeny {
@@ -131,14 +131,15 @@ func Write(c *gin.Context, v *core.Verdict) {
 	_, _ = c.Writer.Write(body)
 }
 
-// locals looks keys up in the gin context's Keys (c.Set). Keys that cannot
-// be map keys find nothing rather than panic.
-func locals(c *gin.Context) func(key any) any {
-	return func(key any) any {
-		if key == nil || !reflect.TypeOf(key).Comparable() {
-			return nil
-		}
-		v, _ := c.Get(key)
-		return v
+// locals looks keys up in the gin context's Keys (c.Set): a conversion of
+// the *gin.Context, so the request view allocates nothing for it. Keys that
+// cannot be map keys find nothing rather than panic.
+type locals gin.Context
+
+func (l *locals) Local(key any) any {
+	if key == nil || !reflect.TypeOf(key).Comparable() {
+		return nil
 	}
+	v, _ := (*gin.Context)(l).Get(key)
+	return v
 }

@@ -25,17 +25,30 @@ func FromHTTP(r *http.Request, route string) Request {
 	return &httpRequest{r: r, route: route}
 }
 
+// Locals looks a key up in a framework's per-request store (gin c.Get,
+// echo c.Get). An adapter implements it on a pointer type it already has,
+// so that passing it to [FromHTTPWithValues] allocates nothing.
+type Locals interface {
+	Local(key any) any
+}
+
+// LocalsFunc adapts a function to [Locals].
+type LocalsFunc func(key any) any
+
+// Local calls f(key).
+func (f LocalsFunc) Local(key any) any { return f(key) }
+
 // FromHTTPWithValues is [FromHTTP] with framework locals: the view's Value
-// method consults values first (gin c.Get, echo c.Get) and, when that
-// returns nil, r.Context().Value. A nil values is allowed.
-func FromHTTPWithValues(r *http.Request, route string, values func(key any) any) Request {
+// method consults values first and, when that returns nil,
+// r.Context().Value. A nil values is allowed.
+func FromHTTPWithValues(r *http.Request, route string, values Locals) Request {
 	return &httpRequest{r: r, route: route, values: values}
 }
 
 type httpRequest struct {
 	r      *http.Request
 	route  string
-	values func(key any) any
+	values Locals
 
 	// Body state: buf holds the bytes read so far from orig, the body
 	// as it was before the first Body call; eof is set once orig is done.
@@ -75,7 +88,7 @@ func (h *httpRequest) Query(name string) string {
 
 func (h *httpRequest) Value(key any) any {
 	if h.values != nil {
-		if v := h.values(key); v != nil {
+		if v := h.values.Local(key); v != nil {
 			return v
 		}
 	}

@@ -53,7 +53,7 @@ func TestFromHTTP(t *testing.T) {
 		}
 		return nil
 	}
-	w := keyfunc.FromHTTPWithValues(r, "", locals)
+	w := keyfunc.FromHTTPWithValues(r, "", keyfunc.LocalsFunc(locals))
 	if got := w.Value("local"); got != "L" {
 		t.Errorf("Value(local) = %v, want L", got)
 	}

@@ -154,7 +154,7 @@ func TestUserIDFrom(t *testing.T) {
 				}
 				return nil
 			}
-			got, err := keyfunc.UserIDFrom(ctxKey{})(keyfunc.FromHTTPWithValues(r, "", values))
+			got, err := keyfunc.UserIDFrom(ctxKey{})(keyfunc.FromHTTPWithValues(r, "", keyfunc.LocalsFunc(values)))
 			switch {
 			case tc.wantOther:
 				if err == nil || errors.Is(err, keyfunc.ErrNoKey) || got != "" {
