@@ -2,7 +2,6 @@ package redistest
 
 import (
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,8 +16,8 @@ import (
 // does not pipeline: each command goes out in one write, and the next one
 // only after the reply.
 type Proxy struct {
+	*relay
 	target string
-	ln     net.Listener
 
 	latency  atomic.Int64 // time.Duration added to every reply chunk
 	drop     atomic.Bool  // drop the reply to the next request
@@ -26,32 +25,24 @@ type Proxy struct {
 	requests atomic.Int64
 	dropped  atomic.Int64
 	accepted atomic.Int64
-
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
-	done   chan struct{}
-	wg     sync.WaitGroup
-	once   sync.Once
 }
 
 // NewProxy starts a proxy on a free port of 127.0.0.1 that forwards every
 // connection to target, and registers a cleanup that closes it.
 func NewProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	r, err := newRelay()
 	if err != nil {
 		t.Fatalf("redistest: proxy: %v", err)
 	}
-	p := &Proxy{target: target, ln: ln, conns: make(map[net.Conn]struct{}), done: make(chan struct{})}
-	p.wg.Add(1)
-	go p.accept()
+	p := &Proxy{relay: r, target: target}
+	r.start(p.admit, p.serve)
 	t.Cleanup(p.Close)
 	return p
 }
 
 // Addr returns the proxy's address, "127.0.0.1:port".
-func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+func (p *Proxy) Addr() string { return p.addr() }
 
 // SetLatency delays every reply chunk by d from now on; 0 removes the
 // delay.
@@ -75,63 +66,17 @@ func (p *Proxy) Conns() int64 { return p.accepted.Load() }
 
 // Close stops the proxy, closes every connection and waits for its
 // goroutines to exit. Closing twice does nothing.
-func (p *Proxy) Close() {
-	p.once.Do(func() {
-		p.mu.Lock()
-		p.closed = true
-		close(p.done)
-		for c := range p.conns {
-			_ = c.Close()
-		}
-		p.mu.Unlock()
-		_ = p.ln.Close()
-		p.wg.Wait()
-	})
-}
+func (p *Proxy) Close() { p.close() }
 
-// track registers c for Close; it reports false (and closes c) when the
-// proxy is closed.
-func (p *Proxy) track(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		_ = c.Close()
-		return false
-	}
-	p.conns[c] = struct{}{}
-	return true
-}
-
-func (p *Proxy) untrack(c net.Conn) {
-	_ = c.Close()
-	p.mu.Lock()
-	delete(p.conns, c)
-	p.mu.Unlock()
-}
-
-func (p *Proxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.accepted.Add(1)
-		if !p.track(c) {
-			return
-		}
-		if p.dropAll.Load() {
-			p.untrack(c)
-			continue
-		}
-		p.wg.Add(1)
-		go p.serve(c)
-	}
+// admit counts an accepted connection and refuses it while SetDropping
+// is on.
+func (p *Proxy) admit(net.Conn) bool {
+	p.accepted.Add(1)
+	return !p.dropAll.Load()
 }
 
 // serve pumps one client connection to a fresh server connection.
 func (p *Proxy) serve(client net.Conn) {
-	defer p.wg.Done()
 	defer p.untrack(client)
 	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
 	if err != nil {

@@ -1,22 +1,10 @@
 package redistest
 
-import "net"
-
 // DropConnections closes every connection open through the proxy now, on
 // both sides, as a network blip or a load balancer resetting its
 // connections would. New connections are served as usual; go-redis
 // retries a command whose connection broke on a new one.
-func (p *Proxy) DropConnections() {
-	p.mu.Lock()
-	conns := make([]net.Conn, 0, len(p.conns))
-	for c := range p.conns {
-		conns = append(conns, c)
-	}
-	p.mu.Unlock()
-	for _, c := range conns {
-		_ = c.Close()
-	}
-}
+func (p *Proxy) DropConnections() { p.closeAll() }
 
 // SetDropping turns connection dropping on or off. While it is on, the
 // proxy drops every connection: the open ones at once, new ones as soon

@@ -417,71 +417,25 @@ func (p *sentinelProc) stop() {
 // arrive lag late, each chunk lag after it was read: a constant lag, not a
 // throughput limit. Requests (client to target) pass at once.
 type delayLine struct {
+	*relay
 	target string
 	lag    time.Duration
-	ln     net.Listener
-	done   chan struct{}
-
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
-	once   sync.Once
-	wg     sync.WaitGroup
 }
 
 func newDelayLine(target string, lag time.Duration) (*delayLine, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	r, err := newRelay()
 	if err != nil {
 		return nil, fmt.Errorf("delay line: %w", err)
 	}
-	d := &delayLine{target: target, lag: lag, ln: ln, done: make(chan struct{}), conns: make(map[net.Conn]struct{})}
-	d.wg.Add(1)
-	go d.accept()
+	d := &delayLine{relay: r, target: target, lag: lag}
+	r.start(nil, d.serve)
 	return d, nil
 }
 
-func (d *delayLine) Addr() string { return d.ln.Addr().String() }
+func (d *delayLine) Addr() string { return d.addr() }
 
 // Close cuts every connection at once; what the line held is lost.
-func (d *delayLine) Close() {
-	d.once.Do(func() {
-		d.mu.Lock()
-		d.closed = true
-		close(d.done)
-		for c := range d.conns {
-			_ = c.Close()
-		}
-		d.mu.Unlock()
-		_ = d.ln.Close()
-		d.wg.Wait()
-	})
-}
-
-func (d *delayLine) track(c net.Conn) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		_ = c.Close()
-		return false
-	}
-	d.conns[c] = struct{}{}
-	return true
-}
-
-func (d *delayLine) accept() {
-	defer d.wg.Done()
-	for {
-		c, err := d.ln.Accept()
-		if err != nil {
-			return
-		}
-		if !d.track(c) {
-			return
-		}
-		d.wg.Add(1)
-		go d.serve(c)
-	}
-}
+func (d *delayLine) Close() { d.close() }
 
 type lagChunk struct {
 	due time.Time
@@ -489,7 +443,6 @@ type lagChunk struct {
 }
 
 func (d *delayLine) serve(client net.Conn) {
-	defer d.wg.Done()
 	defer client.Close()
 	server, err := net.DialTimeout("tcp", d.target, 5*time.Second)
 	if err != nil || !d.track(server) {
