@@ -23,6 +23,12 @@ func BenchmarkLimiterAllow(b *testing.B) {
 		srv := redistest.Start(b) // skipped with -short
 		benchAllow(b, core.NewRedisStore(srv.Client(b)))
 	})
+	// The same without coalescing concurrent decisions: the baseline of
+	// WithPipelining's promise that a lone caller is no slower.
+	b.Run("redis-unpipelined", func(b *testing.B) {
+		srv := redistest.Start(b)
+		benchAllow(b, core.NewRedisStore(srv.Client(b), core.WithPipelining(0)))
+	})
 }
 
 func benchAllow(b *testing.B, store core.Store) {
