@@ -238,10 +238,9 @@ func (l *Limiter) allow(ctx context.Context, key string, n int64, extra Observer
 		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
 	}
 	key = l.shards.pick(BoundKey(key))
-	obs := extra
 	if l.deny != nil {
 		if d, ok := l.deny.get(key, n, time.Now()); ok {
-			l.emit(ctx, obs, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d})
+			l.emit(ctx, extra, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d})
 			return d, nil
 		}
 	}
@@ -250,7 +249,7 @@ func (l *Limiter) allow(ctx context.Context, key string, n int64, extra Observer
 		id = l.nextID()
 	}
 	q := l.query(key, n, id)
-	return l.decide(ctx, q, true, obs)
+	return l.decide(ctx, q, true, extra)
 }
 
 // Peek reports the decision a request of one unit for key would get now,
@@ -284,7 +283,7 @@ func (l *Limiter) nextID() string {
 
 // decide asks the store, falling back by the failure policy; extra is a
 // guard's observer, reported to after the limiter's own.
-func (l *Limiter) decide(ctx context.Context, q Query, take bool, obs Observer) (Decision, error) {
+func (l *Limiter) decide(ctx context.Context, q Query, take bool, extra Observer) (Decision, error) {
 	now := time.Now()
 	if ok, probe := l.breaker.allow(now); ok {
 		var gen uint64
@@ -310,7 +309,7 @@ func (l *Limiter) decide(ctx context.Context, q Query, take bool, obs Observer) 
 		lat := time.Since(now)
 		if err == nil {
 			if l.breaker.success() {
-				l.emit(ctx, obs, Event{Kind: EventBreakerClose})
+				l.emit(ctx, extra, Event{Kind: EventBreakerClose})
 			}
 			d := l.decision(res, SourceStore)
 			if take && d.Allowed {
@@ -319,7 +318,7 @@ func (l *Limiter) decide(ctx context.Context, q Query, take bool, obs Observer) 
 			if take && !d.Allowed && l.deny != nil {
 				l.deny.put(q.Key, q.N, now, d, gen)
 			}
-			l.emit(ctx, obs, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d, Latency: lat})
+			l.emit(ctx, extra, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d, Latency: lat})
 			return d, nil
 		}
 		if cerr := ctx.Err(); cerr != nil {
@@ -329,12 +328,12 @@ func (l *Limiter) decide(ctx context.Context, q Query, take bool, obs Observer) 
 			return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, cerr)
 		}
 		if l.breaker.failure(time.Now()) {
-			defer l.emit(ctx, obs, Event{Kind: EventBreakerOpen, Err: err})
+			defer l.emit(ctx, extra, Event{Kind: EventBreakerOpen, Err: err})
 		}
-		l.emit(ctx, obs, Event{Kind: EventStoreError, Key: q.Key, Cost: q.N, Err: err, Latency: lat})
+		l.emit(ctx, extra, Event{Kind: EventStoreError, Key: q.Key, Cost: q.N, Err: err, Latency: lat})
 	}
 	d := l.fallback(ctx, q, take)
-	l.emit(ctx, obs, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d})
+	l.emit(ctx, extra, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d})
 	return d, nil
 }
 
