@@ -105,6 +105,17 @@ func parse(fs *flag.FlagSet, args []string) error {
 
 // connect opens REDIS_URL. Errors never show the URL: it may hold a
 // password.
+// open connects to REDIS_URL and bounds the command by -timeout; done
+// releases both.
+func (c *common) open(ctx context.Context, getenv func(string) string) (*redis.Client, context.Context, func(), error) {
+	rdb, err := connect(getenv)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	return rdb, ctx, func() { cancel(); _ = rdb.Close() }, nil
+}
+
 func connect(getenv func(string) string) (*redis.Client, error) {
 	url := getenv("REDIS_URL")
 	if url == "" {
@@ -148,13 +159,11 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
-	rdb, err := connect(getenv)
+	rdb, ctx, done, err := c.open(ctx, getenv)
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
+	defer done()
 	store := core.NewRedisStore(rdb, core.WithPrefix(c.prefix))
 	key := core.BoundKey(fs.Arg(0))
 	nb := p.Buckets
@@ -242,13 +251,11 @@ func reset(ctx context.Context, args []string, getenv func(string) string, stdou
 	if fs.NArg() == 0 {
 		return fmt.Errorf("%w: reset takes one or more keys", errUsage)
 	}
-	rdb, err := connect(getenv)
+	rdb, ctx, done, err := c.open(ctx, getenv)
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
+	defer done()
 	store := core.NewRedisStore(rdb, core.WithPrefix(c.prefix))
 	for _, k := range fs.Args() {
 		if err := store.Reset(ctx, core.Query{Policy: *policy, Key: core.BoundKey(k)}); err != nil {
@@ -268,13 +275,11 @@ func policies(ctx context.Context, args []string, getenv func(string) string, st
 	if fs.NArg() != 0 {
 		return fmt.Errorf("%w: policies takes no arguments", errUsage)
 	}
-	rdb, err := connect(getenv)
+	rdb, ctx, done, err := c.open(ctx, getenv)
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
+	defer done()
 	type counts struct{ log, buckets int }
 	found := map[string]*counts{}
 	scanned := 0
