@@ -270,30 +270,31 @@ func (c *Cluster) waitOK(ctx context.Context) error {
 // running node sees it.
 func (c *Cluster) SlotOwner(slot int) int {
 	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
-	defer cancel()
-	for _, s := range c.nodes {
-		if !s.running() {
-			continue
+	for _, e := range c.firstTable() {
+		if e.owns(slot) {
+			return slices.Index(c.ids, e.id)
 		}
-		tab, err := c.table(ctx, s)
-		if err != nil {
-			c.t.Fatalf("redistest: %v", err)
-		}
-		for _, e := range tab {
-			if e.owns(slot) {
-				return slices.Index(c.ids, e.id)
-			}
-		}
-		c.t.Fatalf("redistest: no node serves slot %d", slot)
 	}
-	c.t.Fatal("redistest: no node is running")
+	c.t.Fatalf("redistest: no node serves slot %d", slot)
 	return -1
 }
 
 // Masters returns the indexes of the nodes that are masters now, as the
 // first running node sees it.
 func (c *Cluster) Masters() []int {
+	c.t.Helper()
+	var out []int
+	for _, e := range c.firstTable() {
+		if e.has("master") {
+			out = append(out, slices.Index(c.ids, e.id))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// firstTable returns the node table as the first running node sees it.
+func (c *Cluster) firstTable() nodeTable {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
 	defer cancel()
@@ -305,14 +306,7 @@ func (c *Cluster) Masters() []int {
 		if err != nil {
 			c.t.Fatalf("redistest: %v", err)
 		}
-		var out []int
-		for _, e := range tab {
-			if e.has("master") {
-				out = append(out, slices.Index(c.ids, e.id))
-			}
-		}
-		slices.Sort(out)
-		return out
+		return tab
 	}
 	c.t.Fatal("redistest: no node is running")
 	return nil

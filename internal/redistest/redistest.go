@@ -158,13 +158,7 @@ func (s *Server) Pause(d time.Duration) {
 // server does nothing. Clients see connection errors until
 // [Server.Restart].
 func (s *Server) Stop() {
-	s.mu.Lock()
-	cmd, done, admin := s.cmd, s.done, s.admin
-	s.cmd, s.admin = nil, nil
-	s.mu.Unlock()
-	if admin != nil {
-		_ = admin.Close()
-	}
+	cmd, done := s.detach()
 	if cmd == nil {
 		return
 	}
@@ -175,6 +169,19 @@ func (s *Server) Stop() {
 		_ = cmd.Process.Kill()
 		<-done
 	}
+}
+
+// detach forgets the running process and closes the admin connection, so
+// that it can be stopped; cmd is nil when none runs.
+func (s *Server) detach() (cmd *exec.Cmd, done chan struct{}) {
+	s.mu.Lock()
+	cmd, done, admin := s.cmd, s.done, s.admin
+	s.cmd, s.admin = nil, nil
+	s.mu.Unlock()
+	if admin != nil {
+		_ = admin.Close()
+	}
+	return cmd, done
 }
 
 // Restart stops the server if it runs and starts it again, empty, on the

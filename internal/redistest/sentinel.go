@@ -274,13 +274,7 @@ func (s *Sentinel) WaitFailover(old string) string {
 // shutdown, nothing more sent to replicas or clients. Killing a stopped
 // server does nothing; [Server.Restart] brings it back, empty.
 func (s *Server) Kill() {
-	s.mu.Lock()
-	cmd, done, admin := s.cmd, s.done, s.admin
-	s.cmd, s.admin = nil, nil
-	s.mu.Unlock()
-	if admin != nil {
-		_ = admin.Close()
-	}
+	cmd, done := s.detach()
 	if cmd == nil {
 		return
 	}
