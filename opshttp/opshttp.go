@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
-	"time"
 
 	"github.com/ratekit/ratekit/core"
 )
@@ -108,6 +107,14 @@ type RuleState struct {
 	ResetAfterSeconds float64 `json:"reset_after_seconds"`
 }
 
+// NewRuleState returns the JSON form of s.
+func NewRuleState(s core.RuleState) RuleState {
+	return RuleState{
+		Limit: s.Limit, Window: s.Window.String(), Used: s.Used, Remaining: s.Remaining(),
+		RetryAfterSeconds: s.RetryAfter.Seconds(), ResetAfterSeconds: s.ResetAfter.Seconds(),
+	}
+}
+
 // Error is the JSON body of a failed request; its text is fixed.
 type Error struct {
 	Error string `json:"error"`
@@ -172,15 +179,12 @@ func (h *handler) peek(w http.ResponseWriter, r *http.Request) {
 		Limit:             d.Limit,
 		Window:            d.Window.String(),
 		Remaining:         d.Remaining,
-		RetryAfterSeconds: seconds(d.RetryAfter),
-		ResetAfterSeconds: seconds(d.ResetAfter),
+		RetryAfterSeconds: d.RetryAfter.Seconds(),
+		ResetAfterSeconds: d.ResetAfter.Seconds(),
 		Source:            d.Source.String(),
 	}
 	for _, s := range d.Rules {
-		out.Rules = append(out.Rules, RuleState{
-			Limit: s.Limit, Window: s.Window.String(), Used: s.Used, Remaining: s.Remaining(),
-			RetryAfterSeconds: seconds(s.RetryAfter), ResetAfterSeconds: seconds(s.ResetAfter),
-		})
+		out.Rules = append(out.Rules, NewRuleState(s))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -214,8 +218,6 @@ func (h *handler) log(r *http.Request, level slog.Level, msg string, l *core.Lim
 	}
 	h.cfg.logger.LogAttrs(r.Context(), level, msg, attrs...)
 }
-
-func seconds(d time.Duration) float64 { return d.Seconds() }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	h := w.Header()

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/opshttp"
 )
 
 const usage = `usage: ratekit <command> [flags] [key ...]
@@ -206,26 +207,16 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 
 // peekJSON is peek's -json output.
 type peekJSON struct {
-	Policy   string     `json:"policy"`
-	RedisKey string     `json:"redis_key"`
-	Allowed  bool       `json:"allowed"`
-	Rules    []ruleJSON `json:"rules"`
-}
-
-type ruleJSON struct {
-	Limit             int64   `json:"limit"`
-	Window            string  `json:"window"`
-	Used              int64   `json:"used"`
-	Remaining         int64   `json:"remaining"`
-	RetryAfterSeconds float64 `json:"retry_after_seconds"`
-	ResetAfterSeconds float64 `json:"reset_after_seconds"`
+	Policy   string              `json:"policy"`
+	RedisKey string              `json:"redis_key"`
+	Allowed  bool                `json:"allowed"`
+	Rules    []opshttp.RuleState `json:"rules"`
 }
 
 func printJSON(w io.Writer, p core.Policy, redisKey string, res core.Result) error {
 	out := peekJSON{Policy: p.Name, RedisKey: redisKey, Allowed: res.Allowed}
 	for _, s := range res.Rules {
-		out.Rules = append(out.Rules, ruleJSON{Limit: s.Limit, Window: s.Window.String(), Used: s.Used, Remaining: s.Remaining(),
-			RetryAfterSeconds: s.RetryAfter.Seconds(), ResetAfterSeconds: s.ResetAfter.Seconds()})
+		out.Rules = append(out.Rules, opshttp.NewRuleState(s))
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
