@@ -57,15 +57,15 @@ func measureFootprint(ctx context.Context, rdb *redis.Client) ([]footprint, erro
 		var mu sync.Mutex
 		now := time.Now()
 		clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-		bstore := core.NewRedisStore(rdb, core.WithClientClock(clock))
+		bstore := core.NewRedisStore(rdb)
 		pol := core.Policy{Name: "fp-buckets", Rules: []core.Rule{{Limit: c.limit, Window: 24 * time.Hour}}, Algorithm: core.SlidingBuckets, Buckets: c.buckets}
-		l, err := core.NewLimiter(bstore, pol, core.WithTimeout(5*time.Second))
+		l, err := core.NewLimiter(bstore, pol, core.WithTimeout(5*time.Second), core.WithClock(clock))
 		if err != nil {
 			return nil, err
 		}
 		b := c.buckets
 		if b == 0 {
-			b = core.DefaultBuckets
+			b = 60 // the default
 		}
 		key := fmt.Sprintf("b-%d-%d", c.limit, b)
 		step := 24 * time.Hour / time.Duration(b)

@@ -46,12 +46,12 @@ func TestSlidingBucketsPrecision(t *testing.T) {
 	)
 	g := window / buckets
 	clock := newFakeClock()
-	l, err := core.NewLimiter(core.NewMemoryStore(core.WithClock(clock.Now)), core.Policy{
+	l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{
 		Name:      "quota",
 		Algorithm: core.SlidingBuckets,
 		Buckets:   buckets,
 		Rules:     []core.Rule{{Limit: limit, Window: window}},
-	}, core.WithDenyCache(0))
+	}, core.WithDenyCache(0), core.WithClock(clock.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,12 +111,12 @@ func TestSlidingBucketsPrecision(t *testing.T) {
 // moment the request fits: denied just before, admitted at it.
 func TestSlidingBucketsRetryAfter(t *testing.T) {
 	clock := newFakeClock()
-	l, err := core.NewLimiter(core.NewMemoryStore(core.WithClock(clock.Now)), core.Policy{
+	l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{
 		Name:      "quota",
 		Algorithm: core.SlidingBuckets,
 		Buckets:   4,
 		Rules:     []core.Rule{{Limit: 2, Window: 4 * time.Second}},
-	}, core.WithDenyCache(0))
+	}, core.WithDenyCache(0), core.WithClock(clock.Now))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -157,8 +157,8 @@ func TestRedisCluster(t *testing.T) {
 		})
 		t.Run("ClientTime", func(t *testing.T) {
 			storetest.Run(t, func(*testing.T) core.Store {
-				return core.NewRedisStore(e.rdb, core.WithClientTime(), core.WithPrefix("ct"))
-			})
+				return core.NewRedisStore(e.rdb, core.WithPrefix("ct"))
+			}, core.WithClock(time.Now))
 		})
 	})
 	t.Run("Spread", func(t *testing.T) { testClusterSpread(t, e) })
@@ -178,7 +178,7 @@ func TestRedisCluster(t *testing.T) {
 		if waits, short := store.ReplicaWaits(); waits != 3 || short != 3 {
 			t.Errorf("ReplicaWaits() = %d, %d; want 3, 3 (3 admissions, no replica)", waits, short)
 		}
-		if d, err := l.Peek(ctx, "a"); err != nil || d.Rules[0].Used != 2 || d.Source != core.SourceStore {
+		if d, err := l.Peek(ctx, "a"); err != nil || d.Rules()[0].Used != 2 || d.Source != core.SourceStore {
 			t.Errorf("Peek(a) = %+v, %v; want Used 2 from the store", d, err)
 		}
 	})
@@ -518,7 +518,7 @@ func (h *hammer) check() {
 		if err != nil || d.Source != core.SourceStore {
 			t.Fatalf("Peek(%s) after the load = %+v, %v; want a store decision", h.keys[i], d, err)
 		}
-		inStore, admitted := d.Rules[0].Used, ks.store.Load()
+		inStore, admitted := d.Rules()[0].Used, ks.store.Load()
 		switch {
 		case admitted > hammerLimit:
 			t.Errorf("key %s: the store admitted %d units, limit %d", h.keys[i], admitted, hammerLimit)

@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/keyfunc"
 )
 
 // TestConfigErrorsNameTheField extends the validation table of
@@ -82,17 +83,13 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 // TestConfigPanicsNameTheOption: the constructors that cannot return an
 // error panic, at construction, with a message naming what is wrong.
 func TestConfigPanicsNameTheOption(t *testing.T) {
-	l := mustLimit(t, core.NewMemoryStore(), core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
-	key := func(keyfunc.Request) (string, error) { return "k", nil }
 	for _, tc := range []struct {
 		name string
 		f    func()
 		want string
 	}{
 		{"NewRedisStore nil", func() { core.NewRedisStore(nil) }, "NewRedisStore"},
-		{"NewGuard nil", func() { core.NewGuard(nil) }, "Limiter"},
-		{"WithAlso nil limiter", func() { core.WithAlso(nil, key) }, "WithAlso"},
-		{"WithAlso nil key", func() { core.WithAlso(l, nil) }, "WithAlso"},
+		{"WithPipelining negative", func() { core.NewRedisStore(redis.NewClient(&redis.Options{}), core.WithPipelining(-1)) }, "WithPipelining"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			defer func() {

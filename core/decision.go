@@ -1,6 +1,9 @@
 package core
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Source says who made a [Decision].
 type Source uint8
@@ -61,21 +64,68 @@ type Decision struct {
 	Rule int
 	// Source says who decided: the store, the deny cache or a fallback.
 	Source Source
-	// Rules holds the state of every rule of the policy, in order. It is
-	// nil for decisions that did not see the windows (FailOpen,
-	// FailClosed, the deny cache).
-	Rules []RuleState
 
-	// ticket identifies the units an allowed decision recorded, for Refund.
+	states states
 	ticket ticket
 }
 
-// ticket identifies recorded units.
+// Rules returns the state of every rule of the policy (of the key's tier
+// under [WithTiers]), in order. It is empty for decisions that did not see
+// the windows (FailOpen, FailClosed). The slice shares the decision's
+// memory: copy it to keep it past the decision.
+func (d *Decision) Rules() []RuleState { return d.states.slice() }
+
+// Refund gives back the units the decision recorded, as if the request had
+// not been made: "count only failures" reserves a unit before the handler
+// and refunds it when the request turns out not to count. It does nothing
+// for a denial, for a fallback admission that recorded nothing, and for a
+// decision already refunded or whose key was reset since. The error wraps
+// the store's; the units then stay counted, which can only under-admit.
+func (d *Decision) Refund(ctx context.Context) error {
+	t := d.ticket
+	if !d.Allowed || t.owner == nil {
+		return nil
+	}
+	d.ticket = ticket{}
+	return t.owner.refund(ctx, t)
+}
+
+// inlineRules is how many rule states a Decision holds without an
+// allocation; policies with more rules keep the rest on the heap.
+const inlineRules = 4
+
+// states holds the rule states of a decision, the first inlineRules of
+// them inline.
+type states struct {
+	n    int
+	a    [inlineRules]RuleState
+	more []RuleState // all of them, when n > inlineRules
+}
+
+func (s *states) slice() []RuleState {
+	if s.n > inlineRules {
+		return s.more
+	}
+	return s.a[:s.n]
+}
+
+// set copies rs.
+func (s *states) set(rs []RuleState) {
+	s.n = len(rs)
+	if len(rs) > inlineRules {
+		s.more = append([]RuleState(nil), rs...)
+		return
+	}
+	copy(s.a[:], rs)
+}
+
+// ticket identifies the units an admission recorded, for Refund.
 type ticket struct {
 	owner *Limiter
-	key   string
+	key   string // the store key (a shard's, with shards)
+	shard int    // the shard, with shards
 	id    string
 	at    int64
 	n     int64
-	local bool
+	local bool // recorded by the local fallback store
 }

@@ -32,8 +32,7 @@ const denyStripes = 64
 
 type denyEntry struct {
 	until time.Time // the entry answers until then
-	retry time.Time // when the denied request fits, as the store said
-	reset time.Time
+	at    time.Time // when the store denied
 	n     int64
 	d     Decision
 }
@@ -67,13 +66,22 @@ func (c *denyCache) get(key string, n int64, now time.Time) (Decision, bool) {
 	if n < e.n {
 		return Decision{}, false
 	}
-	d := Decision{
-		Limit:      e.d.Limit,
-		Window:     e.d.Window,
-		Rule:       e.d.Rule,
-		RetryAfter: e.retry.Sub(now),
-		ResetAfter: max(0, e.reset.Sub(now)),
-		Source:     SourceCache,
+	// The store's denial as it stands now: every duration shortened by
+	// the time since, the counts as they were (a denial recorded nothing
+	// since, or the entry would have been removed).
+	d := e.d
+	elapsed := now.Sub(e.at)
+	d.RetryAfter = max(0, d.RetryAfter-elapsed)
+	d.ResetAfter = max(0, d.ResetAfter-elapsed)
+	d.Source = SourceCache
+	rs := d.Rules()
+	if len(rs) > inlineRules {
+		rs = append([]RuleState(nil), rs...)
+		d.states.more = rs
+	}
+	for i := range rs {
+		rs[i].RetryAfter = max(0, rs[i].RetryAfter-elapsed)
+		rs[i].ResetAfter = max(0, rs[i].ResetAfter-elapsed)
 	}
 	return d, true
 }
@@ -93,7 +101,7 @@ func (c *denyCache) put(key string, n int64, now time.Time, d Decision, gen uint
 	// monotonic clock may drift apart by up to NTP's 500 ppm; end the entry
 	// 1000 ppm early so that it never outlasts the store's own denial.
 	ttl := d.RetryAfter - d.RetryAfter/1000
-	c.c.Add(key, denyEntry{until: now.Add(ttl), retry: now.Add(d.RetryAfter), reset: now.Add(d.ResetAfter), n: n, d: d})
+	c.c.Add(key, denyEntry{until: now.Add(ttl), at: now, n: n, d: d})
 	if g.Load() != gen {
 		c.c.Remove(key) // a removal ran between the check and the Add
 	}

@@ -1,6 +1,8 @@
 // Package core makes ratekit's rate-limit decisions: a [Limiter] admits or
-// denies requests of one [Policy], key by key, on a [Store], and a [Guard]
-// turns a decision into the answer every framework adapter writes.
+// denies requests of one [Policy], key by key, on a [Store]. It knows
+// nothing of HTTP or of who is limited: package guard turns requests into
+// keys and decisions into answers for every framework adapter, and package
+// keyfunc says who is limited.
 //
 // # Policies and the algorithm
 //

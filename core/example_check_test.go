@@ -7,18 +7,14 @@ import (
 	"log"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ratekit/ratekit/core"
 )
 
-// Check the Redis server's eviction policy at start-up: a server that can
-// evict limiter keys is reported to the limiter's observers and returned.
-// This example needs a Redis server, so it has no output check.
+// Check the store at start-up: a Redis server whose eviction policy can
+// drop limiter keys is reported to the limiter's observers and returned
+// as an error wrapping ErrUnsafeEviction. A MemoryStore always passes.
 func ExampleLimiter_Check() {
-	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-	defer rdb.Close()
-	limiter, err := core.NewLimiter(core.NewRedisStore(rdb), core.Policy{
+	limiter, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{
 		Name:  "login",
 		Rules: []core.Rule{{Limit: 10, Window: time.Minute}},
 	})
@@ -27,9 +23,16 @@ func ExampleLimiter_Check() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := limiter.Check(ctx); errors.Is(err, core.ErrUnsafeEviction) {
+	err = limiter.Check(ctx)
+	switch {
+	case errors.Is(err, core.ErrUnsafeEviction):
 		log.Printf("rate limits can be reset under memory pressure: %v", err)
+	case err != nil:
+		log.Printf("could not check the store: %v", err)
+	default:
+		fmt.Println("the store keeps every window")
 	}
+	// Output: the store keeps every window
 }
 
 // A global cap too hot for one Redis node, split over 8 keys in 8 hash

@@ -94,20 +94,20 @@ func ExamplePolicy_sms() {
 }
 
 // NewRedisStore shares the windows between every instance using the same
-// Redis. This example needs a Redis server, so it has no output check.
+// Redis. The client connects on first use; a decision is one script call
+// on the key's slot.
 func ExampleNewRedisStore() {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	limiter, err := core.NewLimiter(core.NewRedisStore(rdb), core.Policy{
+	store := core.NewRedisStore(rdb)
+	limiter, err := core.NewLimiter(store, core.Policy{
 		Name:  "login-ip",
 		Rules: []core.Rule{{Limit: 10, Window: time.Minute}},
 	}, core.WithTimeout(20*time.Millisecond), core.WithFailurePolicy(core.FailLocal))
 	if err != nil {
 		log.Fatal(err)
 	}
-	d, err := limiter.Allow(context.Background(), "203.0.113.7")
-	if err != nil {
-		log.Fatal(err)
-	}
-	fmt.Println(d.Allowed, d.Source)
+	_ = limiter // limiter.Allow(ctx, "203.0.113.7") decides on Redis
+	fmt.Println(store.Key("login-ip", "203.0.113.7"))
+	// Output: ratekit:login-ip:{203.0.113.7}
 }

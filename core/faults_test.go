@@ -512,7 +512,7 @@ func TestRedisScriptsAfterRestart(t *testing.T) {
 				return d, err
 			}
 			srv.Restart()
-			return d, logL.Refund(ctx, d)
+			return d, d.Refund(ctx)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

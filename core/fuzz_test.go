@@ -2,18 +2,15 @@ package core_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/dunglas/httpsfv"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
-	"github.com/ratekit/ratekit/keyfunc"
 )
 
 // FuzzRedisKey fuzzes key building: BoundKey and RedisStore.Key for any
@@ -102,59 +99,5 @@ func FuzzPolicyValidate(f *testing.F) {
 		if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
 			t.Fatalf("Allow(k) on a valid policy %+v = %+v, %v; want allowed", p, d, err)
 		}
-
-		// A denial's answer, from a store that denies everything.
-		dl, err := core.NewLimiter(denyStore{}, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g := core.NewGuard(dl, core.WithKey(func(keyfunc.Request) (string, error) { return "k", nil }),
-			core.WithHeaders(core.HeadersIETF|core.HeadersXRateLimit), core.WithBody(core.BodyProblem))
-		v := g.Check(ctx, nil)
-		if v.Outcome != core.OutcomeDeny {
-			t.Fatalf("Check with a denying store = %v, want deny", v.Outcome)
-		}
-		fields := map[string]string{}
-		v.WriteHeaders(func(k, val string) { fields[k] = val })
-		for k, val := range fields {
-			for i := 0; i < len(val); i++ {
-				if c := val[i]; c < 0x20 || c > 0x7e {
-					t.Fatalf("header %s = %q: byte %#x is not visible ASCII", k, val, c)
-				}
-			}
-		}
-		for _, k := range []string{core.HeaderPolicy, core.HeaderRateLimit} {
-			list, err := httpsfv.UnmarshalList([]string{fields[k]})
-			if err != nil || len(list) != len(p.Rules) {
-				t.Fatalf("header %s = %q: %v, want a structured-field list of %d items", k, fields[k], err, len(p.Rules))
-			}
-		}
-		_, body := v.Body()
-		var doc struct {
-			Violated []string `json:"violated-policies"`
-		}
-		if err := json.Unmarshal(body, &doc); err != nil || len(doc.Violated) != 1 || doc.Violated[0] != v.ItemName() {
-			t.Fatalf("problem body %q: %v; want JSON naming %q", body, err, v.ItemName())
-		}
 	})
 }
-
-// denyStore is a Store that denies every request, each rule full and
-// freeing in a second.
-type denyStore struct{}
-
-func (denyStore) Take(_ context.Context, q core.Query) (core.Result, error) {
-	res := core.Result{Rules: make([]core.RuleState, len(q.Rules))}
-	for i, r := range q.Rules {
-		res.Rules[i] = core.RuleState{Limit: r.Limit, Window: r.Window, Used: r.Limit, RetryAfter: time.Second, ResetAfter: r.Window}
-	}
-	return res, nil
-}
-
-func (s denyStore) Peek(ctx context.Context, q core.Query) (core.Result, error) {
-	return s.Take(ctx, q)
-}
-
-func (denyStore) Refund(context.Context, core.Query, int64) error { return nil }
-
-func (denyStore) Reset(context.Context, core.Query) error { return nil }

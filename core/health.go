@@ -30,14 +30,6 @@ import (
 // for its keys and no maxmemory.
 var ErrUnsafeEviction = errors.New("eviction policy can drop live limiter keys")
 
-// Checker is implemented by stores that can check their configuration,
-// such as [RedisStore]. [Limiter.Check] calls it.
-type Checker interface {
-	// Check returns an error when the store is configured so that limits
-	// may not hold.
-	Check(ctx context.Context) error
-}
-
 // Check reports whether the Redis server keeps limiter keys until they
 // expire. It returns an error wrapping [ErrUnsafeEviction], naming the
 // server and its maxmemory-policy, when the policy is anything but
@@ -146,7 +138,8 @@ func (e eviction) check(addr string) error {
 }
 
 // Check asks the limiter's store whether it is configured so that limits
-// hold, if the store is a [Checker] (a [MemoryStore] is not: it passes),
+// hold, if the store has a method Check(ctx context.Context) error, as
+// [RedisStore] has (a [MemoryStore] has none: it passes),
 // and reports a failed check to the limiter's observers as an
 // [EventStoreCheck] event. It returns the store's error: with a
 // [RedisStore], one wrapping [ErrUnsafeEviction] for a server that can
@@ -154,13 +147,13 @@ func (e eviction) check(addr string) error {
 // bounds it (the limiter's timeout does not apply); whether to refuse to
 // start is the caller's choice.
 func (l *Limiter) Check(ctx context.Context) error {
-	c, ok := l.store.(Checker)
+	c, ok := l.store.(interface{ Check(context.Context) error })
 	if !ok {
 		return nil
 	}
 	err := c.Check(ctx)
 	if err != nil {
-		l.emit(ctx, nil, Event{Kind: EventStoreCheck, Err: err})
+		l.emit(ctx, Event{Kind: EventStoreCheck, Err: err})
 	}
 	return err
 }

@@ -14,14 +14,6 @@ import (
 // DefaultTimeout bounds every store call unless [WithTimeout] sets another.
 const DefaultTimeout = 20 * time.Millisecond
 
-// DefaultDenyCacheSize is the number of denied keys a [Limiter] remembers
-// unless [WithDenyCache] sets another.
-const DefaultDenyCacheSize = 10000
-
-// MaxKeyLen is the longest key stored as it is; longer keys are replaced
-// by a fixed-length hash of themselves.
-const MaxKeyLen = 128
-
 // FailurePolicy says how a [Limiter] decides when its store fails or times
 // out.
 type FailurePolicy uint8
@@ -65,9 +57,10 @@ type options struct {
 	tiers         map[string][]Rule
 	tierCacheSize int
 	tierCacheTTL  time.Duration
+	clock         func() time.Time
 }
 
-// WithTimeout bounds every store call; [DefaultTimeout] (20 ms) by default.
+// WithTimeout bounds every store call; 20 ms ([DefaultTimeout]) by default.
 // It must be positive. The bound holds whatever the go-redis client's own
 // options are.
 func WithTimeout(d time.Duration) Option {
@@ -80,18 +73,23 @@ func WithFailurePolicy(p FailurePolicy) Option {
 	return func(o *options) { o.failure = p }
 }
 
-// WithObserver adds an observer that sees every decision and every store
-// failure of the limiter. Several observers are called in order.
+// WithObserver adds an observer of the limiter: every decision, store
+// failure, breaker change and failed [Limiter.Check]. Several observers
+// are called in order. What only a middleware knows (skipped requests,
+// bad keys, denials let through in dry-run mode) goes to the middleware's
+// own observer instead, so one observer given to both sees every event
+// once.
 func WithObserver(obs Observer) Option {
 	return func(o *options) { o.observer = join(o.observer, obs) }
 }
 
-// WithDenyCache sets how many denied keys the limiter remembers locally
-// (least recently used first out); [DefaultDenyCacheSize] by default, 0
-// turns the cache off. A key denied with RetryAfter r cannot be admitted
-// before r passes, so until then a flood from it is answered without a
-// store call. The cache never admits: it only answers denials that the
-// store would give as well.
+// WithDenyCache sets how many denied keys the limiter remembers locally,
+// least recently used first out; 10,000 by default, 0 turns the cache off.
+// A key denied with RetryAfter r cannot be admitted before r passes, so
+// until then a flood from it is answered without a store call. The cache
+// never admits: it only answers denials that the store would give as
+// well. A limiter on a [MemoryStore] has no deny cache: the store answers
+// as fast.
 func WithDenyCache(size int) Option {
 	return func(o *options) { o.denyCacheSize = size }
 }
@@ -107,11 +105,22 @@ func WithBreaker(failures int, cooldown time.Duration) Option {
 	}
 }
 
+// WithClock makes the limiter read the time of its decisions from clock
+// instead of the store's own clock (the Redis server's TIME, or the
+// process's monotonic clock for a [MemoryStore]). Tests use it to step
+// time exactly. With a Redis store every app instance then writes its own
+// clock's times, so the windows are only as exact as the instances'
+// clocks agree: leave it unset in production.
+func WithClock(clock func() time.Time) Option {
+	return func(o *options) { o.clock = clock }
+}
+
 // Limiter decides whether requests of one [Policy] are admitted, key by
 // key. Build one per policy at start-up and share it: a Limiter is safe for
 // concurrent use.
 type Limiter struct {
 	store    Store
+	mem      *MemoryStore // store, when it is a MemoryStore
 	policy   Policy
 	minLimit int64
 	timeout  time.Duration
@@ -124,7 +133,7 @@ type Limiter struct {
 	seq      atomic.Uint64
 	tiers    *tierSet
 	shards   *shardSet // nil unless Policy.Shards > 1
-	inproc   bool      // the store never blocks: no timeout context needed
+	clock    func() time.Time
 }
 
 // NewLimiter returns a limiter for policy on store. It returns an error
@@ -139,11 +148,11 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	}
 	o := options{
 		timeout:       DefaultTimeout,
-		denyCacheSize: DefaultDenyCacheSize,
+		denyCacheSize: 10000,
 		breakerFails:  5,
 		breakerCool:   time.Second,
 		tierCacheSize: 10000,
-		tierCacheTTL:  DefaultTierCacheTTL,
+		tierCacheTTL:  time.Minute,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -175,16 +184,17 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		breaker:  breaker{threshold: int32(o.breakerFails), cooldown: o.breakerCool},
 		idPrefix: base64.RawURLEncoding.EncodeToString(nonce[:]) + ".",
 		shards:   newShardSet(policy),
+		clock:    o.clock,
 	}
-	_, l.inproc = store.(*MemoryStore)
+	l.mem, _ = store.(*MemoryStore)
 	if o.failure == FailLocal {
-		if m, ok := store.(*MemoryStore); ok {
-			l.local = m
+		if l.mem != nil {
+			l.local = l.mem
 		} else {
 			l.local = NewMemoryStore()
 		}
 	}
-	if o.denyCacheSize > 0 {
+	if o.denyCacheSize > 0 && l.mem == nil {
 		l.deny = newDenyCache(o.denyCacheSize)
 	}
 	if o.tierFunc != nil || o.tiers != nil {
@@ -206,7 +216,7 @@ func (l *Limiter) Policy() Policy {
 
 // Allow is AllowN(ctx, key, 1).
 func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
-	return l.allow(ctx, key, 1, nil, false)
+	return l.AllowN(ctx, key, 1)
 }
 
 // AllowN decides whether n units for key fit every rule of the policy now
@@ -214,22 +224,14 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 //
 // A store failure is not an error: the failure policy decides, and the
 // Decision's Source says so; the failure goes to the observers. AllowN
-// returns an error only when n is invalid (wrapping [ErrInvalidCost]) or
-// ctx is done (wrapping ctx.Err()).
+// returns an error only when n is invalid (wrapping [ErrInvalidCost]: n
+// below 1, or above the smallest limit of the key's rules, so that it
+// could never fit) or ctx is done (wrapping ctx.Err()).
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
-	return l.allow(ctx, key, n, nil, false)
-}
-
-// allow is AllowN with an extra observer; clamp charges a cost above the
-// smallest limit as that limit instead of failing.
-func (l *Limiter) allow(ctx context.Context, key string, n int64, extra Observer, clamp bool) (Decision, error) {
 	if l.tiers != nil {
-		if t := l.tiers.pick(ctx, BoundKey(key)); t != nil {
-			return t.allow(ctx, key, n, extra, clamp)
+		if t := l.tiers.pick(ctx, key, boundKey(key)); t != nil {
+			return t.AllowN(ctx, key, n)
 		}
-	}
-	if clamp {
-		n = min(n, l.minLimit)
 	}
 	if n < 1 || n > l.minLimit {
 		return Decision{}, fmt.Errorf("ratekit: policy %q: cost %d outside 1..%d: %w", l.policy.Name, n, l.minLimit, ErrInvalidCost)
@@ -237,19 +239,19 @@ func (l *Limiter) allow(ctx context.Context, key string, n int64, extra Observer
 	if err := ctx.Err(); err != nil {
 		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
 	}
-	key = l.shards.pick(BoundKey(key))
+	key, shard := l.shards.pick(boundKey(key))
+	now := l.now()
 	if l.deny != nil {
-		if d, ok := l.deny.get(key, n, time.Now()); ok {
-			l.emit(ctx, extra, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d})
+		if d, ok := l.deny.get(key, n, now); ok {
+			l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d})
 			return d, nil
 		}
 	}
 	id := inprocID
-	if !l.inproc {
+	if l.mem == nil {
 		id = l.nextID()
 	}
-	q := l.query(key, n, id)
-	return l.decide(ctx, q, true, extra)
+	return l.decide(ctx, l.query(key, shard, n, id, now), shard, now, true)
 }
 
 // Peek reports the decision a request of one unit for key would get now,
@@ -258,19 +260,34 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
 	}
-	key = BoundKey(key)
 	if l.tiers != nil {
-		if t := l.tiers.pick(ctx, key); t != nil {
+		if t := l.tiers.pick(ctx, key, boundKey(key)); t != nil {
 			return t.Peek(ctx, key)
 		}
 	}
-	key = l.shards.peek(key)
-	q := l.query(key, 1, "")
-	return l.decide(ctx, q, false, nil)
+	key, shard := l.shards.peek(boundKey(key))
+	now := l.now()
+	return l.decide(ctx, l.query(key, shard, 1, "", now), shard, now, false)
 }
 
-func (l *Limiter) query(key string, n int64, id string) Query {
-	return Query{Policy: l.policy.Name, Key: key, Rules: l.shards.rulesOf(key, l.policy.Rules), Algorithm: l.policy.Algorithm, Buckets: l.policy.buckets(), N: n, ID: id}
+// now returns the time of a decision by the limiter's clock; the zero
+// time when the store's own clock decides.
+func (l *Limiter) now() time.Time {
+	if l.clock != nil {
+		return l.clock()
+	}
+	return time.Now()
+}
+
+// query returns the store query for a bounded key (shard's, with shards)
+// decided at now.
+func (l *Limiter) query(key string, shard int, n int64, id string, now time.Time) Query {
+	q := Query{Policy: l.policy.Name, Key: key, Rules: l.shards.rules(shard, l.policy.Rules),
+		Algorithm: l.policy.Algorithm, Buckets: l.policy.buckets(), N: n, ID: id}
+	if l.clock != nil && !now.IsZero() {
+		q.Now = now.UnixMicro()
+	}
+	return q
 }
 
 // inprocID is the call ID of takes on the in-process store, which needs
@@ -281,17 +298,17 @@ func (l *Limiter) nextID() string {
 	return l.idPrefix + strconv.FormatUint(l.seq.Add(1), 36)
 }
 
-// decide asks the store, falling back by the failure policy; extra is a
-// guard's observer, reported to after the limiter's own.
-func (l *Limiter) decide(ctx context.Context, q Query, take bool, extra Observer) (Decision, error) {
-	now := time.Now()
-	if ok, probe := l.breaker.allow(now); ok {
+// decide asks the store, falling back by the failure policy. It fails
+// only when ctx ends before the store answered.
+func (l *Limiter) decide(ctx context.Context, q Query, shard int, now time.Time, take bool) (Decision, error) {
+	start := time.Now()
+	if ok, probe := l.breaker.allow(start); ok {
 		var gen uint64
 		if take && l.deny != nil {
 			gen = l.deny.generation(q.Key)
 		}
 		sctx, cancel := ctx, context.CancelFunc(nil)
-		if !l.inproc {
+		if l.mem == nil {
 			sctx, cancel = context.WithTimeout(ctx, l.timeout)
 		}
 		var (
@@ -306,39 +323,40 @@ func (l *Limiter) decide(ctx context.Context, q Query, take bool, extra Observer
 		if cancel != nil {
 			cancel()
 		}
-		lat := time.Since(now)
+		lat := time.Since(start)
 		if err == nil {
 			if l.breaker.success() {
-				l.emit(ctx, extra, Event{Kind: EventBreakerClose})
+				l.emit(ctx, Event{Kind: EventBreakerClose})
 			}
 			d := l.decision(res, SourceStore)
 			if take && d.Allowed {
-				d.ticket = ticket{owner: l, key: q.Key, id: q.ID, at: res.At, n: q.N}
+				d.ticket = ticket{owner: l, key: q.Key, shard: shard, id: q.ID, at: res.At, n: q.N}
 			}
 			if take && !d.Allowed && l.deny != nil {
 				l.deny.put(q.Key, q.N, now, d, gen)
 			}
-			l.emit(ctx, extra, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d, Latency: lat})
+			l.emit(ctx, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d, Latency: lat})
 			return d, nil
 		}
 		if cerr := ctx.Err(); cerr != nil {
+			// The caller gave up: that says nothing about the store.
 			if probe {
 				l.breaker.abandon()
 			}
 			return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, cerr)
 		}
 		if l.breaker.failure(time.Now()) {
-			defer l.emit(ctx, extra, Event{Kind: EventBreakerOpen, Err: err})
+			defer l.emit(ctx, Event{Kind: EventBreakerOpen, Err: err})
 		}
-		l.emit(ctx, extra, Event{Kind: EventStoreError, Key: q.Key, Cost: q.N, Err: err, Latency: lat})
+		l.emit(ctx, Event{Kind: EventStoreError, Key: q.Key, Cost: q.N, Err: err, Latency: lat})
 	}
-	d := l.fallback(ctx, q, take)
-	l.emit(ctx, extra, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d})
+	d := l.fallback(ctx, q, shard, take)
+	l.emit(ctx, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d})
 	return d, nil
 }
 
 // fallback decides without the store.
-func (l *Limiter) fallback(ctx context.Context, q Query, take bool) Decision {
+func (l *Limiter) fallback(ctx context.Context, q Query, shard int, take bool) Decision {
 	switch l.failure {
 	case FailOpen:
 		r := l.minRule()
@@ -365,7 +383,7 @@ func (l *Limiter) fallback(ctx context.Context, q Query, take bool) Decision {
 	}
 	d := l.decision(res, SourceLocal)
 	if take && d.Allowed {
-		d.ticket = ticket{owner: l, key: q.Key, id: q.ID, at: res.At, n: q.N, local: true}
+		d.ticket = ticket{owner: l, key: q.Key, shard: shard, id: q.ID, at: res.At, n: q.N, local: true}
 	}
 	return d
 }
@@ -384,7 +402,8 @@ func (l *Limiter) minRule() int {
 // request fits every rule); when allowed it is the rule with the fewest
 // units remaining.
 func (l *Limiter) decision(res Result, src Source) Decision {
-	d := Decision{Allowed: res.Allowed, Source: src, Rules: res.Rules}
+	d := Decision{Allowed: res.Allowed, Source: src}
+	d.states.set(res.Rules)
 	b := -1
 	for i, s := range res.Rules {
 		switch {
@@ -419,33 +438,35 @@ func (l *Limiter) decision(res Result, src Source) Decision {
 // account's failure count after a successful login. The error wraps the
 // store's.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
-	key = BoundKey(key)
+	key = boundKey(key)
 	if l.shards != nil {
 		return l.shards.reset(ctx, l, key)
 	}
-	return l.resetKey(ctx, key)
+	return l.resetKey(ctx, key, 0)
 }
 
-// resetKey is Reset of a bounded key (a shard's, with shards).
-func (l *Limiter) resetKey(ctx context.Context, key string) error {
+// resetKey is Reset of a bounded store key (shard's, with shards).
+func (l *Limiter) resetKey(ctx context.Context, key string, shard int) error {
 	// The deny caches forget key once the store has: a denial decided
 	// before then must not be cached after.
 	defer l.forgetDenial(key)
 	if l.tiers != nil {
 		for _, t := range l.tiers.by {
 			if t.local != nil && t.local != l.store {
-				_ = t.local.Reset(context.WithoutCancel(ctx), t.query(key, 0, ""))
+				_ = t.local.Reset(context.WithoutCancel(ctx), t.query(key, shard, 0, "", time.Time{}))
 			}
 		}
 	}
-	q := l.query(key, 0, "")
+	q := l.query(key, shard, 0, "", time.Time{})
 	if l.local != nil && l.local != l.store {
 		_ = l.local.Reset(context.WithoutCancel(ctx), q)
 	}
 	sctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	if err := l.store.Reset(sctx, q); err != nil {
-		return fmt.Errorf("ratekit: policy %q: reset: %w", l.policy.Name, err)
+		err = fmt.Errorf("ratekit: policy %q: reset: %w", l.policy.Name, err)
+		l.emit(ctx, Event{Kind: EventStoreError, Key: key, Err: err})
+		return err
 	}
 	return nil
 }
@@ -464,61 +485,49 @@ func (l *Limiter) forgetDenial(key string) {
 	}
 }
 
-// Refund gives back the units an allowed decision of this limiter
-// recorded, as if the request had not been made: "count only failures"
-// reserves a unit before the handler and refunds it on success. It does
-// nothing for denials and fallback admissions that recorded nothing. The
-// error wraps the store's.
-func (l *Limiter) Refund(ctx context.Context, d Decision) error {
-	t := d.ticket
-	if !d.Allowed || t.id == "" {
-		return nil
-	}
-	if t.owner != l {
-		if l.tiers == nil {
-			return fmt.Errorf("ratekit: policy %q: refund of a decision made by another limiter", l.policy.Name)
-		}
-		return t.owner.Refund(ctx, d)
-	}
+// refund gives back the units a ticket of this limiter identifies.
+func (l *Limiter) refund(ctx context.Context, t ticket) error {
 	if l.deny != nil {
 		// Once the units are back: a denial decided before then must not
 		// be cached after.
 		defer l.deny.remove(t.key)
 	}
-	q := l.query(t.key, t.n, t.id)
+	q := l.query(t.key, t.shard, t.n, t.id, time.Time{})
 	if t.local {
 		_ = l.local.Refund(context.WithoutCancel(ctx), q, t.at)
 		return nil
 	}
-	sctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
+	sctx, cancel := ctx, context.CancelFunc(nil)
+	if l.mem == nil {
+		sctx, cancel = context.WithTimeout(ctx, l.timeout)
+		defer cancel()
+	}
 	if err := l.store.Refund(sctx, q, t.at); err != nil {
-		return fmt.Errorf("ratekit: policy %q: refund: %w", l.policy.Name, err)
+		err = fmt.Errorf("ratekit: policy %q: refund: %w", l.policy.Name, err)
+		l.emit(ctx, Event{Kind: EventStoreError, Key: t.key, Cost: t.n, Err: err})
+		return err
 	}
 	return nil
 }
 
-// emit reports e to the limiter's observers, then to extra (a guard's):
-// two calls rather than a joined observer, so that the request path does
-// not allocate one.
-func (l *Limiter) emit(ctx context.Context, extra Observer, e Event) {
-	if l.observer == nil && extra == nil {
+// emit reports e to the limiter's observers.
+func (l *Limiter) emit(ctx context.Context, e Event) {
+	if l.observer == nil {
 		return
 	}
 	e.Policy = l.policy.Name
-	if l.observer != nil {
-		l.observer.Observe(ctx, e)
-	}
-	if extra != nil {
-		extra.Observe(ctx, e)
-	}
+	l.observer.Observe(ctx, e)
 }
 
-// BoundKey returns key unchanged when it is at most [MaxKeyLen] bytes, and
+// maxKeyLen is the longest key stored as it is; longer keys are replaced
+// by a fixed-length hash of themselves.
+const maxKeyLen = 128
+
+// boundKey returns key unchanged when it is at most maxKeyLen bytes, and
 // otherwise a fixed-length hash of it ("#" and the base64url SHA-256), so
 // very long user-supplied keys cannot bloat the store.
-func BoundKey(key string) string {
-	if len(key) <= MaxKeyLen {
+func boundKey(key string) string {
+	if len(key) <= maxKeyLen {
 		return key
 	}
 	sum := sha256.Sum256([]byte(key))

@@ -27,19 +27,6 @@ type MemoryStore struct {
 	shards [memShards]memShard
 }
 
-// MemoryOption configures a [MemoryStore].
-type MemoryOption func(*memoryOptions)
-
-type memoryOptions struct {
-	clock func() time.Time
-}
-
-// WithClock makes the store read time from clock instead of the system's
-// monotonic clock; tests use it to step time exactly.
-func WithClock(clock func() time.Time) MemoryOption {
-	return func(o *memoryOptions) { o.clock = clock }
-}
-
 type memShard struct {
 	mu  sync.Mutex
 	m   map[memKey]*memLog
@@ -61,22 +48,13 @@ type memLog struct {
 type memEvent struct{ at, n, cum int64 }
 
 // NewMemoryStore returns an empty in-process store.
-func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
-	var o memoryOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
+func NewMemoryStore() *MemoryStore {
 	s := &MemoryStore{seed: maphash.MakeSeed()}
-	if o.clock != nil {
-		clock := o.clock
-		s.now = func() int64 { return clock().UnixMicro() }
-	} else {
-		// Wall time at start plus monotonic time since, so that a wall
-		// clock step cannot move the windows.
-		base := time.Now()
-		baseMicro := base.UnixMicro()
-		s.now = func() int64 { return baseMicro + time.Since(base).Microseconds() }
-	}
+	// Wall time at start plus monotonic time since, so that a wall clock
+	// step cannot move the windows.
+	base := time.Now()
+	baseMicro := base.UnixMicro()
+	s.now = func() int64 { return baseMicro + time.Since(base).Microseconds() }
 	for i := range s.shards {
 		s.shards[i].m = make(map[memKey]*memLog)
 	}
@@ -115,19 +93,22 @@ func (s *MemoryStore) decide(ctx context.Context, q Query, take bool) (Result, e
 	if q.Algorithm != SlidingLog && q.Algorithm != SlidingBuckets {
 		return Result{}, fmt.Errorf("ratekit: memory store: algorithm %v: %w", q.Algorithm, ErrInvalidPolicy)
 	}
-	res := s.decideShard(q, take)
-	s.tick()
+	now := q.Now
+	if now == 0 {
+		now = s.now()
+	}
+	res := s.decideShard(q, take, now)
+	s.tick(now)
 	return res, nil
 }
 
 // decideShard decides q under its shard's lock.
-func (s *MemoryStore) decideShard(q Query, take bool) Result {
+func (s *MemoryStore) decideShard(q Query, take bool, now int64) Result {
 	k := keyOf(q)
 	sh := s.shard(k)
 	states := make([]RuleState, len(q.Rules))
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	now := s.now()
 	lg := sh.m[k]
 	var maxW int64
 	for _, r := range q.Rules {
@@ -286,14 +267,14 @@ func (sh *memShard) sweepSome(now int64, limit int) {
 // tick sweeps the shards in turn, one every 32 operations store-wide, so
 // that a shard whose keys see no more traffic is still emptied. It runs
 // outside any shard lock.
-func (s *MemoryStore) tick() {
+func (s *MemoryStore) tick(now int64) {
 	n := s.ops.Add(1)
 	if n%32 != 0 {
 		return
 	}
 	sh := &s.shards[(n/32)%memShards]
 	sh.mu.Lock()
-	sh.sweepSome(s.now(), 64)
+	sh.sweepSome(now, 64)
 	sh.mu.Unlock()
 }
 
@@ -345,8 +326,8 @@ func (s *MemoryStore) Reset(ctx context.Context, q Query) error {
 	return nil
 }
 
-// Len returns the number of keys the store holds, swept or not yet.
-func (s *MemoryStore) Len() int {
+// len returns the number of keys the store holds, swept or not yet.
+func (s *MemoryStore) len() int {
 	n := 0
 	for i := range s.shards {
 		sh := &s.shards[i]

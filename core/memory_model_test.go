@@ -15,7 +15,7 @@ import (
 // a brute-force sliding log.
 func TestMemoryStoreMatchesModel(t *testing.T) {
 	clock := newFakeClock()
-	store := core.NewMemoryStore(core.WithClock(clock.Now))
+	store := core.NewMemoryStore()
 	rules := []core.Rule{{Limit: 7, Window: 300 * time.Millisecond}, {Limit: 20, Window: 2 * time.Second}}
 	type unit struct {
 		at int64
@@ -57,7 +57,7 @@ func TestMemoryStoreMatchesModel(t *testing.T) {
 			continue
 		}
 		n := int64(1 + rng.IntN(3))
-		q := core.Query{Policy: "model", Key: "k", Rules: rules, N: n, ID: string(rune('a'+step%26)) + string(rune('0'+step/26%10)) + time.Duration(step).String()}
+		q := core.Query{Policy: "model", Key: "k", Rules: rules, N: n, ID: string(rune('a'+step%26)) + string(rune('0'+step/26%10)) + time.Duration(step).String(), Now: clock.Now().UnixMicro()}
 		res, err := store.Take(ctx, q)
 		if err != nil {
 			t.Fatal(err)

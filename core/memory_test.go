@@ -66,10 +66,8 @@ func runSteps(t *testing.T, rules []core.Rule, steps []step) {
 	t.Helper()
 	clock := newTestClock()
 	start := clock.Now()
-	// The deny cache runs on the real clock; it is off so that the fake
-	// clock alone decides.
-	l, err := core.NewLimiter(core.NewMemoryStore(core.WithClock(clock.Now)),
-		core.Policy{Name: "p", Rules: rules}, core.WithDenyCache(0))
+	l, err := core.NewLimiter(core.NewMemoryStore(),
+		core.Policy{Name: "p", Rules: rules}, core.WithClock(clock.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,8 +166,8 @@ func TestMemoryExactWindow(t *testing.T) {
 
 func TestMemoryRefundExact(t *testing.T) {
 	clock := newTestClock()
-	l, err := core.NewLimiter(core.NewMemoryStore(core.WithClock(clock.Now)),
-		core.Policy{Name: "p", Rules: []core.Rule{{Limit: 3, Window: time.Second}}}, core.WithDenyCache(0))
+	l, err := core.NewLimiter(core.NewMemoryStore(),
+		core.Policy{Name: "p", Rules: []core.Rule{{Limit: 3, Window: time.Second}}}, core.WithClock(clock.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,11 +179,11 @@ func TestMemoryRefundExact(t *testing.T) {
 	if !d1.Allowed || !d2.Allowed || d2.Remaining != 0 {
 		t.Fatalf("AllowN(k, 2), Allow(k) = %+v, %+v; want both allowed", d1, d2)
 	}
-	if err := l.Refund(ctx, d1); err != nil {
+	if err := d1.Refund(ctx); err != nil {
 		t.Fatal(err)
 	}
 	d, _ := l.Peek(ctx, "k")
-	if d.Remaining != 2 || d.Rules[0].Used != 1 {
+	if d.Remaining != 2 || d.Rules()[0].Used != 1 {
 		t.Errorf("Peek after refunding AllowN(k, 2) = %+v, want Used 1, Remaining 2", d)
 	}
 	// A refund after the units left the window gives nothing of the new
@@ -195,11 +193,11 @@ func TestMemoryRefundExact(t *testing.T) {
 	if !d.Allowed {
 		t.Errorf("AllowN(k, 3) after the window = %+v, want allowed", d)
 	}
-	if err := l.Refund(ctx, d2); err != nil {
+	if err := d2.Refund(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if d, _ := l.Peek(ctx, "k"); d.Rules[0].Used != 3 {
-		t.Errorf("Peek after a stale refund: Used %d, want 3 (nothing of the new units given back)", d.Rules[0].Used)
+	if d, _ := l.Peek(ctx, "k"); d.Rules()[0].Used != 3 {
+		t.Errorf("Peek after a stale refund: Used %d, want 3 (nothing of the new units given back)", d.Rules()[0].Used)
 	}
 }
 
@@ -213,13 +211,13 @@ func TestMemorySweepIdleKeys(t *testing.T) {
 		busy = 4096
 	)
 	clock := newTestClock()
-	store := core.NewMemoryStore(core.WithClock(clock.Now))
+	store := core.NewMemoryStore()
 	ctx := context.Background()
-	short, err := core.NewLimiter(store, core.Policy{Name: "short", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
+	short, err := core.NewLimiter(store, core.Policy{Name: "short", Rules: []core.Rule{{Limit: 1, Window: time.Second}}}, core.WithClock(clock.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
-	long, err := core.NewLimiter(store, core.Policy{Name: "long", Rules: []core.Rule{{Limit: 1 << 40, Window: time.Minute}}})
+	long, err := core.NewLimiter(store, core.Policy{Name: "long", Rules: []core.Rule{{Limit: 1 << 40, Window: time.Minute}}}, core.WithClock(clock.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,8 +248,8 @@ func TestMemorySweepIdleKeys(t *testing.T) {
 	}
 	t.Logf("%d idle keys swept within %d operations on %d busy keys", idle, ops, busy)
 	// The busy keys keep their units.
-	if d, _ := long.Peek(ctx, "busy-0"); d.Rules[0].Used != int64(ops/busy) {
-		t.Errorf("Peek(busy-0): Used %d, want %d", d.Rules[0].Used, ops/busy)
+	if d, _ := long.Peek(ctx, "busy-0"); d.Rules()[0].Used != int64(ops/busy) {
+		t.Errorf("Peek(busy-0): Used %d, want %d", d.Rules()[0].Used, ops/busy)
 	}
 }
 
@@ -267,8 +265,8 @@ func TestMemoryBoundedByLiveKeys(t *testing.T) {
 		bound  = 2000
 	)
 	clock := newTestClock()
-	store := core.NewMemoryStore(core.WithClock(clock.Now))
-	l, err := core.NewLimiter(store, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: window}}})
+	store := core.NewMemoryStore()
+	l, err := core.NewLimiter(store, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: window}}}, core.WithClock(clock.Now))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,9 +25,9 @@ func TestAllowAllDeniedConsumesNothing(t *testing.T) {
 	ctx := context.Background()
 	send := func(number string) bool {
 		ds, err := core.AllowAll(ctx,
-			core.Check{Limiter: phone, Key: number},
-			core.Check{Limiter: ip, Key: "198.51.100.7"},
-			core.Check{Limiter: global, Key: "all"},
+			core.Claim{Limiter: phone, Key: number},
+			core.Claim{Limiter: ip, Key: "198.51.100.7"},
+			core.Claim{Limiter: global, Key: "all"},
 		)
 		if err != nil {
 			t.Fatalf("AllowAll: %v", err)
@@ -56,7 +56,7 @@ func TestAllowAllDeniedConsumesNothing(t *testing.T) {
 func TestAllowAllNilLimiter(t *testing.T) {
 	l := mustLimiter(t, core.NewMemoryStore(), "a", core.Rule{Limit: 1, Window: time.Minute})
 	ctx := context.Background()
-	if _, err := core.AllowAll(ctx, core.Check{Limiter: l, Key: "k"}, core.Check{Key: "k"}); err == nil {
+	if _, err := core.AllowAll(ctx, core.Claim{Limiter: l, Key: "k"}, core.Claim{Key: "k"}); err == nil {
 		t.Fatal("AllowAll with a nil limiter: want an error")
 	}
 	if d, _ := l.Peek(ctx, "k"); d.Remaining != 1 {

@@ -20,16 +20,22 @@ const (
 	// EventBreakerClose reports that a probe succeeded and store calls
 	// resume.
 	EventBreakerClose
-	// EventSkip reports a request a [Guard] let through without a
-	// decision: a skip predicate matched or the request had no key.
-	EventSkip
-	// EventKeyError reports a request whose key function failed; it was
-	// answered as a bad request (or as configured). Event.Err holds why.
-	EventKeyError
 	// EventStoreCheck reports a failed [Limiter.Check]: a store configured
 	// so that limits may not hold, such as a Redis that can evict limiter
 	// keys ([ErrUnsafeEviction]). Event.Err holds why.
 	EventStoreCheck
+	// EventSkip reports a request a middleware let through without a
+	// decision of the policy: a skip predicate matched or the request had
+	// no key for it.
+	EventSkip
+	// EventKeyError reports a request whose key function failed, or whose
+	// cost was invalid; it was answered as a bad request (or as
+	// configured). Event.Err holds why.
+	EventKeyError
+	// EventDryRun reports a denial that a middleware in dry-run mode let
+	// through; Event.Decision holds it. The limiter reported the denial
+	// itself as an EventDecision.
+	EventDryRun
 )
 
 // String returns the kind's name.
@@ -43,12 +49,14 @@ func (k EventKind) String() string {
 		return "breaker_open"
 	case EventBreakerClose:
 		return "breaker_close"
+	case EventStoreCheck:
+		return "store_check"
 	case EventSkip:
 		return "skip"
 	case EventKeyError:
 		return "key_error"
-	case EventStoreCheck:
-		return "store_check"
+	case EventDryRun:
+		return "dry_run"
 	}
 	return "unknown"
 }
@@ -64,20 +72,18 @@ type Event struct {
 	Key string
 	// Cost is the units asked for.
 	Cost int64
-	// Decision is set for EventDecision.
+	// Decision is set for EventDecision and EventDryRun.
 	Decision Decision
-	// DryRun reports that a denial was let through because the guard is
-	// in dry-run mode.
-	DryRun bool
-	// Err is set for EventStoreError, EventKeyError and EventStoreCheck.
+	// Err is set for EventStoreError, EventKeyError and EventStoreCheck,
+	// and for EventSkip when the request had no key.
 	Err error
 	// Latency is how long the store call took, for EventDecision and
 	// EventStoreError made by the store.
 	Latency time.Duration
 }
 
-// Observer sees every decision and every store failure of a [Limiter] or
-// [Guard]. Observe is called synchronously on the request path, outside
+// Observer sees the events of a [Limiter] ([WithObserver]) or of a
+// middleware. Observe is called synchronously on the request path, outside
 // any lock: it must be fast and safe for concurrent use.
 type Observer interface {
 	Observe(ctx context.Context, e Event)

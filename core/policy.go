@@ -15,14 +15,15 @@ var ErrInvalidPolicy = errors.New("invalid policy")
 // below 1 or above the limit of a rule, so that no request could ever fit.
 var ErrInvalidCost = errors.New("invalid cost")
 
-// MinWindow is the shortest window a [Rule] may have.
-const MinWindow = time.Millisecond
+// minWindow is the shortest window a Rule may have.
+const minWindow = time.Millisecond
 
 // Rule says: at most Limit units in any sliding Window.
 type Rule struct {
 	// Limit is the number of units admitted per Window; at least 1.
 	Limit int64
-	// Window is the length of the sliding window; at least [MinWindow].
+	// Window is the length of the sliding window: at least 1 ms, in
+	// whole microseconds.
 	Window time.Duration
 }
 
@@ -60,12 +61,13 @@ type Policy struct {
 	// other than '{', '}', '"' and '\', so that it can go as it is into
 	// Redis Cluster key names, HTTP header fields and JSON.
 	Name string
-	// Rules must all have room for a request; at least one.
+	// Rules must all have room for a request; at least one and at most
+	// 16, each with a window of its own.
 	Rules []Rule
 	// Algorithm is how the store keeps the windows; SlidingLog by default.
 	Algorithm Algorithm
 	// Buckets is the number of buckets each window is split into under
-	// SlidingBuckets; [DefaultBuckets] when 0. More buckets cost memory and
+	// SlidingBuckets; 60 when 0. More buckets cost memory and
 	// time per decision and under-admit less. Ignored by SlidingLog.
 	Buckets int
 	// Shards splits every key over this many store keys, each holding its
@@ -78,9 +80,9 @@ type Policy struct {
 	Shards int
 }
 
-// DefaultBuckets is the number of buckets per window under SlidingBuckets
+// defaultBuckets is the number of buckets per window under SlidingBuckets
 // unless Policy.Buckets sets another.
-const DefaultBuckets = 60
+const defaultBuckets = 60
 
 // MaxBuckets is the largest Policy.Buckets.
 const MaxBuckets = 1000
@@ -88,7 +90,7 @@ const MaxBuckets = 1000
 // buckets returns the effective bucket count.
 func (p *Policy) buckets() int {
 	if p.Buckets == 0 {
-		return DefaultBuckets
+		return defaultBuckets
 	}
 	return p.Buckets
 }
@@ -144,15 +146,18 @@ func (p Policy) Validate() error {
 		if r.Limit < 1 {
 			return fmt.Errorf("ratekit: policy %q Rules[%d].Limit is %d, must be at least 1: %w", p.Name, i, r.Limit, ErrInvalidPolicy)
 		}
-		if r.Window < MinWindow {
-			return fmt.Errorf("ratekit: policy %q Rules[%d].Window is %v, must be at least %v: %w", p.Name, i, r.Window, MinWindow, ErrInvalidPolicy)
+		if r.Window < minWindow {
+			return fmt.Errorf("ratekit: policy %q Rules[%d].Window is %v, must be at least %v: %w", p.Name, i, r.Window, minWindow, ErrInvalidPolicy)
 		}
 		if r.Window%time.Microsecond != 0 {
 			return fmt.Errorf("ratekit: policy %q Rules[%d].Window %v is not a whole number of microseconds: %w", p.Name, i, r.Window, ErrInvalidPolicy)
 		}
 		for j := range i {
-			if p.Rules[j] == r {
-				return fmt.Errorf("ratekit: policy %q Rules[%d] duplicates Rules[%d] (%d per %v): %w", p.Name, i, j, r.Limit, r.Window, ErrInvalidPolicy)
+			if p.Rules[j].Window == r.Window {
+				// The smaller limit always binds; two rules of one window
+				// would also share a name in headers and problem bodies.
+				return fmt.Errorf("ratekit: policy %q Rules[%d] has the window of Rules[%d] (%v): keep the smaller limit only: %w",
+					p.Name, i, j, r.Window, ErrInvalidPolicy)
 			}
 		}
 	}

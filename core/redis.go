@@ -29,9 +29,9 @@ var (
 	bucketsScript    = redis.NewScript(preludeSource + bucketsSource)
 )
 
-// DefaultPrefix is the prefix of every key a [RedisStore] writes, unless
-// [WithPrefix] sets another.
-const DefaultPrefix = "ratekit"
+// defaultPrefix is the prefix of every key a RedisStore writes, unless
+// WithPrefix sets another.
+const defaultPrefix = "ratekit"
 
 // RedisStore is a [Store] on Redis, shared by every app instance that uses
 // the same Redis. Each decision is one Lua script call (EVALSHA, reloaded
@@ -50,7 +50,6 @@ const DefaultPrefix = "ratekit"
 type RedisStore struct {
 	client    redis.UniversalClient
 	prefix    string
-	clock     func() time.Time // nil: the server's TIME
 	honorsCtx bool
 
 	pipeline int                  // WithPipelining threshold; 0: off
@@ -66,15 +65,15 @@ type RedisStore struct {
 // RedisOption configures a [RedisStore].
 type RedisOption func(*RedisStore)
 
-// DefaultPipelineThreshold is the number of decisions in flight on one
-// [RedisStore] above which further decisions share round trips, unless
-// [WithPipelining] sets another.
-const DefaultPipelineThreshold = 4
+// defaultPipelineThreshold is the number of decisions in flight on one
+// RedisStore above which further decisions share round trips, unless
+// WithPipelining sets another.
+const defaultPipelineThreshold = 4
 
 // WithPipelining coalesces concurrent decisions into shared round trips
 // (go-redis auto-pipelining) once more than threshold decisions are in
 // flight on the store; below it, each decision is its own round trip, so
-// a lone caller's latency is unchanged. [DefaultPipelineThreshold] by
+// a lone caller's latency is unchanged. 4 by
 // default; 0 turns it off. Each caller keeps its own timeout and failure
 // policy: a decision whose shared round trip is late falls back alone.
 // Pipelining needs a *redis.Client (standalone or Sentinel failover) or a
@@ -84,23 +83,9 @@ func WithPipelining(threshold int) RedisOption {
 	return func(s *RedisStore) { s.pipeline = threshold }
 }
 
-// WithPrefix sets the prefix of every key; [DefaultPrefix] by default.
+// WithPrefix sets the prefix of every key; "ratekit" by default.
 func WithPrefix(prefix string) RedisOption {
 	return func(s *RedisStore) { s.prefix = prefix }
-}
-
-// WithClientTime makes the store send this process's clock with every
-// call instead of reading the Redis server's TIME. Use it only where the
-// app nodes' clocks are tightly synchronised; by default server time is
-// used.
-func WithClientTime() RedisOption {
-	return func(s *RedisStore) { s.clock = time.Now }
-}
-
-// WithClientClock is [WithClientTime] with the time read from clock, for
-// tests that step time by hand.
-func WithClientClock(clock func() time.Time) RedisOption {
-	return func(s *RedisStore) { s.clock = clock }
 }
 
 // WithWaitReplicas makes every Take that admits units wait until at
@@ -149,7 +134,7 @@ func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) *RedisStor
 	if client == nil {
 		panic("ratekit: NewRedisStore: nil client")
 	}
-	s := &RedisStore{client: client, prefix: DefaultPrefix, pipeline: DefaultPipelineThreshold}
+	s := &RedisStore{client: client, prefix: defaultPrefix, pipeline: defaultPipelineThreshold}
 	for _, opt := range opts {
 		opt(s)
 	}
@@ -204,18 +189,23 @@ func (s *RedisStore) scripter() (sc redis.Scripter, honorsCtx bool, done func())
 
 func (s *RedisStore) release() { s.inflight.Add(-1) }
 
-// Key returns the Redis key of a policy and key under SlidingLog: a ZSET
-// named <prefix>:<policy>:{<key>}. Under SlidingBuckets the key is a HASH
-// with ":b" appended (same hash slot).
+// Key returns the Redis key that a limiter's decisions on key under
+// policy use with SlidingLog: <prefix>:<policy>:{<key>}, the key hashed
+// first when it is over 128 bytes. Under SlidingBuckets the Redis key has
+// ":b" appended (same hash slot).
 func (s *RedisStore) Key(policy, key string) string {
-	return s.prefix + ":" + policy + ":{" + key + "}"
+	return s.redisKey(policy, boundKey(key))
+}
+
+func (s *RedisStore) redisKey(policy, bounded string) string {
+	return s.prefix + ":" + policy + ":{" + bounded + "}"
 }
 
 func (s *RedisStore) keyOf(q *Query) string {
 	if q.Algorithm == SlidingBuckets {
-		return s.Key(q.Policy, q.Key) + ":b"
+		return s.redisKey(q.Policy, q.Key) + ":b"
 	}
-	return s.Key(q.Policy, q.Key)
+	return s.redisKey(q.Policy, q.Key)
 }
 
 // Take implements [Store].
@@ -243,8 +233,8 @@ func (s *RedisStore) eval(ctx context.Context, q Query, take bool) (Result, erro
 		mode = "1"
 	}
 	now := ""
-	if s.clock != nil {
-		now = strconv.FormatInt(s.clock().UnixMicro(), 10)
+	if q.Now != 0 {
+		now = strconv.FormatInt(q.Now, 10)
 	}
 	args = append(args, mode, q.N, q.ID, now)
 	for _, r := range q.Rules {
@@ -355,7 +345,7 @@ func (s *RedisStore) Refund(ctx context.Context, q Query, at int64) error {
 
 // Reset implements [Store].
 func (s *RedisStore) Reset(ctx context.Context, q Query) error {
-	k := s.Key(q.Policy, q.Key)
+	k := s.redisKey(q.Policy, q.Key)
 	_, err := bounded(ctx, s.honorsCtx, func() (int64, error) {
 		if c, ok := s.client.(*redis.ClusterClient); ok {
 			// One DEL per key: a key that empties the hash tag ("" or

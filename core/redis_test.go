@@ -55,8 +55,8 @@ func TestRedisStore(t *testing.T) {
 	})
 	t.Run("ClientTime", func(t *testing.T) {
 		storetest.Run(t, func(*testing.T) core.Store {
-			return core.NewRedisStore(rdb, core.WithClientTime(), core.WithPrefix("ct"))
-		})
+			return core.NewRedisStore(rdb, core.WithPrefix("ct"))
+		}, core.WithClock(time.Now))
 	})
 }
 
@@ -346,16 +346,16 @@ func TestRedisSameInstant(t *testing.T) {
 
 	for _, tc := range []struct {
 		name string
-		opts []core.RedisOption
+		opts []core.Option
 	}{
 		{"server time", nil},
-		{"client time", []core.RedisOption{core.WithClientTime(), core.WithPrefix("ct")}},
+		{"client time", []core.Option{core.WithClock(time.Now)}},
 	} {
 		t.Run("concurrent "+tc.name, func(t *testing.T) {
 			const n = 300
-			store := core.NewRedisStore(rdb, tc.opts...)
+			store := core.NewRedisStore(rdb, core.WithPrefix(strings.ReplaceAll(tc.name, " ", "")))
 			l := mustLimit(t, store, core.Policy{Name: "c", Rules: []core.Rule{{Limit: 1000, Window: time.Minute}}},
-				core.WithTimeout(2*time.Second))
+				append([]core.Option{core.WithTimeout(2 * time.Second)}, tc.opts...)...)
 			var allowed atomic.Int64
 			var wg sync.WaitGroup
 			start := make(chan struct{})
@@ -643,7 +643,7 @@ func TestRedisRetryCountedOnce(t *testing.T) {
 				t.Errorf("ZCARD after a retried AllowN(%s, %d) = %d, want %d (counted once)", key, n, got, n)
 			}
 			// The units are still refundable by the decision's ticket.
-			if err := l.Refund(ctx, d); err != nil {
+			if err := d.Refund(ctx); err != nil {
 				t.Fatal(err)
 			}
 			if got := zcard(t, admin, store.Key(p.Name, key)); got != 0 {
@@ -841,7 +841,7 @@ func TestRedisScriptFlush(t *testing.T) {
 			}
 			return err
 		}},
-		{"Refund", func() error { return l.Refund(ctx, d1) }},
+		{"Refund", func() error { return d1.Refund(ctx) }},
 	} {
 		t.Run(step.name, func(t *testing.T) {
 			if err := rdb.ScriptFlush(ctx).Err(); err != nil {

@@ -329,5 +329,6 @@ func ExampleWithWaitReplicas() {
 	_ = limiter
 	// Export how many admissions no replica acknowledged in time.
 	waits, short := store.ReplicaWaits()
-	_, _ = waits, short
+	fmt.Println(waits, short)
+	// Output: 0 0
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"sync/atomic"
 )
 
@@ -18,9 +17,9 @@ const MaxShards = 256
 // Limit%Shards shards: the shares sum to the limit exactly. Decisions go
 // to the shards in turn.
 type shardSet struct {
-	n     int
-	next  atomic.Uint64
-	rules [][]Rule // per shard: the policy's rules with the shard's shares
+	n      int
+	next   atomic.Uint64
+	shares [][]Rule // per shard: the policy's rules with the shard's shares
 }
 
 // newShardSet returns the shards of a valid policy; nil when it has none.
@@ -28,13 +27,13 @@ func newShardSet(p Policy) *shardSet {
 	if p.Shards <= 1 {
 		return nil
 	}
-	s := &shardSet{n: p.Shards, rules: make([][]Rule, p.Shards)}
-	for i := range s.rules {
+	s := &shardSet{n: p.Shards, shares: make([][]Rule, p.Shards)}
+	for i := range s.shares {
 		rs := make([]Rule, len(p.Rules))
 		for j, r := range p.Rules {
 			rs[j] = Rule{Limit: share(r.Limit, p.Shards, i), Window: r.Window}
 		}
-		s.rules[i] = rs
+		s.shares[i] = rs
 	}
 	return s
 }
@@ -52,44 +51,39 @@ func share(limit int64, n, i int) int64 {
 // (key, shard) pairs give distinct names.
 func shardKey(key string, i int) string { return key + "#" + strconv.Itoa(i) }
 
-// pick returns the shard of key that decides the next request: the shards
-// take turns, on a counter shared by the limiter's keys. Without shards it
-// returns key.
-func (s *shardSet) pick(key string) string {
+// pick returns the store key and index of the shard of key that decides
+// the next request: the shards take turns, on a counter shared by the
+// limiter's keys. Without shards it returns key and 0.
+func (s *shardSet) pick(key string) (string, int) {
 	if s == nil {
-		return key
+		return key, 0
 	}
-	return shardKey(key, int((s.next.Add(1)-1)%uint64(s.n)))
+	i := int((s.next.Add(1) - 1) % uint64(s.n))
+	return shardKey(key, i), i
 }
 
 // peek returns the shard pick would return next, without taking the turn.
-func (s *shardSet) peek(key string) string {
+func (s *shardSet) peek(key string) (string, int) {
 	if s == nil {
-		return key
+		return key, 0
 	}
-	return shardKey(key, int(s.next.Load()%uint64(s.n)))
+	i := int(s.next.Load() % uint64(s.n))
+	return shardKey(key, i), i
 }
 
-// rulesOf returns the rules of a shard key; without shards, all. A name
-// that is not a shard's (unreachable) gets the smallest shares, which
-// never over-admit.
-func (s *shardSet) rulesOf(key string, all []Rule) []Rule {
+// rules returns the rules of shard i; without shards, all.
+func (s *shardSet) rules(i int, all []Rule) []Rule {
 	if s == nil {
 		return all
 	}
-	j := strings.LastIndexByte(key, '#')
-	i, err := strconv.Atoi(key[j+1:])
-	if j < 0 || err != nil || i < 0 || i >= s.n {
-		return s.rules[s.n-1]
-	}
-	return s.rules[i]
+	return s.shares[i]
 }
 
 // reset resets every shard of key.
 func (s *shardSet) reset(ctx context.Context, l *Limiter, key string) error {
 	var errs []error
 	for i := range s.n {
-		if err := l.resetKey(ctx, shardKey(key, i)); err != nil {
+		if err := l.resetKey(ctx, shardKey(key, i), i); err != nil {
 			errs = append(errs, err)
 		}
 	}

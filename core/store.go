@@ -29,9 +29,9 @@ type Store interface {
 type Query struct {
 	// Policy is the policy name, the key namespace.
 	Policy string
-	// Key is the key within the policy, already bounded in length
-	// ([MaxKeyLen] bytes, plus "#<i>" for shard i of a policy with
-	// Shards).
+	// Key is the key within the policy, already bounded in length (keys
+	// over 128 bytes are replaced by a hash of themselves; shard i of a
+	// policy with Shards appends "#<i>").
 	Key string
 	// Rules are the policy's rules; all must have room.
 	Rules []Rule
@@ -46,6 +46,10 @@ type Query struct {
 	// ID is unique per Take. A store records the units under it so that a
 	// retried Take is counted once and a Refund can find them.
 	ID string
+	// Now is the time of the decision in microseconds since the Unix
+	// epoch, set when the limiter has a clock of its own ([WithClock]);
+	// 0 means the store's own clock decides.
+	Now int64
 }
 
 // Result is a store's answer to a Take or Peek.

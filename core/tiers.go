@@ -10,12 +10,9 @@ import (
 )
 
 // TierFunc names the tier of a key, for example the plan of an API key
-// ("free", "pro"), looked up in the app's database.
+// ("free", "pro"), looked up in the app's database. It gets the key as
+// the limiter got it, however long.
 type TierFunc func(ctx context.Context, key string) (tier string, err error)
-
-// DefaultTierCacheTTL is how long a key's resolved tier is remembered
-// unless [WithTierCache] sets another.
-const DefaultTierCacheTTL = time.Minute
 
 // WithTiers chooses the rules per key: resolve names a key's tier and
 // tiers maps each tier to its rules. The policy's own Rules apply to keys
@@ -35,8 +32,8 @@ func WithTiers(resolve TierFunc, tiers map[string][]Rule) Option {
 }
 
 // WithTierCache sets how many keys' tiers are cached and for how long;
-// 10,000 keys for [DefaultTierCacheTTL] by default. size 0 turns the cache
-// off (resolve runs on every request).
+// 10,000 keys for a minute by default. size 0 turns the cache off
+// (resolve runs on every request).
 func WithTierCache(size int, ttl time.Duration) Option {
 	return func(o *options) {
 		o.tierCacheSize = size
@@ -106,10 +103,11 @@ func withoutTiers() Option {
 }
 
 // pick returns the limiter of key's tier, or nil for the default tier.
-func (ts *tierSet) pick(ctx context.Context, key string) *Limiter {
+// The tier is resolved from key and cached under its bounded form.
+func (ts *tierSet) pick(ctx context.Context, key, bounded string) *Limiter {
 	now := time.Now()
 	if ts.cache != nil {
-		if e, ok := ts.cache.Get(key); ok && now.Before(e.exp) {
+		if e, ok := ts.cache.Get(bounded); ok && now.Before(e.exp) {
 			return e.l
 		}
 	}
@@ -118,7 +116,7 @@ func (ts *tierSet) pick(ctx context.Context, key string) *Limiter {
 		l = ts.by[name]
 	}
 	if ts.cache != nil {
-		ts.cache.Add(key, tierEntry{l: l, exp: now.Add(ts.ttl)})
+		ts.cache.Add(bounded, tierEntry{l: l, exp: now.Add(ts.ttl)})
 	}
 	return l
 }
@@ -128,6 +126,6 @@ func (ts *tierSet) pick(ctx context.Context, key string) *Limiter {
 // nothing on a limiter without tiers.
 func (l *Limiter) InvalidateTier(key string) {
 	if l.tiers != nil && l.tiers.cache != nil {
-		l.tiers.cache.Remove(BoundKey(key))
+		l.tiers.cache.Remove(boundKey(key))
 	}
 }

@@ -135,7 +135,7 @@ func TestTiersRefundAndReset(t *testing.T) {
 	l := newTiered(t, p)
 	ctx := context.Background()
 	d, _ := l.Allow(ctx, "k")
-	if err := l.Refund(ctx, d); err != nil {
+	if err := d.Refund(ctx); err != nil {
 		t.Fatalf("Refund: %v", err)
 	}
 	if pd, _ := l.Peek(ctx, "k"); pd.Remaining != 3 {

@@ -9,23 +9,9 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/echolimit"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/adaptertest"
 )
-
-var forwarders = adaptertest.Forwarders[echolimit.Option]{
-	WithKey:      echolimit.WithKey,
-	WithSkip:     echolimit.WithSkip,
-	WithCost:     echolimit.WithCost,
-	WithCountIf:  echolimit.WithCountIf,
-	WithResetIf:  echolimit.WithResetIf,
-	WithHeaders:  echolimit.WithHeaders,
-	WithBody:     echolimit.WithBody,
-	WithNoKey:    echolimit.WithNoKey,
-	WithKeyError: echolimit.WithKeyError,
-	WithDryRun:   echolimit.WithDryRun,
-	WithObserver: echolimit.WithObserver,
-	WithAlso:     echolimit.WithAlso,
-}
 
 // handler is the suite's handler; framework errors are returned as
 // *echo.HTTPError for echo's error handler to write.
@@ -42,9 +28,9 @@ func handler(c echo.Context) error {
 }
 
 func newEcho(t *testing.T, l *core.Limiter, o adaptertest.Options) *echo.Echo {
-	opts := forwarders.Apply(t, o)
+	opts := o.GuardOptions()
 	if o.DenyHandler {
-		opts = append(opts, echolimit.WithDenyHandler(func(c echo.Context, v *core.Verdict) error {
+		opts = append(opts, echolimit.WithDenyHandler(func(c echo.Context, v *guard.Verdict) error {
 			status, body := adaptertest.DenyReply(v)
 			return c.String(status, body)
 		}))

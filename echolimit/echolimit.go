@@ -8,76 +8,24 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
-// Option configures the middleware.
-type Option func(*config)
-
-type config struct {
-	guard   []core.GuardOption
-	skipper func(echo.Context) bool
-	deny    func(echo.Context, *core.Verdict) error
-}
-
-// WithKey sets the key function; keyfunc.ClientIP() by default.
-func WithKey(f keyfunc.Func) Option { return guard(core.WithKey(f)) }
-
-// WithSkip sets a predicate for requests that are not limited; none by
-// default. [WithSkipper] is the same with echo's own signature.
-func WithSkip(f func(keyfunc.Request) bool) Option { return guard(core.WithSkip(f)) }
-
-// WithCost sets the units a request costs; 1 by default. See [core.WithCost].
-func WithCost(f func(keyfunc.Request) int64) Option { return guard(core.WithCost(f)) }
-
-// WithCountIf counts a request only when count(status) is true for the
-// handler's status; every admitted request counts by default. See
-// [core.WithCountIf]. When the handler returns an error before writing a
-// response, the status is the *echo.HTTPError's code, else 500, as echo's
-// default error handler answers.
-func WithCountIf(count func(status int) bool) Option { return guard(core.WithCountIf(count)) }
-
-// WithResetIf resets the key when reset(status) is true for the handler's
-// status; off by default. See [core.WithResetIf] and [WithCountIf] for how
-// the status is found.
-func WithResetIf(reset func(status int) bool) Option { return guard(core.WithResetIf(reset)) }
-
-// WithAlso adds a limit decided together with this one: l keyed by key.
-// The request is admitted only if every limit admits it, and a request
-// denied by one consumes nothing from the others, even when their keys
-// live in different Redis Cluster slots. A denial is answered with the
-// denying limit's headers and body. See [core.WithAlso]; it panics if l or
-// key is nil, a programmer error caught at start-up.
-func WithAlso(l *core.Limiter, key keyfunc.Func) Option { return guard(core.WithAlso(l, key)) }
-
-// WithHeaders selects the rate-limit header fields;
-// [core.HeadersXRateLimit] by default.
-func WithHeaders(s core.HeaderStyle) Option { return guard(core.WithHeaders(s)) }
-
-// WithBody selects the denial body; [core.BodyText] by default.
-func WithBody(s core.BodyStyle) Option { return guard(core.WithBody(s)) }
-
-// WithNoKey says what to do with requests that have no key;
-// [core.NoKeySkip] by default.
-func WithNoKey(a core.NoKeyAction) Option { return guard(core.WithNoKey(a)) }
-
-// WithKeyError says what to do when the key function fails;
-// [core.KeyErrorReject] (400) by default.
-func WithKeyError(a core.KeyErrorAction) Option { return guard(core.WithKeyError(a)) }
-
-// WithDryRun decides and reports but never blocks; off by default.
-func WithDryRun(on bool) Option { return guard(core.WithDryRun(on)) }
-
-// WithObserver adds an observer of every request the middleware handles.
-func WithObserver(o core.Observer) Option { return guard(core.WithGuardObserver(o)) }
+// skipper and denyHandler are this adapter's own settings, carried by
+// guard.Native.
+type (
+	skipper     func(c echo.Context) bool
+	denyHandler func(c echo.Context, v *guard.Verdict) error
+)
 
 // WithSkipper sets echo's usual skipper: when it returns true the request
 // goes on unlimited, without rate-limit headers. None by default. It
 // accepts a middleware.Skipper; the parameter is the plain func type so
 // that this package does not import echo's middleware package (and its
 // golang.org/x/time dependency).
-func WithSkipper(s func(c echo.Context) bool) Option {
-	return func(c *config) { c.skipper = s }
+func WithSkipper(s func(c echo.Context) bool) guard.Option {
+	return guard.Native(skipper(s))
 }
 
 // WithDenyHandler replaces the 429 answer; its error is returned from the
@@ -85,48 +33,46 @@ func WithSkipper(s func(c echo.Context) bool) Option {
 // h is called. To render denials with the app's HTTPErrorHandler, return
 // an *echo.HTTPError:
 //
-//	echolimit.WithDenyHandler(func(c echo.Context, v *core.Verdict) error {
+//	echolimit.WithDenyHandler(func(c echo.Context, v *guard.Verdict) error {
 //		return echo.NewHTTPError(http.StatusTooManyRequests, "slow down")
 //	})
 //
 // By default the answer is the guard's fixed body (see [Write]).
-func WithDenyHandler(h func(c echo.Context, v *core.Verdict) error) Option {
-	return func(c *config) { c.deny = h }
+func WithDenyHandler(h func(c echo.Context, v *guard.Verdict) error) guard.Option {
+	return guard.Native(denyHandler(h))
 }
 
-func guard(o core.GuardOption) Option {
-	return func(c *config) { c.guard = append(c.guard, o) }
-}
-
-// New returns echo middleware that limits requests with l. The middleware
-// is safe for concurrent use; build it once and use it on as many routes
-// or groups as needed. New panics if l is nil, a programmer error caught
-// at start-up.
+// New returns echo middleware that limits requests with l, configured by
+// the [guard] options and this package's own. The middleware is safe for
+// concurrent use; build it once and use it on as many routes or groups as
+// needed. New panics if l is nil or an option belongs to another adapter,
+// programmer errors caught at start-up.
 //
 // Denials, bad keys and store outages are written directly (see [Write])
 // rather than returned as *echo.HTTPError, so every ratekit adapter
 // answers with the same status, headers and body whatever the app's
 // HTTPErrorHandler does; use [WithDenyHandler] to hand denials to it.
-func New(l *core.Limiter, opts ...Option) echo.MiddlewareFunc {
-	var cfg config
-	for _, opt := range opts {
-		opt(&cfg)
-	}
-	g := core.NewGuard(l, cfg.guard...)
+func New(l *core.Limiter, opts ...guard.Option) echo.MiddlewareFunc {
+	g := guard.New(l, opts...)
+	var (
+		skip skipper
+		deny denyHandler
+	)
+	g.ReadNatives("echolimit.New", &skip, &deny)
 	finish := g.NeedsFinish()
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			if cfg.skipper != nil && cfg.skipper(c) {
+			if skip != nil && skip(c) {
 				return next(c)
 			}
 			r := c.Request()
 			ctx := r.Context()
-			v := g.Check(ctx, keyfunc.FromHTTPWithValues(r, c.Path(), locals{c}))
+			v := g.Admit(ctx, keyfunc.FromHTTPWithValues(r, c.Path(), locals{c}))
 			v.WriteHeaders(c.Response().Header().Set)
 			if !v.Proceed() {
-				if cfg.deny != nil && v.Outcome == core.OutcomeDeny {
+				if deny != nil && v.Outcome == guard.OutcomeDeny {
 					d := v // only denials pay for the copy the handler may keep
-					return cfg.deny(c, &d)
+					return deny(c, &d)
 				}
 				return Write(c, &v)
 			}
@@ -143,7 +89,7 @@ func New(l *core.Limiter, opts ...Option) echo.MiddlewareFunc {
 // Write writes the guard's answer for a request that does not proceed:
 // status, content type and fixed body. Headers from v.WriteHeaders must be
 // set before. Deny handlers may call it to fall back to the default answer.
-func Write(c echo.Context, v *core.Verdict) error {
+func Write(c echo.Context, v *guard.Verdict) error {
 	res := c.Response()
 	status, body := v.Answer(res.Header().Set)
 	res.WriteHeader(status)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/echolimit"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
@@ -51,7 +52,7 @@ func TestDenyHandlerHTTPError(t *testing.T) {
 			_ = c.JSON(he.Code, map[string]any{"error": he.Message})
 		}
 	}
-	deny := echolimit.WithDenyHandler(func(c echo.Context, v *core.Verdict) error {
+	deny := echolimit.WithDenyHandler(func(c echo.Context, v *guard.Verdict) error {
 		return echo.NewHTTPError(http.StatusTooManyRequests, "slow down")
 	})
 	e.GET("/", ok, echolimit.New(newLimiter(t, 1), deny))
@@ -60,7 +61,7 @@ func TestDenyHandlerHTTPError(t *testing.T) {
 	if rec.Code != http.StatusTooManyRequests || rec.Body.String() != "{\"error\":\"slow down\"}\n" {
 		t.Errorf("denied: %d %q, want the app's error handler's 429", rec.Code, rec.Body)
 	}
-	if rec.Header().Get(core.HeaderRetryAfter) != "3600" || rec.Header().Get(core.HeaderRemaining) != "0" {
+	if rec.Header().Get(guard.HeaderRetryAfter) != "3600" || rec.Header().Get(guard.HeaderRemaining) != "0" {
 		t.Errorf("denied: headers %v, want Retry-After and X-RateLimit-* set before the error handler", rec.Header())
 	}
 }
@@ -84,7 +85,7 @@ func TestSkipper(t *testing.T) {
 	skip := echolimit.WithSkipper(func(c echo.Context) bool { return c.QueryParam("internal") == "1" })
 	e.GET("/", ok, echolimit.New(newLimiter(t, 1), skip))
 	for range 3 {
-		if rec := serve(e, "/?internal=1"); rec.Code != http.StatusOK || rec.Header().Get(core.HeaderLimit) != "" {
+		if rec := serve(e, "/?internal=1"); rec.Code != http.StatusOK || rec.Header().Get(guard.HeaderLimit) != "" {
 			t.Fatalf("skipped: %d %v, want 200 without rate-limit headers", rec.Code, rec.Header())
 		}
 	}
@@ -114,7 +115,7 @@ func TestContextLocalsAndRoute(t *testing.T) {
 			return next(c)
 		}
 	}
-	e.GET("/users/:id", ok, setUser, echolimit.New(newLimiter(t, 5), echolimit.WithKey(key)))
+	e.GET("/users/:id", ok, setUser, echolimit.New(newLimiter(t, 5), guard.WithKey(key)))
 	req := httptest.NewRequestWithContext(context.WithValue(context.Background(), ctxKey{}, "request"), http.MethodGet, "/users/7", nil)
 	e.ServeHTTP(httptest.NewRecorder(), req)
 	if ctx == nil || ctx.Value(ctxKey{}) != "request" || user != "alice" || route != "/users/:id" {
@@ -129,7 +130,7 @@ func TestCountIfCommittedError(t *testing.T) {
 	e.GET("/", func(c echo.Context) error {
 		_ = c.String(http.StatusOK, "done")
 		return echo.NewHTTPError(http.StatusInternalServerError)
-	}, echolimit.New(newLimiter(t, 1), echolimit.WithCountIf(func(s int) bool { return s >= 400 })))
+	}, echolimit.New(newLimiter(t, 1), guard.WithCountIf(func(s int) bool { return s >= 400 })))
 	for i := range 3 {
 		if rec := serve(e, "/"); rec.Code != http.StatusOK {
 			t.Fatalf("request %d: status %d, want 200 (refunded: the client got 200)", i+1, rec.Code)

@@ -12,7 +12,9 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/echolimit"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/keyfunc"
+	"github.com/ratekit/ratekit/keyfunc/personal"
 )
 
 // Limit one route: one verification SMS per phone number per minute. The
@@ -34,7 +36,7 @@ func ExampleNew() {
 		}
 		return c.String(http.StatusAccepted, "code sent\n")
 	}
-	e.POST("/sms", send, echolimit.New(sms, echolimit.WithKey(keyfunc.Phone(keyfunc.DefaultRegion("CN")))))
+	e.POST("/sms", send, echolimit.New(sms, guard.WithKey(personal.Phone(personal.DefaultRegion("CN")))))
 
 	for _, phone := range []string{"+86 138-0013-8000", "13800138000", "not a number"} {
 		req := httptest.NewRequest(http.MethodPost, "/sms", strings.NewReader(`{"phone":"`+phone+`"}`))
@@ -61,7 +63,7 @@ func ExampleNew_group() {
 	}
 
 	e := echo.New()
-	api := e.Group("/api", echolimit.New(quota, echolimit.WithKey(keyfunc.AppKey())))
+	api := e.Group("/api", echolimit.New(quota, guard.WithKey(keyfunc.AppKey())))
 	api.GET("/items", func(c echo.Context) error { return c.String(http.StatusOK, "items\n") })
 	api.GET("/users", func(c echo.Context) error { return c.String(http.StatusOK, "users\n") })
 

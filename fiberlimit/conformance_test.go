@@ -9,23 +9,9 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/fiberlimit"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/adaptertest"
 )
-
-var forwarders = adaptertest.Forwarders[fiberlimit.Option]{
-	WithKey:      fiberlimit.WithKey,
-	WithSkip:     fiberlimit.WithSkip,
-	WithCost:     fiberlimit.WithCost,
-	WithCountIf:  fiberlimit.WithCountIf,
-	WithResetIf:  fiberlimit.WithResetIf,
-	WithHeaders:  fiberlimit.WithHeaders,
-	WithBody:     fiberlimit.WithBody,
-	WithNoKey:    fiberlimit.WithNoKey,
-	WithKeyError: fiberlimit.WithKeyError,
-	WithDryRun:   fiberlimit.WithDryRun,
-	WithObserver: fiberlimit.WithObserver,
-	WithAlso:     fiberlimit.WithAlso,
-}
 
 // handler is the suite's handler; framework errors are returned as
 // *fiber.Error for fiber's error handler to write.
@@ -41,9 +27,9 @@ func handler(c *fiber.Ctx) error {
 }
 
 func newApp(t *testing.T, l *core.Limiter, o adaptertest.Options, cfg ...fiber.Config) *fiber.App {
-	opts := forwarders.Apply(t, o)
+	opts := o.GuardOptions()
 	if o.DenyHandler {
-		opts = append(opts, fiberlimit.WithDenyHandler(func(c *fiber.Ctx, v *core.Verdict) error {
+		opts = append(opts, fiberlimit.WithDenyHandler(func(c *fiber.Ctx, v *guard.Verdict) error {
 			status, body := adaptertest.DenyReply(v)
 			return c.Status(status).SendString(body)
 		}))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/fiberlimit"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
@@ -26,8 +27,8 @@ func ExampleNew() {
 
 	app := fiber.New()
 	app.Post("/login", fiberlimit.New(login,
-		fiberlimit.WithKey(keyfunc.ClientIP()),
-		fiberlimit.WithCountIf(func(status int) bool { return status == fiber.StatusUnauthorized }),
+		guard.WithKey(keyfunc.ClientIP()),
+		guard.WithCountIf(func(status int) bool { return status == fiber.StatusUnauthorized }),
 	), func(c *fiber.Ctx) error {
 		if c.Query("password") != "secret" {
 			return fiber.ErrUnauthorized // counted: fiber answers 401
@@ -62,7 +63,7 @@ func ExampleNew_group() {
 	}
 
 	app := fiber.New()
-	api := app.Group("/api", fiberlimit.New(quota, fiberlimit.WithKey(keyfunc.AppKey())))
+	api := app.Group("/api", fiberlimit.New(quota, guard.WithKey(keyfunc.AppKey())))
 	api.Get("/items", func(c *fiber.Ctx) error { return c.SendString("items") })
 	api.Get("/users", func(c *fiber.Ctx) error { return c.SendString("users") })
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/fiberlimit"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
@@ -63,7 +64,7 @@ func TestNext(t *testing.T) {
 	next := fiberlimit.WithNext(func(c *fiber.Ctx) bool { return c.Query("internal") == "1" })
 	app.Get("/", fiberlimit.New(newLimiter(t, 1), next), ok)
 	for range 3 {
-		if s, h, _ := test(t, app, httptest.NewRequest(http.MethodGet, "/?internal=1", nil)); s != 200 || h.Get(core.HeaderLimit) != "" {
+		if s, h, _ := test(t, app, httptest.NewRequest(http.MethodGet, "/?internal=1", nil)); s != 200 || h.Get(guard.HeaderLimit) != "" {
 			t.Fatalf("skipped: %d %v, want 200 without rate-limit headers", s, h)
 		}
 	}
@@ -84,13 +85,13 @@ func TestDenyHandlerError(t *testing.T) {
 		}
 		return c.Status(fe.Code).JSON(fiber.Map{"error": fe.Message})
 	}})
-	deny := fiberlimit.WithDenyHandler(func(c *fiber.Ctx, v *core.Verdict) error {
+	deny := fiberlimit.WithDenyHandler(func(c *fiber.Ctx, v *guard.Verdict) error {
 		return fiber.NewError(fiber.StatusTooManyRequests, "slow down")
 	})
 	app.Get("/", fiberlimit.New(newLimiter(t, 1), deny), ok)
 	test(t, app, httptest.NewRequest(http.MethodGet, "/", nil))
 	s, h, body := test(t, app, httptest.NewRequest(http.MethodGet, "/", nil))
-	if s != 429 || body != `{"error":"slow down"}` || h.Get(core.HeaderRetryAfter) != "3600" {
+	if s != 429 || body != `{"error":"slow down"}` || h.Get(guard.HeaderRetryAfter) != "3600" {
 		t.Errorf("denied: %d %v %q, want the error handler's 429 with Retry-After", s, h, body)
 	}
 }
@@ -112,7 +113,7 @@ func TestLocalsAndUserContext(t *testing.T) {
 		c.SetUserContext(context.WithValue(context.Background(), ctxKey{}, "request"))
 		return c.Next()
 	})
-	app.Get("/", fiberlimit.New(newLimiter(t, 5), fiberlimit.WithKey(key)), ok)
+	app.Get("/", fiberlimit.New(newLimiter(t, 5), guard.WithKey(key)), ok)
 	test(t, app, httptest.NewRequest(http.MethodGet, "/", nil))
 	if local != "alice" || fromCtx != "request" || ctx == nil || ctx.Value(ctxKey{}) != "request" {
 		t.Errorf("Value: local %v, context %v; context %v; want alice, request and the user context", local, fromCtx, ctx)
@@ -163,7 +164,7 @@ func TestRequestViewCopies(t *testing.T) {
 		return s.header, nil
 	}
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
-	app.All("/items/:id", fiberlimit.New(newLimiter(t, 100), fiberlimit.WithKey(key)), ok)
+	app.All("/items/:id", fiberlimit.New(newLimiter(t, 100), guard.WithKey(key)), ok)
 	base := serve(t, app)
 	hc := client(t)
 

@@ -9,25 +9,11 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/ginlimit"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/adaptertest"
 )
 
 func init() { gin.SetMode(gin.ReleaseMode) }
-
-var forwarders = adaptertest.Forwarders[ginlimit.Option]{
-	WithKey:      ginlimit.WithKey,
-	WithSkip:     ginlimit.WithSkip,
-	WithCost:     ginlimit.WithCost,
-	WithCountIf:  ginlimit.WithCountIf,
-	WithResetIf:  ginlimit.WithResetIf,
-	WithHeaders:  ginlimit.WithHeaders,
-	WithBody:     ginlimit.WithBody,
-	WithNoKey:    ginlimit.WithNoKey,
-	WithKeyError: ginlimit.WithKeyError,
-	WithDryRun:   ginlimit.WithDryRun,
-	WithObserver: ginlimit.WithObserver,
-	WithAlso:     ginlimit.WithAlso,
-}
 
 // handler is the suite's handler; gin has no error return, so every reply
 // is written.
@@ -38,9 +24,9 @@ func handler(c *gin.Context) {
 }
 
 func newServer(t *testing.T, l *core.Limiter, o adaptertest.Options) string {
-	opts := forwarders.Apply(t, o)
+	opts := o.GuardOptions()
 	if o.DenyHandler {
-		opts = append(opts, ginlimit.WithDenyHandler(func(c *gin.Context, v *core.Verdict) {
+		opts = append(opts, ginlimit.WithDenyHandler(func(c *gin.Context, v *guard.Verdict) {
 			status, body := adaptertest.DenyReply(v)
 			c.String(status, "%s", body)
 		}))

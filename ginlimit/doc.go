@@ -1,24 +1,25 @@
 // Package ginlimit plugs a ratekit [core.Limiter] into gin as a
 // gin.HandlerFunc. One line limits a route, a group or the whole engine:
 //
-//	r.POST("/login", ginlimit.New(login, ginlimit.WithKey(keyfunc.ClientIP())), loginHandler)
-//	api := r.Group("/api", ginlimit.New(quota, ginlimit.WithKey(keyfunc.AppKey())))
+//	r.POST("/login", ginlimit.New(login, guard.WithKey(keyfunc.ClientIP())), loginHandler)
+//	api := r.Group("/api", ginlimit.New(quota, guard.WithKey(keyfunc.AppKey())))
 //	r.Use(ginlimit.New(global))
 //
-// Allowed and denied responses carry X-RateLimit-Limit,
-// X-RateLimit-Remaining and X-RateLimit-Reset (or the IETF RateLimit
-// fields, see [WithHeaders]); denials are 429 Too Many Requests with
-// Retry-After, and abort the chain. A key function that finds no key skips
-// the limiter; a malformed key source is a 400. The decision, headers and
-// bodies come from [core.Guard], shared by every ratekit adapter, so a gin
-// app answers exactly as a net/http, echo or fiber one.
+// It takes every [guard] option plus [WithDenyHandler]. Allowed and denied
+// responses carry X-RateLimit-Limit, X-RateLimit-Remaining and
+// X-RateLimit-Reset (or the IETF RateLimit fields, see guard.WithHeaders);
+// denials are 429 Too Many Requests with Retry-After, and abort the chain.
+// A key function that finds no key skips the limiter; a malformed key
+// source is a 400. The decision, headers and bodies come from the shared
+// [guard] pipeline, so a gin app answers exactly as a net/http, echo or
+// fiber one.
 //
 // Key functions see the request through keyfunc.FromHTTPWithValues: the
 // route is c.FullPath(), the context is c.Request.Context() (never the
 // *gin.Context, whose Done is nil without ContextWithFallback), and
 // keyfunc.Request.Value finds values the app stored with c.Set.
 //
-// Without [WithKey] the key is the peer address: behind a reverse proxy
+// Without guard.WithKey the key is the peer address: behind a reverse proxy
 // that puts every client in one bucket, so configure
 // keyfunc.TrustedProxies. gin's own trusted-proxy settings (c.ClientIP)
 // are not used.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/ginlimit"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
@@ -25,7 +26,7 @@ func ExampleNew() {
 	}
 
 	r := gin.New()
-	r.POST("/login", ginlimit.New(login, ginlimit.WithKey(keyfunc.ClientIP())), func(c *gin.Context) {
+	r.POST("/login", ginlimit.New(login, guard.WithKey(keyfunc.ClientIP())), func(c *gin.Context) {
 		c.String(http.StatusOK, "welcome\n")
 	})
 
@@ -53,9 +54,9 @@ func ExampleNew_group() {
 
 	r := gin.New()
 	api := r.Group("/api", ginlimit.New(quota,
-		ginlimit.WithKey(keyfunc.AppKey()),
-		ginlimit.WithHeaders(core.HeadersIETF),
-		ginlimit.WithNoKey(core.NoKeyReject),
+		guard.WithKey(keyfunc.AppKey()),
+		guard.WithHeaders(guard.HeadersIETF),
+		guard.WithNoKey(guard.NoKeyReject),
 	))
 	api.GET("/items", func(c *gin.Context) { c.String(http.StatusOK, "items\n") })
 	api.GET("/users", func(c *gin.Context) { c.String(http.StatusOK, "users\n") })

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/grpclimit"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
@@ -57,18 +58,18 @@ func BenchmarkUnaryInterceptor(b *testing.B) {
 		}
 	})
 	b.Run("guard-only", func(b *testing.B) {
-		// core.Guard.Check alone, for the adapter's share of the cost.
-		g := core.NewGuard(newLimiter(b, "bench", roomy), core.WithKey(rotate))
+		// guard.Guard.Admit alone, for the adapter's share of the cost.
+		g := guard.New(newLimiter(b, "bench", roomy), guard.WithKey(rotate))
 		r := grpclimit.Request(ctx, emptyCall)
 		b.ReportAllocs()
 		for b.Loop() {
-			if v := g.Check(ctx, r); v.Outcome != core.OutcomeAllow {
+			if v := g.Admit(ctx, r); v.Outcome != guard.OutcomeAllow {
 				b.Fatalf("Check = %v, want allow", v.Outcome)
 			}
 		}
 	})
 	b.Run("allowed", func(b *testing.B) {
-		icpt := grpclimit.UnaryServerInterceptor(newLimiter(b, "bench", roomy), grpclimit.WithKey(rotate))
+		icpt := grpclimit.UnaryServerInterceptor(newLimiter(b, "bench", roomy), guard.WithKey(rotate))
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := icpt(ctx, req, info, handler); err != nil {
@@ -78,7 +79,7 @@ func BenchmarkUnaryInterceptor(b *testing.B) {
 	})
 	b.Run("allowed-ietf", func(b *testing.B) {
 		icpt := grpclimit.UnaryServerInterceptor(newLimiter(b, "bench", roomy),
-			grpclimit.WithKey(rotate), grpclimit.WithHeaders(core.HeadersIETF))
+			guard.WithKey(rotate), guard.WithHeaders(guard.HeadersIETF))
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := icpt(ctx, req, info, handler); err != nil {
@@ -89,7 +90,7 @@ func BenchmarkUnaryInterceptor(b *testing.B) {
 	b.Run("other-method", func(b *testing.B) {
 		// A method outside WithMethods passes straight through.
 		icpt := grpclimit.UnaryServerInterceptor(newLimiter(b, "bench", roomy),
-			grpclimit.WithKey(rotate), grpclimit.WithMethods(unaryCall))
+			guard.WithKey(rotate), grpclimit.WithMethods(unaryCall))
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := icpt(ctx, req, info, handler); err != nil {
@@ -100,7 +101,7 @@ func BenchmarkUnaryInterceptor(b *testing.B) {
 	b.Run("denied", func(b *testing.B) {
 		// One key over its limit: answered from the deny cache.
 		icpt := grpclimit.UnaryServerInterceptor(newLimiter(b, "bench", []core.Rule{{Limit: 1, Window: time.Hour}}),
-			grpclimit.WithKey(keyfunc.Header("x-user")))
+			guard.WithKey(keyfunc.Header("x-user")))
 		_, _ = icpt(ctx, req, info, handler)
 		b.ReportAllocs()
 		for b.Loop() {

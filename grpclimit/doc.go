@@ -1,5 +1,5 @@
 // Package grpclimit limits gRPC servers with ratekit: unary and stream
-// server interceptors that run the shared [core.Guard] pipeline and answer
+// server interceptors that run the shared [guard] pipeline and answer
 // the gRPC way.
 //
 // One line per policy:
@@ -12,7 +12,7 @@
 //	r := grpclimit.NewRouter(apiLimiter, map[string]*core.Limiter{
 //		"/auth.v1.Auth/Login":          loginLimiter,
 //		"/grpc.health.v1.Health/Check": nil, // not limited
-//	}, grpclimit.WithKey(keyfunc.ClientIP()))
+//	}, guard.WithKey(keyfunc.ClientIP()))
 //	grpc.NewServer(
 //		grpc.ChainUnaryInterceptor(r.UnaryServerInterceptor()),
 //		grpc.ChainStreamInterceptor(r.StreamServerInterceptor()),
@@ -22,7 +22,7 @@
 //
 // Every call the guard decides on gets rate-limit response header metadata
 // (x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset by default;
-// ratelimit-policy and ratelimit with [core.HeadersIETF]), whether it is
+// ratelimit-policy and ratelimit with [guard.HeadersIETF]), whether it is
 // allowed or not. A call that does not proceed ends before the handler
 // with a status whose message is a fixed text; no error detail ever
 // reaches the client:
@@ -31,7 +31,7 @@
 //     the status details errdetails.RetryInfo (the exact wait) and
 //     errdetails.QuotaFailure (the policy name and the violated rule,
 //     never the key);
-//   - malformed key, or no key under [core.NoKeyReject]:
+//   - malformed key, or no key under [guard.NoKeyReject]:
 //     codes.InvalidArgument;
 //   - store failed under [core.FailClosed]: codes.Unavailable, with
 //     RetryInfo when the limiter knows when to try again;
@@ -45,7 +45,7 @@
 // The default key is [keyfunc.ClientIP] with no trusted proxies: the
 // peer's IP address. Behind a proxy or a load balancer that terminates
 // connections, every client then shares one bucket; configure trusted
-// proxies or key by something else, such as metadata ([WithKey]). Over a
+// proxies or key by something else, such as metadata (guard.WithKey). Over a
 // Unix socket or an in-memory listener (bufconn) the peer has no IP
 // address, so the default key fails and every call is answered
 // codes.InvalidArgument: choose another key there. Key

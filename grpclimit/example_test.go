@@ -11,10 +11,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/grpclimit"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
@@ -112,13 +115,30 @@ func ExampleNewRouter() {
 		"/auth.v1.Auth/Login":                login,
 		healthpb.Health_Check_FullMethodName: nil, // not limited
 		healthpb.Health_Watch_FullMethodName: nil,
-	}, grpclimit.WithKey(keyfunc.ClientIP()))
+	}, guard.WithKey(keyfunc.ClientIP()))
 	srv := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(r.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(r.StreamServerInterceptor()),
 	)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	// Register the other services and serve.
+
+	// What the interceptor answers, called as the server would call it.
+	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(192, 0, 2, 7), Port: 50000}})
+	ok := func(context.Context, any) (any, error) { return "ok", nil }
+	for _, m := range []string{"/auth.v1.Auth/Login", "/auth.v1.Auth/Login", "/auth.v1.Auth/Login", "/auth.v1.Auth/Login",
+		"/auth.v1.Auth/Login", "/auth.v1.Auth/Login", healthpb.Health_Check_FullMethodName} {
+		_, err := r.UnaryServerInterceptor()(ctx, nil, &grpc.UnaryServerInfo{FullMethod: m}, ok)
+		fmt.Println(m, status.Code(err))
+	}
+	// Output:
+	// /auth.v1.Auth/Login OK
+	// /auth.v1.Auth/Login OK
+	// /auth.v1.Auth/Login OK
+	// /auth.v1.Auth/Login OK
+	// /auth.v1.Auth/Login OK
+	// /auth.v1.Auth/Login ResourceExhausted
+	// /grpc.health.v1.Health/Check OK
 }
 
 func ExampleWithMethods() {
@@ -130,9 +150,23 @@ func ExampleWithMethods() {
 		log.Fatal(err)
 	}
 	// Only Login is limited; every other method passes through.
-	_ = grpc.NewServer(grpc.ChainUnaryInterceptor(
-		grpclimit.UnaryServerInterceptor(limiter,
-			grpclimit.WithKey(keyfunc.ClientIP()),
-			grpclimit.WithMethods("/auth.v1.Auth/Login")),
-	))
+	icpt := grpclimit.UnaryServerInterceptor(limiter,
+		guard.WithKey(keyfunc.Header("x-user")),
+		grpclimit.WithMethods("/auth.v1.Auth/Login"))
+	_ = grpc.NewServer(grpc.ChainUnaryInterceptor(icpt))
+
+	// What the interceptor answers, called as the server would call it.
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-user", "alice"))
+	ok := func(context.Context, any) (any, error) { return "ok", nil }
+	for range 11 {
+		_, err := icpt(ctx, nil, &grpc.UnaryServerInfo{FullMethod: "/auth.v1.Auth/Login"}, ok)
+		if err != nil {
+			fmt.Println("login:", status.Code(err))
+		}
+	}
+	_, err = icpt(ctx, nil, &grpc.UnaryServerInfo{FullMethod: "/auth.v1.Auth/Logout"}, ok)
+	fmt.Println("logout:", status.Code(err))
+	// Output:
+	// login: ResourceExhausted
+	// logout: OK
 }

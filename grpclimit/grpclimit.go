@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
@@ -33,7 +34,7 @@ const (
 // handler runs; see the package documentation for every answer. The
 // interceptor is safe for concurrent use. It panics if l is nil, a
 // programmer error caught at start-up.
-func UnaryServerInterceptor(l *core.Limiter, opts ...Option) grpc.UnaryServerInterceptor {
+func UnaryServerInterceptor(l *core.Limiter, opts ...guard.Option) grpc.UnaryServerInterceptor {
 	return newSingle("UnaryServerInterceptor", l, opts).unary
 }
 
@@ -42,7 +43,7 @@ func UnaryServerInterceptor(l *core.Limiter, opts ...Option) grpc.UnaryServerInt
 // with codes.ResourceExhausted before the handler runs; the client sees it
 // on its first Recv. The interceptor is safe for concurrent use. It panics
 // if l is nil, a programmer error caught at start-up.
-func StreamServerInterceptor(l *core.Limiter, opts ...Option) grpc.StreamServerInterceptor {
+func StreamServerInterceptor(l *core.Limiter, opts ...guard.Option) grpc.StreamServerInterceptor {
 	return newSingle("StreamServerInterceptor", l, opts).stream
 }
 
@@ -63,27 +64,30 @@ type Router struct {
 //
 // NewRouter panics if a route is not a full method name, or if def is nil
 // and no route has a limiter: programmer errors caught at start-up.
-func NewRouter(def *core.Limiter, routes map[string]*core.Limiter, opts ...Option) *Router {
-	cfg := newConfig(opts)
-	guards := make(map[*core.Limiter]*guard)
-	get := func(l *core.Limiter) *guard {
+func NewRouter(def *core.Limiter, routes map[string]*core.Limiter, opts ...guard.Option) *Router {
+	guards := make(map[*core.Limiter]*limited)
+	get := func(l *core.Limiter) *limited {
 		if l == nil {
 			return nil
 		}
 		g, ok := guards[l]
 		if !ok {
-			g = newGuard(l, cfg.guard)
+			g = newLimited(l, opts)
 			guards[l] = g
 		}
 		return g
 	}
-	e := &engine{cfg: cfg, def: get(def), routes: make(map[string]*guard, len(routes))}
+	e := &engine{def: get(def), routes: make(map[string]*limited, len(routes))}
 	for m, l := range routes {
 		mustFullMethod("NewRouter", m)
 		e.routes[m] = get(l)
 	}
 	if len(guards) == 0 {
 		panic("grpclimit: NewRouter: no limiter (def is nil and every route is nil)")
+	}
+	for _, g := range guards {
+		e.cfg = newConfig("NewRouter", g.g)
+		break
 	}
 	return &Router{e: e}
 }
@@ -100,20 +104,20 @@ func (r *Router) StreamServerInterceptor() grpc.StreamServerInterceptor { return
 // engine picks the guard of a method and answers the gRPC way.
 type engine struct {
 	cfg    config
-	def    *guard
-	routes map[string]*guard // nil for a single-limiter interceptor
+	def    *limited
+	routes map[string]*limited // nil for a single-limiter interceptor
 }
 
-func newSingle(fn string, l *core.Limiter, opts []Option) *engine {
+func newSingle(fn string, l *core.Limiter, opts []guard.Option) *engine {
 	if l == nil {
 		panic("grpclimit: " + fn + ": nil *core.Limiter")
 	}
-	cfg := newConfig(opts)
-	return &engine{cfg: cfg, def: newGuard(l, cfg.guard)}
+	g := newLimited(l, opts)
+	return &engine{cfg: newConfig(fn, g.g), def: g}
 }
 
 // pick returns the guard for a method, nil when it is not limited.
-func (e *engine) pick(method string) *guard {
+func (e *engine) pick(method string) *limited {
 	if e.cfg.methods != nil {
 		if _, ok := e.cfg.methods[method]; !ok {
 			return nil
@@ -130,7 +134,7 @@ func (e *engine) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	if g == nil {
 		return handler(ctx, req)
 	}
-	v := g.g.Check(ctx, &request{ctx: ctx, method: info.FullMethod})
+	v := g.g.Admit(ctx, &request{ctx: ctx, method: info.FullMethod})
 	if md := headerMD(&v); md != nil {
 		// SetHeader fails only outside a gRPC server (or after the
 		// headers were sent); the answer stands either way.
@@ -152,7 +156,7 @@ func (e *engine) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 		return handler(srv, ss)
 	}
 	ctx := ss.Context()
-	v := g.g.Check(ctx, &request{ctx: ctx, method: info.FullMethod})
+	v := g.g.Admit(ctx, &request{ctx: ctx, method: info.FullMethod})
 	if md := headerMD(&v); md != nil {
 		_ = ss.SetHeader(md)
 	}
@@ -168,8 +172,8 @@ func (e *engine) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 
 // refuse returns the error that ends a call the guard stopped. It takes
 // the verdict by value so that the allowed path keeps it on the stack.
-func (e *engine) refuse(ctx context.Context, g *guard, v core.Verdict) error {
-	if e.cfg.deny != nil && v.Outcome == core.OutcomeDeny {
+func (e *engine) refuse(ctx context.Context, g *limited, v guard.Verdict) error {
+	if e.cfg.deny != nil && v.Outcome == guard.OutcomeDeny {
 		if err := e.cfg.deny(ctx, &v); err != nil {
 			return err
 		}
@@ -177,38 +181,42 @@ func (e *engine) refuse(ctx context.Context, g *guard, v core.Verdict) error {
 	return g.status(&v).Err()
 }
 
-// guard is one core.Guard with what its answers need, computed once.
-type guard struct {
-	g      *core.Guard
+// limited is one guard with what its answers need, computed once.
+type limited struct {
+	g      *guard.Guard
 	finish bool   // g.NeedsFinish()
 	policy string // QuotaFailure subject
 }
 
-func newGuard(l *core.Limiter, opts []core.GuardOption) *guard {
-	g := core.NewGuard(l, opts...)
-	return &guard{g: g, finish: g.NeedsFinish(), policy: l.Policy().Name}
+func newLimited(l *core.Limiter, opts []guard.Option) *limited {
+	g := guard.New(l, opts...)
+	return &limited{g: g, finish: g.NeedsFinish(), policy: l.Policy().Name}
 }
 
 // done completes an admitted call with the code the handler ended with.
 // The refund or reset runs even if the client has gone away: it is
 // bounded by the limiter's store timeout, not by the call's context.
-func (g *guard) done(ctx context.Context, v *core.Verdict, err error) {
+func (g *limited) done(ctx context.Context, v *guard.Verdict, err error) {
 	v.Finish(context.WithoutCancel(ctx), int(code(err)))
 }
 
 // status returns the default status for a verdict that does not proceed.
-func (g *guard) status(v *core.Verdict) *status.Status {
+func (g *limited) status(v *guard.Verdict) *status.Status {
 	switch v.Outcome {
-	case core.OutcomeDeny:
+	case guard.OutcomeDeny:
+		if v.Decision.RetryAfter <= 0 {
+			// A cost that can never fit: retrying does not help.
+			return withDetails(status.New(codes.ResourceExhausted, msgDenied), g.quotaFailure(v))
+		}
 		return withDetails(status.New(codes.ResourceExhausted, msgDenied),
 			retryInfo(v.Decision.RetryAfter), g.quotaFailure(v))
-	case core.OutcomeBadKey:
+	case guard.OutcomeInvalid:
 		// keyfunc.Reason is a fixed text, never request input.
 		if r := keyfunc.Reason(v.Err); r != "" {
 			return status.New(codes.InvalidArgument, r)
 		}
 		return status.New(codes.InvalidArgument, msgBadKey)
-	case core.OutcomeUnavailable:
+	case guard.OutcomeUnavailable:
 		switch {
 		case errors.Is(v.Err, context.DeadlineExceeded):
 			return status.New(codes.DeadlineExceeded, msgDeadline)
@@ -231,14 +239,14 @@ func retryInfo(d time.Duration) *errdetails.RetryInfo {
 // quotaFailure names the denying policy (the guard's own, or a limit added
 // with WithAlso) and every violated rule, as the decision saw it (a tier's
 // rules under core.WithTiers); never the key.
-func (g *guard) quotaFailure(v *core.Verdict) *errdetails.QuotaFailure {
+func (g *limited) quotaFailure(v *guard.Verdict) *errdetails.QuotaFailure {
 	policy := g.policy
 	if l := v.Limiter(); l != nil && l != g.g.Limiter() {
 		policy = l.Policy().Name
 	}
 	d := &v.Decision
 	q := &errdetails.QuotaFailure{}
-	for _, s := range d.Rules {
+	for _, s := range d.Rules() {
 		if s.RetryAfter > 0 {
 			q.Violations = append(q.Violations, &errdetails.QuotaFailure_Violation{Subject: policy, Description: describe(s.Limit, s.Window)})
 		}
@@ -284,7 +292,7 @@ func code(err error) codes.Code {
 
 // headerMD returns the verdict's rate-limit fields as response header
 // metadata, nil when there are none. The values share one backing array.
-func headerMD(v *core.Verdict) metadata.MD {
+func headerMD(v *guard.Verdict) metadata.MD {
 	var (
 		md   metadata.MD
 		vals []string
@@ -310,17 +318,17 @@ func headerMD(v *core.Verdict) metadata.MD {
 // allocating for the names core writes.
 func mdKey(name string) string {
 	switch name {
-	case core.HeaderLimit:
+	case guard.HeaderLimit:
 		return "x-ratelimit-limit"
-	case core.HeaderRemaining:
+	case guard.HeaderRemaining:
 		return "x-ratelimit-remaining"
-	case core.HeaderReset:
+	case guard.HeaderReset:
 		return "x-ratelimit-reset"
-	case core.HeaderRetryAfter:
+	case guard.HeaderRetryAfter:
 		return "retry-after"
-	case core.HeaderPolicy:
+	case guard.HeaderPolicy:
 		return "ratelimit-policy"
-	case core.HeaderRateLimit:
+	case guard.HeaderRateLimit:
 		return "ratelimit"
 	}
 	return strings.ToLower(name)

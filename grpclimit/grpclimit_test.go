@@ -20,6 +20,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/grpclimit"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
@@ -28,9 +29,9 @@ func TestUnaryDeny(t *testing.T) {
 	const limit = 3
 	tests := []struct {
 		name   string
-		style  *core.HeaderStyle // nil: default
-		want   []string          // metadata on every decided call
-		absent []string          // metadata never sent
+		style  *guard.HeaderStyle // nil: default
+		want   []string           // metadata on every decided call
+		absent []string           // metadata never sent
 	}{
 		{
 			name:   "default x-ratelimit",
@@ -39,27 +40,27 @@ func TestUnaryDeny(t *testing.T) {
 		},
 		{
 			name:   "ietf",
-			style:  ptr(core.HeadersIETF),
+			style:  ptr(guard.HeadersIETF),
 			want:   []string{"ratelimit-policy", "ratelimit"},
 			absent: []string{"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"},
 		},
 		{
 			name:  "both",
-			style: ptr(core.HeadersXRateLimit | core.HeadersIETF),
+			style: ptr(guard.HeadersXRateLimit | guard.HeadersIETF),
 			want:  []string{"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", "ratelimit-policy", "ratelimit"},
 		},
 		{
 			name:   "none",
-			style:  ptr(core.HeadersNone),
+			style:  ptr(guard.HeadersNone),
 			absent: []string{"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", "ratelimit-policy", "ratelimit"},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			opts := []grpclimit.Option{grpclimit.WithKey(userKey)}
+			opts := []guard.Option{guard.WithKey(userKey)}
 			if tc.style != nil {
-				opts = append(opts, grpclimit.WithHeaders(*tc.style))
+				opts = append(opts, guard.WithHeaders(*tc.style))
 			}
 			l := newLimiter(t, "api", perMinute(limit))
 			c := serveBufconn(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l, opts...)))
@@ -102,7 +103,7 @@ func TestUnaryDeny(t *testing.T) {
 			if lo, hi := time.Minute-elapsed-time.Second, time.Minute+time.Second; delay < lo || delay > hi {
 				t.Errorf("RetryInfo delay = %v, want within 1s of [%v, %v]", delay, time.Minute-elapsed, time.Minute)
 			}
-			wantRetry := strconv.FormatInt(max(1, core.Seconds(delay)), 10)
+			wantRetry := strconv.FormatInt(max(1, guard.Seconds(delay)), 10)
 			if got := md.Get("retry-after"); !slices.Equal(got, []string{wantRetry}) {
 				t.Errorf("denied call: retry-after = %q, want [%s] (from RetryInfo %v)", got, wantRetry, delay)
 			}
@@ -141,7 +142,7 @@ func checkMD(t *testing.T, what string, md metadata.MD, want, absent []string) {
 func TestMultiRuleQuotaFailure(t *testing.T) {
 	t.Parallel()
 	l := newLimiter(t, "sms", []core.Rule{{Limit: 1, Window: time.Minute}, {Limit: 5, Window: time.Hour}})
-	c := serveBufconn(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l, grpclimit.WithKey(userKey))))
+	c := serveBufconn(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l, guard.WithKey(userKey))))
 	if _, err := callEmpty(c, "u"); err != nil {
 		t.Fatalf("call 1: EmptyCall = %v, want OK", err)
 	}
@@ -170,7 +171,7 @@ func TestStreamInterceptor(t *testing.T) {
 	t.Parallel()
 	const limit, messages = 2, 3
 	l := newLimiter(t, "streams", perMinute(limit))
-	c := serveBufconn(t, grpc.StreamInterceptor(grpclimit.StreamServerInterceptor(l, grpclimit.WithKey(userKey))))
+	c := serveBufconn(t, grpc.StreamInterceptor(grpclimit.StreamServerInterceptor(l, guard.WithKey(userKey))))
 
 	// Each stream is charged once when it opens, whatever it carries.
 	for i := range limit {
@@ -201,7 +202,7 @@ func TestStreamInterceptor(t *testing.T) {
 func TestWithMethods(t *testing.T) {
 	t.Parallel()
 	l := newLimiter(t, "empty-only", perMinute(1))
-	opts := []grpclimit.Option{grpclimit.WithKey(userKey), grpclimit.WithMethods(emptyCall)}
+	opts := []guard.Option{guard.WithKey(userKey), grpclimit.WithMethods(emptyCall)}
 	c := serveBufconn(t,
 		grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l, opts...)),
 		grpc.StreamInterceptor(grpclimit.StreamServerInterceptor(l, opts...)),
@@ -234,7 +235,7 @@ func TestRouter(t *testing.T) {
 		emptyCall:     shared,
 		cacheableCall: shared, // counts together with EmptyCall
 		unaryCall:     nil,    // exempt from the default
-	}, grpclimit.WithKey(userKey))
+	}, guard.WithKey(userKey))
 	c := serveBufconn(t,
 		grpc.UnaryInterceptor(r.UnaryServerInterceptor()),
 		grpc.StreamInterceptor(r.StreamServerInterceptor()),
@@ -285,7 +286,7 @@ func TestRouter(t *testing.T) {
 func TestRouterWithMethods(t *testing.T) {
 	t.Parallel()
 	def := newLimiter(t, "default", perMinute(1))
-	r := grpclimit.NewRouter(def, nil, grpclimit.WithKey(userKey), grpclimit.WithMethods(emptyCall))
+	r := grpclimit.NewRouter(def, nil, guard.WithKey(userKey), grpclimit.WithMethods(emptyCall))
 	c := serveBufconn(t, grpc.UnaryInterceptor(r.UnaryServerInterceptor()))
 	for i := range 3 {
 		if _, err := callUnary(c, "u", codes.OK); err != nil {
@@ -312,12 +313,12 @@ func TestKeys(t *testing.T) {
 	}
 	tests := []struct {
 		name  string
-		opts  []grpclimit.Option
+		opts  []guard.Option
 		steps []step
 	}{
 		{
 			name: "metadata key, one bucket per user",
-			opts: []grpclimit.Option{grpclimit.WithKey(userKey)},
+			opts: []guard.Option{guard.WithKey(userKey)},
 			steps: []step{
 				{"alice", codes.OK, true},
 				{"alice", codes.OK, true},
@@ -327,31 +328,31 @@ func TestKeys(t *testing.T) {
 		},
 		{
 			name: "missing key skips by default",
-			opts: []grpclimit.Option{grpclimit.WithKey(userKey)},
+			opts: []guard.Option{guard.WithKey(userKey)},
 			steps: []step{
 				{"", codes.OK, false}, {"", codes.OK, false}, {"", codes.OK, false}, {"", codes.OK, false},
 			},
 		},
 		{
 			name: "missing key shared",
-			opts: []grpclimit.Option{grpclimit.WithKey(userKey), grpclimit.WithNoKey(core.NoKeyShared)},
+			opts: []guard.Option{guard.WithKey(userKey), guard.WithNoKey(guard.NoKeyShared)},
 			steps: []step{
 				{"", codes.OK, true}, {"", codes.OK, true}, {"", codes.ResourceExhausted, true}, {"alice", codes.OK, true},
 			},
 		},
 		{
 			name:  "missing key rejected",
-			opts:  []grpclimit.Option{grpclimit.WithKey(userKey), grpclimit.WithNoKey(core.NoKeyReject)},
+			opts:  []guard.Option{guard.WithKey(userKey), guard.WithNoKey(guard.NoKeyReject)},
 			steps: []step{{"", codes.InvalidArgument, false}, {"alice", codes.OK, true}},
 		},
 		{
 			name:  "bad key",
-			opts:  []grpclimit.Option{grpclimit.WithKey(badKey)},
+			opts:  []guard.Option{guard.WithKey(badKey)},
 			steps: []step{{"mallory", codes.InvalidArgument, false}},
 		},
 		{
 			name:  "bad key skipped",
-			opts:  []grpclimit.Option{grpclimit.WithKey(badKey), grpclimit.WithKeyError(core.KeyErrorSkip)},
+			opts:  []guard.Option{guard.WithKey(badKey), guard.WithKeyError(guard.KeyErrorSkip)},
 			steps: []step{{"mallory", codes.OK, false}, {"mallory", codes.OK, false}, {"mallory", codes.OK, false}},
 		},
 	}
@@ -402,7 +403,7 @@ func TestFailurePolicy(t *testing.T) {
 			})
 			l := newLimiterOn(t, failingStore{}, "fail", perMinute(2),
 				core.WithFailurePolicy(tc.policy), core.WithObserver(obs))
-			opts := []grpclimit.Option{grpclimit.WithKey(userKey)}
+			opts := []guard.Option{guard.WithKey(userKey)}
 			c := serveBufconn(t,
 				grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l, opts...)),
 				grpc.StreamInterceptor(grpclimit.StreamServerInterceptor(l, opts...)),
@@ -438,7 +439,7 @@ func TestDryRun(t *testing.T) {
 	var mu sync.Mutex
 	var dry int
 	obs := core.ObserverFunc(func(_ context.Context, e core.Event) {
-		if e.DryRun {
+		if e.Kind == core.EventDryRun {
 			mu.Lock()
 			dry++
 			mu.Unlock()
@@ -446,7 +447,7 @@ func TestDryRun(t *testing.T) {
 	})
 	l := newLimiter(t, "dry", perMinute(1))
 	c := serveBufconn(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l,
-		grpclimit.WithKey(userKey), grpclimit.WithDryRun(true), grpclimit.WithObserver(obs))))
+		guard.WithKey(userKey), guard.WithDryRun(true), guard.WithObserver(obs))))
 	for i := range 3 {
 		md, err := callEmpty(c, "u")
 		if err != nil {
@@ -472,12 +473,12 @@ func TestCountIf(t *testing.T) {
 	}
 	tests := []struct {
 		name  string
-		opts  []grpclimit.Option
+		opts  []guard.Option
 		steps []step
 	}{
 		{
 			name: "count failures only",
-			opts: []grpclimit.Option{grpclimit.WithCountIf(failures)},
+			opts: []guard.Option{grpclimit.WithCountIf(failures)},
 			steps: []step{
 				{codes.OK, codes.OK}, {codes.OK, codes.OK}, {codes.OK, codes.OK}, {codes.OK, codes.OK},
 				{codes.Unauthenticated, codes.Unauthenticated},
@@ -488,7 +489,7 @@ func TestCountIf(t *testing.T) {
 		},
 		{
 			name: "reset on success",
-			opts: []grpclimit.Option{grpclimit.WithCountIf(failures), grpclimit.WithResetIf(func(c codes.Code) bool { return c == codes.OK })},
+			opts: []guard.Option{grpclimit.WithCountIf(failures), grpclimit.WithResetIf(func(c codes.Code) bool { return c == codes.OK })},
 			steps: []step{
 				{codes.Unauthenticated, codes.Unauthenticated},
 				{codes.OK, codes.OK}, // forgets the failure
@@ -502,7 +503,7 @@ func TestCountIf(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			l := newLimiter(t, "login", perMinute(2))
-			opts := append([]grpclimit.Option{grpclimit.WithKey(userKey)}, tc.opts...)
+			opts := append([]guard.Option{guard.WithKey(userKey)}, tc.opts...)
 			c := serveBufconn(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l, opts...)))
 			for i, s := range tc.steps {
 				if _, err := callUnary(c, "u", s.answer); status.Code(err) != s.want {
@@ -516,7 +517,7 @@ func TestCountIf(t *testing.T) {
 		t.Parallel()
 		l := newLimiter(t, "login-stream", perMinute(1))
 		c := serveBufconn(t, grpc.StreamInterceptor(grpclimit.StreamServerInterceptor(l,
-			grpclimit.WithKey(userKey), grpclimit.WithCountIf(func(c codes.Code) bool { return c != codes.OK }))))
+			guard.WithKey(userKey), grpclimit.WithCountIf(func(c codes.Code) bool { return c != codes.OK }))))
 		for i := range 3 {
 			if _, _, err := openStream(c, "u", 2); err != nil {
 				t.Fatalf("stream %d = %v, want OK (successful streams are refunded)", i+1, err)
@@ -529,9 +530,9 @@ func TestSkipAndCost(t *testing.T) {
 	t.Parallel()
 	l := newLimiter(t, "cost", perMinute(4))
 	c := serveBufconn(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l,
-		grpclimit.WithKey(userKey),
-		grpclimit.WithSkip(func(r keyfunc.Request) bool { return r.Route() == unaryCall }),
-		grpclimit.WithCost(func(keyfunc.Request) int64 { return 2 }),
+		guard.WithKey(userKey),
+		guard.WithSkip(func(r keyfunc.Request) bool { return r.Route() == unaryCall }),
+		guard.WithCost(func(keyfunc.Request) int64 { return 2 }),
 	)))
 	for i := range 5 {
 		if _, err := callUnary(c, "u", codes.OK); err != nil {
@@ -555,13 +556,13 @@ func TestDenyHandler(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name     string
-		handler  func(context.Context, *core.Verdict) error
+		handler  func(context.Context, *guard.Verdict) error
 		wantCode codes.Code
 		wantMsg  string
 	}{
 		{
 			name: "custom status",
-			handler: func(_ context.Context, v *core.Verdict) error {
+			handler: func(_ context.Context, v *guard.Verdict) error {
 				return status.Errorf(codes.Unavailable, "slow down, retry in %v", v.Decision.RetryAfter.Round(time.Minute))
 			},
 			wantCode: codes.Unavailable,
@@ -569,7 +570,7 @@ func TestDenyHandler(t *testing.T) {
 		},
 		{
 			name:     "nil keeps the default",
-			handler:  func(context.Context, *core.Verdict) error { return nil },
+			handler:  func(context.Context, *guard.Verdict) error { return nil },
 			wantCode: codes.ResourceExhausted,
 			wantMsg:  "rate limit exceeded",
 		},
@@ -579,7 +580,7 @@ func TestDenyHandler(t *testing.T) {
 			t.Parallel()
 			l := newLimiter(t, "deny", perMinute(1))
 			c := serveBufconn(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l,
-				grpclimit.WithKey(userKey), grpclimit.WithDenyHandler(tc.handler))))
+				guard.WithKey(userKey), grpclimit.WithDenyHandler(tc.handler))))
 			if _, err := callEmpty(c, "u"); err != nil {
 				t.Fatalf("call 1: EmptyCall = %v, want OK", err)
 			}
@@ -597,10 +598,10 @@ func TestDenyHandler(t *testing.T) {
 func TestDenyHandlerOnlyForDenials(t *testing.T) {
 	t.Parallel()
 	l := newLimiter(t, "deny-only", perMinute(1))
-	called := make(chan core.Outcome, 1)
+	called := make(chan guard.Outcome, 1)
 	c := serveBufconn(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l,
-		grpclimit.WithKey(userKey), grpclimit.WithNoKey(core.NoKeyReject),
-		grpclimit.WithDenyHandler(func(_ context.Context, v *core.Verdict) error {
+		guard.WithKey(userKey), guard.WithNoKey(guard.NoKeyReject),
+		grpclimit.WithDenyHandler(func(_ context.Context, v *guard.Verdict) error {
 			called <- v.Outcome
 			return status.Error(codes.PermissionDenied, "custom")
 		}))))
@@ -636,9 +637,8 @@ func TestTCPClientIP(t *testing.T) {
 		mu.Unlock()
 		return false
 	}
-	l := newLimiter(t, "ip", perMinute(2))
-	c := serveTCP(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l,
-		grpclimit.WithObserver(obs), grpclimit.WithSkip(spy))))
+	l := newLimiter(t, "ip", perMinute(2), core.WithObserver(obs))
+	c := serveTCP(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l, guard.WithSkip(spy))))
 	for i, want := range []codes.Code{codes.OK, codes.OK, codes.ResourceExhausted} {
 		if _, err := callEmpty(c, ""); status.Code(err) != want {
 			t.Fatalf("call %d: EmptyCall = %v, want %v", i+1, err, want)
@@ -710,7 +710,7 @@ func TestRequest(t *testing.T) {
 func TestOutsideServer(t *testing.T) {
 	t.Parallel()
 	l := newLimiter(t, "direct", perMinute(1))
-	key := grpclimit.WithKey(func(keyfunc.Request) (string, error) { return "k", nil })
+	key := guard.WithKey(func(keyfunc.Request) (string, error) { return "k", nil })
 	unary := grpclimit.UnaryServerInterceptor(l, key)
 	info := &grpc.UnaryServerInfo{FullMethod: emptyCall}
 	calls := 0
@@ -798,7 +798,7 @@ func TestWithAlso(t *testing.T) {
 	main := newLimiter(t, "api", perMinute(5))
 	tenant := newLimiter(t, "tenant", perMinute(1))
 	c := serveBufconn(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(main,
-		grpclimit.WithKey(userKey), grpclimit.WithAlso(tenant, userKey))))
+		guard.WithKey(userKey), guard.WithAlso(tenant, userKey))))
 	if _, err := callEmpty(c, "u"); err != nil {
 		t.Fatalf("call 1: EmptyCall = %v, want OK", err)
 	}

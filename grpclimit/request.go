@@ -31,7 +31,7 @@ var errNoBody = fmt.Errorf("grpclimit: no request body before the handler: %w", 
 //   - Body returns an error wrapping [keyfunc.ErrNoKey]: the request
 //     message is not decoded before the handler, so a key function that
 //     reads the body finds no key (by default the call is then not
-//     limited; see [WithNoKey]).
+//     limited; see [guard.WithNoKey]).
 func Request(ctx context.Context, fullMethod string) keyfunc.Request {
 	return &request{ctx: ctx, method: fullMethod}
 }

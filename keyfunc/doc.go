@@ -9,10 +9,10 @@
 //   - [UserID], [UserIDFrom]: the authenticated user, as set by the
 //     application's authentication middleware.
 //   - [AppKey]: an API key from a header or query parameter.
-//   - [Phone]: a phone number from a header, query, form or JSON body,
-//     normalised to E.164, for SMS and verification-code throttling.
-//   - [Account]: the account a login names (username or e-mail from the
-//     body), trimmed and case-folded, for login anti-bruteforce.
+//   - personal.Phone and personal.Account, in package
+//     [github.com/ratekit/ratekit/keyfunc/personal]: a phone number,
+//     normalised to E.164, for SMS and verification-code throttling, and
+//     the account a login names, for login anti-bruteforce.
 //   - [Header], [Query], [Route]: a header, a query parameter, or the
 //     endpoint itself.
 //   - [Join]: several of these at once, such as the client IP per route.
@@ -49,17 +49,19 @@
 //
 // # Personal data
 //
-// Phone numbers and account names are personal data. [Phone] and [Account]
-// therefore return a [Pseudonym] by default, an HMAC of the normalised
-// value, so a dump of Redis reveals no numbers or names. Set an app secret
-// ([PhoneSecret], [AccountSecret]), the same on every instance, so the
-// keys cannot be tested against guesses either; [PhoneCleartext] and
-// [AccountCleartext] turn the pseudonyms off.
+// Phone numbers and account names are personal data, and parsing them
+// takes large libraries (github.com/nyaruka/phonenumbers,
+// golang.org/x/text). Their key functions therefore live in package
+// [github.com/ratekit/ratekit/keyfunc/personal], which only applications
+// that key by them import. Its keys are pseudonyms (an HMAC of the
+// normalised value) by default, so a dump of Redis reveals no numbers or
+// names, and it reads the value wherever common handlers look for it, so
+// that moving the value elsewhere does not slip past the limit.
 //
 // # Key size
 //
 // Keys taken verbatim from a request ([Header], [Query], [AppKey]) are at
-// most [MaxKeyLen] bytes; [Phone] reads at most [MaxBody] bytes of a body.
-// The limiter hashes long keys, so nothing a client sends is stored
-// unbounded.
+// most [MaxKeyLen] bytes, and key functions that read a body do so
+// through [Request.Body], which bounds it. The limiter hashes long keys,
+// so nothing a client sends is stored unbounded.
 package keyfunc

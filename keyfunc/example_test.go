@@ -3,7 +3,6 @@ package keyfunc_test
 import (
 	"fmt"
 	"net/http/httptest"
-	"strings"
 
 	"github.com/ratekit/ratekit/keyfunc"
 )
@@ -57,56 +56,4 @@ func ExampleJoin() {
 	fmt.Println(k)
 	// Output:
 	// 203.0.113.9|GET /users/:id
-}
-
-func ExamplePhone() {
-	// PhoneCleartext shows the E.164 form; by default the key is its
-	// pseudonym, so that the store holds no numbers.
-	key := keyfunc.Phone(keyfunc.DefaultRegion("CN"), keyfunc.PhoneCleartext(true))
-
-	for _, body := range []string{
-		`{"phone": "+86 138-0013-8000"}`,
-		`{"phone": "8613800138000"}`,
-		`{"phone": "13800138000"}`,
-		`{"phone": "12345"}`,
-		`{"email": "someone@example.com"}`,
-	} {
-		r := httptest.NewRequest("POST", "/sms", strings.NewReader(body))
-		r.Header.Set("Content-Type", "application/json")
-		k, err := key(keyfunc.FromHTTP(r, ""))
-		fmt.Printf("%q %v\n", k, err)
-	}
-	// Output:
-	// "+8613800138000" <nil>
-	// "+8613800138000" <nil>
-	// "+8613800138000" <nil>
-	// "" keyfunc: phone: not a valid phone number: keyfunc: invalid key
-	// "" keyfunc: no key
-}
-
-func ExamplePseudonym() {
-	key := keyfunc.Phone(keyfunc.DefaultRegion("CN"), keyfunc.PhoneSecret([]byte("app secret")))
-	for _, phone := range []string{"+86 138-0013-8000", "13800138000"} {
-		r := httptest.NewRequest("POST", "/sms", strings.NewReader(`{"phone":"`+phone+`"}`))
-		k, _ := key(keyfunc.FromHTTP(r, ""))
-		fmt.Println(k == keyfunc.Pseudonym([]byte("app secret"), "+8613800138000"), strings.Contains(k, "138"))
-	}
-	// Output:
-	// true false
-	// true false
-}
-
-func ExampleAccount() {
-	key := keyfunc.Account(keyfunc.AccountCleartext(true))
-	for _, body := range []string{`{"username":"  Alice@Example.COM "}`, `username=alice%40example.com`} {
-		r := httptest.NewRequest("POST", "/login", strings.NewReader(body))
-		if body[0] != '{' {
-			r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		}
-		k, err := key(keyfunc.FromHTTP(r, ""))
-		fmt.Printf("%q %v\n", k, err)
-	}
-	// Output:
-	// "alice@example.com" <nil>
-	// "alice@example.com" <nil>
 }

@@ -281,8 +281,6 @@ func TestConstructorPanics(t *testing.T) {
 		{"IPv6Prefix 129", func() { keyfunc.IPv6Prefix(129) }},
 		{"IPv4Prefix 0", func() { keyfunc.IPv4Prefix(0) }},
 		{"IPv4Prefix 33", func() { keyfunc.IPv4Prefix(33) }},
-		{"DefaultRegion unknown", func() { keyfunc.DefaultRegion("XX") }},
-		{"MaxBody 0", func() { keyfunc.MaxBody(0) }},
 		{"AppKey no source", func() { keyfunc.AppKey(keyfunc.AppKeyHeader(""), keyfunc.AppKeyQuery("")) }},
 		{"UserID nil", func() { keyfunc.UserID(nil) }},
 		{"Join empty", func() { keyfunc.Join() }},

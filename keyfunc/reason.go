@@ -12,20 +12,23 @@ type reasoned struct {
 	reason string
 }
 
-func (e *reasoned) Error() string { return e.err.Error() }
-func (e *reasoned) Unwrap() error { return e.err }
+func (e *reasoned) Error() string  { return e.err.Error() }
+func (e *reasoned) Unwrap() error  { return e.err }
+func (e *reasoned) Reason() string { return e.reason }
 
 // withReason attaches a client-safe reason to err.
 func withReason(err error, reason string) error { return &reasoned{err: err, reason: reason} }
 
 // Reason returns a short, fixed reason for a key error that may be shown to
-// the client, such as "invalid phone number" or "request body too large",
-// and "" when err carries none. It never contains request input. Adapters
-// put it in the 400 answer.
+// the client, such as "invalid phone number" or "request body too large":
+// the Reason() string of the first error in err's chain (as [errors.As]
+// walks it) that has a Reason() string method, and "" when none has. Key
+// functions in any package give their errors such a method; the reason
+// must never contain request input. Adapters put it in the 400 answer.
 func Reason(err error) string {
-	var r *reasoned
+	var r interface{ Reason() string }
 	if errors.As(err, &r) {
-		return r.reason
+		return r.Reason()
 	}
 	return ""
 }

@@ -7,24 +7,10 @@ import (
 	"testing"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/adaptertest"
 	"github.com/ratekit/ratekit/nethttp"
 )
-
-var forwarders = adaptertest.Forwarders[nethttp.Option]{
-	WithKey:      nethttp.WithKey,
-	WithSkip:     nethttp.WithSkip,
-	WithCost:     nethttp.WithCost,
-	WithCountIf:  nethttp.WithCountIf,
-	WithResetIf:  nethttp.WithResetIf,
-	WithHeaders:  nethttp.WithHeaders,
-	WithBody:     nethttp.WithBody,
-	WithNoKey:    nethttp.WithNoKey,
-	WithKeyError: nethttp.WithKeyError,
-	WithDryRun:   nethttp.WithDryRun,
-	WithObserver: nethttp.WithObserver,
-	WithAlso:     nethttp.WithAlso,
-}
 
 // handler is the suite's handler; net/http has no error return, so every
 // reply is written.
@@ -36,9 +22,9 @@ func handler(w http.ResponseWriter, r *http.Request) {
 }
 
 func newServer(t *testing.T, l *core.Limiter, o adaptertest.Options) string {
-	opts := forwarders.Apply(t, o)
+	opts := o.GuardOptions()
 	if o.DenyHandler {
-		opts = append(opts, nethttp.WithDenyHandler(func(w http.ResponseWriter, _ *http.Request, v *core.Verdict) {
+		opts = append(opts, nethttp.WithDenyHandler(func(w http.ResponseWriter, _ *http.Request, v *guard.Verdict) {
 			status, body := adaptertest.DenyReply(v)
 			w.WriteHeader(status)
 			_, _ = io.WriteString(w, body)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/nethttp"
 )
@@ -25,7 +26,7 @@ func ExampleNew() {
 
 	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "hello\n") })
 	mux := http.NewServeMux()
-	mux.Handle("GET /hello", nethttp.New(limiter, nethttp.WithKey(keyfunc.ClientIP()))(hello))
+	mux.Handle("GET /hello", nethttp.New(limiter, guard.WithKey(keyfunc.ClientIP()))(hello))
 
 	for range 3 {
 		rec := httptest.NewRecorder()
@@ -54,7 +55,7 @@ func ExampleNew_group() {
 	api.HandleFunc("GET /api/users", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "users\n") })
 
 	mux := http.NewServeMux()
-	mux.Handle("/api/", nethttp.New(quota, nethttp.WithKey(keyfunc.AppKey()))(api))
+	mux.Handle("/api/", nethttp.New(quota, guard.WithKey(keyfunc.AppKey()))(api))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {}) // not limited
 
 	for _, path := range []string{"/api/items", "/api/users", "/api/items?api_key=k2", "/healthz"} {

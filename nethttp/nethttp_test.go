@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/nethttp"
 )
@@ -41,7 +42,7 @@ func TestResponseController(t *testing.T) {
 		flushErr = rc.Flush()
 		deadlineErr = rc.SetWriteDeadline(time.Now().Add(time.Minute))
 	})
-	mw := nethttp.New(newLimiter(t, 1), nethttp.WithCountIf(func(s int) bool { return s == http.StatusUnauthorized }))
+	mw := nethttp.New(newLimiter(t, 1), guard.WithCountIf(func(s int) bool { return s == http.StatusUnauthorized }))
 	srv := httptest.NewServer(mw(h))
 	defer srv.Close()
 
@@ -66,7 +67,7 @@ func TestResponseController(t *testing.T) {
 // TestRouteIsPattern checks that key functions see the ServeMux pattern.
 func TestRouteIsPattern(t *testing.T) {
 	mux := http.NewServeMux()
-	mux.Handle("GET /users/{id}", nethttp.New(newLimiter(t, 1), nethttp.WithKey(keyfunc.Route()))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	mux.Handle("GET /users/{id}", nethttp.New(newLimiter(t, 1), guard.WithKey(keyfunc.Route()))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
 	var got []int
 	for _, p := range []string{"/users/1", "/users/2"} {
 		rec := httptest.NewRecorder()

@@ -125,7 +125,7 @@ func policyJSON(p core.Policy) Policy {
 	if p.Algorithm == core.SlidingBuckets {
 		out.Buckets = p.Buckets
 		if out.Buckets == 0 {
-			out.Buckets = core.DefaultBuckets
+			out.Buckets = 60 // the default of core.Policy.Buckets
 		}
 	}
 	for _, r := range p.Rules {
@@ -183,7 +183,7 @@ func (h *handler) peek(w http.ResponseWriter, r *http.Request) {
 		ResetAfterSeconds: d.ResetAfter.Seconds(),
 		Source:            d.Source.String(),
 	}
-	for _, s := range d.Rules {
+	for _, s := range d.Rules() {
 		out.Rules = append(out.Rules, NewRuleState(s))
 	}
 	writeJSON(w, http.StatusOK, out)

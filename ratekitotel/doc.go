@@ -1,15 +1,16 @@
 // Package ratekitotel records ratekit's decisions as OpenTelemetry
 // metrics through a [metric.Meter] the application provides.
 //
-// An [Observer] is a [core.Observer]: attach it to the middleware
-// (nethttp.WithObserver, ginlimit.WithObserver, …), which sees every
-// request the guard handles, or to a limiter with [core.WithObserver] for
-// decisions made outside middleware. Attach it in one place per limiter:
-// an observer attached to both counts every decision twice.
+// An [Observer] is a [core.Observer]: attach it to the limiters
+// ([core.WithObserver]: their decisions, store failures and breaker
+// changes) and to the middleware (guard.WithObserver: skipped requests,
+// bad keys, dry-run denials). The two layers report different events, so
+// one observer given to both counts each event once.
 //
 //	obs, err := ratekitotel.New(otel.Meter("github.com/ratekit/ratekit"))
 //	if err != nil { … }
-//	mux.Handle("POST /login", nethttp.New(login, nethttp.WithObserver(obs))(loginHandler))
+//	login, err := core.NewLimiter(store, policy, core.WithObserver(obs))
+//	mux.Handle("POST /login", nethttp.New(login, guard.WithObserver(obs))(loginHandler))
 //
 // The instruments mirror ratekitprom's metrics. Attributes are the policy
 // name (ratekit.policy) and, where it says so, the outcome

@@ -111,12 +111,11 @@ func New(meter metric.Meter, opts ...Option) (*Observer, error) {
 func (o *Observer) Observe(ctx context.Context, e core.Event) {
 	a := o.attrs(e.Policy)
 	switch e.Kind {
+	case core.EventDryRun:
+		// A denial the middleware let through; the limiter counted it as
+		// a denial in ratekit.decisions.
+		o.dryRun.Add(ctx, 1, a.policy...)
 	case core.EventDecision:
-		if e.DryRun {
-			// A denial the guard let through: counted here and, as a
-			// denial, in ratekit.decisions.
-			o.dryRun.Add(ctx, 1, a.policy...)
-		}
 		d := &e.Decision
 		if d.Source > core.SourceClosed {
 			// A source this version does not know: build its attributes now.

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/ratekitotel"
 )
@@ -87,12 +88,12 @@ func userKey(r keyfunc.Request) (string, error) {
 }
 
 // check runs g on a request with the X-User header (none for "-").
-func check(g *core.Guard, user string) core.Verdict {
+func check(g *guard.Guard, user string) guard.Verdict {
 	r := httptest.NewRequest("GET", "/", nil)
 	if user != "-" {
 		r.Header.Set("X-User", user)
 	}
-	v := g.Check(r.Context(), keyfunc.FromHTTP(r, "/"))
+	v := g.Admit(r.Context(), keyfunc.FromHTTP(r, "/"))
 	v.Finish(r.Context(), 200)
 	return v
 }
@@ -116,21 +117,21 @@ func TestMetrics(t *testing.T) {
 	}
 	ctx := context.Background()
 
-	login := core.NewGuard(newLimiter(t, core.NewMemoryStore(), "login", 2), core.WithKey(userKey), core.WithGuardObserver(obs))
+	login := guard.New(newLimiter(t, remote{core.NewMemoryStore()}, "login", 2, core.WithObserver(obs)), guard.WithKey(userKey), guard.WithObserver(obs))
 	for i, step := range []struct {
 		user string
-		want core.Outcome
+		want guard.Outcome
 	}{
-		{"alice", core.OutcomeAllow}, {"alice", core.OutcomeAllow}, {"alice", core.OutcomeDeny}, {"alice", core.OutcomeDeny},
-		{"-", core.OutcomeSkip}, {"!", core.OutcomeBadKey},
+		{"alice", guard.OutcomeAllow}, {"alice", guard.OutcomeAllow}, {"alice", guard.OutcomeDeny}, {"alice", guard.OutcomeDeny},
+		{"-", guard.OutcomeSkip}, {"!", guard.OutcomeInvalid},
 	} {
 		if v := check(login, step.user); v.Outcome != step.want {
 			t.Fatalf("login request %d (%s): outcome %v, want %v", i+1, step.user, v.Outcome, step.want)
 		}
 	}
-	dry := core.NewGuard(newLimiter(t, core.NewMemoryStore(), "dry", 1), core.WithKey(userKey), core.WithDryRun(true), core.WithGuardObserver(obs))
+	dry := guard.New(newLimiter(t, core.NewMemoryStore(), "dry", 1, core.WithObserver(obs)), guard.WithKey(userKey), guard.WithDryRun(true), guard.WithObserver(obs))
 	for i := range 2 {
-		if v := check(dry, "bob"); v.Outcome != core.OutcomeAllow {
+		if v := check(dry, "bob"); v.Outcome != guard.OutcomeAllow {
 			t.Fatalf("dry request %d: outcome %v, want allow", i+1, v.Outcome)
 		}
 	}
@@ -256,3 +257,7 @@ func BenchmarkObserve(b *testing.B) {
 		obs.Observe(ctx, e)
 	}
 }
+
+// remote hides that a store is a MemoryStore, so that the limiter treats
+// it as a remote store, with a deny cache.
+type remote struct{ core.Store }

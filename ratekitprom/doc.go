@@ -1,15 +1,16 @@
 // Package ratekitprom exports ratekit's decisions as Prometheus metrics.
 //
 // An [Observer] is a [core.Observer] and a [prometheus.Collector]:
-// register it, then attach it to the middleware (nethttp.WithObserver,
-// ginlimit.WithObserver, …), which sees every request the guard handles,
-// or to a limiter with [core.WithObserver] for decisions made outside
-// middleware. Attach it in one place per limiter: an observer attached to
-// both counts every decision twice.
+// register it, then attach it to the limiters ([core.WithObserver]: their
+// decisions, store failures and breaker changes) and to the middleware
+// (guard.WithObserver: skipped requests, bad keys, dry-run denials). The
+// two layers report different events, so one observer given to both
+// counts each event once.
 //
 //	obs := ratekitprom.New()
 //	prometheus.MustRegister(obs)
-//	mux.Handle("POST /login", nethttp.New(login, nethttp.WithObserver(obs))(loginHandler))
+//	login, err := core.NewLimiter(store, policy, core.WithObserver(obs))
+//	mux.Handle("POST /login", nethttp.New(login, guard.WithObserver(obs))(loginHandler))
 //	mux.Handle("GET /metrics", promhttp.Handler())
 //
 // Every metric is labelled by policy name, and by outcome or source where

@@ -140,12 +140,11 @@ func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 func (o *Observer) Observe(_ context.Context, e core.Event) {
 	m := o.policy(e.Policy)
 	switch e.Kind {
+	case core.EventDryRun:
+		// A denial the middleware let through; the limiter counted it as
+		// a denial in decisions_total.
+		m.dryRun.Inc()
 	case core.EventDecision:
-		if e.DryRun {
-			// A denial the guard let through: counted here and, as a
-			// denial, in decisions_total.
-			m.dryRun.Inc()
-		}
 		d := &e.Decision
 		if c := m.decision(d); c != nil {
 			c.Inc()

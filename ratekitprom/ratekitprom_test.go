@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/nethttp"
 	"github.com/ratekit/ratekit/ratekitprom"
@@ -143,11 +144,11 @@ func TestMetricsScrape(t *testing.T) {
 	defer metrics.Close()
 
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
-	login := newLimiter(t, core.NewMemoryStore(), "login", 2)
-	dry := newLimiter(t, core.NewMemoryStore(), "dry", 1)
+	login := newLimiter(t, remote{core.NewMemoryStore()}, "login", 2, core.WithObserver(obs))
+	dry := newLimiter(t, core.NewMemoryStore(), "dry", 1, core.WithObserver(obs))
 	mux := http.NewServeMux()
-	mux.Handle("GET /login", nethttp.New(login, nethttp.WithKey(userKey), nethttp.WithObserver(obs))(ok))
-	mux.Handle("GET /dry", nethttp.New(dry, nethttp.WithKey(userKey), nethttp.WithDryRun(true), nethttp.WithObserver(obs))(ok))
+	mux.Handle("GET /login", nethttp.New(login, guard.WithKey(userKey), guard.WithObserver(obs))(ok))
+	mux.Handle("GET /dry", nethttp.New(dry, guard.WithKey(userKey), guard.WithDryRun(true), guard.WithObserver(obs))(ok))
 	app := httptest.NewServer(mux)
 	defer app.Close()
 
@@ -299,3 +300,7 @@ func BenchmarkObserve(b *testing.B) {
 		obs.Observe(ctx, e)
 	}
 }
+
+// remote hides that a store is a MemoryStore, so that the limiter treats
+// it as a remote store, with a deny cache.
+type remote struct{ core.Store }

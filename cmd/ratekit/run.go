@@ -88,7 +88,7 @@ func newFlags(name string, stderr io.Writer) (*flag.FlagSet, *common) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c := &common{}
-	fs.StringVar(&c.prefix, "prefix", core.DefaultPrefix, "key prefix of the app's RedisStore")
+	fs.StringVar(&c.prefix, "prefix", "ratekit", "key prefix of the app's RedisStore (core.WithPrefix)")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "bound of the whole command")
 	return fs, c
 }
@@ -166,16 +166,19 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 	}
 	defer done()
 	store := core.NewRedisStore(rdb, core.WithPrefix(c.prefix))
-	key := core.BoundKey(fs.Arg(0))
-	nb := p.Buckets
-	if nb == 0 {
-		nb = core.DefaultBuckets
+	l, failed, err := limiter(store, p)
+	if err != nil {
+		return err
 	}
-	res, err := store.Peek(ctx, core.Query{Policy: p.Name, Key: key, Rules: p.Rules, Algorithm: p.Algorithm, Buckets: nb, N: 1})
+	d, err := l.Peek(ctx, fs.Arg(0))
+	if err == nil && *failed != nil {
+		err = *failed
+	}
 	if err != nil {
 		return fmt.Errorf("redis at %s: %w", rdb.Options().Addr, err)
 	}
-	redisKey := store.Key(p.Name, key)
+	res := core.Result{Allowed: d.Allowed, Rules: d.Rules()}
+	redisKey := store.Key(p.Name, fs.Arg(0))
 	if p.Algorithm == core.SlidingBuckets {
 		redisKey += ":b"
 	}
@@ -203,6 +206,20 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 		fmt.Fprintln(stdout)
 	}
 	return nil
+}
+
+// limiter returns a limiter for p on store that never decides by itself:
+// a store failure is recorded in *failed instead of falling back.
+func limiter(store core.Store, p core.Policy) (l *core.Limiter, failed *error, err error) {
+	failed = new(error)
+	obs := core.ObserverFunc(func(_ context.Context, e core.Event) {
+		if e.Kind == core.EventStoreError && *failed == nil {
+			*failed = e.Err
+		}
+	})
+	l, err = core.NewLimiter(store, p, core.WithTimeout(time.Hour), core.WithFailurePolicy(core.FailClosed),
+		core.WithBreaker(0, 0), core.WithDenyCache(0), core.WithObserver(obs))
+	return l, failed, err
 }
 
 // peekJSON is peek's -json output.
@@ -248,8 +265,13 @@ func reset(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	defer done()
 	store := core.NewRedisStore(rdb, core.WithPrefix(c.prefix))
+	// Reset does not depend on the rules; any valid rule names the policy.
+	l, _, err := limiter(store, core.Policy{Name: *policy, Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
 	for _, k := range fs.Args() {
-		if err := store.Reset(ctx, core.Query{Policy: *policy, Key: core.BoundKey(k)}); err != nil {
+		if err := l.Reset(ctx, k); err != nil {
 			return fmt.Errorf("redis at %s: %w", rdb.Options().Addr, err)
 		}
 		fmt.Fprintf(stdout, "reset %s %q\n", *policy, k)

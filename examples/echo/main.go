@@ -26,8 +26,10 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/echolimit"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/exampleenv"
 	"github.com/ratekit/ratekit/keyfunc"
+	"github.com/ratekit/ratekit/keyfunc/personal"
 )
 
 func main() {
@@ -48,14 +50,14 @@ func main() {
 
 	// Middlewares run in order: per IP first, then per phone number.
 	e.POST("/sms", sendSMS,
-		echolimit.New(smsIP, echolimit.WithKey(keyfunc.ClientIP())),
-		echolimit.New(smsPhone, echolimit.WithKey(keyfunc.Phone(keyfunc.DefaultRegion("US"))), echolimit.WithNoKey(core.NoKeyReject)),
+		echolimit.New(smsIP, guard.WithKey(keyfunc.ClientIP())),
+		echolimit.New(smsPhone, guard.WithKey(personal.Phone(personal.DefaultRegion("US"))), guard.WithNoKey(guard.NoKeyReject)),
 	)
 
 	api := e.Group("/api", echolimit.New(quota,
-		echolimit.WithKey(keyfunc.AppKey()),
-		echolimit.WithNoKey(core.NoKeyReject),
-		echolimit.WithBody(core.BodyProblem),
+		guard.WithKey(keyfunc.AppKey()),
+		guard.WithNoKey(guard.NoKeyReject),
+		guard.WithBody(guard.BodyProblem),
 	))
 	api.GET("/items", func(c echo.Context) error { return c.JSON(http.StatusOK, []string{"apple", "pear"}) })
 

@@ -26,6 +26,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/fiberlimit"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/exampleenv"
 	"github.com/ratekit/ratekit/keyfunc"
 )
@@ -44,8 +45,8 @@ func main() {
 	app := fiber.New()
 
 	app.Post("/login", fiberlimit.New(login,
-		fiberlimit.WithKey(clientIP),
-		fiberlimit.WithCountIf(func(status int) bool { return status == fiber.StatusUnauthorized }),
+		guard.WithKey(clientIP),
+		guard.WithCountIf(func(status int) bool { return status == fiber.StatusUnauthorized }),
 	), func(c *fiber.Ctx) error {
 		if c.Query("password") != "secret" {
 			return fiber.ErrUnauthorized // counted: the limiter sees the 401
@@ -54,9 +55,9 @@ func main() {
 	})
 
 	api := app.Group("/api", fiberlimit.New(quota,
-		fiberlimit.WithKey(keyfunc.AppKey()),
-		fiberlimit.WithNoKey(core.NoKeyReject),
-		fiberlimit.WithHeaders(core.HeadersXRateLimit|core.HeadersIETF),
+		guard.WithKey(keyfunc.AppKey()),
+		guard.WithNoKey(guard.NoKeyReject),
+		guard.WithHeaders(guard.HeadersXRateLimit|guard.HeadersIETF),
 	))
 	api.Get("/items", func(c *fiber.Ctx) error { return c.JSON([]string{"apple", "pear"}) })
 

@@ -25,6 +25,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/ginlimit"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/exampleenv"
 	"github.com/ratekit/ratekit/keyfunc"
 )
@@ -39,8 +40,8 @@ func main() {
 
 	r := gin.Default()
 	r.POST("/login", ginlimit.New(login,
-		ginlimit.WithKey(keyfunc.ClientIP()),
-		ginlimit.WithCountIf(func(status int) bool { return status == http.StatusUnauthorized }),
+		guard.WithKey(keyfunc.ClientIP()),
+		guard.WithCountIf(func(status int) bool { return status == http.StatusUnauthorized }),
 	), func(c *gin.Context) {
 		if c.PostForm("password") != "secret" {
 			c.String(http.StatusUnauthorized, "wrong password\n")
@@ -50,9 +51,9 @@ func main() {
 	})
 
 	api := r.Group("/api", ginlimit.New(quota,
-		ginlimit.WithKey(keyfunc.AppKey()),
-		ginlimit.WithNoKey(core.NoKeyReject),
-		ginlimit.WithHeaders(core.HeadersIETF),
+		guard.WithKey(keyfunc.AppKey()),
+		guard.WithNoKey(guard.NoKeyReject),
+		guard.WithHeaders(guard.HeadersIETF),
 	))
 	api.GET("/items", func(c *gin.Context) { c.JSON(http.StatusOK, []string{"apple", "pear"}) })
 	api.GET("/users", func(c *gin.Context) { c.JSON(http.StatusOK, []string{"ada", "linus"}) })

@@ -46,6 +46,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/grpclimit"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/exampleenv"
 	"github.com/ratekit/ratekit/keyfunc"
 )
@@ -129,8 +130,8 @@ func newServer(store core.Store, logf func(format string, args ...any)) (*grpc.S
 	})
 	router := grpclimit.NewRouter(def, routes,
 		// The peer's IP. Behind a proxy, add keyfunc.TrustedProxies(...).
-		grpclimit.WithKey(keyfunc.ClientIP()),
-		grpclimit.WithObserver(logDenials),
+		guard.WithKey(keyfunc.ClientIP()),
+		guard.WithObserver(logDenials),
 	)
 	srv := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(router.UnaryServerInterceptor()),

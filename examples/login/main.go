@@ -67,8 +67,10 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/ginlimit"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/exampleenv"
 	"github.com/ratekit/ratekit/keyfunc"
+	"github.com/ratekit/ratekit/keyfunc/personal"
 )
 
 // demoUsers are the accounts of the demo, with their passwords.
@@ -154,17 +156,17 @@ func newApp(store core.Store, users authenticator, cfg config) (*app, error) {
 	// how many failures an account has, and a login client needs only
 	// Retry-After, which denials carry.
 	perIP := ginlimit.New(ipLimit,
-		ginlimit.WithKey(cfg.clientIP),
-		ginlimit.WithCountIf(core.StatusAuthFailure),
-		ginlimit.WithBody(core.BodyProblem),
-		ginlimit.WithHeaders(core.HeadersNone),
+		guard.WithKey(cfg.clientIP),
+		guard.WithCountIf(guard.StatusAuthFailure),
+		guard.WithBody(guard.BodyProblem),
+		guard.WithHeaders(guard.HeadersNone),
 	)
 	perAccount := ginlimit.New(accountLimit,
-		ginlimit.WithKey(keyfunc.Account(keyfunc.AccountSecret(cfg.accountSecret))),
-		ginlimit.WithCountIf(core.StatusAuthFailure),
-		ginlimit.WithResetIf(core.StatusSuccess),
-		ginlimit.WithBody(core.BodyProblem),
-		ginlimit.WithHeaders(core.HeadersNone),
+		guard.WithKey(personal.Account(personal.Secret(cfg.accountSecret))),
+		guard.WithCountIf(guard.StatusAuthFailure),
+		guard.WithResetIf(guard.StatusSuccess),
+		guard.WithBody(guard.BodyProblem),
+		guard.WithHeaders(guard.HeadersNone),
 	)
 	a.router.POST("/login", perIP, perAccount, a.login)
 	return a, nil
@@ -189,7 +191,7 @@ func (a *app) login(c *gin.Context) {
 		c.JSON(http.StatusUnauthorized, gin.H{"error": "wrong username or password"})
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"user": keyfunc.NormalizeAccount(req.Username)})
+	c.JSON(http.StatusOK, gin.H{"user": normalize(req.Username)})
 }
 
 // authenticator checks a user's password.
@@ -211,7 +213,7 @@ func newUserStore(cost int, passwords map[string]string) (*userStore, error) {
 		if err != nil {
 			return nil, err
 		}
-		n := keyfunc.NormalizeAccount(name)
+		n := normalize(name)
 		if n == "" {
 			return nil, errors.New("login: invalid demo user name")
 		}
@@ -226,9 +228,19 @@ func newUserStore(cost int, passwords map[string]string) (*userStore, error) {
 }
 
 func (u *userStore) authenticate(username, password string) bool {
-	h, ok := u.hashes[keyfunc.NormalizeAccount(username)]
+	h, ok := u.hashes[normalize(username)]
 	if !ok {
 		h = u.dummy
 	}
 	return bcrypt.CompareHashAndPassword(h, []byte(password)) == nil && ok
+}
+
+// normalize returns the form under which the account limiter counts a
+// name (trimmed, NFKC, case-folded); "" for a name it refuses.
+func normalize(name string) string {
+	n, err := personal.AccountKey(name, personal.Cleartext(true))
+	if err != nil {
+		return ""
+	}
+	return n
 }

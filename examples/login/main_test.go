@@ -18,8 +18,9 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/redistest"
-	"github.com/ratekit/ratekit/keyfunc"
+	"github.com/ratekit/ratekit/keyfunc/personal"
 )
 
 func init() { gin.SetMode(gin.ReleaseMode) }
@@ -30,7 +31,7 @@ func init() { gin.SetMode(gin.ReleaseMode) }
 type plainUsers map[string]string
 
 func (p plainUsers) authenticate(username, password string) bool {
-	want, ok := p[keyfunc.NormalizeAccount(username)]
+	want, ok := p[normalize(username)]
 	return subtle.ConstantTimeCompare([]byte(want), []byte(password)) == 1 && ok
 }
 
@@ -124,10 +125,10 @@ func post(t *testing.T, c *http.Client, url, user, password string) answer {
 func used(t *testing.T, l *core.Limiter, key string) int64 {
 	t.Helper()
 	d, err := l.Peek(context.Background(), key)
-	if err != nil || len(d.Rules) != 1 {
+	if err != nil || len(d.Rules()) != 1 {
 		t.Fatalf("Peek(%q) = %+v, %v", key, d, err)
 	}
-	return d.Rules[0].Used
+	return d.Rules()[0].Used
 }
 
 // TestConcurrentGuesses: 50 concurrent wrong passwords for one account,
@@ -177,7 +178,7 @@ func TestConcurrentGuesses(t *testing.T) {
 			t.Logf("%d concurrent guesses: %d reached the password check, statuses %v", guesses, a.checks.Load(), counts)
 
 			ip := "127.0.0.1"
-			alice := keyfunc.AccountKey(nil, "alice")
+			alice := accountKey(t, "alice")
 			if got := used(t, a.account, alice); got != 5 {
 				t.Errorf("alice's account limit holds %d failures, want 5", got)
 			}
@@ -208,7 +209,7 @@ func TestConcurrentGuesses(t *testing.T) {
 			if limited > 0 {
 				t.Errorf("%d of %d correct logins were refused, want none", limited, logins)
 			}
-			if got := used(t, a.account, keyfunc.AccountKey(nil, "bob")); got != 0 {
+			if got := used(t, a.account, accountKey(t, "bob")); got != 0 {
 				t.Errorf("bob's account limit holds %d failures after his logins, want 0 (reset on success)", got)
 			}
 			if got := used(t, a.ip, ip); got != 9 {
@@ -262,7 +263,7 @@ func TestLockoutTradeoff(t *testing.T) {
 			// Accounts beyond the attacker's IP budget were never touched.
 			for i := lockable; i < accounts; i++ {
 				user := fmt.Sprintf("victim%d", i)
-				if got := used(t, a.account, keyfunc.AccountKey(nil, user)); got != 0 {
+				if got := used(t, a.account, accountKey(t, user)); got != 0 {
 					t.Errorf("%s holds %d failures from refused attempts, want 0", user, got)
 				}
 				if ans := serve(t, a, victimIP, user, fmt.Sprintf("pw-%d", i)); ans.status != http.StatusOK {
@@ -281,7 +282,7 @@ func TestLockoutTradeoff(t *testing.T) {
 				if ans.status != http.StatusTooManyRequests || ans.policy != "login-account" {
 					t.Fatalf("%s during the lockout: %+v, want 429 by login-account", user, ans)
 				}
-				if most := int(core.Seconds(window)); ans.retryAfter < 1 || ans.retryAfter > most {
+				if most := int(guard.Seconds(window)); ans.retryAfter < 1 || ans.retryAfter > most {
 					t.Errorf("%s during the lockout: Retry-After %d, want 1..%d s (at most the window)", user, ans.retryAfter, most)
 				}
 				retryAt[i] = now.Add(time.Duration(ans.retryAfter) * time.Second)
@@ -361,4 +362,15 @@ func TestUserStore(t *testing.T) {
 			t.Errorf("authenticate(%q, %q) = %v, want %v", tc.user, tc.password, got, tc.want)
 		}
 	}
+}
+
+// accountKey is the key the account limiter counts name under (default
+// secret).
+func accountKey(t *testing.T, name string) string {
+	t.Helper()
+	k, err := personal.AccountKey(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }

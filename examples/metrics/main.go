@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/exampleenv"
 	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/nethttp"
@@ -59,13 +60,15 @@ func newHandler(store core.Store, logger *slog.Logger, adminToken string) (http.
 	hello, err := core.NewLimiter(store, core.Policy{
 		Name:  "hello",
 		Rules: []core.Rule{{Limit: 5, Window: 10 * time.Second}},
-	}, core.WithObserver(ratekitslog.New(logger, 10*time.Second))) // store failures, at most one line per 10 s
+	}, core.WithObserver(metrics), // decisions, store failures, breaker changes
+		core.WithObserver(ratekitslog.New(logger, 10*time.Second))) // store failures, at most one line per 10 s
 	if err != nil {
 		return nil, err
 	}
 
 	mux := http.NewServeMux()
-	limit := nethttp.New(hello, nethttp.WithKey(keyfunc.ClientIP()), nethttp.WithObserver(metrics))
+	// The middleware reports what only it knows (skips, bad keys).
+	limit := nethttp.New(hello, guard.WithKey(keyfunc.ClientIP()), guard.WithObserver(metrics))
 	mux.Handle("GET /hello", limit(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "hello\n")
 	})))

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/exampleenv"
 	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/nethttp"
@@ -34,7 +35,7 @@ func main() {
 	}
 
 	mux := http.NewServeMux()
-	mux.Handle("GET /hello", nethttp.New(hello, nethttp.WithKey(keyfunc.ClientIP()))(
+	mux.Handle("GET /hello", nethttp.New(hello, guard.WithKey(keyfunc.ClientIP()))(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "hello\n") })))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 

@@ -54,6 +54,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/fiberlimit"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/exampleenv"
 	"github.com/ratekit/ratekit/keyfunc"
 )
@@ -175,10 +176,10 @@ func newApp(store core.Store, p *plans, cfg config) (*app, error) {
 	// case-insensitively, so "/API/REPORTS" would dodge a path check).
 	limit := func(cost int64) fiber.Handler {
 		return fiberlimit.New(quota,
-			fiberlimit.WithKey(keyfunc.AppKey()),
-			fiberlimit.WithCost(func(keyfunc.Request) int64 { return cost }),
-			fiberlimit.WithHeaders(core.HeadersXRateLimit|core.HeadersIETF),
-			fiberlimit.WithBody(core.BodyProblem),
+			guard.WithKey(keyfunc.AppKey()),
+			guard.WithCost(func(keyfunc.Request) int64 { return cost }),
+			guard.WithHeaders(guard.HeadersXRateLimit|guard.HeadersIETF),
+			guard.WithBody(guard.BodyProblem),
 		)
 	}
 	api := a.fiber.Group("/api", a.authenticate)
@@ -241,14 +242,14 @@ func (a *app) status(c *fiber.Ctx) error {
 	if err != nil {
 		return fiber.ErrServiceUnavailable
 	}
-	st := quotaStatus{Plan: plan, Limits: make([]limitState, 0, len(d.Rules))}
-	for _, r := range d.Rules {
+	st := quotaStatus{Plan: plan, Limits: make([]limitState, 0, len(d.Rules()))}
+	for _, r := range d.Rules() {
 		st.Limits = append(st.Limits, limitState{
 			Limit:         r.Limit,
-			WindowSeconds: core.Seconds(r.Window),
+			WindowSeconds: guard.Seconds(r.Window),
 			Used:          r.Used,
 			Remaining:     r.Remaining(),
-			ResetSeconds:  core.Seconds(r.ResetAfter),
+			ResetSeconds:  guard.Seconds(r.ResetAfter),
 		})
 	}
 	return c.JSON(st)

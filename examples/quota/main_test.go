@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/redistest"
 )
 
@@ -85,9 +86,9 @@ func do(t *testing.T, a *app, method, path, key, body string, header ...string) 
 	}
 	return answer{
 		status:    res.StatusCode,
-		limit:     res.Header.Get(core.HeaderLimit),
-		remaining: res.Header.Get(core.HeaderRemaining),
-		retry:     res.Header.Get(core.HeaderRetryAfter),
+		limit:     res.Header.Get(guard.HeaderLimit),
+		remaining: res.Header.Get(guard.HeaderRemaining),
+		retry:     res.Header.Get(guard.HeaderRetryAfter),
 		body:      string(b),
 	}
 }
@@ -289,19 +290,16 @@ func TestNeverOverAdmits(t *testing.T) {
 	}
 	tests := []struct {
 		name  string
-		store func(t *testing.T, clk *clock) core.Store
+		store func(t *testing.T) core.Store
 	}{
-		{"memory", func(_ *testing.T, clk *clock) core.Store { return core.NewMemoryStore(core.WithClock(clk.now)) }},
-		{"redis", func(t *testing.T, clk *clock) core.Store {
-			return core.NewRedisStore(redistest.Start(t).Client(t), core.WithClientClock(clk.now))
-		}},
+		{"memory", func(*testing.T) core.Store { return core.NewMemoryStore() }},
+		{"redis", func(t *testing.T) core.Store { return core.NewRedisStore(redistest.Start(t).Client(t)) }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			clk := &clock{t: epoch}
-			// The deny cache runs on the real clock, not the stepped one.
-			a := newTestApp(t, tc.store(t, clk), small(core.WithDenyCache(0)))
+			a := newTestApp(t, tc.store(t), small(core.WithClock(clk.now)))
 			ctx := context.Background()
 
 			var admitted []time.Time
@@ -312,7 +310,7 @@ func TestNeverOverAdmits(t *testing.T) {
 						continue
 					}
 					d, err := a.quota.Allow(ctx, "k-free")
-					if err != nil || d.Source != core.SourceStore {
+					if err != nil || d.Source.Fallback() {
 						t.Fatalf("Allow at %v: %+v, %v", now.Sub(epoch), d, err)
 					}
 					if d.Allowed {
@@ -382,8 +380,8 @@ func TestRedisMemoryBounded(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	clk := &clock{t: epoch}
-	store := core.NewRedisStore(srv.Client(t), core.WithClientClock(clk.now))
-	a := newTestApp(t, store, testConfig())
+	store := core.NewRedisStore(srv.Client(t))
+	a := newTestApp(t, store, testConfig(core.WithClock(clk.now)))
 	ctx := context.Background()
 	key := store.Key("api", "k-pro") + ":b"
 
@@ -425,7 +423,8 @@ func TestRedisMemoryBounded(t *testing.T) {
 	enc := srv.Do(t, "OBJECT", "ENCODING", key)
 	limit := srv.Do(t, "CONFIG", "GET", "hash-max-listpack-entries")
 	t.Logf("busy every second: MEMORY USAGE %d bytes, %d hash fields, %v encoding (%v)", mem, fields, enc, limit)
-	if maxFields := int64(2*(core.DefaultBuckets+1) + 17); fields > maxFields || mem >= 16<<10 {
+	const defaultBuckets = 60 // core.Policy.Buckets when 0
+	if maxFields := int64(2*(defaultBuckets+1) + 17); fields > maxFields || mem >= 16<<10 {
 		t.Errorf("busy key: %d fields and %d bytes, want at most %d fields and under 16 KB", fields, mem, maxFields)
 	}
 }
@@ -438,8 +437,8 @@ func BenchmarkRedisQuota(b *testing.B) {
 	for _, used := range []int{0, 10_000, 50_000, 90_000} {
 		b.Run("used="+strconv.Itoa(used), func(b *testing.B) {
 			clk := &clock{t: epoch}
-			store := core.NewRedisStore(srv.Client(b), core.WithClientClock(clk.now), core.WithPrefix("bench"+strconv.Itoa(used)))
-			a := newTestApp(b, store, testConfig(core.WithDenyCache(0)))
+			store := core.NewRedisStore(srv.Client(b), core.WithPrefix("bench"+strconv.Itoa(used)))
+			a := newTestApp(b, store, testConfig(core.WithDenyCache(0), core.WithClock(clk.now)))
 			ctx := context.Background()
 			for range used / 1000 {
 				// 1000 units a minute, the pro plan's per-minute limit.

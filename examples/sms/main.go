@@ -44,8 +44,10 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/echolimit"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/exampleenv"
 	"github.com/ratekit/ratekit/keyfunc"
+	"github.com/ratekit/ratekit/keyfunc/personal"
 )
 
 func main() {
@@ -119,29 +121,29 @@ func newApp(store core.Store, s sender, cfg config) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
-	region := keyfunc.DefaultRegion(cfg.region)
+	region := personal.DefaultRegion(cfg.region)
 	a := &app{
 		echo:   echo.New(),
 		phone:  phone,
 		ip:     ip,
 		global: global,
-		number: keyfunc.Phone(region, keyfunc.PhoneCleartext(true)),
+		number: personal.Phone(region, personal.Cleartext(true)),
 		sender: s,
 	}
 	everyone := func(keyfunc.Request) (string, error) { return globalKey, nil }
 
 	a.echo.POST("/sms/send", a.send, echolimit.New(phone,
 		// The phone's key is a keyed hash of the E.164 number.
-		echolimit.WithKey(keyfunc.Phone(region, keyfunc.PhoneSecret(cfg.secret))),
-		echolimit.WithNoKey(core.NoKeyReject),
+		guard.WithKey(personal.Phone(region, personal.Secret(cfg.secret))),
+		guard.WithNoKey(guard.NoKeyReject),
 		// Decided together with the phone's rules: a request denied by any
 		// of the three limits consumes nothing from the others.
-		echolimit.WithAlso(ip, cfg.clientIP),
-		echolimit.WithAlso(global, everyone),
+		guard.WithAlso(ip, cfg.clientIP),
+		guard.WithAlso(global, everyone),
 		// A code the provider could not deliver is not charged.
-		echolimit.WithCountIf(func(status int) bool { return status < http.StatusInternalServerError }),
-		echolimit.WithBody(core.BodyProblem),
-		echolimit.WithHeaders(core.HeadersXRateLimit|core.HeadersIETF),
+		guard.WithCountIf(func(status int) bool { return status < http.StatusInternalServerError }),
+		guard.WithBody(guard.BodyProblem),
+		guard.WithHeaders(guard.HeadersXRateLimit|guard.HeadersIETF),
 	))
 	return a, nil
 }

@@ -14,8 +14,9 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/redistest"
-	"github.com/ratekit/ratekit/keyfunc"
+	"github.com/ratekit/ratekit/keyfunc/personal"
 )
 
 // One number, in the formats the README documents, and its E.164 form.
@@ -128,8 +129,8 @@ func used(t *testing.T, l *core.Limiter, key string) []int64 {
 	if err != nil {
 		t.Fatalf("Peek(%q): %v", key, err)
 	}
-	u := make([]int64, len(d.Rules))
-	for i, r := range d.Rules {
+	u := make([]int64, len(d.Rules()))
+	for i, r := range d.Rules() {
 		u[i] = r.Used
 	}
 	return u
@@ -155,7 +156,7 @@ func equal(a, b []int64) bool {
 }
 
 // phoneKey is the key the phone limiter counts number under.
-func phoneKey(number string) string { return keyfunc.Pseudonym(testSecret, number) }
+func phoneKey(number string) string { return personal.Pseudonym(testSecret, number) }
 
 // stores are the stores every scenario runs on; the Redis case starts a
 // redis-server of its own (skipped with -short).
@@ -259,15 +260,11 @@ func TestDailyRule(t *testing.T) {
 	const step = 13*time.Minute + 7*time.Second + 345_678*time.Microsecond
 	tests := []struct {
 		name      string
-		store     func(t *testing.T, clk *clock) core.Store
+		store     func(t *testing.T) core.Store
 		tolerance time.Duration
 	}{
-		{"memory", func(_ *testing.T, clk *clock) core.Store {
-			return core.NewMemoryStore(core.WithClock(clk.now))
-		}, 0},
-		{"redis", func(t *testing.T, clk *clock) core.Store {
-			return core.NewRedisStore(redistest.Start(t).Client(t), core.WithClientClock(clk.now))
-		}, time.Millisecond},
+		{"memory", func(*testing.T) core.Store { return core.NewMemoryStore() }, 0},
+		{"redis", func(t *testing.T) core.Store { return core.NewRedisStore(redistest.Start(t).Client(t)) }, time.Millisecond},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -275,7 +272,7 @@ func TestDailyRule(t *testing.T) {
 			clk := &clock{t: start}
 			seen := &decisions{}
 			s := &recorder{}
-			a := newTestApp(t, tc.store(t, clk), s, testConfig(core.WithObserver(seen)))
+			a := newTestApp(t, tc.store(t), s, testConfig(core.WithObserver(seen), core.WithClock(clk.now)))
 			for i := range 10 {
 				if i > 0 {
 					clk.add(step)
@@ -286,8 +283,8 @@ func TestDailyRule(t *testing.T) {
 			want := start.Add(24 * time.Hour).Sub(clk.now()) // 21h48m46.54322s
 			ans := send(t, a, "192.0.2.7", formats[0])
 			wantAnswer(t, "send 11", ans, http.StatusTooManyRequests, "sms-phone-86400s")
-			if got := ans.retryAfter; got != strconv.FormatInt(core.Seconds(want), 10) {
-				t.Errorf("send 11: Retry-After %s, want %d (%v)", got, core.Seconds(want), want)
+			if got := ans.retryAfter; got != strconv.FormatInt(guard.Seconds(want), 10) {
+				t.Errorf("send 11: Retry-After %s, want %d (%v)", got, guard.Seconds(want), want)
 			}
 			d := seen.of("sms-phone")
 			if d.Allowed || d.Rule != 2 || d.Source != core.SourceStore {
@@ -296,7 +293,7 @@ func TestDailyRule(t *testing.T) {
 			if diff := (d.RetryAfter - want).Abs(); diff > tc.tolerance {
 				t.Errorf("send 11: RetryAfter %v, want %v (first send + 24 h - now) within %v", d.RetryAfter, want, tc.tolerance)
 			}
-			for i, r := range d.Rules[:2] {
+			for i, r := range d.Rules()[:2] {
 				if r.RetryAfter != 0 {
 					t.Errorf("send 11: rule %d (%d per %v) violated too: %+v", i, r.Limit, r.Window, r)
 				}
@@ -413,7 +410,7 @@ func TestRedisKeyPrivacy(t *testing.T) {
 				t.Errorf("Redis key %q holds the number's digits %q", k, digits)
 			}
 		}
-		if strings.HasPrefix(k, "ratekit:sms-phone:{"+keyfunc.PseudonymPrefix) {
+		if strings.HasPrefix(k, "ratekit:sms-phone:{"+personal.PseudonymPrefix) {
 			phoneKeys++
 		}
 	}

@@ -3,8 +3,9 @@
 // listener, against nethttp, ginlimit, echolimit and fiberlimit.
 //
 // An adapter's test calls [Run] with a newServer function that builds a
-// server for one case: it translates the neutral [Options] into the
-// adapter's own options (with [Forwarders.Apply] for the neutral ones),
+// server for one case: it passes [Options.GuardOptions] to the adapter
+// (every adapter takes guard options as they are) plus its native deny
+// handler when asked,
 // mounts the middleware in front of the suite's handler on [Path] for GET
 // and POST, serves it on 127.0.0.1 and returns the base URL. The handler
 // reads the whole request body and answers as [ReplyTo] says.
@@ -17,9 +18,9 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"testing"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
@@ -41,13 +42,13 @@ type Options struct {
 	// ResetIf is passed to WithResetIf.
 	ResetIf func(status int) bool
 	// Headers is passed to WithHeaders.
-	Headers *core.HeaderStyle
+	Headers *guard.HeaderStyle
 	// Body is passed to WithBody.
-	Body *core.BodyStyle
+	Body *guard.BodyStyle
 	// NoKey is passed to WithNoKey.
-	NoKey *core.NoKeyAction
+	NoKey *guard.NoKeyAction
 	// KeyError is passed to WithKeyError.
-	KeyError *core.KeyErrorAction
+	KeyError *guard.KeyErrorAction
 	// DryRun, when set, passes WithDryRun(true).
 	DryRun bool
 	// Observer is passed to WithObserver.
@@ -66,71 +67,46 @@ type Also struct {
 	Key     keyfunc.Func
 }
 
-// Forwarders lists an adapter's neutral options, so that one
-// translation serves every adapter and the compiler checks that each
-// adapter offers each of them with the same signature. O is the adapter's
-// Option type.
-type Forwarders[O any] struct {
-	WithKey      func(keyfunc.Func) O
-	WithSkip     func(func(keyfunc.Request) bool) O
-	WithCost     func(func(keyfunc.Request) int64) O
-	WithCountIf  func(func(status int) bool) O
-	WithResetIf  func(func(status int) bool) O
-	WithHeaders  func(core.HeaderStyle) O
-	WithBody     func(core.BodyStyle) O
-	WithNoKey    func(core.NoKeyAction) O
-	WithKeyError func(core.KeyErrorAction) O
-	WithDryRun   func(bool) O
-	WithObserver func(core.Observer) O
-	WithAlso     func(*core.Limiter, keyfunc.Func) O
-}
-
-// Apply translates the neutral fields of o into the adapter's options. It
-// fails the test if a forwarder is missing. o.DenyHandler is the caller's
-// to translate.
-func (f Forwarders[O]) Apply(t testing.TB, o Options) []O {
-	t.Helper()
-	if f.WithKey == nil || f.WithSkip == nil || f.WithCost == nil || f.WithCountIf == nil ||
-		f.WithResetIf == nil || f.WithHeaders == nil || f.WithBody == nil || f.WithNoKey == nil ||
-		f.WithKeyError == nil || f.WithDryRun == nil || f.WithObserver == nil || f.WithAlso == nil {
-		t.Fatalf("adaptertest: Forwarders %+v: every neutral option must be offered", f)
-	}
-	var opts []O
+// GuardOptions translates the neutral fields of o into guard options,
+// which every adapter takes as they are. o.DenyHandler is the adapter's to
+// translate.
+func (o Options) GuardOptions() []guard.Option {
+	var opts []guard.Option
 	if o.Key != nil {
-		opts = append(opts, f.WithKey(o.Key))
+		opts = append(opts, guard.WithKey(o.Key))
 	}
 	if o.Skip != nil {
-		opts = append(opts, f.WithSkip(o.Skip))
+		opts = append(opts, guard.WithSkip(o.Skip))
 	}
 	if o.Cost != nil {
-		opts = append(opts, f.WithCost(o.Cost))
+		opts = append(opts, guard.WithCost(o.Cost))
 	}
 	if o.CountIf != nil {
-		opts = append(opts, f.WithCountIf(o.CountIf))
+		opts = append(opts, guard.WithCountIf(o.CountIf))
 	}
 	if o.ResetIf != nil {
-		opts = append(opts, f.WithResetIf(o.ResetIf))
+		opts = append(opts, guard.WithResetIf(o.ResetIf))
 	}
 	if o.Headers != nil {
-		opts = append(opts, f.WithHeaders(*o.Headers))
+		opts = append(opts, guard.WithHeaders(*o.Headers))
 	}
 	if o.Body != nil {
-		opts = append(opts, f.WithBody(*o.Body))
+		opts = append(opts, guard.WithBody(*o.Body))
 	}
 	if o.NoKey != nil {
-		opts = append(opts, f.WithNoKey(*o.NoKey))
+		opts = append(opts, guard.WithNoKey(*o.NoKey))
 	}
 	if o.KeyError != nil {
-		opts = append(opts, f.WithKeyError(*o.KeyError))
+		opts = append(opts, guard.WithKeyError(*o.KeyError))
 	}
 	if o.DryRun {
-		opts = append(opts, f.WithDryRun(true))
+		opts = append(opts, guard.WithDryRun(true))
 	}
 	if o.Observer != nil {
-		opts = append(opts, f.WithObserver(o.Observer))
+		opts = append(opts, guard.WithObserver(o.Observer))
 	}
 	for _, a := range o.Also {
-		opts = append(opts, f.WithAlso(a.Limiter, a.Key))
+		opts = append(opts, guard.WithAlso(a.Limiter, a.Key))
 	}
 	return opts
 }
@@ -185,8 +161,8 @@ var ErrPlain = errors.New("adaptertest: plain handler error")
 // DenyReply is what the adapter's native deny handler answers when
 // Options.DenyHandler is set: status 429 and this body, written the
 // framework's way.
-func DenyReply(v *core.Verdict) (status int, body string) {
-	return http.StatusTooManyRequests, fmt.Sprintf("custom deny: retry in %ds\n", core.Seconds(v.Decision.RetryAfter))
+func DenyReply(v *guard.Verdict) (status int, body string) {
+	return http.StatusTooManyRequests, fmt.Sprintf("custom deny: retry in %ds\n", guard.Seconds(v.Decision.RetryAfter))
 }
 
 // recorder is an observer that keeps every event.

@@ -16,7 +16,9 @@ import (
 	"github.com/dunglas/httpsfv"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/keyfunc"
+	"github.com/ratekit/ratekit/keyfunc/personal"
 )
 
 // NewServer starts a server for one case: limiter l behind the adapter's
@@ -25,7 +27,7 @@ import (
 // t.Cleanup.
 type NewServer func(t *testing.T, l *core.Limiter, opts Options) (baseURL string)
 
-// Fixed texts every adapter answers with (from core.Verdict.Body).
+// Fixed texts every adapter answers with (from guard.Verdict.Body).
 const (
 	badKeyBody      = "bad request: missing or malformed rate-limit key\n"
 	badPhoneBody    = "bad request: invalid phone number\n"
@@ -194,8 +196,8 @@ func wantStatuses(t *testing.T, what string, got []int, want ...int) {
 // Key functions the cases use.
 var (
 	userKey    = keyfunc.Header("X-User")
-	phoneKey   = keyfunc.Phone(keyfunc.PhoneHeader("X-Phone"), keyfunc.DefaultRegion("CN"))
-	phoneJSON  = keyfunc.Phone(keyfunc.PhoneJSON("phone"), keyfunc.DefaultRegion("CN"))
+	phoneKey   = personal.Phone(personal.Header("X-Phone"), personal.DefaultRegion("CN"))
+	phoneJSON  = personal.Phone(personal.JSON("phone"), personal.DefaultRegion("CN"))
 	trustedKey = keyfunc.ClientIP(keyfunc.TrustedProxies("127.0.0.0/8"))
 	tenantKey  = keyfunc.Header("X-Tenant")
 )
@@ -207,7 +209,7 @@ func wantUsed(t *testing.T, l *core.Limiter, key string, want int64) {
 	if err != nil {
 		t.Fatalf("Peek(%q): %v", key, err)
 	}
-	if len(d.Rules) != 1 || d.Rules[0].Used != want {
+	if len(d.Rules()) != 1 || d.Rules()[0].Used != want {
 		t.Errorf("policy %s: Peek(%q) = %+v, want %d units used", l.Policy().Name, key, d, want)
 	}
 }
@@ -241,8 +243,8 @@ var cases = []testCase{
 				t.Errorf("%s: body %q, want the handler's", what, res.body)
 			}
 			wantHeaders(t, what, res,
-				core.HeaderLimit, "3", core.HeaderRemaining, remaining, core.HeaderReset, "3600",
-				core.HeaderRetryAfter, "", core.HeaderPolicy, "", core.HeaderRateLimit, "")
+				guard.HeaderLimit, "3", guard.HeaderRemaining, remaining, guard.HeaderReset, "3600",
+				guard.HeaderRetryAfter, "", guard.HeaderPolicy, "", guard.HeaderRateLimit, "")
 		}
 		for i := range 2 {
 			res := get(t, base)
@@ -252,8 +254,8 @@ var cases = []testCase{
 				t.Errorf("%s: body %q, want %q", what, res.body, want)
 			}
 			wantHeaders(t, what, res,
-				core.HeaderLimit, "3", core.HeaderRemaining, "0", core.HeaderReset, "3600",
-				core.HeaderRetryAfter, "3600",
+				guard.HeaderLimit, "3", guard.HeaderRemaining, "0", guard.HeaderReset, "3600",
+				guard.HeaderRetryAfter, "3600",
 				"Content-Type", textPlain, "X-Content-Type-Options", "nosniff")
 		}
 	}},
@@ -264,7 +266,7 @@ var cases = []testCase{
 		for range 3 {
 			res := do(t, base, request{header: hdr("X-Skip", "1")})
 			wantStatus(t, "skipped", res, http.StatusOK)
-			wantHeaders(t, "skipped", res, core.HeaderLimit, "", core.HeaderRemaining, "")
+			wantHeaders(t, "skipped", res, guard.HeaderLimit, "", guard.HeaderRemaining, "")
 		}
 		wantStatuses(t, "not skipped", statuses(t, base, request{}, 2), 200, 429)
 		wantStatus(t, "skipped after denial", do(t, base, request{header: hdr("X-Skip", "1")}), http.StatusOK)
@@ -278,7 +280,7 @@ var cases = []testCase{
 		if want := "custom deny: retry in 3600s\n"; res.body != want {
 			t.Errorf("denied: body %q, want the deny handler's %q", res.body, want)
 		}
-		wantHeaders(t, "denied", res, core.HeaderRetryAfter, "3600", core.HeaderLimit, "1", core.HeaderRemaining, "0")
+		wantHeaders(t, "denied", res, guard.HeaderRetryAfter, "3600", guard.HeaderLimit, "1", guard.HeaderRemaining, "0")
 	}},
 
 	{"missing key skips by default", func(t *testing.T, newServer NewServer) {
@@ -287,7 +289,7 @@ var cases = []testCase{
 		for range 3 {
 			res := get(t, base)
 			wantStatus(t, "anonymous", res, http.StatusOK)
-			wantHeaders(t, "anonymous", res, core.HeaderLimit, "")
+			wantHeaders(t, "anonymous", res, guard.HeaderLimit, "")
 		}
 		alice := request{header: hdr("X-User", "alice")}
 		wantStatuses(t, "alice", statuses(t, base, alice, 2), 200, 429)
@@ -305,13 +307,13 @@ var cases = []testCase{
 
 	{"missing key rejected with NoKeyReject", func(t *testing.T, newServer NewServer) {
 		base := start(t, newServer, limiter(t, "nokey-reject", core.Rule{Limit: 5, Window: hour}),
-			Options{Key: userKey, NoKey: new(core.NoKeyReject)})
+			Options{Key: userKey, NoKey: new(guard.NoKeyReject)})
 		res := get(t, base)
 		wantStatus(t, "anonymous", res, http.StatusBadRequest)
 		if res.body != badKeyBody {
 			t.Errorf("anonymous: body %q, want %q", res.body, badKeyBody)
 		}
-		wantHeaders(t, "anonymous", res, core.HeaderLimit, "", core.HeaderRetryAfter, "")
+		wantHeaders(t, "anonymous", res, guard.HeaderLimit, "", guard.HeaderRetryAfter, "")
 		wantStatus(t, "alice", do(t, base, request{header: hdr("X-User", "alice")}), http.StatusOK)
 	}},
 
@@ -324,7 +326,7 @@ var cases = []testCase{
 		if res.body != badPhoneBody {
 			t.Errorf("bad phone: body %q, want %q", res.body, badPhoneBody)
 		}
-		wantHeaders(t, "bad phone", res, "Content-Type", textPlain, core.HeaderLimit, "")
+		wantHeaders(t, "bad phone", res, "Content-Type", textPlain, guard.HeaderLimit, "")
 		var keyErr error
 		for _, e := range obs.all() {
 			if e.Kind == core.EventKeyError {
@@ -349,7 +351,7 @@ var cases = []testCase{
 
 	{"bad key skipped with KeyErrorSkip", func(t *testing.T, newServer NewServer) {
 		base := start(t, newServer, limiter(t, "badkey-skip", core.Rule{Limit: 1, Window: hour}),
-			Options{Key: phoneKey, KeyError: new(core.KeyErrorSkip)})
+			Options{Key: phoneKey, KeyError: new(guard.KeyErrorSkip)})
 		wantStatuses(t, "bad phone", statuses(t, base, request{header: hdr("X-Phone", "nope")}, 3), 200, 200, 200)
 	}},
 
@@ -362,27 +364,33 @@ var cases = []testCase{
 		for _, want := range []string{"7", "4", "1"} {
 			res := do(t, base, request{query: "cost=3"})
 			wantStatus(t, "cost 3", res, http.StatusOK)
-			wantHeaders(t, "cost 3", res, core.HeaderLimit, "10", core.HeaderRemaining, want)
+			wantHeaders(t, "cost 3", res, guard.HeaderLimit, "10", guard.HeaderRemaining, want)
 		}
 		res := do(t, base, request{query: "cost=3"})
 		wantStatus(t, "cost 3 over", res, http.StatusTooManyRequests)
-		wantHeaders(t, "cost 3 over", res, core.HeaderRemaining, "1")
+		wantHeaders(t, "cost 3 over", res, guard.HeaderRemaining, "1")
 		res = do(t, base, request{query: "cost=0"})
-		wantStatus(t, "cost 0 is free", res, http.StatusOK)
-		wantHeaders(t, "cost 0 is free", res, core.HeaderLimit, "")
+		wantStatus(t, "cost 0 is malformed", res, http.StatusBadRequest)
+		wantHeaders(t, "cost 0 is malformed", res, guard.HeaderLimit, "")
+		if res.body != "bad request: invalid request cost\n" {
+			t.Errorf("cost 0: body %q, want the fixed invalid-cost text", res.body)
+		}
+		res = do(t, base, request{query: "cost=11"})
+		wantStatus(t, "cost 11 never fits", res, http.StatusTooManyRequests)
+		wantHeaders(t, "cost 11 never fits", res, guard.HeaderRetryAfter, "", guard.HeaderLimit, "")
 		res = do(t, base, request{query: "cost=1"})
 		wantStatus(t, "cost 1", res, http.StatusOK)
-		wantHeaders(t, "cost 1", res, core.HeaderRemaining, "0")
+		wantHeaders(t, "cost 1", res, guard.HeaderRemaining, "0")
 	}},
 
 	{"IETF headers", func(t *testing.T, newServer NewServer) {
 		l := limiter(t, "ietf", core.Rule{Limit: 2, Window: hour}, core.Rule{Limit: 5, Window: 24 * hour})
-		base := start(t, newServer, l, Options{Headers: new(core.HeadersIETF)})
+		base := start(t, newServer, l, Options{Headers: new(guard.HeadersIETF)})
 		for i, remaining := range []int64{1, 0} {
 			res := get(t, base)
 			what := "request " + strconv.Itoa(i+1)
 			wantStatus(t, what, res, http.StatusOK)
-			wantHeaders(t, what, res, core.HeaderLimit, "", core.HeaderRemaining, "", core.HeaderReset, "")
+			wantHeaders(t, what, res, guard.HeaderLimit, "", guard.HeaderRemaining, "", guard.HeaderReset, "")
 			checkIETF(t, what, res, []ietfItem{
 				{name: "ietf-3600s", q: 2, w: 3600, r: remaining, t: 3600},
 				{name: "ietf-86400s", q: 5, w: 86400, r: 4 - int64(i), t: 86400},
@@ -390,7 +398,7 @@ var cases = []testCase{
 		}
 		res := get(t, base)
 		wantStatus(t, "denied", res, http.StatusTooManyRequests)
-		wantHeaders(t, "denied", res, core.HeaderRetryAfter, "3600")
+		wantHeaders(t, "denied", res, guard.HeaderRetryAfter, "3600")
 		checkIETF(t, "denied", res, []ietfItem{
 			{name: "ietf-3600s", q: 2, w: 3600, r: 0, t: 3600},
 			{name: "ietf-86400s", q: 5, w: 86400, r: 3, t: 86400},
@@ -399,27 +407,27 @@ var cases = []testCase{
 
 	{"both header styles", func(t *testing.T, newServer NewServer) {
 		base := start(t, newServer, limiter(t, "both", core.Rule{Limit: 2, Window: hour}),
-			Options{Headers: new(core.HeadersXRateLimit | core.HeadersIETF)})
+			Options{Headers: new(guard.HeadersXRateLimit | guard.HeadersIETF)})
 		res := get(t, base)
-		wantHeaders(t, "first", res, core.HeaderLimit, "2", core.HeaderRemaining, "1")
+		wantHeaders(t, "first", res, guard.HeaderLimit, "2", guard.HeaderRemaining, "1")
 		checkIETF(t, "first", res, []ietfItem{{name: "both", q: 2, w: 3600, r: 1, t: 3600}})
 	}},
 
 	{"no headers", func(t *testing.T, newServer NewServer) {
-		base := start(t, newServer, limiter(t, "none", core.Rule{Limit: 1, Window: hour}), Options{Headers: new(core.HeadersNone)})
+		base := start(t, newServer, limiter(t, "none", core.Rule{Limit: 1, Window: hour}), Options{Headers: new(guard.HeadersNone)})
 		res := get(t, base)
-		wantHeaders(t, "allowed", res, core.HeaderLimit, "", core.HeaderPolicy, "", core.HeaderRateLimit, "")
+		wantHeaders(t, "allowed", res, guard.HeaderLimit, "", guard.HeaderPolicy, "", guard.HeaderRateLimit, "")
 		res = get(t, base)
 		wantStatus(t, "denied", res, http.StatusTooManyRequests)
-		wantHeaders(t, "denied", res, core.HeaderLimit, "", core.HeaderRetryAfter, "3600")
+		wantHeaders(t, "denied", res, guard.HeaderLimit, "", guard.HeaderRetryAfter, "3600")
 	}},
 
 	{"problem+json body", func(t *testing.T, newServer NewServer) {
-		base := start(t, newServer, limiter(t, "problem", core.Rule{Limit: 1, Window: hour}), Options{Body: new(core.BodyProblem)})
+		base := start(t, newServer, limiter(t, "problem", core.Rule{Limit: 1, Window: hour}), Options{Body: new(guard.BodyProblem)})
 		wantStatus(t, "first", get(t, base), http.StatusOK)
 		res := get(t, base)
 		wantStatus(t, "denied", res, http.StatusTooManyRequests)
-		wantHeaders(t, "denied", res, "Content-Type", "application/problem+json", core.HeaderRetryAfter, "3600")
+		wantHeaders(t, "denied", res, "Content-Type", "application/problem+json", guard.HeaderRetryAfter, "3600")
 		var p struct {
 			Type             string   `json:"type"`
 			Title            string   `json:"title"`
@@ -431,9 +439,9 @@ var cases = []testCase{
 		if err := json.Unmarshal([]byte(res.body), &p); err != nil {
 			t.Fatalf("denied: body %q is not JSON: %v", res.body, err)
 		}
-		if p.Type != core.ProblemType || p.Status != 429 || p.Title == "" ||
+		if p.Type != guard.ProblemType || p.Status != 429 || p.Title == "" ||
 			!reflect.DeepEqual(p.ViolatedPolicies, []string{"problem"}) || p.RetryAfter != 3600 {
-			t.Errorf("denied: problem %+v, want type %s, status 429, violated-policies [problem], retry-after 3600", p, core.ProblemType)
+			t.Errorf("denied: problem %+v, want type %s, status 429, violated-policies [problem], retry-after 3600", p, guard.ProblemType)
 		}
 	}},
 
@@ -442,20 +450,20 @@ var cases = []testCase{
 		base := start(t, newServer, limiter(t, "dry", core.Rule{Limit: 1, Window: hour}), Options{DryRun: true, Observer: obs})
 		first := get(t, base)
 		wantStatus(t, "first", first, http.StatusOK)
-		wantHeaders(t, "first", first, core.HeaderLimit, "1", core.HeaderRemaining, "0")
+		wantHeaders(t, "first", first, guard.HeaderLimit, "1", guard.HeaderRemaining, "0")
 		for range 3 {
 			res := get(t, base)
 			wantStatus(t, "over the limit", res, http.StatusOK)
-			wantHeaders(t, "over the limit", res, core.HeaderLimit, "", core.HeaderRetryAfter, "")
+			wantHeaders(t, "over the limit", res, guard.HeaderLimit, "", guard.HeaderRetryAfter, "")
 			if res.body != "ok len=0\n" {
 				t.Errorf("over the limit: body %q, want the handler's", res.body)
 			}
 		}
 		dry := 0
 		for _, e := range obs.all() {
-			if e.DryRun {
+			if e.Kind == core.EventDryRun {
 				dry++
-				if e.Kind != core.EventDecision || e.Decision.Allowed || e.Policy != "dry" {
+				if e.Decision.Allowed || e.Policy != "dry" {
 					t.Errorf("dry-run event %+v, want a denied decision of policy dry", e)
 				}
 			}
@@ -518,14 +526,14 @@ var cases = []testCase{
 				for range 4 {
 					res := do(t, base, request{query: "status=200"})
 					wantStatus(t, "success", res, http.StatusOK)
-					wantHeaders(t, "success (reserved, then refunded)", res, core.HeaderRemaining, "1")
+					wantHeaders(t, "success (reserved, then refunded)", res, guard.HeaderRemaining, "1")
 				}
 				res := do(t, base, fail)
 				wantStatus(t, "failure 1", res, http.StatusUnauthorized)
-				wantHeaders(t, "failure 1", res, core.HeaderRemaining, "1")
+				wantHeaders(t, "failure 1", res, guard.HeaderRemaining, "1")
 				res = do(t, base, fail)
 				wantStatus(t, "failure 2", res, http.StatusUnauthorized)
-				wantHeaders(t, "failure 2", res, core.HeaderRemaining, "0")
+				wantHeaders(t, "failure 2", res, guard.HeaderRemaining, "0")
 				wantStatus(t, "after two failures", do(t, base, request{query: "status=200"}), http.StatusTooManyRequests)
 			})
 		}
@@ -552,10 +560,10 @@ var cases = []testCase{
 		wantStatuses(t, "failures", statuses(t, base, fail, 2), 401, 401)
 		res := get(t, base)
 		wantStatus(t, "success", res, http.StatusOK)
-		wantHeaders(t, "success", res, core.HeaderRemaining, "0")
+		wantHeaders(t, "success", res, guard.HeaderRemaining, "0")
 		res = do(t, base, fail)
 		wantStatus(t, "failure after reset", res, http.StatusUnauthorized)
-		wantHeaders(t, "failure after reset", res, core.HeaderRemaining, "2")
+		wantHeaders(t, "failure after reset", res, guard.HeaderRemaining, "2")
 	}},
 
 	{"body readable after a Phone key", func(t *testing.T, newServer NewServer) {
@@ -591,8 +599,8 @@ var cases = []testCase{
 		added := limiter(t, "added", core.Rule{Limit: 3, Window: hour})
 		base := start(t, newServer, main, Options{
 			Key:     userKey,
-			Headers: new(core.HeadersXRateLimit | core.HeadersIETF),
-			Body:    new(core.BodyProblem),
+			Headers: new(guard.HeadersXRateLimit | guard.HeadersIETF),
+			Body:    new(guard.BodyProblem),
 			Also:    []Also{{Limiter: added, Key: tenantKey}},
 		})
 		as := func(user, tenant string) request {
@@ -607,7 +615,7 @@ var cases = []testCase{
 		// Denied by the main limit: the added one is not asked.
 		res := do(t, base, as("alice", "t1"))
 		wantStatus(t, "alice over the main limit", res, http.StatusTooManyRequests)
-		wantHeaders(t, "alice over the main limit", res, core.HeaderLimit, "2", core.HeaderRemaining, "0", core.HeaderRetryAfter, "3600")
+		wantHeaders(t, "alice over the main limit", res, guard.HeaderLimit, "2", guard.HeaderRemaining, "0", guard.HeaderRetryAfter, "3600")
 		checkProblem(t, "alice over the main limit", res, "main")
 		wantUsed(t, added, "t1", 2)
 
@@ -620,7 +628,7 @@ var cases = []testCase{
 			res := do(t, base, as("carol", "t1"))
 			what := "carol at a full t1, try " + strconv.Itoa(i+1)
 			wantStatus(t, what, res, http.StatusTooManyRequests)
-			wantHeaders(t, what, res, core.HeaderLimit, "3", core.HeaderRemaining, "0", core.HeaderRetryAfter, "3600")
+			wantHeaders(t, what, res, guard.HeaderLimit, "3", guard.HeaderRemaining, "0", guard.HeaderRetryAfter, "3600")
 			checkIETF(t, what, res, []ietfItem{{name: "added", q: 3, w: 3600, r: 0, t: 3600}})
 			checkProblem(t, what, res, "added")
 			wantUsed(t, main, "carol", 0)
@@ -628,14 +636,14 @@ var cases = []testCase{
 
 		res = do(t, base, as("carol", "t2"))
 		wantStatus(t, "carol at t2", res, http.StatusOK)
-		wantHeaders(t, "carol at t2", res, core.HeaderLimit, "2", core.HeaderRemaining, "1")
+		wantHeaders(t, "carol at t2", res, guard.HeaderLimit, "2", guard.HeaderRemaining, "1")
 		wantUsed(t, main, "carol", 1)
 		wantUsed(t, added, "t2", 1)
 
 		// No key for the added limit: only the main one applies.
 		res = do(t, base, as("dave", ""))
 		wantStatus(t, "dave without a tenant", res, http.StatusOK)
-		wantHeaders(t, "dave without a tenant", res, core.HeaderLimit, "2", core.HeaderRemaining, "1")
+		wantHeaders(t, "dave without a tenant", res, guard.HeaderLimit, "2", guard.HeaderRemaining, "1")
 	}},
 
 	{"WithAlso with count-if and reset-if", func(t *testing.T, newServer NewServer) {
@@ -684,19 +692,20 @@ var cases = []testCase{
 	}},
 
 	{"fail closed answers 503", func(t *testing.T, newServer NewServer) {
+		// One observer for the limiter and the middleware: each event once.
+		obs := &recorder{}
 		l, err := core.NewLimiter(failingStore{}, core.Policy{Name: "closed", Rules: []core.Rule{{Limit: 5, Window: hour}}},
-			core.WithFailurePolicy(core.FailClosed), core.WithBreaker(0, 0))
+			core.WithFailurePolicy(core.FailClosed), core.WithBreaker(0, 0), core.WithObserver(obs))
 		if err != nil {
 			t.Fatal(err)
 		}
-		obs := &recorder{}
 		base := start(t, newServer, l, Options{Observer: obs})
 		res := get(t, base)
 		wantStatus(t, "store down", res, http.StatusServiceUnavailable)
 		if res.body != unavailableBody {
 			t.Errorf("store down: body %q, want %q", res.body, unavailableBody)
 		}
-		wantHeaders(t, "store down", res, core.HeaderRetryAfter, "1", core.HeaderLimit, "", "Content-Type", textPlain)
+		wantHeaders(t, "store down", res, guard.HeaderRetryAfter, "1", guard.HeaderLimit, "", "Content-Type", textPlain)
 		if bytes.Contains([]byte(res.body), []byte(errDown.Error())) {
 			t.Errorf("store down: body %q leaks the store error", res.body)
 		}
@@ -721,7 +730,7 @@ var cases = []testCase{
 		for range 3 {
 			res := get(t, base)
 			wantStatus(t, "store down", res, http.StatusOK)
-			wantHeaders(t, "store down", res, core.HeaderLimit, "", core.HeaderRetryAfter, "")
+			wantHeaders(t, "store down", res, guard.HeaderLimit, "", guard.HeaderRetryAfter, "")
 		}
 	}},
 
@@ -733,7 +742,7 @@ var cases = []testCase{
 		base := start(t, newServer, l, Options{})
 		res := get(t, base)
 		wantStatus(t, "first", res, http.StatusOK)
-		wantHeaders(t, "first", res, core.HeaderLimit, "2", core.HeaderRemaining, "1")
+		wantHeaders(t, "first", res, guard.HeaderLimit, "2", guard.HeaderRemaining, "1")
 		wantStatuses(t, "then", statuses(t, base, request{}, 2), 200, 429)
 	}},
 }
@@ -747,17 +756,17 @@ type ietfItem struct {
 // checkIETF parses the IETF fields back as structured-field lists.
 func checkIETF(t *testing.T, what string, res response, want []ietfItem) {
 	t.Helper()
-	pol, err := httpsfv.UnmarshalList(res.header.Values(core.HeaderPolicy))
+	pol, err := httpsfv.UnmarshalList(res.header.Values(guard.HeaderPolicy))
 	if err != nil {
-		t.Fatalf("%s: %s %q: %v", what, core.HeaderPolicy, res.header.Values(core.HeaderPolicy), err)
+		t.Fatalf("%s: %s %q: %v", what, guard.HeaderPolicy, res.header.Values(guard.HeaderPolicy), err)
 	}
-	cur, err := httpsfv.UnmarshalList(res.header.Values(core.HeaderRateLimit))
+	cur, err := httpsfv.UnmarshalList(res.header.Values(guard.HeaderRateLimit))
 	if err != nil {
-		t.Fatalf("%s: %s %q: %v", what, core.HeaderRateLimit, res.header.Values(core.HeaderRateLimit), err)
+		t.Fatalf("%s: %s %q: %v", what, guard.HeaderRateLimit, res.header.Values(guard.HeaderRateLimit), err)
 	}
 	if len(pol) != len(want) || len(cur) != len(want) {
 		t.Fatalf("%s: %d policy and %d limit items, want %d: %q / %q", what, len(pol), len(cur), len(want),
-			res.header.Values(core.HeaderPolicy), res.header.Values(core.HeaderRateLimit))
+			res.header.Values(guard.HeaderPolicy), res.header.Values(guard.HeaderRateLimit))
 	}
 	var pk []byte
 	for i, w := range want {

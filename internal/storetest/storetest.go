@@ -9,6 +9,8 @@ package storetest
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -40,8 +42,11 @@ const driftPPM = 500
 // newStore once and uses policy names of its own, so stores made by
 // newStore may share one backend (one Redis server). Subtests run in
 // parallel.
-func Run(t *testing.T, newStore func(t *testing.T) core.Store) {
-	s := &suite{newStore: newStore, nonce: nonce(t)}
+//
+// opts are given to every limiter the suite builds, for example
+// core.WithClock(time.Now) to run the suite with client time.
+func Run(t *testing.T, newStore func(t *testing.T) core.Store, opts ...core.Option) {
+	s := &suite{newStore: newStore, nonce: nonce(t), opts: opts}
 	for _, tc := range []struct {
 		name string
 		f    func(t *testing.T, s *suite)
@@ -74,6 +79,7 @@ func Run(t *testing.T, newStore func(t *testing.T) core.Store) {
 
 type suite struct {
 	newStore func(t *testing.T) core.Store
+	opts     []core.Option // for every limiter
 	nonce    string
 	seq      atomic.Int64
 }
@@ -93,6 +99,12 @@ func (s *suite) name() string {
 	return fmt.Sprintf("st-%s-%d", s.nonce, s.seq.Add(1))
 }
 
+// options returns the options of a suite limiter: the call timeout, the
+// suite's options, then opts.
+func (s *suite) options(opts ...core.Option) []core.Option {
+	return append(append([]core.Option{core.WithTimeout(callTimeout)}, s.opts...), opts...)
+}
+
 // store returns a new store wrapped in a spy.
 func (s *suite) store(t *testing.T) *spy {
 	t.Helper()
@@ -104,7 +116,7 @@ func (s *suite) store(t *testing.T) *spy {
 func (s *suite) limiter(t *testing.T, rules []core.Rule, opts ...core.Option) (*core.Limiter, *spy) {
 	t.Helper()
 	st := s.store(t)
-	l, err := core.NewLimiter(st, core.Policy{Name: s.name(), Rules: rules}, append([]core.Option{core.WithTimeout(callTimeout)}, opts...)...)
+	l, err := core.NewLimiter(st, core.Policy{Name: s.name(), Rules: rules}, s.options(opts...)...)
 	if err != nil {
 		t.Fatalf("NewLimiter: %v", err)
 	}
@@ -270,8 +282,8 @@ func testConcurrentAdmission(t *testing.T, s *suite) {
 	}
 	// Units admitted at the same microsecond must all count.
 	d := peek(t, l, "k")
-	if d.Allowed || d.Rules[0].Used != limit || d.Remaining != 0 {
-		t.Errorf("Peek after the flood = %s, Used %d; want denied with Used %d, Remaining 0", show(d), d.Rules[0].Used, limit)
+	if d.Allowed || d.Rules()[0].Used != limit || d.Remaining != 0 {
+		t.Errorf("Peek after the flood = %s, Used %d; want denied with Used %d, Remaining 0", show(d), d.Rules()[0].Used, limit)
 	}
 }
 
@@ -338,8 +350,8 @@ func testSameInstantUnits(t *testing.T, s *suite) {
 	l, _ := s.limiter(t, []core.Rule{{Limit: 10, Window: time.Minute}})
 	for i, want := range []int64{5, 10} {
 		d := allowN(t, l, "k", 5)
-		if !d.Allowed || d.Rules[0].Used != want {
-			t.Errorf("AllowN(k, 5) #%d = %s, Used %d; want allowed with Used %d", i+1, show(d), d.Rules[0].Used, want)
+		if !d.Allowed || d.Rules()[0].Used != want {
+			t.Errorf("AllowN(k, 5) #%d = %s, Used %d; want allowed with Used %d", i+1, show(d), d.Rules()[0].Used, want)
 		}
 	}
 	if d := allow(t, l, "k"); d.Allowed {
@@ -359,7 +371,7 @@ func testMultiRuleBinding(t *testing.T, s *suite) {
 		t1b := time.Now()
 		d := allow(t, l, key)
 		t1a := time.Now()
-		if !d.Allowed || d.Rule != 0 || d.Limit != 1 || d.Window != short || d.Remaining != 0 || d.Rules[1].Remaining() != 2 {
+		if !d.Allowed || d.Rule != 0 || d.Limit != 1 || d.Window != short || d.Remaining != 0 || d.Rules()[1].Remaining() != 2 {
 			t.Fatalf("Allow #1 = %s, want allowed, binding Rules[0] (1 per %v, Remaining 0), Rules[1] Remaining 2", show(d), short)
 		}
 
@@ -373,8 +385,8 @@ func testMultiRuleBinding(t *testing.T, s *suite) {
 		if d.Allowed || d.Rule != 0 || d.Limit != 1 {
 			t.Fatalf("Allow #2 right after #1 = %s, want denied by Rules[0] (1 per %v)", show(d), short)
 		}
-		if d.Rules[1].RetryAfter != 0 {
-			t.Errorf("Allow #2: Rules[1].RetryAfter = %v, want 0 (3 per %v has room)", d.Rules[1].RetryAfter, long)
+		if d.Rules()[1].RetryAfter != 0 {
+			t.Errorf("Allow #2: Rules[1].RetryAfter = %v, want 0 (3 per %v has room)", d.Rules()[1].RetryAfter, long)
 		}
 		if lo, hi, ok := inBracket(d.RetryAfter, short, t1b, t1a, b, a); !ok {
 			t.Errorf("Allow #2: RetryAfter = %v, want in [%v, %v]", d.RetryAfter, lo, hi)
@@ -390,11 +402,11 @@ func testMultiRuleBinding(t *testing.T, s *suite) {
 			if !d.Allowed {
 				t.Fatalf("Allow of unit %d after the %v rule freed = %s, want allowed", i, short, show(d))
 			}
-			if want := int64(3 - i); d.Rules[1].Remaining() != want {
-				t.Errorf("Allow of unit %d: Rules[1] Remaining %d, want %d", i, d.Rules[1].Remaining(), want)
+			if want := int64(3 - i); d.Rules()[1].Remaining() != want {
+				t.Errorf("Allow of unit %d: Rules[1] Remaining %d, want %d", i, d.Rules()[1].Remaining(), want)
 			}
 			if i == 2 {
-				time.Sleep(d.Rules[0].ResetAfter + 2*time.Millisecond)
+				time.Sleep(d.Rules()[0].ResetAfter + 2*time.Millisecond)
 			}
 		}
 
@@ -409,7 +421,7 @@ func testMultiRuleBinding(t *testing.T, s *suite) {
 		if d.Allowed || d.Remaining != 0 {
 			t.Fatalf("Allow #4 = %s, want denied, Remaining 0", show(d))
 		}
-		r0, r1 := d.Rules[0].RetryAfter, d.Rules[1].RetryAfter
+		r0, r1 := d.Rules()[0].RetryAfter, d.Rules()[1].RetryAfter
 		if lo, hi, ok := inBracket(r0, short, t3b, t3a, b, a); !ok {
 			t.Errorf("Allow #4: Rules[0].RetryAfter = %v, want in [%v, %v] (unit 3 leaving the %v window)", r0, lo, hi, short)
 		}
@@ -420,7 +432,7 @@ func testMultiRuleBinding(t *testing.T, s *suite) {
 		if r1 > r0 {
 			want = 1
 		}
-		if d.Rule != want || d.RetryAfter != max(r0, r1) || d.Limit != d.Rules[want].Limit || d.Window != d.Rules[want].Window {
+		if d.Rule != want || d.RetryAfter != max(r0, r1) || d.Limit != d.Rules()[want].Limit || d.Window != d.Rules()[want].Window {
 			t.Errorf("Allow #4 = %s with Rules[0].RetryAfter %v, Rules[1].RetryAfter %v; want binding Rules[%d] and its RetryAfter", show(d), r0, r1, want)
 		}
 		// Unit 3 came 400 ms after unit 1 unless the machine stalled: the
@@ -598,8 +610,8 @@ func testRemaining(t *testing.T, s *suite) {
 		case d.Allowed && d.RetryAfter != 0:
 			t.Errorf("%s: RetryAfter = %v on an admission, want 0", tc.name, d.RetryAfter)
 		}
-		if len(d.Rules) != 1 || d.Rules[0].Limit != 5 || d.Rules[0].Window != window {
-			t.Errorf("%s: Rules = %+v, want one state of 5 per %v", tc.name, d.Rules, window)
+		if len(d.Rules()) != 1 || d.Rules()[0].Limit != 5 || d.Rules()[0].Window != window {
+			t.Errorf("%s: Rules = %+v, want one state of 5 per %v", tc.name, d.Rules(), window)
 		}
 	}
 	// An unknown key: everything left, nothing to reset.
@@ -692,8 +704,8 @@ func testPeek(t *testing.T, s *suite) {
 	}
 	for range 3 {
 		d := peek(t, l, "k")
-		if d.Allowed || d.Remaining != 0 || d.RetryAfter <= 0 || d.Rules[0].Used != 3 {
-			t.Errorf("Peek(k) on a full key = %s, Used %d; want denied, Remaining 0, RetryAfter > 0, Used 3", show(d), d.Rules[0].Used)
+		if d.Allowed || d.Remaining != 0 || d.RetryAfter <= 0 || d.Rules()[0].Used != 3 {
+			t.Errorf("Peek(k) on a full key = %s, Used %d; want denied, Remaining 0, RetryAfter > 0, Used 3", show(d), d.Rules()[0].Used)
 		}
 	}
 }
@@ -733,13 +745,13 @@ func testRefund(t *testing.T, s *suite) {
 		t.Fatalf("Allow(k) x3 with Limit 2 = %s, %s, %s; want allowed, allowed, denied", show(d1), show(d2), show(d3))
 	}
 	// A denial recorded nothing: refunding it gives nothing back.
-	if err := l.Refund(ctx(t), d3); err != nil {
+	if err := d3.Refund(ctx(t)); err != nil {
 		t.Fatalf("Refund(denied): %v", err)
 	}
 	if d := allow(t, l, "k"); d.Allowed {
 		t.Fatalf("Allow(k) after refunding a denial = %s, want denied", show(d))
 	}
-	if err := l.Refund(ctx(t), d2); err != nil {
+	if err := d2.Refund(ctx(t)); err != nil {
 		t.Fatalf("Refund(d2): %v", err)
 	}
 	// The refund also clears the deny cache for the key.
@@ -752,10 +764,10 @@ func testRefund(t *testing.T, s *suite) {
 
 	// AllowN's units all come back.
 	d := allowN(t, l, "n", 2)
-	if err := l.Refund(ctx(t), d); err != nil {
+	if err := d.Refund(ctx(t)); err != nil {
 		t.Fatalf("Refund(AllowN(n, 2)): %v", err)
 	}
-	if d := peek(t, l, "n"); d.Remaining != 2 || d.Rules[0].Used != 0 {
+	if d := peek(t, l, "n"); d.Remaining != 2 || d.Rules()[0].Used != 0 {
 		t.Errorf("Peek(n) after refunding AllowN(n, 2) = %s, want Remaining 2", show(d))
 	}
 }
@@ -763,11 +775,11 @@ func testRefund(t *testing.T, s *suite) {
 func testIsolation(t *testing.T, s *suite) {
 	st := s.store(t)
 	rules := []core.Rule{{Limit: 1, Window: time.Minute}}
-	a, err := core.NewLimiter(st, core.Policy{Name: s.name(), Rules: rules}, core.WithTimeout(callTimeout))
+	a, err := core.NewLimiter(st, core.Policy{Name: s.name(), Rules: rules}, s.options()...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := core.NewLimiter(st, core.Policy{Name: s.name(), Rules: rules}, core.WithTimeout(callTimeout))
+	b, err := core.NewLimiter(st, core.Policy{Name: s.name(), Rules: rules}, s.options()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -795,7 +807,7 @@ func testValidation(t *testing.T, s *suite) {
 	ok := []core.Rule{{Limit: 1, Window: time.Second}}
 	many := make([]core.Rule, 17)
 	for i := range many {
-		many[i] = core.Rule{Limit: int64(i + 1), Window: time.Second}
+		many[i] = core.Rule{Limit: int64(i + 1), Window: time.Duration(i+1) * time.Second}
 	}
 	for _, tc := range []struct {
 		name      string
@@ -818,6 +830,7 @@ func testValidation(t *testing.T, s *suite) {
 		{"window with nanoseconds", st, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Second + 1}}}, nil, "Window"},
 		{"second rule bad", st, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Second}, {Limit: 0, Window: time.Minute}}}, nil, "Rules[1].Limit"},
 		{"duplicate rule", st, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Second}, {Limit: 1, Window: time.Second}}}, nil, "Rules[1]"},
+		{"two rules of one window", st, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Second}, {Limit: 2, Window: time.Second}}}, nil, "Rules[1]"},
 		{"unknown algorithm", st, core.Policy{Name: "p", Rules: ok, Algorithm: 7}, nil, "Algorithm"},
 		{"zero timeout", st, core.Policy{Name: "p", Rules: ok}, []core.Option{core.WithTimeout(0)}, "WithTimeout"},
 		{"unknown failure policy", st, core.Policy{Name: "p", Rules: ok}, []core.Option{core.WithFailurePolicy(9)}, "WithFailurePolicy"},
@@ -844,7 +857,7 @@ func testValidation(t *testing.T, s *suite) {
 	for _, p := range []core.Policy{
 		{Name: strings.Repeat("n", 64), Rules: ok},
 		{Name: "p", Rules: sixteen},
-		{Name: "p", Rules: []core.Rule{{Limit: 1, Window: core.MinWindow}}},
+		{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Millisecond}}},
 		{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Second + time.Microsecond}}},
 	} {
 		if _, err := core.NewLimiter(st, p); err != nil {
@@ -854,7 +867,7 @@ func testValidation(t *testing.T, s *suite) {
 
 	// The limiter keeps its own copy of the rules.
 	rules := []core.Rule{{Limit: 1, Window: time.Minute}}
-	l, err := core.NewLimiter(st, core.Policy{Name: s.name(), Rules: rules}, core.WithTimeout(callTimeout))
+	l, err := core.NewLimiter(st, core.Policy{Name: s.name(), Rules: rules}, s.options()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -867,6 +880,17 @@ func testValidation(t *testing.T, s *suite) {
 	if d := allow(t, l, "k"); d.Allowed {
 		t.Errorf("Allow #2 with Limit 1 = %s, want denied", show(d))
 	}
+}
+
+// maxStoreKey is the longest key a limiter hands its store as it is;
+// longer keys are replaced by hashedKey (see core.Query.Key).
+const maxStoreKey = 128
+
+// hashedKey is the store key of a key longer than maxStoreKey: "#" and the
+// base64url SHA-256 of the key.
+func hashedKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "#" + base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
 func testLongKeys(t *testing.T, s *suite) {
@@ -886,18 +910,18 @@ func testLongKeys(t *testing.T, s *suite) {
 			t.Errorf("%s: Allow(%d-byte key) = %s, want Allowed=%v", tc.name, len(tc.key), show(d), tc.want)
 		}
 	}
-	if got := st.maxKey.Load(); got > core.MaxKeyLen {
-		t.Errorf("the store saw a %d-byte key, want at most MaxKeyLen = %d", got, core.MaxKeyLen)
+	if got := st.maxKey.Load(); got > maxStoreKey {
+		t.Errorf("the store saw a %d-byte key, want at most MaxKeyLen = %d", got, maxStoreKey)
 	}
 	// Keys up to MaxKeyLen reach the store as they are.
-	exact := strings.Repeat("e", core.MaxKeyLen)
+	exact := strings.Repeat("e", maxStoreKey)
 	allow(t, l, exact)
 	if !st.sawKey(exact) {
 		t.Errorf("a %d-byte key did not reach the store unchanged", len(exact))
 	}
 	over := exact + "x"
 	allow(t, l, over)
-	if st.sawKey(over) || !st.sawKey(core.BoundKey(over)) {
+	if st.sawKey(over) || !st.sawKey(hashedKey(over)) {
 		t.Errorf("a %d-byte key reached the store unhashed", len(over))
 	}
 	if d := peek(t, l, k1); d.Allowed {
@@ -910,14 +934,14 @@ func testLongKeys(t *testing.T, s *suite) {
 	if !d.Allowed {
 		t.Errorf("Allow(k1) after Reset(k1) = %s, want allowed (Reset bounds keys as Allow does)", show(d))
 	}
-	if err := l.Refund(ctx(t), d); err != nil {
+	if err := d.Refund(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
 	if d := allow(t, l, k1); !d.Allowed {
 		t.Errorf("Allow(k1) after Refund = %s, want allowed (Refund finds the bounded key)", show(d))
 	}
-	if got := st.maxKey.Load(); got > core.MaxKeyLen {
-		t.Errorf("the store saw a %d-byte key in Peek, Reset or Refund, want at most %d", got, core.MaxKeyLen)
+	if got := st.maxKey.Load(); got > maxStoreKey {
+		t.Errorf("the store saw a %d-byte key in Peek, Reset or Refund, want at most %d", got, maxStoreKey)
 	}
 }
 

@@ -1,4 +1,4 @@
-package keyfunc
+package personal
 
 import (
 	"crypto/hmac"
@@ -7,7 +7,8 @@ import (
 )
 
 // defaultSecret keys [Pseudonym] when the app sets no secret. It is public:
-// it keeps personal data out of a store dump, not out of a guess.
+// it keeps personal data out of a store dump, not out of a guess. It must
+// not change: stored keys are named with it.
 var defaultSecret = []byte("ratekit/keyfunc pseudonym v1")
 
 // PseudonymPrefix starts every key [Pseudonym] returns.
@@ -21,8 +22,9 @@ const PseudonymPrefix = "p:"
 // app secret (the same on every instance) so that values cannot be tested
 // against the store either.
 //
-// [Phone] and [Account] return pseudonyms by default; apps call Pseudonym
-// to name the same key, for example to reset an account's limit.
+// [Phone] and [Account] return pseudonyms by default. Pseudonym takes the
+// value as is; [PhoneKey] and [AccountKey] normalise it first, as [Phone]
+// and [Account] do.
 func Pseudonym(secret []byte, value string) string {
 	if secret == nil {
 		secret = defaultSecret

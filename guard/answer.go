@@ -1,0 +1,278 @@
+package guard
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/keyfunc"
+)
+
+// HeaderStyle selects which rate-limit header fields a [Guard] writes. The
+// styles combine with |.
+type HeaderStyle uint8
+
+const (
+	// HeadersXRateLimit writes X-RateLimit-Limit, X-RateLimit-Remaining
+	// and X-RateLimit-Reset (delta-seconds until the binding rule's window
+	// is empty). It is the default.
+	HeadersXRateLimit HeaderStyle = 1 << iota
+	// HeadersIETF writes the IETF draft-10 structured fields
+	// RateLimit-Policy and RateLimit, one item per rule, each with a
+	// hashed partition key (pk).
+	HeadersIETF
+	// HeadersNone writes no rate-limit header fields (Retry-After is still
+	// sent on denials).
+	HeadersNone HeaderStyle = 0
+)
+
+// BodyStyle selects the body of refusals.
+type BodyStyle uint8
+
+const (
+	// BodyText is a short text/plain reason. It is the default.
+	BodyText BodyStyle = iota
+	// BodyProblem is an RFC 9457 application/problem+json document; a
+	// denial is of the IETF "quota-exceeded" problem type naming the
+	// violated policy.
+	BodyProblem
+)
+
+// NoKeyAction says what a [Guard] does when a key function returns
+// [keyfunc.ErrNoKey].
+type NoKeyAction uint8
+
+const (
+	// NoKeySkip lets the request through without that limit (the others
+	// still decide). It is the default: pair it with a limit that covers
+	// anonymous requests.
+	NoKeySkip NoKeyAction = iota
+	// NoKeyShared counts every keyless request under one shared key.
+	NoKeyShared
+	// NoKeyReject answers 400 Bad Request.
+	NoKeyReject
+)
+
+// KeyErrorAction says what a [Guard] does when a key function fails with
+// an error other than [keyfunc.ErrNoKey].
+type KeyErrorAction uint8
+
+const (
+	// KeyErrorReject answers 400 Bad Request (gRPC: InvalidArgument). It
+	// is the default.
+	KeyErrorReject KeyErrorAction = iota
+	// KeyErrorSkip lets the request through without that limit.
+	KeyErrorSkip
+)
+
+// SharedKey is the key under which [NoKeyShared] counts keyless requests.
+const SharedKey = "-"
+
+// Header field names written by [Verdict.WriteHeaders], in Go's canonical
+// form (field names are case-insensitive: X-Ratelimit-Limit is the
+// X-RateLimit-Limit of other libraries), so that http.Header.Set does not
+// allocate to canonicalise them.
+const (
+	HeaderLimit      = "X-Ratelimit-Limit"
+	HeaderRemaining  = "X-Ratelimit-Remaining"
+	HeaderReset      = "X-Ratelimit-Reset"
+	HeaderRetryAfter = "Retry-After"
+	HeaderPolicy     = "Ratelimit-Policy"
+	HeaderRateLimit  = "Ratelimit"
+)
+
+// ProblemType is the RFC 9457 problem type of [BodyProblem] denials.
+const ProblemType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+// Status returns the HTTP status to answer when the request does not
+// proceed: 429, 400 or 503; 200 when it proceeds.
+func (v *Verdict) Status() int {
+	switch v.Outcome {
+	case OutcomeDeny:
+		return http.StatusTooManyRequests
+	case OutcomeInvalid:
+		return http.StatusBadRequest
+	case OutcomeUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusOK
+}
+
+// WriteHeaders calls set for every header field of the answer: the
+// rate-limit fields of the selected style on decided requests (allowed or
+// denied), and Retry-After on denials and FailClosed refusals.
+func (v *Verdict) WriteHeaders(set func(name, value string)) {
+	d := &v.Decision
+	decided := v.Outcome == OutcomeAllow && !v.DryRun || v.Outcome == OutcomeDeny
+	if decided && d.Limit > 0 && d.Source != core.SourceOpen && d.Source != core.SourceClosed {
+		st := v.g.cfg.headers
+		if st&HeadersXRateLimit != 0 {
+			set(HeaderLimit, strconv.FormatInt(d.Limit, 10))
+			set(HeaderRemaining, strconv.FormatInt(d.Remaining, 10))
+			set(HeaderReset, strconv.FormatInt(Seconds(d.ResetAfter), 10))
+		}
+		if st&HeadersIETF != 0 {
+			pol, cur := v.ietf()
+			set(HeaderPolicy, pol)
+			set(HeaderRateLimit, cur)
+		}
+	}
+	switch v.Outcome {
+	case OutcomeDeny:
+		if d.RetryAfter > 0 {
+			set(HeaderRetryAfter, strconv.FormatInt(Seconds(d.RetryAfter), 10))
+		}
+	case OutcomeUnavailable:
+		if d.Source == core.SourceClosed {
+			set(HeaderRetryAfter, strconv.FormatInt(max(1, Seconds(d.RetryAfter)), 10))
+		}
+	}
+}
+
+// ietf formats the RateLimit-Policy and RateLimit fields: one item per
+// rule, named by the policy (and the window when there are several rules).
+func (v *Verdict) ietf() (policy, current string) {
+	d := &v.Decision
+	items := d.Rules()
+	if len(items) == 0 {
+		items = []core.RuleState{{Limit: d.Limit, Window: d.Window, Used: d.Limit - d.Remaining, ResetAfter: d.ResetAfter}}
+	}
+	multi := len(items) > 1
+	pk := partitionKey(v.by.name, v.Key)
+	var pb, cb strings.Builder
+	for i, r := range items {
+		if i > 0 {
+			pb.WriteString(", ")
+			cb.WriteString(", ")
+		}
+		name := strconv.Quote(itemName(v.by.name, r.Window, multi))
+		pb.WriteString(name)
+		pb.WriteString(";q=")
+		pb.WriteString(strconv.FormatInt(r.Limit, 10))
+		pb.WriteString(";w=")
+		pb.WriteString(strconv.FormatInt(Seconds(r.Window), 10))
+		pb.WriteString(";pk=:")
+		pb.WriteString(pk)
+		pb.WriteString(":")
+		cb.WriteString(name)
+		cb.WriteString(";r=")
+		cb.WriteString(strconv.FormatInt(r.Remaining(), 10))
+		cb.WriteString(";t=")
+		cb.WriteString(strconv.FormatInt(Seconds(r.ResetAfter), 10))
+		cb.WriteString(";pk=:")
+		cb.WriteString(pk)
+		cb.WriteString(":")
+	}
+	return pb.String(), cb.String()
+}
+
+// ItemName is the name the verdict's binding rule goes by in the IETF
+// header fields and problem bodies: the policy name, suffixed with the
+// rule's window ("sms-60s", "sms-1500ms") when the decision has several
+// rules. Names are unique within a policy, whose windows are distinct.
+func (v *Verdict) ItemName() string {
+	return itemName(v.by.name, v.Decision.Window, len(v.Decision.Rules()) > 1)
+}
+
+// itemName names a rule in the IETF fields and problem bodies.
+func itemName(policy string, window time.Duration, multi bool) string {
+	if !multi {
+		return policy
+	}
+	var w string
+	switch {
+	case window%time.Second == 0:
+		w = strconv.FormatInt(int64(window/time.Second), 10) + "s"
+	case window%time.Millisecond == 0:
+		w = strconv.FormatInt(int64(window/time.Millisecond), 10) + "ms"
+	default:
+		w = strconv.FormatInt(int64(window/time.Microsecond), 10) + "us"
+	}
+	return policy + "-" + w
+}
+
+// partitionKey hashes the key so the header never reveals it.
+func partitionKey(policy, key string) string {
+	h := sha256.Sum256([]byte(policy + "\x00" + key))
+	return base64.StdEncoding.EncodeToString(h[:9])
+}
+
+// Seconds returns d in whole seconds, rounded up: the delta-seconds of
+// Retry-After and the reset fields.
+func Seconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// Answer sets the content headers of an answer that does not proceed
+// (Content-Type, X-Content-Type-Options: nosniff) through set and returns
+// its status and fixed body: what every adapter writes after
+// [Verdict.WriteHeaders] when no deny handler takes over. The texts are
+// fixed: no error detail reaches the client beyond the fixed reason of
+// [keyfunc.Reason].
+func (v *Verdict) Answer(set func(name, value string)) (status int, body []byte) {
+	ct, body := v.body()
+	set("Content-Type", ct)
+	set("X-Content-Type-Options", "nosniff")
+	return v.Status(), body
+}
+
+func (v *Verdict) body() (contentType string, body []byte) {
+	switch v.Outcome {
+	case OutcomeDeny:
+		if v.g.cfg.body == BodyProblem {
+			return "application/problem+json", v.problem()
+		}
+		if v.Decision.RetryAfter <= 0 {
+			return "text/plain; charset=utf-8", []byte("rate limit exceeded: the request costs more than the limit allows\n")
+		}
+		return "text/plain; charset=utf-8", []byte("rate limit exceeded: retry after " +
+			strconv.FormatInt(Seconds(v.Decision.RetryAfter), 10) + "s\n")
+	case OutcomeInvalid:
+		// keyfunc.Reason is a fixed text ("invalid phone number"), never
+		// request input.
+		if r := keyfunc.Reason(v.Err); r != "" {
+			return "text/plain; charset=utf-8", []byte("bad request: " + r + "\n")
+		}
+		if errors.Is(v.Err, errInvalidCost) {
+			return "text/plain; charset=utf-8", []byte("bad request: invalid request cost\n")
+		}
+		return "text/plain; charset=utf-8", []byte("bad request: missing or malformed rate-limit key\n")
+	case OutcomeUnavailable:
+		return "text/plain; charset=utf-8", []byte("service unavailable: rate limiter unavailable\n")
+	}
+	return "", nil
+}
+
+func (v *Verdict) problem() []byte {
+	var b strings.Builder
+	b.WriteString(`{"type":"`)
+	b.WriteString(ProblemType)
+	b.WriteString(`","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"detail":"`)
+	retry := Seconds(v.Decision.RetryAfter)
+	if retry > 0 {
+		b.WriteString("retry after ")
+		b.WriteString(strconv.FormatInt(retry, 10))
+		b.WriteString(`s"`)
+	} else {
+		b.WriteString(`the request costs more than the limit allows"`)
+	}
+	b.WriteString(`,"violated-policies":[`)
+	// Policy names hold no quote, backslash or control character, so
+	// strconv.Quote yields valid JSON strings.
+	b.WriteString(strconv.Quote(v.ItemName()))
+	b.WriteString(`]`)
+	if retry > 0 {
+		b.WriteString(`,"retry-after":`)
+		b.WriteString(strconv.FormatInt(retry, 10))
+	}
+	b.WriteString("}\n")
+	return []byte(b.String())
+}

@@ -1,0 +1,37 @@
+// Package guard is the request pipeline every ratekit adapter shares, and
+// the options they all take.
+//
+// A [Guard] wraps a [core.Limiter] with what a middleware needs around a
+// decision: which requests are skipped ([WithSkip]), who is limited
+// ([WithKey]), what a request costs ([WithCost]), further limits decided
+// together ([WithAlso]), count-only-failures refunds and resets
+// ([WithCountIf], [WithResetIf]), dry-run mode, and what the answer means:
+// the status, the rate-limit header fields ([WithHeaders]) and the body
+// ([WithBody]). The adapters (nethttp, ginlimit, echolimit, fiberlimit,
+// grpclimit) only translate their framework's request into a
+// [keyfunc.Request] and write the [Verdict] back the framework's way, so a
+// guard option works the same in every one of them:
+//
+//	r.POST("/login", ginlimit.New(login,
+//		guard.WithKey(keyfunc.ClientIP(keyfunc.TrustedProxies("10.0.0.0/8"))),
+//		guard.WithCountIf(guard.StatusAuthFailure),
+//	), loginHandler)
+//
+// # Answers
+//
+//	outcome                          HTTP                          gRPC
+//	admitted                         handler runs, headers set     handler runs, metadata set
+//	over the limit                   429, Retry-After, headers     ResourceExhausted + RetryInfo
+//	no key (anonymous)               skipped by default            the same
+//	malformed key source or cost     400 with a fixed reason       InvalidArgument
+//	store failed under FailClosed    503 (not 429)                 Unavailable
+//
+// Bodies are fixed texts (or RFC 9457 problem+json); an error's detail
+// never reaches the client.
+//
+// # Keys
+//
+// Without [WithKey] the key is the peer address ([keyfunc.ClientIP] with no
+// trusted proxies): behind a reverse proxy that puts every client in one
+// bucket, so configure trusted proxies.
+package guard

@@ -1,0 +1,367 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/keyfunc"
+)
+
+// Option configures a [Guard], and so the middleware of every adapter:
+// the adapters take these options as they are, plus a few of their own
+// built with [Native].
+type Option func(*config)
+
+type config struct {
+	key      keyfunc.Func
+	skip     func(keyfunc.Request) bool
+	cost     func(keyfunc.Request) int64
+	countIf  func(status int) bool
+	resetIf  func(status int) bool
+	headers  HeaderStyle
+	body     BodyStyle
+	noKey    NoKeyAction
+	keyErr   KeyErrorAction
+	dryRun   bool
+	observer core.Observer
+	also     []limit
+	natives  []any
+}
+
+// WithKey sets the key function; keyfunc.ClientIP() (the peer address, no
+// trusted proxies) by default. Behind a proxy the default puts every
+// client in one bucket: configure trusted proxies. A nil f keeps the
+// default.
+func WithKey(f keyfunc.Func) Option {
+	return func(c *config) {
+		if f != nil {
+			c.key = f
+		}
+	}
+}
+
+// WithSkip sets a predicate for requests that are not limited at all, such
+// as health checks or internal callers. None by default.
+func WithSkip(f func(keyfunc.Request) bool) Option {
+	return func(c *config) { c.skip = f }
+}
+
+// WithCost sets the units a request costs; 1 by default. A cost below 1 is
+// a malformed request (400, gRPC InvalidArgument); a cost above the
+// smallest limit of the key's rules could never fit and is denied (429)
+// without a Retry-After.
+func WithCost(f func(keyfunc.Request) int64) Option {
+	return func(c *config) { c.cost = f }
+}
+
+// WithCountIf counts a request only when count(status) is true for the
+// status the handler answered: the unit is reserved before the handler, so
+// concurrent requests cannot overshoot, and refunded afterwards otherwise.
+// Login anti-bruteforce counts failures only:
+//
+//	guard.WithCountIf(guard.StatusAuthFailure)
+//
+// By default every admitted request counts. How an adapter finds the
+// status is in its documentation (gRPC passes the status code).
+func WithCountIf(count func(status int) bool) Option {
+	return func(c *config) { c.countIf = count }
+}
+
+// WithResetIf resets the key after the handler answered a status for which
+// reset(status) is true, for example clearing an account's failure count
+// after a successful login. Only the guard's own key is reset: limits
+// added with [WithAlso] keep their units, unless [WithCountIf] refunds
+// them. Off by default.
+func WithResetIf(reset func(status int) bool) Option {
+	return func(c *config) { c.resetIf = reset }
+}
+
+// WithAlso adds a limit decided together with the guard's own: the
+// request is admitted only if every limit admits it, and a denial by one
+// refunds the units the others took, so a denied request consumes nothing
+// (SMS: per phone AND per IP AND a global cap). The limits are decided in
+// order, each in its own store call, so they may live in different Redis
+// Cluster slots. A request with no key for one limit is not limited by
+// that one; the others still decide. A denial is answered with the
+// denying limit's headers and body. WithAlso panics if l or key is nil, a
+// programmer error caught at start-up.
+func WithAlso(l *core.Limiter, key keyfunc.Func) Option {
+	if l == nil || key == nil {
+		panic("ratekit: guard.WithAlso: nil limiter or key function")
+	}
+	lim := newLimit(l, key)
+	return func(c *config) { c.also = append(c.also, lim) }
+}
+
+// WithHeaders selects the rate-limit header fields; [HeadersXRateLimit] by
+// default. Combine styles with |, or pass [HeadersNone].
+func WithHeaders(s HeaderStyle) Option {
+	return func(c *config) { c.headers = s }
+}
+
+// WithBody selects the body of refusals; [BodyText] by default.
+func WithBody(s BodyStyle) Option {
+	return func(c *config) { c.body = s }
+}
+
+// WithNoKey says what to do with requests that have no key; [NoKeySkip] by
+// default.
+func WithNoKey(a NoKeyAction) Option {
+	return func(c *config) { c.noKey = a }
+}
+
+// WithKeyError says what to do when the key function fails;
+// [KeyErrorReject] (400) by default.
+func WithKeyError(a KeyErrorAction) Option {
+	return func(c *config) { c.keyErr = a }
+}
+
+// WithDryRun makes the guard decide and report but never block: denials
+// (and FailClosed refusals) are let through without rate-limit headers and
+// reported to the guard's observers as [core.EventDryRun]. Use it to tune
+// limits safely in production. Bad requests are still refused. Off by
+// default.
+func WithDryRun(on bool) Option {
+	return func(c *config) { c.dryRun = on }
+}
+
+// WithObserver adds an observer of what only the guard knows: requests let
+// through without a decision ([core.EventSkip]), malformed keys and costs
+// ([core.EventKeyError]) and denials let through in dry-run mode
+// ([core.EventDryRun]). Decisions and store failures are the limiter's to
+// report ([core.WithObserver]): give one observer to both to see every
+// event once. Several observers are called in order.
+func WithObserver(obs core.Observer) Option {
+	return func(c *config) {
+		switch {
+		case obs == nil:
+		case c.observer == nil:
+			c.observer = obs
+		default:
+			c.observer = observers{c.observer, obs}
+		}
+	}
+}
+
+// observers calls several observers in order.
+type observers []core.Observer
+
+func (o observers) Observe(ctx context.Context, e core.Event) {
+	for _, x := range o {
+		x.Observe(ctx, e)
+	}
+}
+
+// Native returns an option that carries an adapter's own setting, such as
+// a deny handler typed to its framework. Adapters build their native
+// options with it and read them back with [Guard.ReadNatives]; an adapter
+// given a setting it does not know panics at construction.
+func Native(setting any) Option {
+	return func(c *config) { c.natives = append(c.natives, setting) }
+}
+
+// Guard is the framework-neutral request pipeline every adapter shares:
+// skip, key, cost, the decisions of the guard's limit and those added with
+// [WithAlso], refunds, and what the answer means (status, headers, body).
+// Adapters wrap their native request in a [keyfunc.Request], call
+// [Guard.Admit], write the [Verdict] their framework's way and call
+// [Verdict.Finish] after the handler. A Guard is safe for concurrent use.
+type Guard struct {
+	own limit
+	cfg config
+}
+
+// limit is one limiter of a guard with its key function.
+type limit struct {
+	l    *core.Limiter
+	key  keyfunc.Func
+	name string // the policy name
+}
+
+func newLimit(l *core.Limiter, key keyfunc.Func) limit {
+	return limit{l: l, key: key, name: l.Policy().Name}
+}
+
+// New returns a guard for l. It panics if l is nil, a programmer error
+// caught at start-up.
+func New(l *core.Limiter, opts ...Option) *Guard {
+	if l == nil {
+		panic("ratekit: guard.New: nil *core.Limiter")
+	}
+	g := &Guard{cfg: config{key: keyfunc.ClientIP(), headers: HeadersXRateLimit}}
+	for _, opt := range opts {
+		opt(&g.cfg)
+	}
+	g.own = newLimit(l, g.cfg.key)
+	return g
+}
+
+// Limiter returns the guard's own limiter.
+func (g *Guard) Limiter() *core.Limiter { return g.own.l }
+
+// ReadNatives stores each setting given with [Native] in the target of
+// its type: every target is a pointer to one of the adapter's own setting
+// types (*T), where a later setting replaces an earlier one, or to a slice
+// of one (*[]T), where settings add up in order. It panics, naming
+// adapter, on a setting that no target takes: an option of another
+// adapter. Adapters call it once, in their constructor.
+func (g *Guard) ReadNatives(adapter string, targets ...any) {
+	for _, n := range g.cfg.natives {
+		nv := reflect.ValueOf(n)
+		taken := false
+		for _, t := range targets {
+			tv := reflect.ValueOf(t).Elem()
+			switch {
+			case tv.Type() == nv.Type():
+				tv.Set(nv)
+			case tv.Kind() == reflect.Slice && tv.Type().Elem() == nv.Type():
+				tv.Set(reflect.Append(tv, nv))
+			default:
+				continue
+			}
+			taken = true
+			break
+		}
+		if !taken {
+			panic(fmt.Sprintf("ratekit: %s: option of type %T belongs to another adapter", adapter, n))
+		}
+	}
+}
+
+// NeedsFinish reports whether [Verdict.Finish] has work to do, so that
+// adapters can skip capturing the handler's status when it has none.
+func (g *Guard) NeedsFinish() bool { return g.cfg.countIf != nil || g.cfg.resetIf != nil }
+
+// Admit runs the pipeline for r: skip, key and cost, then the decision of
+// the guard's limit and of every limit added with [WithAlso]. It never
+// panics on a malformed request and never returns a store error: a store
+// failure is resolved by the limiter's failure policy.
+func (g *Guard) Admit(ctx context.Context, r keyfunc.Request) Verdict {
+	v := Verdict{g: g, by: &g.own}
+	if g.cfg.skip != nil && g.cfg.skip(r) {
+		v.Outcome = OutcomeSkip
+		g.emit(ctx, &g.own, core.Event{Kind: core.EventSkip})
+		return v
+	}
+	v.Cost = 1
+	if g.cfg.cost != nil {
+		if v.Cost = g.cfg.cost(r); v.Cost < 1 {
+			v.Outcome, v.Err = OutcomeInvalid, errInvalidCost
+			g.emit(ctx, &g.own, core.Event{Kind: core.EventKeyError, Cost: v.Cost, Err: errInvalidCost})
+			return v
+		}
+	}
+	if !g.decide(ctx, &v, &g.own, r) {
+		return v
+	}
+	for i := range g.cfg.also {
+		if !g.decide(ctx, &v, &g.cfg.also[i], r) {
+			return v
+		}
+	}
+	if v.Outcome == OutcomeSkip && v.nheld > 0 {
+		// The guard's own limit had no key, an added one decided.
+		v.Outcome = OutcomeAllow
+	}
+	return v
+}
+
+// errInvalidCost is the error of a verdict for a cost below 1.
+var errInvalidCost = errors.New("ratekit: request cost below 1")
+
+// decide keys r for lim and decides it, folding the result into v; it
+// reports whether the pipeline goes on.
+func (g *Guard) decide(ctx context.Context, v *Verdict, lim *limit, r keyfunc.Request) bool {
+	key, err := lim.key(r)
+	if err != nil {
+		if errors.Is(err, keyfunc.ErrNoKey) {
+			switch g.cfg.noKey {
+			case NoKeyShared:
+				key = SharedKey
+			case NoKeyReject:
+				return g.refuse(ctx, v, lim, OutcomeInvalid, err, core.EventKeyError)
+			default:
+				g.emit(ctx, lim, core.Event{Kind: core.EventSkip, Err: err})
+				if v.nheld == 0 {
+					v.Outcome = OutcomeSkip
+				}
+				return true // no key for this limit only
+			}
+		} else {
+			if g.cfg.keyErr == KeyErrorSkip {
+				g.emit(ctx, lim, core.Event{Kind: core.EventKeyError, Err: err})
+				if v.nheld == 0 {
+					v.Outcome = OutcomeSkip
+				}
+				return true
+			}
+			return g.refuse(ctx, v, lim, OutcomeInvalid, err, core.EventKeyError)
+		}
+	}
+	d, err := lim.l.AllowN(ctx, key, v.Cost)
+	switch {
+	case errors.Is(err, core.ErrInvalidCost):
+		// The cost can never fit this limit.
+		v.refundAll(ctx)
+		v.Outcome, v.Err, v.Key, v.by = OutcomeDeny, err, key, lim
+		v.Decision = core.Decision{}
+		return false
+	case err != nil:
+		v.refundAll(ctx)
+		v.Outcome, v.Err, v.Key, v.by = OutcomeUnavailable, err, key, lim
+		return false
+	case d.Allowed:
+		if v.nheld == 0 {
+			// The first admission is the one the headers show.
+			v.Decision, v.Key, v.by = d, key, lim
+		}
+		v.hold(held{lim: lim, key: key, d: d})
+		v.Outcome = OutcomeAllow
+		return true
+	case g.cfg.dryRun:
+		g.emit(ctx, lim, core.Event{Kind: core.EventDryRun, Key: key, Cost: v.Cost, Decision: d})
+		if v.nheld == 0 && !v.DryRun {
+			v.Decision, v.Key, v.by = d, key, lim
+		}
+		v.Outcome, v.DryRun = OutcomeAllow, true
+		return true
+	}
+	v.refundAll(ctx)
+	v.Decision, v.Key, v.by = d, key, lim
+	if d.Source == core.SourceClosed {
+		v.Outcome, v.Err = OutcomeUnavailable, errClosed
+	} else {
+		v.Outcome = OutcomeDeny
+	}
+	return false
+}
+
+// errClosed is the error of a verdict refused by a FailClosed fallback.
+var errClosed = errors.New("ratekit: store unavailable (FailClosed)")
+
+// refuse ends the pipeline with outcome o (a malformed request) for lim,
+// reporting kind.
+func (g *Guard) refuse(ctx context.Context, v *Verdict, lim *limit, o Outcome, err error, kind core.EventKind) bool {
+	g.emit(ctx, lim, core.Event{Kind: kind, Err: err})
+	v.refundAll(ctx)
+	v.Outcome, v.Err, v.by = o, err, lim
+	v.Decision, v.Key = core.Decision{}, ""
+	return false
+}
+
+func (g *Guard) emit(ctx context.Context, lim *limit, e core.Event) {
+	if g.cfg.observer != nil {
+		e.Policy = lim.name
+		g.cfg.observer.Observe(ctx, e)
+	}
+}
+
+// StatusAuthFailure reports 401 Unauthorized and 403 Forbidden: the
+// failures a login limiter counts with [WithCountIf].
+func StatusAuthFailure(status int) bool { return status == 401 || status == 403 }
+
+// StatusSuccess reports a 2xx status, for [WithResetIf] on a login limiter.
+func StatusSuccess(status int) bool { return status >= 200 && status < 300 }

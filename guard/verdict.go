@@ -1,0 +1,133 @@
+package guard
+
+import (
+	"context"
+
+	"github.com/ratekit/ratekit/core"
+)
+
+// Outcome classifies a [Verdict].
+type Outcome uint8
+
+const (
+	// OutcomeAllow means decided and admitted; the request goes on.
+	OutcomeAllow Outcome = iota
+	// OutcomeSkip means not limited (skip predicate, no key); the request
+	// goes on.
+	OutcomeSkip
+	// OutcomeDeny means over the limit: 429 (gRPC: ResourceExhausted).
+	OutcomeDeny
+	// OutcomeInvalid means a malformed request: its key source or its cost
+	// (400, gRPC: InvalidArgument).
+	OutcomeInvalid
+	// OutcomeUnavailable means the store failed under FailClosed, or the
+	// request's context ended before a decision; 503 (gRPC: Unavailable).
+	OutcomeUnavailable
+)
+
+// String returns the outcome's name.
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeAllow:
+		return "allow"
+	case OutcomeSkip:
+		return "skip"
+	case OutcomeDeny:
+		return "deny"
+	case OutcomeInvalid:
+		return "invalid"
+	case OutcomeUnavailable:
+		return "unavailable"
+	}
+	return "unknown"
+}
+
+// Verdict is what a [Guard] decided about one request and how to answer
+// it. Adapters write it with [Verdict.WriteHeaders] and [Verdict.Answer]
+// and call [Verdict.Finish] after the handler.
+type Verdict struct {
+	// Outcome classifies the verdict.
+	Outcome Outcome
+	// Decision is the decision the answer shows: the first admission, or
+	// the denial. It is the zero Decision when no limiter decided, and for
+	// a cost that can never fit.
+	Decision core.Decision
+	// Key is the key of that decision; empty when there was none.
+	Key string
+	// Cost is the units asked of every limit.
+	Cost int64
+	// DryRun reports a denial let through by dry-run mode.
+	DryRun bool
+	// Err says why, for OutcomeInvalid and OutcomeUnavailable, and for a
+	// denial of a cost that can never fit. Never send it to the client.
+	Err error
+
+	g  *Guard
+	by *limit // the limit whose decision the answer shows
+	// The admissions to finish or refund: the first is Decision itself,
+	// the others (limits added with WithAlso) are in more.
+	nheld int
+	more  []held
+}
+
+// held is one admission of a request after the first.
+type held struct {
+	lim *limit
+	key string
+	d   core.Decision
+}
+
+// Limiter returns the limiter whose decision the verdict shows: the
+// guard's own, or the limit added with [WithAlso] that decided.
+func (v *Verdict) Limiter() *core.Limiter { return v.by.l }
+
+// Proceed reports whether the request goes on to the handler.
+func (v *Verdict) Proceed() bool {
+	return v.Outcome == OutcomeAllow || v.Outcome == OutcomeSkip
+}
+
+// hold keeps an admission for Finish or a later refund.
+func (v *Verdict) hold(h held) {
+	if v.nheld > 0 {
+		v.more = append(v.more, h)
+	}
+	v.nheld++
+}
+
+// refundAll gives back every unit the request's admissions took. A failed
+// refund is reported by the limiter; the units then stay counted.
+func (v *Verdict) refundAll(ctx context.Context) {
+	if v.nheld == 0 {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	_ = v.Decision.Refund(ctx)
+	for i := range v.more {
+		_ = v.more[i].d.Refund(ctx)
+	}
+	v.nheld, v.more = 0, nil
+}
+
+// Finish completes the verdict after the handler answered status: it
+// refunds the reserved units when [WithCountIf] says the request does not
+// count, and resets the key when [WithResetIf] says so. It does nothing
+// for requests that no limiter admitted. The client may be gone by then:
+// the refund or reset runs regardless, bounded by the limiters' store
+// timeout. Store failures here go to the limiters' observers; the answer
+// is already on its way.
+func (v *Verdict) Finish(ctx context.Context, status int) {
+	if v.Outcome != OutcomeAllow || v.nheld == 0 {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	cfg := &v.g.cfg
+	if cfg.resetIf != nil && cfg.resetIf(status) && v.by == &v.g.own {
+		_ = v.by.l.Reset(ctx, v.Key)
+		// The reset covers the guard's own limit only; limits added with
+		// WithAlso are finished by count-if below.
+		v.Decision = core.Decision{}
+	}
+	if cfg.countIf != nil && !cfg.countIf(status) {
+		v.refundAll(ctx)
+	}
+}

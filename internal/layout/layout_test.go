@@ -1,0 +1,60 @@
+// Package layout_test checks that the packages depend on each other as the
+// design says: adapters on guard, guard on core and keyfunc, and core and
+// keyfunc on nothing of ratekit, nor on heavy libraries.
+package layout_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/ratekit/ratekit"
+
+// deps returns the packages pkg depends on, itself included, as go list
+// reports them for the build (not the tests).
+func deps(t *testing.T, pkg string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", module+"/"+pkg).Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", pkg, err)
+	}
+	return strings.Fields(string(out))
+}
+
+func TestDependencies(t *testing.T) {
+	for _, tc := range []struct {
+		pkg string
+		// allowed lists the ratekit packages pkg may import.
+		allowed []string
+		// banned lists import path prefixes pkg must not link.
+		banned []string
+	}{
+		{"core", nil, []string{"net/http", "github.com/nyaruka/phonenumbers", "google.golang.org/protobuf", "golang.org/x/text"}},
+		{"keyfunc", nil, []string{"github.com/nyaruka/phonenumbers", "google.golang.org/protobuf", "golang.org/x/text"}},
+		{"keyfunc/personal", []string{"keyfunc"}, nil},
+		{"guard", []string{"core", "keyfunc"}, []string{"github.com/nyaruka/phonenumbers", "golang.org/x/text"}},
+		{"nethttp", []string{"core", "guard", "keyfunc"}, []string{"github.com/nyaruka/phonenumbers"}},
+		{"ginlimit", []string{"core", "guard", "keyfunc"}, []string{"github.com/nyaruka/phonenumbers"}},
+		{"echolimit", []string{"core", "guard", "keyfunc"}, []string{"github.com/nyaruka/phonenumbers"}},
+		{"fiberlimit", []string{"core", "guard", "keyfunc"}, []string{"github.com/nyaruka/phonenumbers"}},
+		{"grpclimit", []string{"core", "guard", "keyfunc"}, []string{"github.com/nyaruka/phonenumbers"}},
+	} {
+		t.Run(tc.pkg, func(t *testing.T) {
+			allowed := map[string]bool{module + "/" + tc.pkg: true}
+			for _, a := range tc.allowed {
+				allowed[module+"/"+a] = true
+			}
+			for _, d := range deps(t, tc.pkg) {
+				if strings.HasPrefix(d, module+"/") && !allowed[d] {
+					t.Errorf("%s depends on %s", tc.pkg, d)
+				}
+				for _, b := range tc.banned {
+					if d == b || strings.HasPrefix(d, b+"/") {
+						t.Errorf("%s links %s", tc.pkg, d)
+					}
+				}
+			}
+		})
+	}
+}
