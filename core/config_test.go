@@ -38,6 +38,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"too many buckets", core.Policy{Name: "p", Rules: ok, Algorithm: core.SlidingBuckets, Buckets: core.MaxBuckets + 1}, nil, "Buckets"},
 		{"negative window", core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: -time.Second}}}, nil, "Rules[0].Window"},
 		{"negative shards", core.Policy{Name: "p", Rules: ok, Shards: -1}, nil, "Shards"},
+		{"SlidingLog over 100000", core.Policy{Name: "p", Rules: []core.Rule{{Limit: 100_001, Window: time.Hour}}}, nil, "SlidingBuckets"},
 		{"too many shards", core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1000, Window: time.Second}}, Shards: core.MaxShards + 1}, nil, "Shards"},
 		{"shards over a limit", core.Policy{Name: "p", Rules: []core.Rule{{Limit: 10, Window: time.Hour}, {Limit: 3, Window: time.Second}}, Shards: 4}, nil, "Rules[1].Limit"},
 		{"negative timeout", core.Policy{Name: "p", Rules: ok}, []core.Option{core.WithTimeout(-time.Millisecond)}, "WithTimeout"},
@@ -89,7 +90,7 @@ func TestConfigPanicsNameTheOption(t *testing.T) {
 		want string
 	}{
 		{"NewRedisStore nil", func() { core.NewRedisStore(nil) }, "NewRedisStore"},
-		{"WithPipelining negative", func() { core.NewRedisStore(redis.NewClient(&redis.Options{}), core.WithPipelining(-1)) }, "WithPipelining"},
+		{"WithBatching zero", func() { core.NewRedisStore(redis.NewClient(&redis.Options{}), core.WithBatching(0)) }, "WithBatching"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			defer func() {

@@ -124,7 +124,6 @@ type ticket struct {
 	owner *Limiter
 	key   string // the store key (a shard's, with shards)
 	shard int    // the shard, with shards
-	id    string
 	at    int64
 	n     int64
 	local bool // recorded by the local fallback store

@@ -22,10 +22,18 @@ import (
 // such as a login IP whose reservations were all refunded), a denial is
 // cached only if no removal hit its key's stripe since the store call
 // began (see generation and put).
+//
+// On a RedisStore, refunds and resets on any instance reach every
+// instance's cache (see watcher). Those sent while this instance was not
+// subscribed are lost, so denials cached before the last resubscription
+// (an older epoch) no longer answer while the store does; they still
+// answer while the store fails.
 type denyCache struct {
-	c    *lru.Cache[string, denyEntry]
-	seed maphash.Seed
-	gens [denyStripes]atomic.Uint64 // removals, per stripe of keys
+	c     *lru.Cache[string, denyEntry]
+	seed  maphash.Seed
+	gens  [denyStripes]atomic.Uint64 // removals, per stripe of keys
+	live  *atomic.Bool               // nil: no other instance to hear from
+	epoch *atomic.Uint64             // subscriptions so far; nil as live
 }
 
 const denyStripes = 64
@@ -34,6 +42,7 @@ type denyEntry struct {
 	until time.Time // the entry answers until then
 	at    time.Time // when the store denied
 	n     int64
+	epoch uint64
 	d     Decision
 }
 
@@ -53,17 +62,26 @@ func (c *denyCache) stripe(key string) *atomic.Uint64 {
 // the store call whose denial may be put.
 func (c *denyCache) generation(key string) uint64 { return c.stripe(key).Load() }
 
-// get returns the cached denial of key for n units at now.
-func (c *denyCache) get(key string, n int64, now time.Time) (Decision, bool) {
+// get returns the cached denial of key for n units at now. Only a denial
+// of the same cost answers: a larger cost waits longer than the cached
+// RetryAfter says, a smaller one may fit sooner. stale lets denials of an
+// older epoch answer, for when the store fails.
+func (c *denyCache) get(key string, n int64, now time.Time, stale bool) (Decision, bool) {
+	if c.live != nil && !c.live.Load() {
+		return Decision{}, false
+	}
 	e, ok := c.c.Get(key)
 	if !ok {
+		return Decision{}, false
+	}
+	if !stale && c.epoch != nil && e.epoch != c.epoch.Load() {
 		return Decision{}, false
 	}
 	if !now.Before(e.until) {
 		c.c.Remove(key)
 		return Decision{}, false
 	}
-	if n < e.n {
+	if n != e.n {
 		return Decision{}, false
 	}
 	// The store's denial as it stands now: every duration shortened by
@@ -101,7 +119,11 @@ func (c *denyCache) put(key string, n int64, now time.Time, d Decision, gen uint
 	// monotonic clock may drift apart by up to NTP's 500 ppm; end the entry
 	// 1000 ppm early so that it never outlasts the store's own denial.
 	ttl := d.RetryAfter - d.RetryAfter/1000
-	c.c.Add(key, denyEntry{until: now.Add(ttl), at: now, n: n, d: d})
+	var epoch uint64
+	if c.epoch != nil {
+		epoch = c.epoch.Load()
+	}
+	c.c.Add(key, denyEntry{until: now.Add(ttl), at: now, n: n, epoch: epoch, d: d})
 	if g.Load() != gen {
 		c.c.Remove(key) // a removal ran between the check and the Add
 	}

@@ -40,17 +40,19 @@ func FuzzRedisKey(f *testing.F) {
 			return
 		}
 		b1 := core.BoundKey(k1)
-		if len(b1) > core.MaxKeyLen || (len(k1) <= core.MaxKeyLen) != (b1 == k1) || core.BoundKey(b1) != b1 {
-			t.Fatalf("BoundKey(%d bytes) = %q (%d bytes), want the key itself up to %d bytes, else a fixed-length hash",
+		// Keys that would empty the hash tag ("", or starting with '}')
+		// are hashed like long ones.
+		kept := len(k1) <= core.MaxKeyLen && k1 != "" && k1[0] != '}'
+		if len(b1) > core.MaxKeyLen || kept != (b1 == k1) || core.BoundKey(b1) != b1 || b1 == "" || b1[0] == '}' {
+			t.Fatalf("BoundKey(%d bytes) = %q (%d bytes), want the key itself up to %d bytes (unless empty or starting with '}'), else a fixed-length hash",
 				len(k1), b1, len(b1), core.MaxKeyLen)
 		}
 		name := store.Key(p1, b1)
-		if b1 != "" && b1[0] != '}' {
-			slot := redistest.Slot("{" + b1 + "}")
-			for _, n := range []string{name, name + ":b", store.Key("other-policy", b1)} {
-				if got := redistest.Slot(n); got != slot {
-					t.Fatalf("Slot(%q) = %d, want %d, the slot of {%s}", n, got, slot, b1)
-				}
+		// Every Redis key of a decision is in the slot of the key's tag.
+		slot := redistest.Slot("{" + b1 + "}")
+		for _, n := range []string{name, name + ":b", store.Key("other-policy", b1)} {
+			if got := redistest.Slot(n); got != slot {
+				t.Fatalf("Slot(%q) = %d, want %d, the slot of {%s}", n, got, slot, b1)
 			}
 		}
 		if (core.Policy{Name: p2, Rules: rules}).Validate() != nil {

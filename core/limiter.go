@@ -2,12 +2,10 @@ package core
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 	"fmt"
-	"strconv"
-	"sync/atomic"
 	"time"
 )
 
@@ -58,7 +56,11 @@ type options struct {
 	tierCacheSize int
 	tierCacheTTL  time.Duration
 	clock         func() time.Time
+	keep          int64 // the largest limit of every tier (set by the tiers' parent)
 }
+
+// fallbackMaxKeys bounds the local store of FailLocal.
+const fallbackMaxKeys = 100_000
 
 // WithTimeout bounds every store call; 20 ms ([DefaultTimeout]) by default.
 // It must be positive. The bound holds whatever the go-redis client's own
@@ -97,7 +99,11 @@ func WithDenyCache(size int) Option {
 // WithBreaker sets the circuit breaker: after failures consecutive store
 // failures, the limiter stops calling the store for cooldown and decides
 // by its failure policy at once; then one probe call at a time tests the
-// store. The default is 5 failures and 1 s; failures 0 turns it off.
+// store. The default is 5 failures and 1 s; failures 0 turns it off. The
+// failure of one key (a key holding a value of another type) does not
+// count, and on a Redis Cluster each group of slots has a breaker of its
+// own, so that one failing node switches only its own keys to the failure
+// policy.
 func WithBreaker(failures int, cooldown time.Duration) Option {
 	return func(o *options) {
 		o.breakerFails = failures
@@ -120,17 +126,17 @@ func WithClock(clock func() time.Time) Option {
 // concurrent use.
 type Limiter struct {
 	store    Store
-	mem      *MemoryStore // store, when it is a MemoryStore
+	memp     *memPolicy  // the policy's keys, when store is a MemoryStore
+	redis    *RedisStore // store, when it is a RedisStore
 	policy   Policy
+	keep     int64 // Query.Keep
 	minLimit int64
 	timeout  time.Duration
 	failure  FailurePolicy
 	local    *MemoryStore
 	observer Observer
 	deny     *denyCache
-	breaker  breaker
-	idPrefix string
-	seq      atomic.Uint64
+	breakers []breaker // one; on a Redis Cluster one per group of slots
 	tiers    *tierSet
 	shards   *shardSet // nil unless Policy.Shards > 1
 	clock    func() time.Time
@@ -170,10 +176,6 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		return nil, fmt.Errorf("ratekit: policy %q: WithBreaker cooldown %v must be positive: %w", policy.Name, o.breakerCool, ErrInvalidPolicy)
 	}
 	policy.Rules = append([]Rule(nil), policy.Rules...)
-	var nonce [6]byte
-	if _, err := rand.Read(nonce[:]); err != nil {
-		return nil, fmt.Errorf("ratekit: NewLimiter: nonce: %w", err)
-	}
 	l := &Limiter{
 		store:    store,
 		policy:   policy,
@@ -181,21 +183,31 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		timeout:  o.timeout,
 		failure:  o.failure,
 		observer: o.observer,
-		breaker:  breaker{threshold: int32(o.breakerFails), cooldown: o.breakerCool},
-		idPrefix: base64.RawURLEncoding.EncodeToString(nonce[:]) + ".",
 		shards:   newShardSet(policy),
 		clock:    o.clock,
 	}
-	l.mem, _ = store.(*MemoryStore)
-	if o.failure == FailLocal {
-		if l.mem != nil {
-			l.local = l.mem
-		} else {
-			l.local = NewMemoryStore()
-		}
+	l.keep = max(o.keep, policy.maxLimit())
+	l.redis, _ = store.(*RedisStore)
+	nb := 1
+	if l.redis != nil && l.redis.cluster {
+		// One failing node trips the breakers of its slots only.
+		nb = breakerGroups
 	}
-	if o.denyCacheSize > 0 && l.mem == nil {
+	l.breakers = make([]breaker, nb)
+	for i := range l.breakers {
+		l.breakers[i] = breaker{threshold: int32(o.breakerFails), cooldown: o.breakerCool}
+	}
+	if m, ok := store.(*MemoryStore); ok {
+		l.memp = m.policy(policy.Name)
+	}
+	if o.failure == FailLocal && l.memp == nil {
+		l.local = NewMemoryStore(WithMaxKeys(fallbackMaxKeys))
+	}
+	if o.denyCacheSize > 0 && l.memp == nil {
 		l.deny = newDenyCache(o.denyCacheSize)
+		if l.redis != nil {
+			l.redis.watch.add(policy.Name, l.deny)
+		}
 	}
 	if o.tierFunc != nil || o.tiers != nil {
 		ts, err := newTiers(store, policy, o, opts)
@@ -240,22 +252,23 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
 	}
 	key, shard := l.shards.pick(boundKey(key))
+	if l.memp != nil {
+		return l.decideLocal(ctx, key, shard, n, true), nil
+	}
 	now := l.now()
 	if l.deny != nil {
-		if d, ok := l.deny.get(key, n, now); ok {
+		if d, ok := l.deny.get(key, n, now, false); ok {
 			l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d})
 			return d, nil
 		}
 	}
-	id := inprocID
-	if l.mem == nil {
-		id = l.nextID()
-	}
-	return l.decide(ctx, l.query(key, shard, n, id, now), shard, now, true)
+	return l.decide(ctx, l.query(key, shard, n, now), shard, now, opTake)
 }
 
 // Peek reports the decision a request of one unit for key would get now,
-// consuming nothing. Errors are as for [Limiter.AllowN].
+// consuming nothing. A peek is not a decision: observers do not see it,
+// and a store failure it meets does not count toward the circuit breaker.
+// Errors are as for [Limiter.AllowN].
 func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
@@ -266,12 +279,14 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
 		}
 	}
 	key, shard := l.shards.peek(boundKey(key))
+	if l.memp != nil {
+		return l.decideLocal(ctx, key, shard, 1, false), nil
+	}
 	now := l.now()
-	return l.decide(ctx, l.query(key, shard, 1, "", now), shard, now, false)
+	return l.decide(ctx, l.query(key, shard, 1, now), shard, now, opPeek)
 }
 
-// now returns the time of a decision by the limiter's clock; the zero
-// time when the store's own clock decides.
+// now returns the time of a decision by the limiter's clock.
 func (l *Limiter) now() time.Time {
 	if l.clock != nil {
 		return l.clock()
@@ -280,59 +295,82 @@ func (l *Limiter) now() time.Time {
 }
 
 // query returns the store query for a bounded key (shard's, with shards)
-// decided at now.
-func (l *Limiter) query(key string, shard int, n int64, id string, now time.Time) Query {
+// decided at now; the zero now for refunds and resets.
+func (l *Limiter) query(key string, shard int, n int64, now time.Time) Query {
 	q := Query{Policy: l.policy.Name, Key: key, Rules: l.shards.rules(shard, l.policy.Rules),
-		Algorithm: l.policy.Algorithm, Buckets: l.policy.buckets(), N: n, ID: id}
+		Algorithm: l.policy.Algorithm, Buckets: l.policy.buckets(), N: n, Keep: l.keep}
 	if l.clock != nil && !now.IsZero() {
 		q.Now = now.UnixMicro()
 	}
 	return q
 }
 
-// inprocID is the call ID of takes on the in-process store, which needs
-// none: a call cannot be retried there, and refunds go by time.
-const inprocID = "m"
-
-func (l *Limiter) nextID() string {
-	return l.idPrefix + strconv.FormatUint(l.seq.Add(1), 36)
+// decideLocal decides on the limiter's MemoryStore, which cannot fail:
+// no timeout, breaker or deny cache on the way.
+func (l *Limiter) decideLocal(ctx context.Context, key string, shard int, n int64, take bool) Decision {
+	var now time.Time
+	if l.clock != nil {
+		now = l.clock()
+	}
+	q := l.query(key, shard, n, now)
+	var d Decision
+	allowed, at := l.memp.decide(&q, take, &d.states)
+	l.bind(&d, allowed, SourceStore)
+	if take {
+		if allowed {
+			d.ticket = ticket{owner: l, key: key, shard: shard, at: at, n: n}
+		}
+		if l.observer != nil {
+			l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d})
+		}
+	}
+	return d
 }
 
 // decide asks the store, falling back by the failure policy. It fails
 // only when ctx ends before the store answered.
-func (l *Limiter) decide(ctx context.Context, q Query, shard int, now time.Time, take bool) (Decision, error) {
+func (l *Limiter) decide(ctx context.Context, q Query, shard int, now time.Time, op byte) (Decision, error) {
+	take := op == opTake
 	start := time.Now()
-	if ok, probe := l.breaker.allow(start); ok {
+	br := l.breakerOf(q.Key)
+	if ok, probe := br.allow(start); ok {
 		var gen uint64
 		if take && l.deny != nil {
 			gen = l.deny.generation(q.Key)
 		}
-		sctx, cancel := ctx, context.CancelFunc(nil)
-		if l.mem == nil {
-			sctx, cancel = context.WithTimeout(ctx, l.timeout)
-		}
+		sctx, cancel := context.WithTimeout(ctx, l.timeout)
 		var (
-			res Result
-			err error
+			d       Decision
+			allowed bool
+			at      int64
+			err     error
 		)
-		if take {
-			res, err = l.store.Take(sctx, q)
+		if l.redis != nil {
+			allowed, at, err = l.redis.decide(sctx, &q, op, 0, &d.states)
 		} else {
-			res, err = l.store.Peek(sctx, q)
+			var res Result
+			if take {
+				res, err = l.store.Take(sctx, q)
+			} else {
+				res, err = l.store.Peek(sctx, q)
+			}
+			allowed, at = res.Allowed, res.At
+			d.states.set(res.Rules)
 		}
-		if cancel != nil {
-			cancel()
-		}
+		cancel()
 		lat := time.Since(start)
 		if err == nil {
-			if l.breaker.success() {
+			if !take {
+				l.bind(&d, allowed, SourceStore)
+				return d, nil
+			}
+			if br.success() {
 				l.emit(ctx, Event{Kind: EventBreakerClose})
 			}
-			d := l.decision(res, SourceStore)
-			if take && d.Allowed {
-				d.ticket = ticket{owner: l, key: q.Key, shard: shard, id: q.ID, at: res.At, n: q.N}
-			}
-			if take && !d.Allowed && l.deny != nil {
+			l.bind(&d, allowed, SourceStore)
+			if allowed {
+				d.ticket = ticket{owner: l, key: q.Key, shard: shard, at: at, n: q.N}
+			} else if l.deny != nil {
 				l.deny.put(q.Key, q.N, now, d, gen)
 			}
 			l.emit(ctx, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d, Latency: lat})
@@ -341,51 +379,67 @@ func (l *Limiter) decide(ctx context.Context, q Query, shard int, now time.Time,
 		if cerr := ctx.Err(); cerr != nil {
 			// The caller gave up: that says nothing about the store.
 			if probe {
-				l.breaker.abandon()
+				br.abandon()
 			}
 			return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, cerr)
 		}
-		if l.breaker.failure(time.Now()) {
+		var kerr *keyError
+		if !take || errors.As(err, &kerr) {
+			// A peek is not a decision, and one key's failure (a key
+			// holding another type) says nothing of the store's health.
+			if probe {
+				br.abandon()
+			}
+		} else if br.failure(time.Now()) {
 			defer l.emit(ctx, Event{Kind: EventBreakerOpen, Err: err})
 		}
 		l.emit(ctx, Event{Kind: EventStoreError, Key: q.Key, Cost: q.N, Err: err, Latency: lat})
 	}
-	d := l.fallback(ctx, q, shard, take)
-	l.emit(ctx, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d})
+	if take && l.deny != nil {
+		// A denial cached before the store failed still holds.
+		if d, ok := l.deny.get(q.Key, q.N, now, true); ok {
+			l.emit(ctx, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d})
+			return d, nil
+		}
+	}
+	d := l.fallback(ctx, q, shard, take, br)
+	if take {
+		l.emit(ctx, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d})
+	}
 	return d, nil
 }
 
 // fallback decides without the store.
-func (l *Limiter) fallback(ctx context.Context, q Query, shard int, take bool) Decision {
+func (l *Limiter) fallback(ctx context.Context, q Query, shard int, take bool, br *breaker) Decision {
 	switch l.failure {
 	case FailOpen:
 		r := l.minRule()
 		return Decision{Allowed: true, Limit: l.minLimit, Window: l.policy.Rules[r].Window, Remaining: l.minLimit, Rule: r, Source: SourceOpen}
 	case FailClosed:
 		r := l.minRule()
-		return Decision{Limit: l.minLimit, Window: l.policy.Rules[r].Window, RetryAfter: l.breaker.retryAfter(time.Now()), Rule: r, Source: SourceClosed}
+		return Decision{Limit: l.minLimit, Window: l.policy.Rules[r].Window, RetryAfter: br.retryAfter(time.Now()), Rule: r, Source: SourceClosed}
 	}
-	var (
-		res Result
-		err error
-	)
-	// The local store works on the caller's context without the store
-	// timeout: it never blocks.
-	lctx := context.WithoutCancel(ctx)
-	if take {
-		res, err = l.local.Take(lctx, q)
-	} else {
-		res, err = l.local.Peek(lctx, q)
+	// The local store works without the store timeout: it never blocks.
+	var d Decision
+	allowed, at := l.local.policy(q.Policy).decide(&q, take, &d.states)
+	l.bind(&d, allowed, SourceLocal)
+	if take && allowed {
+		d.ticket = ticket{owner: l, key: q.Key, shard: shard, at: at, n: q.N, local: true}
 	}
-	if err != nil {
-		// Unreachable for a MemoryStore; admit rather than fail the request.
-		return Decision{Allowed: true, Limit: l.minLimit, Remaining: l.minLimit, Source: SourceOpen}
-	}
-	d := l.decision(res, SourceLocal)
-	if take && d.Allowed {
-		d.ticket = ticket{owner: l, key: q.Key, shard: shard, id: q.ID, at: res.At, n: q.N, local: true}
-	}
+	_ = ctx
 	return d
+}
+
+// breakerGroups is the number of circuit breakers of a limiter on a
+// Redis Cluster, each for 16384/breakerGroups slots.
+const breakerGroups = 64
+
+// breakerOf returns the circuit breaker of a bounded store key.
+func (l *Limiter) breakerOf(key string) *breaker {
+	if len(l.breakers) == 1 {
+		return &l.breakers[0]
+	}
+	return &l.breakers[int(crc16(key)%16384)*len(l.breakers)/16384]
 }
 
 func (l *Limiter) minRule() int {
@@ -397,40 +451,40 @@ func (l *Limiter) minRule() int {
 	return 0
 }
 
-// decision turns a store result into a Decision: on a denial the binding
-// rule is the violated one that frees up last (its RetryAfter is when the
-// request fits every rule); when allowed it is the rule with the fewest
-// units remaining.
-func (l *Limiter) decision(res Result, src Source) Decision {
-	d := Decision{Allowed: res.Allowed, Source: src}
-	d.states.set(res.Rules)
+// bind completes d from its rule states: on a denial the binding rule is
+// the violated one that frees up last (its RetryAfter is when the request
+// fits every rule); when allowed it is the rule with the fewest units
+// remaining.
+func (l *Limiter) bind(d *Decision, allowed bool, src Source) {
+	d.Allowed, d.Source = allowed, src
+	rs := d.states.slice()
 	b := -1
-	for i, s := range res.Rules {
+	for i := range rs {
+		s := &rs[i]
 		switch {
 		case b < 0:
 			b = i
-		case !res.Allowed:
-			if s.RetryAfter > res.Rules[b].RetryAfter {
+		case !allowed:
+			if s.RetryAfter > rs[b].RetryAfter {
 				b = i
 			}
-		case s.Remaining() < res.Rules[b].Remaining() ||
-			s.Remaining() == res.Rules[b].Remaining() && s.ResetAfter > res.Rules[b].ResetAfter:
+		case s.Remaining() < rs[b].Remaining() ||
+			s.Remaining() == rs[b].Remaining() && s.ResetAfter > rs[b].ResetAfter:
 			b = i
 		}
 	}
 	if b < 0 {
-		return d
+		return
 	}
-	s := res.Rules[b]
+	s := &rs[b]
 	d.Rule = b
 	d.Limit = s.Limit
 	d.Window = s.Window
 	d.Remaining = s.Remaining()
 	d.ResetAfter = s.ResetAfter
-	if !res.Allowed {
+	if !allowed {
 		d.RetryAfter = s.RetryAfter
 	}
-	return d
 }
 
 // Reset forgets everything recorded for key: in the store, in the local
@@ -452,13 +506,13 @@ func (l *Limiter) resetKey(ctx context.Context, key string, shard int) error {
 	defer l.forgetDenial(key)
 	if l.tiers != nil {
 		for _, t := range l.tiers.by {
-			if t.local != nil && t.local != l.store {
-				_ = t.local.Reset(context.WithoutCancel(ctx), t.query(key, shard, 0, "", time.Time{}))
+			if t.local != nil {
+				_ = t.local.Reset(context.WithoutCancel(ctx), t.query(key, shard, 0, time.Time{}))
 			}
 		}
 	}
-	q := l.query(key, shard, 0, "", time.Time{})
-	if l.local != nil && l.local != l.store {
+	q := l.query(key, shard, 0, time.Time{})
+	if l.local != nil {
 		_ = l.local.Reset(context.WithoutCancel(ctx), q)
 	}
 	sctx, cancel := context.WithTimeout(ctx, l.timeout)
@@ -492,16 +546,17 @@ func (l *Limiter) refund(ctx context.Context, t ticket) error {
 		// be cached after.
 		defer l.deny.remove(t.key)
 	}
-	q := l.query(t.key, t.shard, t.n, t.id, time.Time{})
-	if t.local {
-		_ = l.local.Refund(context.WithoutCancel(ctx), q, t.at)
+	q := l.query(t.key, t.shard, t.n, time.Time{})
+	switch {
+	case t.local:
+		l.local.policy(q.Policy).refund(&q, t.at)
+		return nil
+	case l.memp != nil:
+		l.memp.refund(&q, t.at)
 		return nil
 	}
-	sctx, cancel := ctx, context.CancelFunc(nil)
-	if l.mem == nil {
-		sctx, cancel = context.WithTimeout(ctx, l.timeout)
-		defer cancel()
-	}
+	sctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
 	if err := l.store.Refund(sctx, q, t.at); err != nil {
 		err = fmt.Errorf("ratekit: policy %q: refund: %w", l.policy.Name, err)
 		l.emit(ctx, Event{Kind: EventStoreError, Key: t.key, Cost: t.n, Err: err})
@@ -525,9 +580,11 @@ const maxKeyLen = 128
 
 // boundKey returns key unchanged when it is at most maxKeyLen bytes, and
 // otherwise a fixed-length hash of it ("#" and the base64url SHA-256), so
-// very long user-supplied keys cannot bloat the store.
+// very long user-supplied keys cannot bloat the store. The empty key and
+// keys starting with '}' are hashed too: in a Redis key "{}" or "{}..."
+// is no hash tag, which would spread one key's data over Cluster slots.
 func boundKey(key string) string {
-	if len(key) <= maxKeyLen {
+	if len(key) <= maxKeyLen && key != "" && key[0] != '}' {
 		return key
 	}
 	sum := sha256.Sum256([]byte(key))

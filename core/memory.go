@@ -4,41 +4,90 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
+// memShards is the number of locks a policy's keys are spread over.
 const memShards = 64
+
+// defaultMaxKeys bounds a MemoryStore unless WithMaxKeys sets another.
+const defaultMaxKeys = 1 << 20
 
 // MemoryStore is a [Store] that keeps windows in this process, with the
 // same semantics as [RedisStore]. It is the store for a single instance and
 // the local fallback of a [Limiter] (FailLocal).
 //
-// Keys are spread over sharded locks. Idle keys are swept as the store is
-// used, without a background goroutine, so memory stays bounded by the
-// keys active within their longest window. A MemoryStore is safe for
-// concurrent use; its zero value is not usable, call [NewMemoryStore].
+// A decision hashes its key once, takes one of 64 locks of its policy and
+// allocates nothing. Idle keys are swept as the store is used, without a
+// background goroutine: every key is looked at within a bounded number of
+// operations, so memory follows the keys active within their longest
+// window. The number of keys is bounded too ([WithMaxKeys]). A MemoryStore
+// is safe for concurrent use; its zero value is not usable, call
+// [NewMemoryStore].
 type MemoryStore struct {
-	now    func() int64
-	seed   maphash.Seed
-	ops    atomic.Uint64
+	base      time.Time // monotonic time at start
+	baseMicro int64     // wall time at start, µs
+	seed      maphash.Seed
+	maxKeys   int64
+	keys      atomic.Int64 // keys held, in every policy
+
+	mu       sync.Mutex
+	policies map[string]*memPolicy
+	list     atomic.Pointer[[]*memPolicy] // the policies, for sweeping
+	tickN    atomic.Uint64
+}
+
+var _ Store = (*MemoryStore)(nil)
+
+// MemoryOption configures a [MemoryStore].
+type MemoryOption func(*memoryOptions)
+
+type memoryOptions struct {
+	maxKeys int
+}
+
+// WithMaxKeys bounds the number of keys the store holds; 1,048,576 by
+// default (a limiter's FailLocal fallback store holds at most 100,000).
+// When a new key would exceed it, the key least recently used among a
+// sample of its policy's keys is forgotten, as if its window had passed:
+// a flood of new keys (rotating client addresses) costs bounded memory,
+// at the price of forgetting windows once the bound is reached. It must
+// be at least 1.
+func WithMaxKeys(n int) MemoryOption {
+	return func(o *memoryOptions) { o.maxKeys = n }
+}
+
+// memPolicy holds the keys of one policy.
+type memPolicy struct {
+	name   string
+	store  *MemoryStore
 	shards [memShards]memShard
 }
 
 type memShard struct {
-	mu  sync.Mutex
-	m   map[memKey]*memLog
-	ops uint32
+	mu     sync.Mutex
+	m      map[string]*memLog
+	keys   []*memLog // the values of m, for sweeping in turn
+	cursor int
+	ops    uint32
 }
 
-// memLog is the sliding log of one key: events sorted by time, each
-// holding the units admitted at that microsecond.
+// memLog is the window of one key: events sorted by time, each holding the
+// units admitted at that microsecond (SlidingLog), or bucket counts per
+// bucket width (SlidingBuckets).
 type memLog struct {
-	ev      []memEvent   // SlidingLog: units admitted at each microsecond
-	bk      [][]memEvent // SlidingBuckets: per rule, units per bucket index
-	expires int64
+	key     string
+	index   int        // in memShard.keys
+	ev      []memEvent // SlidingLog; live events are ev[head:]
+	head    int
+	cur     [inlineRules]int // per rule, where its window started last time
+	bk      []memBuckets     // SlidingBuckets
+	expires int64            // µs; the key holds nothing live after
+	used    int64            // µs; last decision
 }
 
 // memEvent is the units admitted at one microsecond (sliding log) or in
@@ -47,98 +96,252 @@ type memLog struct {
 // count and a RetryAfter are binary searches, not sums over the window.
 type memEvent struct{ at, n, cum int64 }
 
+// memBuckets is the buckets of one width, sorted by index.
+type memBuckets struct {
+	width int64
+	b     []memEvent
+}
+
 // NewMemoryStore returns an empty in-process store.
-func NewMemoryStore() *MemoryStore {
-	s := &MemoryStore{seed: maphash.MakeSeed()}
+func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
+	o := memoryOptions{maxKeys: defaultMaxKeys}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.maxKeys < 1 {
+		panic(fmt.Sprintf("ratekit: NewMemoryStore: WithMaxKeys(%d): must be at least 1", o.maxKeys))
+	}
 	// Wall time at start plus monotonic time since, so that a wall clock
 	// step cannot move the windows.
 	base := time.Now()
-	baseMicro := base.UnixMicro()
-	s.now = func() int64 { return baseMicro + time.Since(base).Microseconds() }
-	for i := range s.shards {
-		s.shards[i].m = make(map[memKey]*memLog)
-	}
+	s := &MemoryStore{base: base, baseMicro: base.UnixMicro(), seed: maphash.MakeSeed(),
+		maxKeys: int64(o.maxKeys), policies: make(map[string]*memPolicy)}
+	s.list.Store(new([]*memPolicy))
 	return s
 }
 
-// memKey names one window: a struct rather than a joined string, so that
-// looking it up allocates nothing.
-type memKey struct{ policy, key string }
+// now returns the store's clock in µs.
+func (s *MemoryStore) now() int64 { return s.baseMicro + time.Since(s.base).Microseconds() }
 
-func keyOf(q Query) memKey { return memKey{q.Policy, q.Key} }
+// policy returns the keys of a policy, created on first use.
+func (s *MemoryStore) policy(name string) *memPolicy {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.policies[name]
+	if p == nil {
+		p = &memPolicy{name: name, store: s}
+		for i := range p.shards {
+			p.shards[i].m = make(map[string]*memLog)
+		}
+		s.policies[name] = p
+		list := append(slices.Clone(*s.list.Load()), p)
+		s.list.Store(&list)
+	}
+	return p
+}
 
-func (s *MemoryStore) shard(k memKey) *memShard {
-	var h maphash.Hash
-	h.SetSeed(s.seed)
-	h.WriteString(k.policy)
-	h.WriteByte(0)
-	h.WriteString(k.key)
-	return &s.shards[h.Sum64()%memShards]
+func (p *memPolicy) shard(key string) *memShard {
+	return &p.shards[maphash.String(p.store.seed, key)%memShards]
 }
 
 // Take implements [Store].
 func (s *MemoryStore) Take(ctx context.Context, q Query) (Result, error) {
-	return s.decide(ctx, q, true)
+	return s.result(ctx, &q, true)
 }
 
 // Peek implements [Store].
 func (s *MemoryStore) Peek(ctx context.Context, q Query) (Result, error) {
-	return s.decide(ctx, q, false)
+	return s.result(ctx, &q, false)
 }
 
-func (s *MemoryStore) decide(ctx context.Context, q Query, take bool) (Result, error) {
+func (s *MemoryStore) result(ctx context.Context, q *Query, take bool) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("ratekit: memory store: %w", err)
 	}
 	if q.Algorithm != SlidingLog && q.Algorithm != SlidingBuckets {
 		return Result{}, fmt.Errorf("ratekit: memory store: algorithm %v: %w", q.Algorithm, ErrInvalidPolicy)
 	}
-	now := q.Now
-	if now == 0 {
-		now = s.now()
-	}
-	res := s.decideShard(q, take, now)
-	s.tick(now)
-	return res, nil
+	var st states
+	allowed, at := s.policy(q.Policy).decide(q, take, &st)
+	return Result{Allowed: allowed, At: at, Rules: append([]RuleState(nil), st.slice()...)}, nil
 }
 
-// decideShard decides q under its shard's lock.
-func (s *MemoryStore) decideShard(q Query, take bool, now int64) Result {
-	k := keyOf(q)
-	sh := s.shard(k)
-	states := make([]RuleState, len(q.Rules))
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	lg := sh.m[k]
+// decide decides q on the policy's keys, writing the rule states to st.
+func (p *memPolicy) decide(q *Query, take bool, st *states) (allowed bool, at int64) {
+	now := q.Now
+	if now == 0 {
+		now = p.store.now()
+	}
 	var maxW int64
 	for _, r := range q.Rules {
 		maxW = max(maxW, r.Window.Microseconds())
 	}
+	sh := p.shard(q.Key)
+	sh.mu.Lock()
+	lg := sh.m[q.Key]
 	if q.Algorithm == SlidingBuckets {
-		return s.decideBuckets(sh, k, lg, q, take, now, maxW, states)
+		allowed = p.decideBuckets(sh, lg, q, take, now, maxW, st)
+	} else {
+		allowed = p.decideLog(sh, lg, q, take, now, maxW, st)
 	}
-	var ev []memEvent
-	if lg != nil {
-		lg.evict(now - maxW)
-		ev = lg.ev
+	swept := sh.sweep(now)
+	sh.mu.Unlock()
+	if swept > 0 {
+		p.store.keys.Add(int64(-swept))
 	}
-	allowed := evaluate(ev, q.Rules, q.N, now, states)
+	p.store.tick(now)
+	return allowed, now
+}
+
+// decideLog is decide for SlidingLog; sh.mu is held.
+func (p *memPolicy) decideLog(sh *memShard, lg *memLog, q *Query, take bool, now, maxW int64, st *states) bool {
+	rs := st.prepare(len(q.Rules))
+	var allowed bool
+	if lg == nil {
+		allowed = evaluate(nil, q.Rules, q.N, now, rs)
+	} else {
+		lg.used = now
+		allowed = lg.evaluate(q.Rules, q.N, now, maxW, rs)
+	}
 	if take && allowed {
 		if lg == nil {
-			lg = &memLog{}
-			sh.m[k] = lg
+			lg = p.insert(sh, q.Key, now)
 		}
 		lg.add(now, q.N)
-		lg.expires = now + maxW
-		for i := range states {
-			states[i].Used += q.N
-			states[i].ResetAfter = time.Duration(q.Rules[i].Window.Microseconds()) * time.Microsecond
+		lg.expires = max(lg.expires, now+maxW)
+		for i := range rs {
+			rs[i].Used += q.N
+			rs[i].ResetAfter = time.Duration(q.Rules[i].Window.Microseconds()) * time.Microsecond
 		}
-	} else if lg != nil && len(lg.ev) == 0 {
-		delete(sh.m, k)
 	}
-	sh.sweep(now)
-	return Result{Allowed: allowed, At: now, Rules: states}
+	return allowed
+}
+
+// evaluate is the package's evaluate on the key's events, finding each
+// window's start from where it was last time: a few steps forward at
+// most, where a search from scratch would wander over events written a
+// whole window ago. Events out of the longest window are dropped once
+// they are as many as the live ones.
+func (lg *memLog) evaluate(rules []Rule, n, now, maxW int64, states []RuleState) bool {
+	ev := lg.ev
+	end := len(ev)
+	allowed := true
+	var newest, total int64
+	if end > lg.head {
+		newest, total = ev[end-1].at, ev[end-1].cum
+	}
+	oldest := end // the start of the longest window
+	for i, r := range rules {
+		w := r.Window.Microseconds()
+		c := lg.start(i, now-w)
+		oldest = min(oldest, c)
+		var used, base int64
+		if c < end {
+			base = ev[c].cum - ev[c].n
+			used = total - base
+		}
+		st := RuleState{Limit: r.Limit, Window: r.Window, Used: used}
+		if used > 0 {
+			st.ResetAfter = time.Duration(newest+w-now) * time.Microsecond
+		}
+		if need := used + n - r.Limit; need > 0 {
+			allowed = false
+			// The first event by which need units of the window have left.
+			j := c + reaching(ev[c:end], base+need)
+			if j < end {
+				st.RetryAfter = time.Duration(ev[j].at+w-now) * time.Microsecond
+			}
+		}
+		states[i] = st
+	}
+	if oldest > lg.head {
+		lg.head = oldest
+		lg.compact()
+	}
+	return allowed
+}
+
+// start returns the index of the first event after cutoff, starting from
+// rule i's hint.
+func (lg *memLog) start(i int, cutoff int64) int {
+	ev := lg.ev
+	c := lg.head
+	if i < len(lg.cur) && lg.cur[i] > c && lg.cur[i] <= len(ev) {
+		c = lg.cur[i]
+	}
+	if c > lg.head && ev[c-1].at > cutoff {
+		// The hint is past the window's start (the clock stepped back).
+		c = lg.head + after(ev[lg.head:c], cutoff)
+	} else {
+		for steps := 0; c < len(ev) && ev[c].at <= cutoff; steps++ {
+			if steps == 8 {
+				c += after(ev[c:], cutoff)
+				break
+			}
+			c++
+		}
+	}
+	if i < len(lg.cur) {
+		lg.cur[i] = c
+	}
+	return c
+}
+
+// compact drops the dead events once they are as many as the live ones:
+// amortised O(1), and appends then reuse the array.
+func (lg *memLog) compact() {
+	ev := lg.ev
+	switch {
+	case lg.head == len(ev):
+		lg.ev, lg.head = ev[:0], 0
+		lg.cur = [inlineRules]int{}
+	case lg.head > 32 && lg.head*2 >= len(ev):
+		n := copy(ev, ev[lg.head:])
+		for i := range lg.cur {
+			lg.cur[i] = max(0, lg.cur[i]-lg.head)
+		}
+		lg.ev, lg.head = ev[:n], 0
+	}
+}
+
+// insert adds a key to the shard, forgetting another if the store is
+// full; sh.mu is held.
+func (p *memPolicy) insert(sh *memShard, key string, now int64) *memLog {
+	if p.store.keys.Add(1) > p.store.maxKeys {
+		sh.evictOne(p.store)
+	}
+	lg := &memLog{key: key, index: len(sh.keys), used: now}
+	sh.m[key] = lg
+	sh.keys = append(sh.keys, lg)
+	return lg
+}
+
+// evictOne forgets the least recently used of a few keys of the shard, or
+// of another shard when this one is empty; sh.mu is held.
+func (sh *memShard) evictOne(s *MemoryStore) {
+	if len(sh.keys) == 0 {
+		// Keys of this shard cannot make room; the next sweep of the
+		// fuller shards will. Stay a little over the bound meanwhile.
+		return
+	}
+	victim := sh.keys[rand.IntN(len(sh.keys))]
+	for range 7 {
+		if k := sh.keys[rand.IntN(len(sh.keys))]; k.used < victim.used {
+			victim = k
+		}
+	}
+	sh.remove(victim)
+	s.keys.Add(-1)
+}
+
+// remove deletes lg from the shard; sh.mu is held.
+func (sh *memShard) remove(lg *memLog) {
+	delete(sh.m, lg.key)
+	last := len(sh.keys) - 1
+	sh.keys[lg.index] = sh.keys[last]
+	sh.keys[lg.index].index = lg.index
+	sh.keys[last] = nil
+	sh.keys = sh.keys[:last]
 }
 
 // evaluate fills states for ev at time now and reports whether n more
@@ -151,13 +354,7 @@ func evaluate(ev []memEvent, rules []Rule, n, now int64, states []RuleState) boo
 	}
 	for i, r := range rules {
 		w := r.Window.Microseconds()
-		cutoff := now - w
-		idx, _ := slices.BinarySearchFunc(ev, cutoff, func(e memEvent, t int64) int {
-			if e.at <= t {
-				return -1
-			}
-			return 1
-		})
+		idx := after(ev, now-w)
 		var used, base int64
 		if idx < len(ev) {
 			base = ev[idx].cum - ev[idx].n
@@ -170,13 +367,8 @@ func evaluate(ev []memEvent, rules []Rule, n, now int64, states []RuleState) boo
 		if need := used + n - r.Limit; need > 0 {
 			allowed = false
 			// The first event by which need units of the window have left.
-			j, _ := slices.BinarySearchFunc(ev[idx:], base+need, func(e memEvent, t int64) int {
-				if e.cum < t {
-					return -1
-				}
-				return 1
-			})
-			if j += idx; j < len(ev) {
+			j := idx + reaching(ev[idx:], base+need)
+			if j < len(ev) {
 				st.RetryAfter = time.Duration(ev[j].at+w-now) * time.Microsecond
 			}
 		}
@@ -185,24 +377,40 @@ func evaluate(ev []memEvent, rules []Rule, n, now int64, states []RuleState) boo
 	return allowed
 }
 
-// evict drops events at or before cutoff.
-func (lg *memLog) evict(cutoff int64) {
-	i := 0
-	for i < len(lg.ev) && lg.ev[i].at <= cutoff {
-		i++
+// after returns the index of the first event after t.
+func after(ev []memEvent, t int64) int {
+	lo, hi := 0, len(ev)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if ev[m].at <= t {
+			lo = m + 1
+		} else {
+			hi = m
+		}
 	}
-	if i > 0 {
-		// Reslice rather than copy: append reallocates, copying only the
-		// live events, once the backing array is full.
-		lg.ev = lg.ev[i:]
+	return lo
+}
+
+// reaching returns the index of the first event whose running total
+// reaches c.
+func reaching(ev []memEvent, c int64) int {
+	lo, hi := 0, len(ev)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if ev[m].cum < c {
+			lo = m + 1
+		} else {
+			hi = m
+		}
 	}
+	return lo
 }
 
 // add records n units at time at, keeping events sorted and merged.
 func (lg *memLog) add(at, n int64) {
 	l := len(lg.ev)
 	switch {
-	case l == 0:
+	case l == lg.head:
 		lg.ev = append(lg.ev, memEvent{at: at, n: n, cum: n})
 		return
 	case lg.ev[l-1].at < at:
@@ -215,11 +423,13 @@ func (lg *memLog) add(at, n int64) {
 	}
 	// An injected clock stepped back: insert in order, then fix the
 	// running totals after the insertion point.
-	i, found := findAt(lg.ev, at)
+	i, found := findAt(lg.ev[lg.head:], at)
+	i += lg.head
 	if found {
 		lg.ev[i].n += n
 	} else {
 		lg.ev = slices.Insert(lg.ev, i, memEvent{at: at, n: n})
+		lg.cur = [inlineRules]int{}
 	}
 	lg.recount(i)
 }
@@ -228,7 +438,7 @@ func (lg *memLog) add(at, n int64) {
 func (lg *memLog) recount(i int) {
 	// Only differences of totals are read, so any base will do.
 	var cum int64
-	if i > 0 {
+	if i > lg.head {
 		cum = lg.ev[i-1].cum
 	}
 	for j := i; j < len(lg.ev); j++ {
@@ -237,45 +447,53 @@ func (lg *memLog) recount(i int) {
 	}
 }
 
-// sweep deletes a few expired keys every so many operations, so idle keys
-// do not pile up. Go's randomised map iteration spreads the work over
-// every key in time. It checks more keys (64 per 16 operations) than the
-// operations can add, so a stream of keys each seen once (rotating client
-// addresses) cannot grow the shard past a few times its live keys.
-func (sh *memShard) sweep(now int64) {
+// sweep looks at a few keys every so many operations of the shard and
+// deletes the expired ones, going round the shard's keys in turn, so that
+// every key is looked at within len(keys)/2 operations of the shard:
+// more than a stream of keys each seen once can add.
+func (sh *memShard) sweep(now int64) int {
 	sh.ops++
 	if sh.ops%16 != 0 {
-		return
+		return 0
 	}
-	sh.sweepSome(now, 64)
+	return sh.sweepSome(now, 32)
 }
 
-// sweepSome checks up to limit keys and deletes the expired ones.
-func (sh *memShard) sweepSome(now int64, limit int) {
-	checked := 0
-	for k, lg := range sh.m {
+// sweepSome looks at up to limit keys from the cursor on and deletes the
+// expired ones; it returns how many it deleted.
+func (sh *memShard) sweepSome(now int64, limit int) int {
+	deleted := 0
+	for range min(limit, len(sh.keys)) {
+		if sh.cursor >= len(sh.keys) {
+			sh.cursor = 0
+		}
+		lg := sh.keys[sh.cursor]
 		if lg.expires <= now {
-			delete(sh.m, k)
+			sh.remove(lg) // the last key moves to the cursor
+			deleted++
+			continue
 		}
-		checked++
-		if checked == limit {
-			break
-		}
+		sh.cursor++
 	}
+	return deleted
 }
 
-// tick sweeps the shards in turn, one every 32 operations store-wide, so
-// that a shard whose keys see no more traffic is still emptied. It runs
-// outside any shard lock.
+// tick sweeps the shards of every policy in turn, 64 keys every 16
+// operations store-wide, so that keys of a policy that sees no more
+// traffic are still emptied: every key is looked at within about
+// keys/4 operations of the store. It runs outside any shard lock.
 func (s *MemoryStore) tick(now int64) {
-	n := s.ops.Add(1)
-	if n%32 != 0 {
+	if rand.Uint32()%16 != 0 {
 		return
 	}
-	sh := &s.shards[(n/32)%memShards]
+	list := *s.list.Load()
+	n := s.tickN.Add(1)
+	p := list[int(n/memShards)%len(list)]
+	sh := &p.shards[n%memShards]
 	sh.mu.Lock()
-	sh.sweepSome(now, 64)
+	d := sh.sweepSome(now, 64)
 	sh.mu.Unlock()
+	s.keys.Add(int64(-d))
 }
 
 // Refund implements [Store].
@@ -283,34 +501,50 @@ func (s *MemoryStore) Refund(ctx context.Context, q Query, at int64) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("ratekit: memory store: %w", err)
 	}
-	k := keyOf(q)
-	sh := s.shard(k)
+	s.policy(q.Policy).refund(&q, at)
+	return nil
+}
+
+// refund gives back q.N units recorded at time at.
+func (p *memPolicy) refund(q *Query, at int64) {
+	sh := p.shard(q.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	lg := sh.m[k]
+	lg := sh.m[q.Key]
 	if lg == nil {
-		return nil
+		return
 	}
 	if q.Algorithm == SlidingBuckets {
 		for i, r := range q.Rules {
-			if i < len(lg.bk) {
-				lg.bk[i] = bucketAdd(lg.bk[i], at/q.bucketWidth(r), -q.N)
+			g := q.bucketWidth(r)
+			if j := lg.bucketsOf(g, false); j >= 0 && !sharesWidth(q, i, g) {
+				lg.bk[j].b = bucketAdd(lg.bk[j].b, at/g, -q.N)
 			}
 		}
-		return nil
+		return
 	}
-	i, found := findAt(lg.ev, at)
-	if found {
-		lg.ev[i].n -= min(q.N, lg.ev[i].n)
-		if lg.ev[i].n == 0 {
-			lg.ev = slices.Delete(lg.ev, i, i+1)
+	i, found := findAt(lg.ev[lg.head:], at)
+	if !found {
+		return
+	}
+	i += lg.head
+	lg.ev[i].n -= min(q.N, lg.ev[i].n)
+	if lg.ev[i].n == 0 {
+		lg.ev = slices.Delete(lg.ev, i, i+1)
+		lg.cur = [inlineRules]int{}
+	}
+	lg.recount(i)
+}
+
+// sharesWidth reports whether a rule before rule i has bucket width g, so
+// that its buckets were already counted.
+func sharesWidth(q *Query, i int, g int64) bool {
+	for _, r := range q.Rules[:i] {
+		if q.bucketWidth(r) == g {
+			return true
 		}
-		lg.recount(i)
 	}
-	if len(lg.ev) == 0 {
-		delete(sh.m, k)
-	}
-	return nil
+	return false
 }
 
 // Reset implements [Store].
@@ -318,77 +552,115 @@ func (s *MemoryStore) Reset(ctx context.Context, q Query) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("ratekit: memory store: %w", err)
 	}
-	k := keyOf(q)
-	sh := s.shard(k)
+	p := s.policy(q.Policy)
+	sh := p.shard(q.Key)
 	sh.mu.Lock()
-	delete(sh.m, k)
+	if lg := sh.m[q.Key]; lg != nil {
+		sh.remove(lg)
+		s.keys.Add(-1)
+	}
 	sh.mu.Unlock()
 	return nil
 }
 
 // len returns the number of keys the store holds, swept or not yet.
-func (s *MemoryStore) len() int {
-	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		n += len(sh.m)
-		sh.mu.Unlock()
-	}
-	return n
-}
+func (s *MemoryStore) len() int { return int(s.keys.Load()) }
 
 // decideBuckets is decide for SlidingBuckets: each rule's window is split
-// into buckets of width g; the bucket holding the window's start is counted
-// in full, so the count never falls short of the true sliding count.
-func (s *MemoryStore) decideBuckets(sh *memShard, k memKey, lg *memLog, q Query, take bool, now, maxW int64, states []RuleState) Result {
-	if lg == nil {
-		lg = &memLog{}
-	}
-	if len(lg.bk) != len(q.Rules) {
-		lg.bk = make([][]memEvent, len(q.Rules))
+// into buckets of width g, kept per width so that rules of one width (and
+// tiers of one window) share them; the bucket holding the window's start
+// is counted in full, so the count never falls short of the true sliding
+// count. sh.mu is held.
+func (p *memPolicy) decideBuckets(sh *memShard, lg *memLog, q *Query, take bool, now, maxW int64, st *states) bool {
+	rs := st.prepare(len(q.Rules))
+	var scratch memLog
+	view := lg
+	if view == nil {
+		view = &scratch
+	} else {
+		view.used = now
 	}
 	allowed := true
 	var maxG int64
 	for i, r := range q.Rules {
 		g := q.bucketWidth(r)
 		maxG = max(maxG, g)
-		w := r.Window.Microseconds()
-		lo := (now - w) / g
-		bk := lg.bk[i]
-		j := 0
-		for j < len(bk) && bk[j].at < lo {
-			j++
+		var bk []memEvent
+		if j := view.bucketsOf(g, false); j >= 0 {
+			// Drop the buckets older than every window of this width.
+			lo := (now - longestOfWidth(q, g)) / g
+			b := view.bk[j].b
+			k := 0
+			for k < len(b) && b[k].at < lo {
+				k++
+			}
+			if k > 0 {
+				b = append(b[:0], b[k:]...)
+				view.bk[j].b = b
+			}
+			bk = b
 		}
-		bk = append(bk[:0], bk[j:]...)
-		lg.bk[i] = bk
-		states[i] = bucketState(bk, r, g, q.N, now)
-		if states[i].RetryAfter > 0 {
+		rs[i] = bucketState(bk, r, g, q.N, now)
+		if rs[i].RetryAfter > 0 {
 			allowed = false
 		}
 	}
 	if take && allowed {
+		if lg == nil {
+			lg = p.insert(sh, q.Key, now)
+		}
 		for i, r := range q.Rules {
 			g := q.bucketWidth(r)
-			lg.bk[i] = bucketAdd(lg.bk[i], now/g, q.N)
-			states[i].Used += q.N
-			states[i].ResetAfter = time.Duration((now/g+1)*g+r.Window.Microseconds()-now) * time.Microsecond
+			if !sharesWidth(q, i, g) {
+				j := lg.bucketsOf(g, true)
+				lg.bk[j].b = bucketAdd(lg.bk[j].b, now/g, q.N)
+			}
+			rs[i].Used += q.N
+			rs[i].ResetAfter = time.Duration((now/g+1)*g+r.Window.Microseconds()-now) * time.Microsecond
 		}
-		lg.expires = now + maxW + maxG
-		sh.m[k] = lg
+		lg.expires = max(lg.expires, now+maxW+maxG)
 	}
-	if _, ok := sh.m[k]; ok && lg.empty() {
-		delete(sh.m, k)
+	return allowed
+}
+
+// longestOfWidth returns the longest window of the rules of q whose
+// buckets are g wide.
+func longestOfWidth(q *Query, g int64) int64 {
+	var w int64
+	for _, r := range q.Rules {
+		if q.bucketWidth(r) == g {
+			w = max(w, r.Window.Microseconds())
+		}
 	}
-	sh.sweep(now)
-	return Result{Allowed: allowed, At: now, Rules: states}
+	return w
+}
+
+// bucketsOf returns the index in lg.bk of the buckets of width g, adding
+// them when add is set; -1 when there are none.
+func (lg *memLog) bucketsOf(g int64, add bool) int {
+	for j := range lg.bk {
+		if lg.bk[j].width == g {
+			return j
+		}
+	}
+	if !add {
+		return -1
+	}
+	lg.bk = append(lg.bk, memBuckets{width: g})
+	return len(lg.bk) - 1
 }
 
 // bucketState computes a rule's state over its live buckets bk (sorted by
 // index, width g) for n more units at now.
 func bucketState(bk []memEvent, r Rule, g, n, now int64) RuleState {
 	w := r.Window.Microseconds()
+	lo := (now - w) / g
 	st := RuleState{Limit: r.Limit, Window: r.Window}
+	k := 0
+	for k < len(bk) && bk[k].at < lo {
+		k++
+	}
+	bk = bk[k:]
 	for _, b := range bk {
 		st.Used += b.n
 	}
@@ -426,18 +698,6 @@ func bucketAdd(bk []memEvent, idx, n int64) []memEvent {
 	return bk
 }
 
-func (lg *memLog) empty() bool {
-	if len(lg.ev) > 0 {
-		return false
-	}
-	for _, b := range lg.bk {
-		if len(b) > 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // findAt finds the event at time (or bucket index) at in ev, sorted by at.
 func findAt(ev []memEvent, at int64) (int, bool) {
 	return slices.BinarySearchFunc(ev, at, func(e memEvent, t int64) int {
@@ -449,4 +709,15 @@ func findAt(ev []memEvent, at int64) (int, bool) {
 		}
 		return 0
 	})
+}
+
+// prepare sizes s for n rule states and returns them, zeroed.
+func (s *states) prepare(n int) []RuleState {
+	s.n = n
+	if n > inlineRules {
+		s.more = make([]RuleState, n)
+		return s.more
+	}
+	s.more = nil
+	return s.a[:n]
 }

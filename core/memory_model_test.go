@@ -19,7 +19,6 @@ func TestMemoryStoreMatchesModel(t *testing.T) {
 	rules := []core.Rule{{Limit: 7, Window: 300 * time.Millisecond}, {Limit: 20, Window: 2 * time.Second}}
 	type unit struct {
 		at int64
-		id string
 	}
 	var model []unit
 	type taken struct {
@@ -47,7 +46,7 @@ func TestMemoryStoreMatchesModel(t *testing.T) {
 			removed := int64(0)
 			kept := model[:0]
 			for _, u := range model {
-				if u.id == tk.q.ID && removed < tk.q.N {
+				if u.at == tk.at && removed < tk.q.N {
 					removed++
 					continue
 				}
@@ -57,7 +56,7 @@ func TestMemoryStoreMatchesModel(t *testing.T) {
 			continue
 		}
 		n := int64(1 + rng.IntN(3))
-		q := core.Query{Policy: "model", Key: "k", Rules: rules, N: n, ID: string(rune('a'+step%26)) + string(rune('0'+step/26%10)) + time.Duration(step).String(), Now: clock.Now().UnixMicro()}
+		q := core.Query{Policy: "model", Key: "k", Rules: rules, N: n, Now: clock.Now().UnixMicro()}
 		res, err := store.Take(ctx, q)
 		if err != nil {
 			t.Fatal(err)
@@ -105,7 +104,7 @@ func TestMemoryStoreMatchesModel(t *testing.T) {
 		}
 		if res.Allowed {
 			for range n {
-				model = append(model, unit{at: now, id: q.ID})
+				model = append(model, unit{at: now})
 			}
 			admitted = append(admitted, taken{q: q, at: res.At})
 		}

@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -217,7 +218,7 @@ func TestMemorySweepIdleKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	long, err := core.NewLimiter(store, core.Policy{Name: "long", Rules: []core.Rule{{Limit: 1 << 40, Window: time.Minute}}}, core.WithClock(clock.Now))
+	long, err := core.NewLimiter(store, core.Policy{Name: "long", Rules: []core.Rule{{Limit: 100_000, Window: time.Minute}}}, core.WithClock(clock.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,3 +325,54 @@ func TestMemoryHammerOneKey(t *testing.T) {
 		t.Errorf("%d goroutines x %d Allow(k) with Limit %d: %d allowed, want exactly %d", goroutines, each, limit, got, limit)
 	}
 }
+
+// TestMemoryBounded: a store never holds more than WithMaxKeys keys,
+// forgetting the least recently used first; and idle keys of a policy
+// that sees no more traffic are swept within a bounded number of
+// operations on another.
+func TestMemoryBounded(t *testing.T) {
+	ctx := context.Background()
+	t.Run("max keys", func(t *testing.T) {
+		store := core.NewMemoryStore(core.WithMaxKeys(1000))
+		l := mustLimit(t, store, core.Policy{Name: "flood", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}})
+		hot := "hot"
+		for i := range 20000 {
+			if i%10 == 0 {
+				_, _ = l.Allow(ctx, hot) // used often: never the least recently used
+			}
+			if _, err := l.Allow(ctx, "k"+strconv.Itoa(i)); err != nil {
+				t.Fatal(err)
+			}
+			if n := store.Len(); n > 1000+memShardsSlack {
+				t.Fatalf("after %d keys the store holds %d, want at most about 1000", i+1, n)
+			}
+		}
+		if d, _ := l.Allow(ctx, hot); d.Allowed {
+			t.Errorf("the often-used key was forgotten: Allow(hot) = %+v, want still denied", d)
+		}
+	})
+	t.Run("idle keys swept", func(t *testing.T) {
+		clock := newTestClock()
+		store := core.NewMemoryStore()
+		idle := mustLimit(t, store, core.Policy{Name: "idle", Rules: []core.Rule{{Limit: 1, Window: time.Second}}}, core.WithClock(clock.Now))
+		busy := mustLimit(t, store, core.Policy{Name: "busy", Rules: []core.Rule{{Limit: 100_000, Window: time.Second}}}, core.WithClock(clock.Now))
+		const keys = 20000
+		for i := range keys {
+			_, _ = idle.Allow(ctx, "k"+strconv.Itoa(i))
+		}
+		clock.Add(2 * time.Second)
+		ops := 0
+		for store.Len() > 10 && ops < keys {
+			_, _ = busy.Allow(ctx, "b")
+			ops++
+		}
+		t.Logf("%d idle keys swept in %d operations on another policy", keys, ops)
+		if n := store.Len(); n > 10 {
+			t.Errorf("%d of %d idle keys left after %d operations, want them swept within about keys/4", n, keys, ops)
+		}
+	})
+}
+
+// memShardsSlack is how far over its bound a store may briefly be: a new
+// key in an empty shard makes no room until that shard has keys.
+const memShardsSlack = 64

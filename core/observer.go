@@ -78,7 +78,8 @@ type Event struct {
 	// and for EventSkip when the request had no key.
 	Err error
 	// Latency is how long the store call took, for EventDecision and
-	// EventStoreError made by the store.
+	// EventStoreError made by a store across the network (not a
+	// MemoryStore, whose decisions are not timed).
 	Latency time.Duration
 }
 

@@ -32,8 +32,8 @@ type Algorithm int
 
 const (
 	// SlidingLog keeps one entry per admitted unit: exact, with memory that
-	// grows with Limit. It fits limits up to some thousands per key. It is
-	// the default.
+	// grows with Limit, 8 bytes a unit in Redis. It takes limits up to
+	// 100,000 per rule; it is the default.
 	SlidingLog Algorithm = iota
 	// SlidingBuckets splits each window into buckets and counts the oldest
 	// partial bucket in full: it never admits more than the limit and
@@ -80,6 +80,9 @@ type Policy struct {
 	Shards int
 }
 
+// maxLogLimit is the largest Limit of a SlidingLog rule.
+const maxLogLimit = 100_000
+
 // defaultBuckets is the number of buckets per window under SlidingBuckets
 // unless Policy.Buckets sets another.
 const defaultBuckets = 60
@@ -93,6 +96,15 @@ func (p *Policy) buckets() int {
 		return defaultBuckets
 	}
 	return p.Buckets
+}
+
+// maxLimit returns the largest limit of the policy.
+func (p *Policy) maxLimit() int64 {
+	var m int64
+	for _, r := range p.Rules {
+		m = max(m, r.Limit)
+	}
+	return m
 }
 
 // minLimit returns the smallest limit of the policy: the most one request
@@ -145,6 +157,12 @@ func (p Policy) Validate() error {
 		}
 		if r.Limit < 1 {
 			return fmt.Errorf("ratekit: policy %q Rules[%d].Limit is %d, must be at least 1: %w", p.Name, i, r.Limit, ErrInvalidPolicy)
+		}
+		if p.Algorithm == SlidingLog && r.Limit > maxLogLimit {
+			// One entry per unit: a larger limit would let one request
+			// (cost up to the limit) stall the store.
+			return fmt.Errorf("ratekit: policy %q Rules[%d].Limit %d is over %d, the most SlidingLog keeps one entry per unit for; use SlidingBuckets for large quotas: %w",
+				p.Name, i, r.Limit, maxLogLimit, ErrInvalidPolicy)
 		}
 		if r.Window < minWindow {
 			return fmt.Errorf("ratekit: policy %q Rules[%d].Window is %v, must be at least %v: %w", p.Name, i, r.Window, minWindow, ErrInvalidPolicy)

@@ -2,9 +2,14 @@ package core
 
 import (
 	"context"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
 	"fmt"
-	"strconv"
+	"math"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -12,49 +17,81 @@ import (
 )
 
 //go:embed redis.lua
-var slidingLogSource string
+var libSource string
 
-//go:embed redis_refund.lua
-var refundSource string
-
-//go:embed redis_buckets.lua
-var bucketsSource string
-
-//go:embed redis_prelude.lua
-var preludeSource string
-
+// The library runs as a Redis Function library where the server has them
+// (Redis 7): its helpers are built once when it loads, not on every call.
+// Older servers run it as scripts. Its name carries a hash of its text,
+// so that instances running different versions of ratekit on one Redis
+// each call their own.
 var (
-	slidingLogScript = redis.NewScript(preludeSource + slidingLogSource)
-	refundScript     = redis.NewScript(refundSource)
-	bucketsScript    = redis.NewScript(preludeSource + bucketsSource)
+	libName = "ratekit_" + hex.EncodeToString(hashOf(libSource)[:6])
+	libCode = "#!lua name=" + libName + "\n" +
+		"local function register(name, f) redis.register_function('" + libName + "_' .. name, f) end\n" + libSource
+	fnLog     = libName + "_log"
+	fnBuckets = libName + "_buckets"
+
+	logSource     = scriptOf("log")
+	bucketsSource = scriptOf("buckets")
+	logScript     = redis.NewScript(logSource)
+	bucketsScript = redis.NewScript(bucketsSource)
 )
+
+// scriptOf returns the library as a script that runs its function name.
+func scriptOf(name string) string {
+	return "local fns = {}\nlocal function register(name, f) fns[name] = f end\n" + libSource +
+		"\nreturn fns." + name + "(KEYS, ARGV)\n"
+}
+
+func hashOf(s string) []byte {
+	h := sha256.Sum256([]byte(s))
+	return h[:]
+}
 
 // defaultPrefix is the prefix of every key a RedisStore writes, unless
 // WithPrefix sets another.
 const defaultPrefix = "ratekit"
 
+// defaultBatch is the most decisions one script call carries unless
+// WithBatching sets another.
+const defaultBatch = 64
+
 // RedisStore is a [Store] on Redis, shared by every app instance that uses
-// the same Redis. Each decision is one Lua script call (EVALSHA, reloaded
-// on NOSCRIPT) on one ZSET per (policy, key), named
-// <prefix>:<policy>:{<key>}; the braces are a Redis Cluster hash tag.
+// the same Redis. Each decision is made atomically by a Lua script on the
+// one Redis key of its (policy, key), named <prefix>:<policy>:{<key>}; the
+// braces are a Redis Cluster hash tag, so a decision touches one slot.
+// Under SlidingLog the key is a string of the newest admission times, 8
+// bytes each, so a decision reads a few of them whatever the limit; under
+// SlidingBuckets it is a hash of bucket counts (":b" appended to the name).
 //
 // Time comes from the Redis server (TIME, in microseconds), so clock skew
-// between app nodes cannot move the windows. The script is idempotent per
-// call, so a go-redis retry after a lost reply is counted once.
+// between app nodes cannot move the windows.
+//
+// Decisions made while others are in flight share script calls: one call
+// decides a batch of them (one per Cluster slot), so a busy store spends a
+// round trip and a script call per batch rather than per decision (see
+// [WithBatching]).
+//
+// The script calls are never retried by go-redis, whose retries after a
+// lost reply would run a decision twice: a call that fails is a store
+// failure, which the [Limiter]'s failure policy resolves. Calls that
+// Redis refused before running (a replica that is read-only after a
+// failover, a cluster that is down or loading) are tried again while the
+// caller's deadline allows.
 //
 // go-redis ignores context deadlines unless the client was built with
-// ContextTimeoutEnabled; RedisStore therefore enforces the caller's
-// deadline itself when the client does not, so a paused Redis costs a
-// request no more than the [Limiter]'s timeout. A RedisStore is safe for
-// concurrent use. It does not close the client: the caller owns it.
+// ContextTimeoutEnabled; RedisStore then still returns by the caller's
+// deadline, so a paused Redis costs a request no more than the
+// [Limiter]'s timeout. A RedisStore is safe for concurrent use. It does
+// not close the client: the caller owns it.
 type RedisStore struct {
 	client    redis.UniversalClient
+	cluster   bool // slot by slot
 	prefix    string
 	honorsCtx bool
-
-	pipeline int                  // WithPipelining threshold; 0: off
-	ap       *redis.AutoPipeliner // nil: every call on its own round trip
-	inflight atomic.Int64         // script calls in flight
+	batch     *batcher
+	scripts   atomic.Bool // the server has no FCALL: run the library as scripts
+	watch     *watcher    // deny-cache invalidations between instances
 
 	waitReplicas int           // WithWaitReplicas; 0: off
 	waitTimeout  time.Duration // WithWaitReplicas
@@ -62,38 +99,40 @@ type RedisStore struct {
 	waitsShort   atomic.Int64  // ... and got fewer acknowledgements than asked
 }
 
+var _ Store = (*RedisStore)(nil)
+
 // RedisOption configures a [RedisStore].
-type RedisOption func(*RedisStore)
+type RedisOption func(*redisOptions)
 
-// defaultPipelineThreshold is the number of decisions in flight on one
-// RedisStore above which further decisions share round trips, unless
-// WithPipelining sets another.
-const defaultPipelineThreshold = 4
+type redisOptions struct {
+	prefix       string
+	batch        int
+	waitReplicas int
+	waitTimeout  time.Duration
+}
 
-// WithPipelining coalesces concurrent decisions into shared round trips
-// (go-redis auto-pipelining) once more than threshold decisions are in
-// flight on the store; below it, each decision is its own round trip, so
-// a lone caller's latency is unchanged. 4 by
-// default; 0 turns it off. Each caller keeps its own timeout and failure
-// policy: a decision whose shared round trip is late falls back alone.
-// Pipelining needs a *redis.Client (standalone or Sentinel failover) or a
-// *redis.ClusterClient; with other clients it is off. The pipeliner's
-// goroutines end when the client is closed.
-func WithPipelining(threshold int) RedisOption {
-	return func(s *RedisStore) { s.pipeline = threshold }
+// WithBatching sets the most decisions one script call decides; 64 by
+// default. Decisions made while others are in flight wait for a flight to
+// take them, and each flight takes what has queued up to this many, so
+// the batch grows with the load and a lone caller is sent at once. Each
+// caller keeps its own timeout and failure policy. 1 turns batching off:
+// one script call per decision. It must be between 1 and 1000.
+func WithBatching(max int) RedisOption {
+	return func(o *redisOptions) { o.batch = max }
 }
 
 // WithPrefix sets the prefix of every key; "ratekit" by default.
 func WithPrefix(prefix string) RedisOption {
-	return func(s *RedisStore) { s.prefix = prefix }
+	return func(o *redisOptions) { o.prefix = prefix }
 }
 
 // WithWaitReplicas makes every Take that admits units wait until at
 // least replicas replicas of the key's master have acknowledged the write,
 // or timeout has passed (Redis WAIT, sent on the connection that ran the
 // decision's script, because WAIT counts that connection's writes; on a
-// Redis Cluster, on a connection to the key's master). Takes that admit
-// nothing, Peek, Refund and Reset do not wait. Off by default.
+// Redis Cluster, on a connection to the key's master). Such takes are
+// decided one script call each. Takes that admit nothing, Peek, Refund and
+// Reset do not wait. Off by default.
 //
 // Replication is asynchronous: when a master dies, the replica promoted
 // in its place may lack the last admissions the master made, so those
@@ -111,9 +150,9 @@ func WithPrefix(prefix string) RedisOption {
 // replicas < 0, and with replicas > 0 and timeout < 1 ms (WAIT 0 would
 // wait forever). replicas 0 turns it off.
 func WithWaitReplicas(replicas int, timeout time.Duration) RedisOption {
-	return func(s *RedisStore) {
-		s.waitReplicas = replicas
-		s.waitTimeout = timeout
+	return func(o *redisOptions) {
+		o.waitReplicas = replicas
+		o.waitTimeout = timeout
 	}
 }
 
@@ -128,22 +167,22 @@ func (s *RedisStore) ReplicaWaits() (waits, short int64) {
 
 // NewRedisStore returns a store on client: a *redis.Client, a Sentinel
 // failover client or a *redis.ClusterClient. It panics if client is nil,
-// or on an invalid [WithWaitReplicas]: programmer errors caught at
-// start-up.
+// or on an invalid option: programmer errors caught at start-up.
 func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) *RedisStore {
 	if client == nil {
 		panic("ratekit: NewRedisStore: nil client")
 	}
-	s := &RedisStore{client: client, prefix: defaultPrefix, pipeline: defaultPipelineThreshold}
+	o := redisOptions{prefix: defaultPrefix, batch: defaultBatch}
 	for _, opt := range opts {
-		opt(s)
+		opt(&o)
 	}
-	if s.pipeline < 0 {
-		panic(fmt.Sprintf("ratekit: NewRedisStore: WithPipelining threshold is %d, must be >= 0", s.pipeline))
+	if o.batch < 1 || o.batch > 1000 {
+		panic(fmt.Sprintf("ratekit: NewRedisStore: WithBatching(%d): must be within 1..1000", o.batch))
 	}
-	if s.waitReplicas < 0 {
-		panic(fmt.Sprintf("ratekit: NewRedisStore: WithWaitReplicas replicas is %d, must be >= 0", s.waitReplicas))
+	if o.waitReplicas < 0 {
+		panic(fmt.Sprintf("ratekit: NewRedisStore: WithWaitReplicas replicas is %d, must be >= 0", o.waitReplicas))
 	}
+	s := &RedisStore{client: client, prefix: o.prefix, waitReplicas: o.waitReplicas, waitTimeout: o.waitTimeout}
 	if s.waitReplicas > 0 {
 		if s.waitTimeout < time.Millisecond {
 			panic(fmt.Sprintf("ratekit: NewRedisStore: WithWaitReplicas timeout is %v, must be at least 1ms", s.waitTimeout))
@@ -154,40 +193,21 @@ func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) *RedisStor
 			panic(fmt.Sprintf("ratekit: NewRedisStore: WithWaitReplicas needs a *redis.Client or *redis.ClusterClient, not %T", client))
 		}
 	}
-	var err error
 	switch c := client.(type) {
 	case *redis.Client:
 		s.honorsCtx = c.Options().ContextTimeoutEnabled
-		if s.pipeline > 0 {
-			s.ap, err = c.AutoPipeline()
-		}
 	case *redis.ClusterClient:
 		s.honorsCtx = c.Options().ContextTimeoutEnabled
-		if s.pipeline > 0 {
-			s.ap, err = c.AutoPipeline()
-		}
+		s.cluster = true
+	default:
+		// A Ring, or a client of another kind, may spread keys by its own
+		// rules: every call carries one decision.
+		o.batch = 1
 	}
-	if err != nil {
-		// A closed client or an invalid pipelining configuration on the
-		// client: decide one round trip at a time.
-		s.ap = nil
-	}
+	s.batch = newBatcher(s, o.batch)
+	s.watch = newWatcher(s)
 	return s
 }
-
-// scripter returns what the next script call runs on, and whether that
-// honours the call's context: the auto-pipeliner when enough calls are in
-// flight (it runs batches on its own context), else the client. The
-// caller must call done when the script call has returned.
-func (s *RedisStore) scripter() (sc redis.Scripter, honorsCtx bool, done func()) {
-	n := s.inflight.Add(1)
-	if s.ap != nil && n > int64(s.pipeline) {
-		return s.ap, false, s.release
-	}
-	return s.client, s.honorsCtx, s.release
-}
-
-func (s *RedisStore) release() { s.inflight.Add(-1) }
 
 // Key returns the Redis key that a limiter's decisions on key under
 // policy use with SlidingLog: <prefix>:<policy>:{<key>}, the key hashed
@@ -203,170 +223,450 @@ func (s *RedisStore) redisKey(policy, bounded string) string {
 
 func (s *RedisStore) keyOf(q *Query) string {
 	if q.Algorithm == SlidingBuckets {
-		return s.redisKey(q.Policy, q.Key) + ":b"
+		return s.prefix + ":" + q.Policy + ":{" + q.Key + "}:b"
 	}
 	return s.redisKey(q.Policy, q.Key)
 }
 
 // Take implements [Store].
 func (s *RedisStore) Take(ctx context.Context, q Query) (Result, error) {
-	return s.eval(ctx, q, true)
+	return s.result(ctx, &q, opTake)
 }
 
 // Peek implements [Store].
 func (s *RedisStore) Peek(ctx context.Context, q Query) (Result, error) {
-	return s.eval(ctx, q, false)
+	return s.result(ctx, &q, opPeek)
 }
 
-func (s *RedisStore) eval(ctx context.Context, q Query, take bool) (Result, error) {
-	script := slidingLogScript
-	switch q.Algorithm {
-	case SlidingLog:
-	case SlidingBuckets:
-		script = bucketsScript
-	default:
-		return Result{}, fmt.Errorf("ratekit: redis store: algorithm %v: %w", q.Algorithm, ErrInvalidPolicy)
-	}
-	args := make([]any, 0, 4+3*len(q.Rules))
-	mode := "0"
-	if take {
-		mode = "1"
-	}
-	now := ""
-	if q.Now != 0 {
-		now = strconv.FormatInt(q.Now, 10)
-	}
-	args = append(args, mode, q.N, q.ID, now)
-	for _, r := range q.Rules {
-		args = append(args, r.Limit, r.Window.Microseconds())
-		if q.Algorithm == SlidingBuckets {
-			args = append(args, q.bucketWidth(r))
-		}
-	}
-	keys := []string{s.keyOf(&q)}
-	if take && s.waitReplicas > 0 {
-		reply, err := bounded(ctx, s.honorsCtx, func() ([]int64, error) {
-			return s.runAndWait(ctx, script, keys, args)
-		})
-		return s.result(q, reply, err)
-	}
-	sc, honors, done := s.scripter()
-	reply, err := bounded(ctx, honors, func() ([]int64, error) {
-		defer done()
-		return script.Run(ctx, sc, keys, args...).Int64Slice()
-	})
-	return s.result(q, reply, err)
-}
-
-// result turns a script reply into a Result.
-func (s *RedisStore) result(q Query, reply []int64, err error) (Result, error) {
+func (s *RedisStore) result(ctx context.Context, q *Query, op byte) (Result, error) {
+	var st states
+	allowed, at, err := s.decide(ctx, q, op, 0, &st)
 	if err != nil {
-		return Result{}, fmt.Errorf("ratekit: redis store: %w", err)
+		return Result{}, err
 	}
-	if len(reply) != 2+3*len(q.Rules) {
-		return Result{}, fmt.Errorf("ratekit: redis store: script replied %d values, want %d", len(reply), 2+3*len(q.Rules))
-	}
-	res := Result{Allowed: reply[0] == 1, At: reply[1], Rules: make([]RuleState, len(q.Rules))}
-	for i, r := range q.Rules {
-		v := reply[2+3*i:]
-		res.Rules[i] = RuleState{
-			Limit:      r.Limit,
-			Window:     r.Window,
-			Used:       v[0],
-			RetryAfter: time.Duration(v[1]) * time.Microsecond,
-			ResetAfter: time.Duration(v[2]) * time.Microsecond,
-		}
-	}
-	return res, nil
-}
-
-// runAndWait runs a take's script on one connection of the key's master
-// and, when it admitted units, WAIT on that same connection
-// ([WithWaitReplicas]).
-func (s *RedisStore) runAndWait(ctx context.Context, script *redis.Script, keys []string, args []any) ([]int64, error) {
-	var node *redis.Client
-	switch c := s.client.(type) {
-	case *redis.ClusterClient:
-		n, err := c.MasterForKey(ctx, keys[0])
-		if err != nil {
-			return nil, err
-		}
-		node = n
-	case *redis.Client:
-		node = c
-	}
-	conn := node.Conn()
-	defer conn.Close()
-	reply, err := script.Run(ctx, conn, keys, args...).Int64Slice()
-	if err != nil {
-		_, moved := redis.IsMovedError(err)
-		_, ask := redis.IsAskError(err)
-		if !moved && !ask {
-			return nil, err
-		}
-		// The key's slot moved or is moving: the cluster client follows
-		// the redirect; this decision does not wait.
-		reply, err = script.Run(ctx, s.client, keys, args...).Int64Slice()
-		if err == nil && len(reply) > 0 && reply[0] == 1 {
-			s.waits.Add(1)
-			s.waitsShort.Add(1)
-		}
-		return reply, err
-	}
-	if len(reply) == 0 || reply[0] != 1 {
-		return reply, nil
-	}
-	s.waits.Add(1)
-	acked, err := conn.Wait(ctx, s.waitReplicas, s.waitTimeout).Result()
-	if err != nil || acked < int64(s.waitReplicas) {
-		s.waitsShort.Add(1)
-	}
-	return reply, nil
+	return Result{Allowed: allowed, At: at, Rules: append([]RuleState(nil), st.slice()...)}, nil
 }
 
 // Refund implements [Store].
 func (s *RedisStore) Refund(ctx context.Context, q Query, at int64) error {
-	keys := []string{s.keyOf(&q)}
-	_, err := bounded(ctx, s.honorsCtx, func() (any, error) {
-		if q.Algorithm == SlidingBuckets {
-			args := []any{"r", q.N, q.ID, at}
-			for _, r := range q.Rules {
-				args = append(args, r.Limit, r.Window.Microseconds(), q.bucketWidth(r))
-			}
-			return bucketsScript.Run(ctx, s.client, keys, args...).Result()
-		}
-		return refundScript.Run(ctx, s.client, keys, q.ID, q.N).Result()
-	})
-	if err != nil {
-		return fmt.Errorf("ratekit: redis store: refund: %w", err)
+	_, _, err := s.decide(ctx, &q, opRefund, at, nil)
+	return err
+}
+
+// decide runs one operation of q and writes the rule states to st (nil
+// for a refund).
+func (s *RedisStore) decide(ctx context.Context, q *Query, op byte, at int64, st *states) (allowed bool, when int64, err error) {
+	if q.Algorithm != SlidingLog && q.Algorithm != SlidingBuckets {
+		return false, 0, fmt.Errorf("ratekit: redis store: algorithm %v: %w", q.Algorithm, ErrInvalidPolicy)
 	}
-	return nil
+	if err := ctx.Err(); err != nil {
+		return false, 0, fmt.Errorf("ratekit: redis store: %w", err)
+	}
+	c := getCall()
+	c.op, c.algo, c.n, c.now, c.at, c.rules = op, q.Algorithm, q.N, q.Now, at, q.Rules
+	c.key = s.keyOf(q)
+	c.cap = q.Keep
+	for _, r := range q.Rules {
+		c.cap = max(c.cap, r.Limit)
+	}
+	if q.Algorithm == SlidingBuckets {
+		c.bw = make([]int64, len(q.Rules))
+		for i, r := range q.Rules {
+			c.bw[i] = q.bucketWidth(r)
+		}
+	}
+	if s.cluster {
+		c.slot = slotOf(c.key)
+	}
+	if op == opTake && s.waitReplicas > 0 {
+		s.runAndWait(ctx, c)
+	} else if !s.batch.do(ctx, c) {
+		// The caller gave up; the flight still owns c.
+		return false, 0, fmt.Errorf("ratekit: redis store: %w", ctx.Err())
+	}
+	allowed, when, err = c.allowed, c.when, c.err
+	if st != nil && err == nil {
+		*st = c.states
+	}
+	putCall(c)
+	if err != nil {
+		return false, 0, fmt.Errorf("ratekit: redis store: %w", err)
+	}
+	return allowed, when, nil
 }
 
 // Reset implements [Store].
 func (s *RedisStore) Reset(ctx context.Context, q Query) error {
 	k := s.redisKey(q.Policy, q.Key)
-	_, err := bounded(ctx, s.honorsCtx, func() (int64, error) {
-		if c, ok := s.client.(*redis.ClusterClient); ok {
-			// One DEL per key: a key that empties the hash tag ("" or
-			// one starting with "}") puts the two in different slots,
-			// which a cluster refuses in one DEL (CROSSSLOT).
-			cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-				p.Del(ctx, k)
-				p.Del(ctx, k+":b")
-				return nil
-			})
-			if err != nil {
-				return 0, err
-			}
-			return cmds[0].(*redis.IntCmd).Val() + cmds[1].(*redis.IntCmd).Val(), nil
-		}
-		return s.client.Del(ctx, k, k+":b").Result()
+	_, err := bounded(ctx, s.honorsCtx, func() (struct{}, error) {
+		// Then every instance forgets its cached denials of the key.
+		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Del(ctx, k, k+":b")
+			p.Publish(ctx, s.watch.channel, k)
+			return nil
+		})
+		return struct{}{}, err
 	})
 	if err != nil {
 		return fmt.Errorf("ratekit: redis store: reset: %w", err)
 	}
 	return nil
+}
+
+// noRetry is a script call that go-redis must not retry: a retry after a
+// lost reply would run the decisions twice.
+type noRetry struct{ *redis.StringCmd }
+
+func (noRetry) NoRetry() bool { return true }
+
+// flight sends the calls of one batch in one round trip, one script call
+// per slot and algorithm, and writes every call's answer (or error).
+func (s *RedisStore) flight(ctx context.Context, calls []*rcall) {
+	cmds := s.commands(ctx, calls)
+	_ = s.exec(ctx, cmds, s.client) // each command carries its own error
+	for i := range cmds {
+		cmds[i].answer()
+	}
+}
+
+// exec runs cmds on c: one command as it is, several in a pipeline. A
+// command that met NOSCRIPT (a restarted or flushed Redis, a replica just
+// promoted) is sent again with the script's source, which loads it; one
+// that Redis refused before running it is sent again after a pause; both
+// while ctx allows, a few times at most. A client that ignores ctx may
+// hold exec past ctx's deadline; the callers are not held, they wait on
+// their own contexts.
+func (s *RedisStore) exec(ctx context.Context, cmds []batchCmd, c processor) error {
+	for attempt := 0; ; attempt++ {
+		var err error
+		if len(cmds) == 1 {
+			err = c.Process(ctx, cmds[0].cmd)
+		} else {
+			p := c.Pipeline()
+			for i := range cmds {
+				_ = p.Process(ctx, cmds[i].cmd)
+			}
+			_, err = p.Exec(ctx)
+		}
+		if err == nil || attempt >= 4 || ctx.Err() != nil {
+			return err
+		}
+		again, pause, load := false, false, false
+		for i := range cmds {
+			switch e := cmds[i].cmd.Err(); {
+			case isNoScript(e):
+				cmds[i].eval = true
+			case redis.HasErrorPrefix(e, "Function not found"):
+				load = true
+			case redis.HasErrorPrefix(e, "OOM") && !cmds[i].script && !s.scripts.Load():
+				// A full Redis refuses every function call up front; a
+				// script is refused only when it writes, so that denials
+				// are still decided by the store.
+				cmds[i].script = true
+			case isUnknownCommand(e):
+				// A server before Redis 7: scripts from now on.
+				s.scripts.Store(true)
+			case refusedBeforeRunning(e):
+				pause = true
+			default:
+				continue
+			}
+			again = true
+		}
+		if load && s.loadLibrary(ctx, c) != nil {
+			// The server refuses FUNCTION LOAD (an ACL, a managed
+			// service): scripts from now on.
+			s.scripts.Store(true)
+		}
+		for i := range cmds {
+			if cmds[i].cmd.Err() != nil {
+				cmds[i].cmd = s.command(ctx, cmds[i].calls, cmds[i].script, cmds[i].eval)
+			}
+		}
+		if !again {
+			return err
+		}
+		if pause {
+			d := time.Duration(1<<attempt) * 5 * time.Millisecond
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+				return err
+			}
+			time.Sleep(d)
+		}
+	}
+}
+
+// isUnknownCommand reports the error of a server that lacks FCALL.
+func isUnknownCommand(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "unknown command")
+}
+
+// loadLibrary loads the library into the server c talks to, or into
+// every master of a cluster.
+func (s *RedisStore) loadLibrary(ctx context.Context, c processor) error {
+	load := func(ctx context.Context, c redis.Cmdable) error {
+		err := c.FunctionLoad(ctx, libCode).Err()
+		if err != nil && strings.Contains(err.Error(), "already exists") {
+			return nil // loaded meanwhile
+		}
+		return err
+	}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return load(ctx, n) })
+	}
+	if cm, ok := c.(redis.Cmdable); ok {
+		return load(ctx, cm)
+	}
+	return nil
+}
+
+// processor runs commands: a client or one of its connections.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+	Pipeline() redis.Pipeliner
+}
+
+func isNoScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}
+
+// refusedBeforeRunning reports errors with which Redis refuses a command
+// without running it, so sending it again cannot count twice.
+func refusedBeforeRunning(err error) bool {
+	if err == nil {
+		return false
+	}
+	for _, p := range []string{"READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS"} {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// batchCmd is one script call of a flight and the calls it decides.
+type batchCmd struct {
+	cmd    noRetry
+	calls  []*rcall
+	script bool // sent as a script even where the server has functions
+	eval   bool // a script sent with its source (EVAL), not its hash
+}
+
+// commands groups calls into script calls: one per algorithm and (on a
+// Cluster) per slot, in the order the calls came.
+func (s *RedisStore) commands(ctx context.Context, calls []*rcall) []batchCmd {
+	if len(calls) == 1 {
+		return []batchCmd{{cmd: s.command(ctx, calls, false, false), calls: calls}}
+	}
+	var groups []batchCmd
+	for _, c := range calls {
+		found := false
+		for i := range groups {
+			g := groups[i].calls[0]
+			if g.algo == c.algo && (!s.cluster || g.slot == c.slot) {
+				groups[i].calls = append(groups[i].calls, c)
+				found = true
+				break
+			}
+		}
+		if !found {
+			groups = append(groups, batchCmd{calls: []*rcall{c}})
+		}
+	}
+	for i := range groups {
+		groups[i].cmd = s.command(ctx, groups[i].calls, false, false)
+	}
+	return groups
+}
+
+// command builds the call deciding calls, all of one algorithm: FCALL of
+// the library's function, or where the server has none EVALSHA of the
+// script, or EVAL with its source when eval is set.
+func (s *RedisStore) command(ctx context.Context, calls []*rcall, script, eval bool) noRetry {
+	sc, src, fn := logScript, logSource, fnLog
+	if calls[0].algo == SlidingBuckets {
+		sc, src, fn = bucketsScript, bucketsSource, fnBuckets
+	}
+	size := 0
+	for _, c := range calls {
+		size += 8 * (7 + 3*len(c.rules))
+	}
+	blob := make([]byte, 0, size)
+	args := make([]any, 0, 4+len(calls))
+	switch {
+	case !script && !s.scripts.Load():
+		args = append(args, "fcall", fn)
+	case eval:
+		args = append(args, "eval", src)
+	default:
+		args = append(args, "evalsha", sc.Hash())
+	}
+	args = append(args, len(calls))
+	for _, c := range calls {
+		args = append(args, c.key)
+		blob = appendFloat(blob, float64(c.op), float64(c.n))
+		if c.algo == SlidingLog {
+			blob = appendFloat(blob, float64(c.cap))
+		}
+		blob = appendFloat(blob, float64(c.now), float64(len(c.rules)))
+		for i, r := range c.rules {
+			blob = appendFloat(blob, float64(r.Limit), float64(r.Window.Microseconds()))
+			if c.algo == SlidingBuckets {
+				blob = appendFloat(blob, float64(c.bw[i]))
+			}
+		}
+		if c.op == opRefund {
+			blob = appendFloat(blob, float64(c.at))
+		}
+	}
+	args = append(args, blob)
+	if calls[0].op == opRefund || hasRefund(calls) {
+		args = append(args, s.watch.channel)
+	}
+	return noRetry{redis.NewStringCmd(ctx, args...)}
+}
+
+func hasRefund(calls []*rcall) bool {
+	for _, c := range calls {
+		if c.op == opRefund {
+			return true
+		}
+	}
+	return false
+}
+
+func appendFloat(b []byte, vs ...float64) []byte {
+	for _, v := range vs {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+	}
+	return b
+}
+
+// answer decodes the reply of a script call into its calls.
+func (b *batchCmd) answer() {
+	reply, err := b.cmd.Result()
+	if err != nil {
+		for _, c := range b.calls {
+			c.err = err
+		}
+		return
+	}
+	r := reply
+	next := func() float64 {
+		if len(r) < 8 {
+			err = errShortReply
+			return 0
+		}
+		v := uint64(r[0]) | uint64(r[1])<<8 | uint64(r[2])<<16 | uint64(r[3])<<24 |
+			uint64(r[4])<<32 | uint64(r[5])<<40 | uint64(r[6])<<48 | uint64(r[7])<<56
+		r = r[8:]
+		return math.Float64frombits(v)
+	}
+	for _, c := range b.calls {
+		if err != nil {
+			c.err = err
+			continue
+		}
+		status, when := next(), next()
+		if status < 0 {
+			n := min(int(when), len(r))
+			c.err = &keyError{msg: strings.TrimSpace(r[:n])}
+			r = r[n:]
+			continue
+		}
+		c.allowed, c.when = status == 1, int64(when)
+		if c.op == opRefund {
+			continue
+		}
+		c.states.n = len(c.rules)
+		var more []RuleState
+		if len(c.rules) > inlineRules {
+			more = make([]RuleState, len(c.rules))
+		}
+		for i, rl := range c.rules {
+			st := RuleState{Limit: rl.Limit, Window: rl.Window, Used: int64(next()),
+				RetryAfter: time.Duration(next()) * time.Microsecond, ResetAfter: time.Duration(next()) * time.Microsecond}
+			if more != nil {
+				more[i] = st
+			} else {
+				c.states.a[i] = st
+			}
+		}
+		c.states.more = more
+		if err != nil {
+			c.err = err
+		}
+	}
+}
+
+var errShortReply = errors.New("script reply too short")
+
+// keyError is the failure of one key's decision in a script call that
+// decided the others: a key holding another type, say. It says nothing
+// of the store's health.
+type keyError struct{ msg string }
+
+func (e *keyError) Error() string { return "script: " + e.msg }
+
+// runAndWait runs a take alone on one connection of the key's master and,
+// when it admitted units, WAIT on that same connection
+// ([WithWaitReplicas]).
+func (s *RedisStore) runAndWait(ctx context.Context, c *rcall) {
+	// The work runs on a copy of c: a client that ignores ctx may still
+	// be writing the copy's answer after bounded has returned.
+	w := &rcall{}
+	*w = *c
+	done, _ := bounded(ctx, s.honorsCtx, func() (*rcall, error) {
+		c := w
+		var node *redis.Client
+		switch cl := s.client.(type) {
+		case *redis.ClusterClient:
+			n, err := cl.MasterForKey(ctx, c.key)
+			if err != nil {
+				c.err = err
+				return c, nil
+			}
+			node = n
+		case *redis.Client:
+			node = cl
+		}
+		conn := node.Conn()
+		defer conn.Close()
+		cmds := s.commands(ctx, []*rcall{c})
+		err := s.exec(ctx, cmds, conn)
+		_, moved := redis.IsMovedError(err)
+		_, ask := redis.IsAskError(err)
+		if moved || ask {
+			// The key's slot moved or is moving: the cluster client
+			// follows the redirect; this decision does not wait.
+			cmds[0].cmd = s.command(ctx, cmds[0].calls, cmds[0].script, cmds[0].eval)
+			_ = s.exec(ctx, cmds, s.client)
+			cmds[0].answer()
+			if c.err == nil && c.allowed {
+				s.waits.Add(1)
+				s.waitsShort.Add(1)
+			}
+			return c, nil
+		}
+		cmds[0].answer()
+		if c.err != nil || !c.allowed {
+			return c, nil
+		}
+		s.waits.Add(1)
+		acked, err := conn.Wait(ctx, s.waitReplicas, s.waitTimeout).Result()
+		if err != nil || acked < int64(s.waitReplicas) {
+			s.waitsShort.Add(1)
+		}
+		return c, nil
+	})
+	if done == nil {
+		c.err = ctx.Err()
+		return
+	}
+	c.allowed, c.when, c.states, c.err = done.allowed, done.when, done.states, done.err
+	if c.err == nil && ctx.Err() != nil && !c.allowed && c.when == 0 {
+		c.err = ctx.Err()
+	}
 }
 
 // bounded runs f, returning by ctx's deadline even when the client ignores
@@ -393,4 +693,30 @@ func bounded[T any](ctx context.Context, honorsCtx bool, f func() (T, error)) (T
 		var zero T
 		return zero, ctx.Err()
 	}
+}
+
+// slotOf returns the Redis Cluster hash slot of key.
+func slotOf(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	return int(crc16(key) % 16384)
+}
+
+// crc16 is CRC-16/XMODEM, the hash of Redis Cluster slots.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
 }

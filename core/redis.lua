@@ -1,103 +1,419 @@
--- ratekit sliding-window log: one atomic decision over every rule of a policy.
--- KEYS[1]  the ZSET of one (policy, key); score = admission time in µs,
---          member = call ID (first unit) or ID:j (unit j > 1).
--- ARGV[1]  '1' to take, '0' to peek
--- ARGV[2]  units asked for (n)
--- ARGV[3]  call ID, unique per take; a retried take finds it and is not counted again
--- ARGV[4]  client time in µs, or '' to use the server's TIME
--- ARGV[5..] limit, window (µs) for each rule
--- Returns {allowed, at, used_1, retry_1, reset_1, ...}; durations in µs.
--- (redis_prelude.lua defines key, mode, n, id, now and fmt.)
-local take = mode == '1'
-local nrules = (#ARGV - 4) / 2
-local maxw = 0
-for i = 1, nrules do
-  local w = tonumber(ARGV[4 + 2 * i])
-  if w > maxw then maxw = w end
-end
-redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - maxw))
+-- ratekit's Redis library: the decisions of the sliding log and of the
+-- sliding buckets, each a batch of decisions in one call.
+--
+-- It is loaded as a Redis Function library (Redis 7), whose helpers are
+-- built once when it loads; on older servers the same text runs as a
+-- script, with register collecting the functions and the last line
+-- calling one of them. Either way a call is register(name, f)'s f(keys,
+-- args), with ARGV[1] the packed decisions.
+--
+-- Decisions are packed as little-endian doubles; so is the reply, one
+-- string. A decision that fails returns {-1, length} and the error text,
+-- without failing the others of its batch. args[2], when set, is the
+-- channel on which a refund publishes its key.
 
-local at = now
-local replay = false
-if take then
-  local s = redis.call('ZSCORE', key, id)
-  if s then
-    -- This call already ran (go-redis retried it after a lost reply):
-    -- answer as it was answered, count nothing again.
-    replay = true
-    at = tonumber(s)
-    n = 0
+-- Set on the first call: the struct library is not there while a
+-- function library loads.
+local sunpack, pack, rep, sub, floor, ceil, format, call
+local function init()
+  if not sunpack then
+    sunpack, pack, rep, sub = struct.unpack, struct.pack, string.rep, string.sub
+    floor, ceil, format, call = math.floor, math.ceil, string.format, redis.call
   end
 end
 
-local allowed = 1
-local used, retry = {}, {}
-for i = 1, nrules do
-  local limit = tonumber(ARGV[3 + 2 * i])
-  local w = tonumber(ARGV[4 + 2 * i])
-  local lo = '(' .. fmt(now - w)
-  local c
-  if w == maxw then
-    -- Everything older than the longest window was just evicted.
-    c = redis.call('ZCARD', key)
+-- The channel on which refunds are announced (args[2]), and the
+-- server's time in µs, read once per call.
+local channel
+local server
+local function servertime()
+  if not server then
+    local t = call('TIME')
+    server = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return server
+end
+
+-- failed packs the answer of a decision that failed.
+local function failed(err)
+  local msg = type(err) == 'table' and err.err or tostring(err)
+  return pack('<dd', -1, #msg) .. msg
+end
+
+-- ======================================================================
+-- ratekit sliding-window log: a batch of decisions in one call.
+--
+-- Each key is a string of little-endian doubles: first a header, the time
+-- in µs (of the decisions' clock) until which the key's TTL lasts at
+-- least; then the admission times in whole µs, one per admitted unit, in
+-- non-decreasing order. Only the newest entries matter: rule i (limit L,
+-- window W) has room for n more units when the (L-n+1)-th newest entry is
+-- at or before now - W, and a denial's wait is that entry's time + W -
+-- now. The string keeps at most the newest `keep` entries (the largest
+-- limit of any tier of the policy); dead ones are trimmed as it is
+-- written. The TTL is set to twice the longest window when it runs short,
+-- not on every write.
+--
+-- keys[d]  the key of decision d
+-- args[1]  the decisions, packed as little-endian doubles; per decision:
+--            op (0 peek, 1 take, 2 refund), n, keep, client time in µs
+--            (0: the server's TIME), nrules, then limit and window (µs)
+--            per rule; a refund has one more double, the time of the take.
+-- Returns one string of little-endian doubles; per decision: allowed, the
+-- time of the decision (of the admitted units, for a take), then per rule
+-- the units used in the window, the wait until n units fit (0 when they
+-- fit) and the time until the window is empty, in µs. A refund returns
+-- {1, time}. A decision that fails returns {-1, length} and the error
+-- text, without failing the others.
+-- A value up to this size is read whole; a longer one is read entry by
+-- entry.
+local SMALL = 16384
+
+-- The key being decided: its name, its first SMALL bytes, whether that is
+-- all of it, its number of entries and its header.
+local key, v, small, cnt, expat
+local cache
+
+-- entry returns the time of entry i (0-based).
+local function entry(i)
+  if small then return (sunpack('<d', v, i * 8 + 9)) end
+  local e = cache[i]
+  if not e then
+    e = sunpack('<d', call('GETRANGE', key, i * 8 + 8, i * 8 + 15))
+    cache[i] = e
+  end
+  return e
+end
+
+-- first returns the first index in [lo, cnt) of an entry after t.
+local function first(lo, t)
+  local hi = cnt
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    if entry(mid) > t then hi = mid else lo = mid + 1 end
+  end
+  return lo
+end
+
+local function load(k)
+  key = k
+  v = call('GETRANGE', k, '0', '16383')
+  small = #v < SMALL
+  if #v < 8 then
+    cnt, expat = 0, 0
+    return
+  end
+  expat = sunpack('<d', v)
+  if small then
+    cnt = (#v - 8) / 8
   else
-    c = redis.call('ZCOUNT', key, lo, '+inf')
-  end
-  used[i] = c
-  retry[i] = 0
-  local need = c + n - limit
-  if need > 0 then
-    allowed = 0
-    -- The need-th oldest unit in the window must leave for n to fit.
-    local e = redis.call('ZRANGEBYSCORE', key, lo, '+inf', 'WITHSCORES', 'LIMIT', need - 1, 1)
-    if e[2] then
-      retry[i] = tonumber(e[2]) + w - now
-    else
-      retry[i] = w
-    end
+    cnt = (call('STRLEN', k) - 8) / 8
+    cache = {}
   end
 end
 
-if take and allowed == 1 and not replay then
-  local sat = fmt(now)
-  local args = {}
-  for j = 1, n do
-    args[#args + 1] = sat
-    if j == 1 then
-      args[#args + 1] = id
+local limits, windows, used, retry = {}, {}, {}, {}
+
+local function decide(op, n, keep, now, cnow, nr, maxw, at)
+  if op == 2 then
+    -- Refund: remove up to n entries recorded at time at.
+    local i = first(0, at - 1)
+    local j = i
+    while j < cnt and j - i < n and entry(j) == at do j = j + 1 end
+    if j > i then
+      local whole = v
+      if not small then whole = call('GET', key) end
+      if cnt == j - i then
+        call('DEL', key)
+      else
+        call('SET', key, sub(whole, 1, i * 8 + 8) .. sub(whole, j * 8 + 9), 'KEEPTTL')
+      end
+      -- Every instance forgets its cached denials of the key.
+      if channel then call('PUBLISH', channel, key) end
+    end
+    return pack('<dd', 1, at)
+  end
+
+  local newest = 0
+  if cnt > 0 then newest = entry(cnt - 1) end
+  local allowed = 1
+  local dead = 0 -- entries known to be out of every window
+  for i = 1, nr do
+    local l, w = limits[i], windows[i]
+    -- Only the newest l entries can count; more than l in the window
+    -- (after a change of rules) reads as full.
+    local lo = cnt - l
+    if lo < 0 then lo = 0 end
+    local f = first(lo, now - w)
+    if w == maxw and f > lo then dead = f end
+    local u = cnt - f
+    used[i] = u
+    if u + n > l then
+      allowed = 0
+      -- The (l-n+1)-th newest entry must leave the window.
+      retry[i] = entry(cnt - (l - n + 1)) + w - now
     else
-      args[#args + 1] = id .. ':' .. j
-    end
-    if #args >= 1000 then
-      redis.call('ZADD', key, unpack(args))
-      args = {}
+      retry[i] = 0
     end
   end
-  if #args > 0 then
-    redis.call('ZADD', key, unpack(args))
+  local t = now
+  if op == 1 and allowed == 1 then
+    -- Entries stay in order even if the clock steps back.
+    if newest > t then t = newest end
+    local add = pack('<d', t)
+    if n > 1 then add = rep(add, n) end
+    -- Entries past keep, or dead, are dropped once there are a few of
+    -- them: until then they cost a little memory, never a wrong count.
+    local drop = cnt + n - keep
+    if drop < dead then drop = dead end
+    if drop < 16 and drop * 4 < cnt then drop = 0 end
+    -- The key must outlive its newest entry's window; when the TTL is
+    -- about to fall short, set it to twice the longest window.
+    local ttl
+    if expat < t + maxw + 1000 then
+      ttl = ceil(maxw / 500) + 1
+      expat = t + 2 * maxw
+      if cnow ~= 0 then
+        -- Client time: the key lives until the window has passed in the
+        -- client's time, however far behind the server's that runs.
+        local lag = ceil((servertime() - cnow) / 1000)
+        if lag > 0 then ttl = ttl + lag end
+      end
+    end
+    if drop == 0 and not ttl then
+      call('APPEND', key, add)
+    elseif small then
+      call('SET', key, pack('<d', expat) .. sub(v, drop * 8 + 9) .. add, 'PX', format('%d', ttl or ceil((expat - t) / 1000) + 1))
+    else
+      call('APPEND', key, add)
+      call('SET', key, pack('<d', expat) .. call('GETRANGE', key, drop * 8 + 8, -1), 'PX', format('%d', ttl or ceil((expat - t) / 1000) + 1))
+    end
+    for i = 1, nr do used[i] = used[i] + n end
+    newest = t
   end
-  redis.call('PEXPIRE', key, math.ceil(maxw / 1000) + 1)
-  for i = 1, nrules do
-    used[i] = used[i] + n
+  if nr == 1 then
+    local reset = 0
+    if used[1] > 0 then reset = newest + windows[1] - now end
+    return pack('<ddddd', allowed, t, used[1], retry[1], reset)
   end
+  local out = pack('<dd', allowed, t)
+  for i = 1, nr do
+    local reset = 0
+    if used[i] > 0 then reset = newest + windows[i] - now end
+    out = out .. pack('<ddd', used[i], retry[i], reset)
+  end
+  return out
 end
 
-local newest = nil
-if take and allowed == 1 and not replay then
-  newest = now
-else
-  local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if top[2] then newest = tonumber(top[2]) end
+local function run(k, op, n, keep, now, cnow, nr, maxw, at)
+  load(k)
+  return decide(op, n, keep, now, cnow, nr, maxw, at)
 end
-local out = {allowed, at}
-for i = 1, nrules do
-  local w = tonumber(ARGV[4 + 2 * i])
-  local reset = 0
-  if used[i] > 0 and newest then
-    reset = newest + w - now
+
+-- migrate converts a sorted set written by an earlier version (score =
+-- admission time) into a string of entries.
+local function migrate(k)
+  if call('TYPE', k).ok ~= 'zset' then return false end
+  local ttl = call('PTTL', k)
+  local scores = call('ZRANGE', k, 0, -1, 'WITHSCORES')
+  local parts = {pack('<d', 0)}
+  for j = 2, #scores, 2 do parts[#parts + 1] = pack('<d', tonumber(scores[j])) end
+  call('DEL', k)
+  if #parts > 1 then call('SET', k, table.concat(parts), 'PX', math.max(ttl, 1)) end
+  return true
+end
+
+register('log', function(keys, args)
+  init()
+  server, channel = nil, args[2]
+  local blob = args[1]
+  local out = {}
+  local pos = 1
+  for d = 1, #keys do
+    local op, n, keep, cnow, nr, l1, w1
+    op, n, keep, cnow, nr, l1, w1, pos = sunpack('<ddddddd', blob, pos)
+    limits[1], windows[1] = l1, w1
+    local maxw = w1
+    for i = 2, nr do
+      local w
+      limits[i], w, pos = sunpack('<dd', blob, pos)
+      windows[i] = w
+      if w > maxw then maxw = w end
+    end
+    local at = 0
+    if op == 2 then at, pos = sunpack('<d', blob, pos) end
+    local now = cnow
+    if now == 0 then now = servertime() end
+    local k = keys[d]
+    local ok, res = pcall(run, k, op, n, keep, now, cnow, nr, maxw, at)
+    if not ok and migrate(k) then ok, res = pcall(run, k, op, n, keep, now, cnow, nr, maxw, at) end
+    if not ok then res = failed(res) end
+    out[d] = res
   end
-  out[#out + 1] = used[i]
-  out[#out + 1] = retry[i]
-  out[#out + 1] = reset
+  return table.concat(out)
+end)
+
+-- ======================================================================
+-- ratekit sliding buckets: bounded memory per key whatever the limit; a
+-- batch of decisions in one call.
+--
+-- Each key is a HASH of bucket counts: field '<width>:<index>' holds the
+-- units admitted in [index*width, (index+1)*width) µs. Rules count the
+-- buckets of their own width, so rules that share a window share buckets,
+-- and a key keeps its usage when its tier's limits change. A bucket is
+-- counted in full while any part of it lies inside the window, so the
+-- count is never below the true sliding count: it never over-admits.
+--
+-- keys[d]  the key of decision d
+-- args[1]  the decisions, packed as little-endian doubles; per decision:
+--            op (0 peek, 1 take, 2 refund), n, client time in µs (0: the
+--            server's TIME), nrules, then limit, window and bucket width
+--            (µs) per rule; a refund has one more double, the time of the
+--            take.
+-- Returns one string of little-endian doubles; per decision: allowed, the
+-- time of the decision, then per rule used, retry and reset (µs); a
+-- refund returns {1, time}. A decision that fails returns {-1, length}
+-- and the error text.
+local function fmt(x) return string.format('%.0f', x) end
+
+local function decideBuckets(key, op, n, now, cnow, rules, at)
+  if op == 2 then
+    -- Refund: give the units back to the buckets of the take's time.
+    local done = {}
+    for _, r in ipairs(rules) do
+      local g = r[3]
+      if not done[g] then
+        done[g] = true
+        local f = fmt(g) .. ':' .. fmt(math.floor(at / g))
+        if call('HINCRBY', key, f, -n) <= 0 then
+          call('HDEL', key, f)
+        end
+      end
+    end
+    -- Every instance forgets its cached denials of the key.
+    if channel then call('PUBLISH', channel, key) end
+    return pack('<dd', 1, at)
+  end
+  -- The live buckets of each width: the oldest a rule of that width can
+  -- still count is floor((now - w) / g), for its longest window.
+  local lowest = {}
+  local maxspan = 0
+  for _, r in ipairs(rules) do
+    local w, g = r[2], r[3]
+    local lo = math.floor((now - w) / g)
+    if lowest[g] == nil or lo < lowest[g] then lowest[g] = lo end
+    if w + g > maxspan then maxspan = w + g end
+  end
+  local fields = call('HGETALL', key)
+  local buckets = {} -- width -> list of {index, count}
+  local stale = {}
+  for j = 1, #fields, 2 do
+    local f = fields[j]
+    local c = string.find(f, ':', 1, true)
+    local g = c and tonumber(string.sub(f, 1, c - 1))
+    local b = c and tonumber(string.sub(f, c + 1))
+    if g == nil or b == nil or lowest[g] == nil or b < lowest[g] then
+      -- Older than every window, of a width no rule uses any more, or
+      -- not a bucket at all.
+      stale[#stale + 1] = f
+    else
+      local list = buckets[g]
+      if not list then
+        list = {}
+        buckets[g] = list
+      end
+      list[#list + 1] = {b, tonumber(fields[j + 1])}
+    end
+  end
+  if #stale > 0 then call('HDEL', key, unpack(stale)) end
+  for _, list in pairs(buckets) do
+    table.sort(list, function(a, b) return a[1] < b[1] end)
+  end
+
+  local allowed = 1
+  local used, retry, newest = {}, {}, {}
+  for i, r in ipairs(rules) do
+    local l, w, g = r[1], r[2], r[3]
+    local lo = math.floor((now - w) / g)
+    local list = buckets[g] or {}
+    local c = 0
+    for _, b in ipairs(list) do
+      if b[1] >= lo then c = c + b[2] end
+    end
+    used[i] = c
+    retry[i] = 0
+    newest[i] = list[#list] and list[#list][1] or nil
+    local need = c + n - l
+    if need > 0 then
+      allowed = 0
+      local acc = 0
+      for _, b in ipairs(list) do
+        if b[1] >= lo then
+          acc = acc + b[2]
+          if acc >= need then
+            -- Bucket b stops counting once the window starts after it.
+            retry[i] = (b[1] + 1) * g + w - now
+            break
+          end
+        end
+      end
+      if retry[i] == 0 then retry[i] = w end
+    end
+  end
+
+  if op == 1 and allowed == 1 then
+    local done = {}
+    for i, r in ipairs(rules) do
+      local g = r[3]
+      local b = math.floor(now / g)
+      if not done[g] then
+        done[g] = true
+        call('HINCRBY', key, fmt(g) .. ':' .. fmt(b), n)
+      end
+      used[i] = used[i] + n
+      newest[i] = b
+    end
+    local ttl = math.ceil(maxspan / 1000) + 1
+    if cnow ~= 0 then
+      ttl = ttl + math.max(0, math.ceil((servertime() - cnow) / 1000))
+    end
+    call('PEXPIRE', key, ttl)
+  end
+
+  local out = {pack('<dd', allowed, now)}
+  for i, r in ipairs(rules) do
+    local w, g = r[2], r[3]
+    local reset = 0
+    if used[i] > 0 and newest[i] then
+      reset = (newest[i] + 1) * g + w - now
+    end
+    out[#out + 1] = pack('<ddd', used[i], retry[i], reset)
+  end
+  return table.concat(out)
 end
-return out
+
+register('buckets', function(keys, args)
+  init()
+  server, channel = nil, args[2]
+  local blob = args[1]
+  local pos = 1
+  local out = {}
+  for d = 1, #keys do
+    local op, n, cnow, nr
+    op, n, cnow, nr, pos = sunpack('<dddd', blob, pos)
+    local rules = {}
+    for i = 1, nr do
+      local l, w, g
+      l, w, g, pos = sunpack('<ddd', blob, pos)
+      rules[i] = {l, w, g}
+    end
+    local at = 0
+    if op == 2 then at, pos = sunpack('<d', blob, pos) end
+    local now = cnow
+    if now == 0 then now = servertime() end
+    local ok, res = pcall(decideBuckets, keys[d], op, n, now, cnow, rules, at)
+    if not ok then res = failed(res) end
+    out[#out + 1] = res
+  end
+  return table.concat(out)
+end)

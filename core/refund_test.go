@@ -9,42 +9,38 @@ import (
 	"github.com/ratekit/ratekit/internal/redistest"
 )
 
-// TestRedisRefundIdempotent checks that a refund run twice for one take —
-// as go-redis does when a reply is lost — gives the units back once, for
-// both algorithms.
-func TestRedisRefundIdempotent(t *testing.T) {
+// TestRefundOnce: a decision's units come back once, however often its
+// Refund is called, for both algorithms; and a refund gives back only
+// the units of its own decision, not those of another admitted at the
+// same time.
+func TestRefundOnce(t *testing.T) {
 	srv := redistest.Start(t)
-	store := core.NewRedisStore(srv.Client(t))
 	ctx := context.Background()
-	for _, alg := range []core.Algorithm{core.SlidingLog, core.SlidingBuckets} {
-		t.Run(alg.String(), func(t *testing.T) {
-			q := core.Query{
-				Policy: "refund-" + alg.String(), Key: "k", Algorithm: alg, Buckets: 10,
-				Rules: []core.Rule{{Limit: 5, Window: time.Minute}},
-			}
-			var last core.Result
-			for i, id := range []string{"a", "b", "c"} {
-				q.N, q.ID = 1, id
-				res, err := store.Take(ctx, q)
-				if err != nil || !res.Allowed {
-					t.Fatalf("Take #%d = %+v, %v", i, res, err)
+	for _, store := range []struct {
+		name string
+		s    core.Store
+	}{{"memory", core.NewMemoryStore()}, {"redis", core.NewRedisStore(srv.Client(t))}} {
+		for _, alg := range []core.Algorithm{core.SlidingLog, core.SlidingBuckets} {
+			t.Run(store.name+"/"+alg.String(), func(t *testing.T) {
+				l := mustLimit(t, store.s, core.Policy{Name: "refund-" + alg.String(), Algorithm: alg, Buckets: 10,
+					Rules: []core.Rule{{Limit: 5, Window: time.Minute}}}, core.WithTimeout(5*time.Second))
+				var ds []core.Decision
+				for i := range 3 {
+					d, err := l.Allow(ctx, "k")
+					if err != nil || !d.Allowed {
+						t.Fatalf("Allow #%d = %+v, %v", i, d, err)
+					}
+					ds = append(ds, d)
 				}
-				last = res
-			}
-			q.ID = "c"
-			for range 2 {
-				if err := store.Refund(ctx, q, last.At); err != nil {
-					t.Fatalf("Refund: %v", err)
+				for range 2 {
+					if err := ds[2].Refund(ctx); err != nil {
+						t.Fatalf("Refund: %v", err)
+					}
 				}
-			}
-			q.ID = ""
-			res, err := store.Peek(ctx, q)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := res.Rules[0].Used; got != 2 {
-				t.Errorf("after two refunds of one take: Used = %d, want 2", got)
-			}
-		})
+				if d, _ := l.Peek(ctx, "k"); d.Remaining != 3 {
+					t.Errorf("after refunding one decision twice: Remaining = %d, want 3", d.Remaining)
+				}
+			})
+		}
 	}
 }

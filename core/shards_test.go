@@ -179,8 +179,8 @@ func TestShardsRedisKeys(t *testing.T) {
 			if n := zcard(t, rdb, rk); n != 1 {
 				t.Errorf("ZCARD %.40q = %d, want 1 (one request per shard)", rk, n)
 			}
-			if ttl := rdb.PTTL(ctx, rk).Val(); ttl <= 0 || ttl > time.Minute+time.Second {
-				t.Errorf("PTTL %.40q = %v, want just past the window", rk, ttl)
+			if ttl := rdb.PTTL(ctx, rk).Val(); ttl <= 0 || ttl > 2*time.Minute+time.Second {
+				t.Errorf("PTTL %.40q = %v, want at most twice the window", rk, ttl)
 			}
 			slots[redistest.Slot(rk)] = true
 		}

@@ -13,13 +13,15 @@ import (
 // Every method takes a context that carries the [Limiter]'s timeout.
 type Store interface {
 	// Take admits q.N units for q.Key when every rule has room for them
-	// and records them under q.ID; otherwise it records nothing. A Take
-	// retried with the same q.ID after it succeeded must not record again.
+	// and records them at the decision's time (Result.At); otherwise it
+	// records nothing. The limiter never sends a Take twice: a store that
+	// retries its own calls must make sure a retried Take does not record
+	// again.
 	Take(ctx context.Context, q Query) (Result, error)
 	// Peek reports what a Take of q.N units would see, recording nothing.
 	Peek(ctx context.Context, q Query) (Result, error)
-	// Refund removes the q.N units that a successful Take with the same
-	// q.ID recorded at store time at (Result.At).
+	// Refund removes q.N of the units a successful Take recorded for
+	// q.Key at store time at (its Result.At), or as many as are left.
 	Refund(ctx context.Context, q Query, at int64) error
 	// Reset forgets everything recorded for q.Policy and q.Key.
 	Reset(ctx context.Context, q Query) error
@@ -43,9 +45,12 @@ type Query struct {
 	// N is the number of units asked for (for Peek: the units the
 	// RetryAfter is computed for).
 	N int64
-	// ID is unique per Take. A store records the units under it so that a
-	// retried Take is counted once and a Refund can find them.
-	ID string
+	// Keep is the most units the store needs to remember per key under
+	// SlidingLog: the largest limit of the policy's rules in any tier, so
+	// that a key moved to another tier keeps its usage. A store may keep
+	// more; a Query built by a Limiter never has it below the limits of
+	// its Rules.
+	Keep int64
 	// Now is the time of the decision in microseconds since the Unix
 	// epoch, set when the limiter has a clock of its own ([WithClock]);
 	// 0 means the store's own clock decides.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -15,9 +16,12 @@ import (
 type TierFunc func(ctx context.Context, key string) (tier string, err error)
 
 // WithTiers chooses the rules per key: resolve names a key's tier and
-// tiers maps each tier to its rules. The policy's own Rules apply to keys
-// whose tier is unknown or cannot be resolved. All tiers share the
-// policy's name, so a key's usage carries over when its tier changes: a
+// tiers maps each tier to its rules, which must have the windows of the
+// policy's own Rules, with limits of their own (free: 100 a minute and
+// 1,000 a day; pro: 1,000 a minute and 100,000 a day). The policy's own
+// Rules apply to keys whose tier is unknown or cannot be resolved. All
+// tiers share the policy's name, so a key's usage carries over when its
+// tier changes: a
 // key moved to a higher tier gets the higher limit on its next request
 // after [Limiter.InvalidateTier] (or after the cache entry expires), and
 // no locally cached denial of the old tier survives the move.
@@ -72,14 +76,29 @@ func newTiers(store Store, base Policy, o options, opts []Option) (*tierSet, err
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	// Every tier keeps as much history as the largest limit of any, so a
+	// key keeps its usage when its tier changes.
+	keep := base.maxLimit()
+	for _, name := range names {
+		for _, r := range o.tiers[name] {
+			keep = max(keep, r.Limit)
+		}
+	}
 	for _, name := range names {
 		p := base
 		p.Rules = o.tiers[name]
 		if err := p.Validate(); err != nil {
 			return nil, fmt.Errorf("ratekit: WithTiers tier %q: %w", name, err)
 		}
+		if !sameWindows(base.Rules, p.Rules) {
+			// A key's history is kept for its rules' windows: a tier with
+			// another window would start its count from nothing, or cut
+			// short the history another tier needs.
+			return nil, fmt.Errorf("ratekit: policy %q: WithTiers tier %q: every tier must have the windows of the policy's Rules (%s), with limits of its own, so that a key's usage carries over between tiers: %w",
+				base.Name, name, windowsOf(base.Rules), ErrInvalidPolicy)
+		}
 		// The tier limiters take every option but the tiers themselves.
-		child, err := NewLimiter(store, p, append(opts[:len(opts):len(opts)], withoutTiers())...)
+		child, err := NewLimiter(store, p, append(opts[:len(opts):len(opts)], withoutTiers(keep))...)
 		if err != nil {
 			return nil, fmt.Errorf("ratekit: WithTiers tier %q: %w", name, err)
 		}
@@ -95,11 +114,46 @@ func newTiers(store Store, base Policy, o options, opts []Option) (*tierSet, err
 	return ts, nil
 }
 
-func withoutTiers() Option {
+// withoutTiers makes a tier's limiter: no tiers of its own, keeping keep
+// units of history.
+func withoutTiers(keep int64) Option {
 	return func(o *options) {
 		o.tierFunc = nil
 		o.tiers = nil
+		o.keep = keep
 	}
+}
+
+// sameWindows reports whether two rule lists have the same set of windows.
+func sameWindows(a, b []Rule) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, r := range a {
+		found := false
+		for _, q := range b {
+			if q.Window == r.Window {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// windowsOf lists the windows of rules, for error messages.
+func windowsOf(rules []Rule) string {
+	var b strings.Builder
+	for i, r := range rules {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(r.Window.String())
+	}
+	return b.String()
 }
 
 // pick returns the limiter of key's tier, or nil for the default tier.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/redistest"
 )
 
 // plans is an app's plan table that tests change under the limiter.
@@ -159,21 +160,71 @@ func TestTiersInvalid(t *testing.T) {
 		name string
 		opt  core.Option
 	}{
-		{"nil resolve", core.WithTiers(nil, map[string][]core.Rule{"a": {{Limit: 1, Window: time.Second}}})},
+		{"nil resolve", core.WithTiers(nil, map[string][]core.Rule{"a": {{Limit: 1, Window: time.Minute}}})},
 		{"no tiers", core.WithTiers(resolve, nil)},
-		{"bad tier rule", core.WithTiers(resolve, map[string][]core.Rule{"a": {{Limit: 0, Window: time.Second}}})},
+		{"bad tier rule", core.WithTiers(resolve, map[string][]core.Rule{"a": {{Limit: 0, Window: time.Minute}}})},
 		{"bad cache", core.WithTierCache(-1, time.Second)},
+		// A tier must keep the policy's windows, so usage carries over.
+		{"tier with another window", core.WithTiers(resolve, map[string][]core.Rule{"a": {{Limit: 5, Window: time.Hour}}})},
+		{"tier with an extra window", core.WithTiers(resolve, map[string][]core.Rule{"a": {{Limit: 5, Window: time.Minute}, {Limit: 9, Window: time.Hour}}})},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := []core.Option{tc.opt}
 			if tc.name == "bad cache" {
-				opts = append(opts, core.WithTiers(resolve, map[string][]core.Rule{"a": {{Limit: 1, Window: time.Second}}}))
+				opts = append(opts, core.WithTiers(resolve, map[string][]core.Rule{"a": {{Limit: 1, Window: time.Minute}}}))
 			}
 			_, err := core.NewLimiter(core.NewMemoryStore(), base, opts...)
 			if !errors.Is(err, core.ErrInvalidPolicy) {
 				t.Errorf("NewLimiter with %s: err = %v, want ErrInvalidPolicy", tc.name, err)
 			}
 		})
+	}
+}
+
+// TestTiersUsageCarriesOver: usage counted under one tier is seen by the
+// next, both ways, for both algorithms and both stores: 200 units used as
+// pro, then free (a smaller daily limit) is full, and pro again sees the
+// 200 (issue: a downgrade then upgrade must not forget usage).
+func TestTiersUsageCarriesOver(t *testing.T) {
+	srv := redistest.Start(t)
+	stores := map[string]func() core.Store{
+		"memory": func() core.Store { return core.NewMemoryStore() },
+		"redis":  func() core.Store { return core.NewRedisStore(srv.Client(t)) },
+	}
+	for sname, newStore := range stores {
+		for _, alg := range []core.Algorithm{core.SlidingLog, core.SlidingBuckets} {
+			t.Run(sname+"/"+alg.String(), func(t *testing.T) {
+				p := &plans{tier: map[string]string{"k": "pro"}}
+				day := 24 * time.Hour
+				l, err := core.NewLimiter(newStore(), core.Policy{Name: "carry-" + alg.String(), Algorithm: alg,
+					Rules: []core.Rule{{Limit: 10, Window: time.Minute}, {Limit: 50, Window: day}}},
+					core.WithTiers(p.resolve, map[string][]core.Rule{
+						"free": {{Limit: 10, Window: time.Minute}, {Limit: 50, Window: day}},
+						"pro":  {{Limit: 1000, Window: time.Minute}, {Limit: 1000, Window: day}},
+					}), core.WithTierCache(0, 0), core.WithTimeout(5*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx := context.Background()
+				if d, err := l.AllowN(ctx, "k", 200); err != nil || !d.Allowed {
+					t.Fatalf("pro AllowN(200) = %+v, %v", d, err)
+				}
+				p.set("k", "free")
+				if d, err := l.Allow(ctx, "k"); err != nil || d.Allowed {
+					t.Errorf("free after 200 used as pro: Allow = %+v, %v; want denied (50 a day)", d, err)
+				}
+				p.set("k", "pro")
+				d, err := l.Peek(ctx, "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range d.Rules() {
+					if r.Used != 200 {
+						t.Errorf("pro again: rule %v used %d, want 200 (usage kept through the downgrade)", r.Window, r.Used)
+					}
+				}
+			})
+		}
 	}
 }

@@ -304,12 +304,10 @@ func testConcurrentTakeRetryAfter(t *testing.T, s *suite) {
 	c := ctx(t)
 	for i := range results {
 		wg.Go(func() {
-			q := q
-			q.ID = fmt.Sprintf("c%d", i)
 			<-start
 			r, err := st.Take(c, q)
 			if err != nil {
-				t.Errorf("Take(%s): %v", q.ID, err)
+				t.Errorf("Take #%d: %v", i, err)
 			}
 			results[i] = r
 		})
@@ -457,7 +455,7 @@ func testMultiRuleStore(t *testing.T, s *suite) {
 	take := func(id string, n int64) core.Result {
 		t.Helper()
 		q := q
-		q.ID, q.N = id, n
+		q.N = n
 		r, err := st.Take(ctx(t), q)
 		if err != nil {
 			t.Fatalf("Take(%s, %d): %v", id, n, err)
@@ -503,7 +501,7 @@ func testExactRetryAfter(t *testing.T, s *suite) {
 	q := core.Query{Policy: s.name(), Key: "k", Rules: []core.Rule{{Limit: 3, Window: window}}}
 	var at [3]int64
 	for i := range at {
-		q.ID, q.N = fmt.Sprintf("u%d", i), 1
+		q.N = 1
 		r, err := st.Take(ctx(t), q)
 		if err != nil || !r.Allowed {
 			t.Fatalf("Take(u%d) = %+v, %v; want allowed", i, r, err)
@@ -527,13 +525,12 @@ func testExactRetryAfter(t *testing.T, s *suite) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q := q
-			q.N, q.ID = tc.n, "x-"+tc.name
+			q.N = tc.n
 			var (
 				r   core.Result
 				err error
 			)
 			if tc.peek {
-				q.ID = ""
 				r, err = st.Peek(ctx(t), q)
 			} else {
 				r, err = st.Take(ctx(t), q)
