@@ -2,6 +2,7 @@ package echolimit_test
 
 import (
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 
@@ -18,6 +19,9 @@ import (
 func handler(c echo.Context) error {
 	body, _ := io.ReadAll(c.Request().Body)
 	rep := adaptertest.ReplyTo(c.QueryParam, body)
+	if rep.Panic != nil {
+		panic(rep.Panic)
+	}
 	switch rep.Error {
 	case adaptertest.FrameworkError:
 		return echo.NewHTTPError(rep.Status, rep.Body)
@@ -37,14 +41,36 @@ func newEcho(t *testing.T, l *core.Limiter, o adaptertest.Options) *echo.Echo {
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
+	e.Use(recoverPanics)
 	mw := echolimit.New(l, opts...)
 	e.GET(adaptertest.Path, handler, mw)
 	e.POST(adaptertest.Path, handler, mw)
 	return e
 }
 
+// recoverPanics is echo's middleware.Recover in short (that package needs
+// golang.org/x/time): a panic is a 500 from the error handler, and
+// http.ErrAbortHandler goes on to abort the response.
+func recoverPanics(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler { //nolint:errorlint // the sentinel itself is the panic value
+					panic(p)
+				}
+				err = echo.ErrInternalServerError
+			}
+		}()
+		return next(c)
+	}
+}
+
 func newServer(t *testing.T, l *core.Limiter, o adaptertest.Options) string {
-	srv := httptest.NewServer(newEcho(t, l, o))
+	var h http.Handler = newEcho(t, l, o)
+	if o.Decompress {
+		h = adaptertest.Gunzip(h)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv.URL
 }

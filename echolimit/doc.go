@@ -9,7 +9,9 @@
 // X-RateLimit-Remaining and X-RateLimit-Reset (or the IETF RateLimit
 // fields, see guard.WithHeaders); denials are 429 Too Many Requests with
 // Retry-After. A key function that finds no key skips the limiter; a
-// malformed key source is a 400. The decision, headers and bodies come
+// malformed key source is a 400, a body longer than the key function may
+// read a 413 (at most that much is read from the request body, behind
+// echo's Decompress middleware too). The decision, headers and bodies come
 // from the [guard] pipeline shared by every ratekit adapter, whose
 // options this package takes as they are.
 //
@@ -19,9 +21,16 @@
 // adapters'. To go through the error handler anyway, return an
 // *echo.HTTPError from a [WithDenyHandler].
 //
-// With guard.WithCountIf the status is taken after the handler: when it
-// returns an error without writing a response, echo has not answered yet,
-// so the status is the *echo.HTTPError's code, else 500.
+// With guard.WithCountIf (or guard.WithResetIf) the status is the one the
+// client gets: when the rest of the chain returns an error, the
+// middleware hands it to the app's HTTPErrorHandler itself (c.Error), as
+// echo's RequestLogger does with HandleError, reads the status it
+// rendered, and returns nil so that echo does not render it twice. A
+// custom error handler that maps an app error to 401 is therefore
+// counted as a 401; middleware registered before this one sees nil
+// instead of the error, and the response already written. A handler that
+// panics is finished as 500, and the panic goes on to the Recover
+// middleware.
 //
 // Key functions see the request through keyfunc.FromHTTPWithValues: the
 // route is c.Path(), the context is c.Request().Context(), and

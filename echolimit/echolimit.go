@@ -2,7 +2,6 @@ package echolimit
 
 import (
 	"context"
-	"errors"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -79,11 +78,35 @@ func New(l *core.Limiter, opts ...guard.Option) echo.MiddlewareFunc {
 			if !finish {
 				return next(c)
 			}
-			err := next(c)
-			v.Finish(context.WithoutCancel(ctx), status(c, err))
-			return err
+			return nextAndFinish(ctx, next, c, &v)
 		}
 	}
+}
+
+// nextAndFinish runs the rest of the chain and finishes v with the status
+// the client gets. A returned error is handed to the app's
+// HTTPErrorHandler here (c.Error), as echo's RequestLogger does with
+// HandleError, so that the status it renders is the one finished; nil is
+// returned so that echo does not render it a second time. A panic is
+// finished as 500 and goes on, unrecovered, to the Recover middleware.
+func nextAndFinish(ctx context.Context, next echo.HandlerFunc, c echo.Context, v *guard.Verdict) error {
+	ctx = context.WithoutCancel(ctx)
+	done := false
+	defer func() {
+		if !done {
+			v.Finish(ctx, http.StatusInternalServerError)
+		}
+	}()
+	if err := next(c); err != nil {
+		c.Error(err)
+	}
+	done = true
+	status := c.Response().Status
+	if status == 0 { // a context from e.NewContext that wrote nothing
+		status = http.StatusOK
+	}
+	v.Finish(ctx, status)
+	return nil
 }
 
 // Write writes the guard's answer for a request that does not proceed:
@@ -95,24 +118,6 @@ func Write(c echo.Context, v *guard.Verdict) error {
 	res.WriteHeader(status)
 	_, err := res.Write(body)
 	return err
-}
-
-// status is the status the client will get. When the handler returned an
-// error without writing, echo has not answered yet: its error handler
-// will, with the *echo.HTTPError's code or 500.
-func status(c echo.Context, err error) int {
-	res := c.Response()
-	if err == nil || res.Committed {
-		if res.Status == 0 { // a context from e.NewContext that wrote nothing
-			return http.StatusOK
-		}
-		return res.Status
-	}
-	var he *echo.HTTPError
-	if errors.As(err, &he) {
-		return he.Code
-	}
-	return http.StatusInternalServerError
 }
 
 // locals looks string keys up in the echo context's store (c.Set).

@@ -3,6 +3,7 @@ package echolimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -135,5 +136,74 @@ func TestCountIfCommittedError(t *testing.T) {
 		if rec := serve(e, "/"); rec.Code != http.StatusOK {
 			t.Fatalf("request %d: status %d, want 200 (refunded: the client got 200)", i+1, rec.Code)
 		}
+	}
+}
+
+// errBadPassword is an app error that the app's error handler maps to 401.
+type errBadPassword struct{}
+
+func (errBadPassword) Error() string { return "bad password" }
+
+// TestCountIfCustomErrorHandler: with count-if, a returned error is judged
+// by the status the app's HTTPErrorHandler renders for it, and is
+// rendered once: 10 wrong passwords against a limit of 3.
+func TestCountIfCustomErrorHandler(t *testing.T) {
+	tests := []struct {
+		name    string
+		handler echo.HandlerFunc
+		want    int    // the status of the first 3
+		body    string // and their body
+		counted bool   // whether they count
+	}{
+		{"app error mapped to 401", func(echo.Context) error { return errBadPassword{} }, 401, "wrong password\n", true},
+		{"wrapped app error mapped to 401", func(echo.Context) error { return fmt.Errorf("login: %w", errBadPassword{}) }, 401, "wrong password\n", true},
+		{"other error left to echo's handler", func(echo.Context) error { return echo.NewHTTPError(http.StatusForbidden, "no") }, 403, "{\"message\":\"no\"}\n", true},
+		{"error after a written success", func(c echo.Context) error {
+			_ = c.String(http.StatusOK, "welcome\n")
+			return errBadPassword{}
+		}, 200, "welcome\n", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := echo.New()
+			var calls int
+			e.HTTPErrorHandler = func(err error, c echo.Context) {
+				calls++
+				if errors.As(err, new(errBadPassword)) {
+					if !c.Response().Committed {
+						_ = c.String(http.StatusUnauthorized, "wrong password\n")
+					}
+					return
+				}
+				e.DefaultHTTPErrorHandler(err, c)
+			}
+			e.POST("/login", tc.handler, echolimit.New(newLimiter(t, 3), guard.WithCountIf(guard.StatusAuthFailure)))
+			var got []int
+			for i := range 10 {
+				calls = 0
+				rec := httptest.NewRecorder()
+				e.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/login", nil))
+				got = append(got, rec.Code)
+				if rec.Code != http.StatusTooManyRequests {
+					if rec.Body.String() != tc.body {
+						t.Errorf("attempt %d: body %q, want %q once", i+1, rec.Body, tc.body)
+					}
+					if tc.want != http.StatusOK && calls != 1 {
+						t.Errorf("attempt %d: error handler called %d times, want once", i+1, calls)
+					}
+				}
+			}
+			want := []int{tc.want, tc.want, tc.want}
+			for range 7 {
+				if tc.counted {
+					want = append(want, http.StatusTooManyRequests)
+				} else {
+					want = append(want, tc.want)
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("statuses %v, want %v", got, want)
+			}
+		})
 	}
 }

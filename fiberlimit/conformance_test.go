@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/recover"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/fiberlimit"
@@ -17,6 +18,9 @@ import (
 // *fiber.Error for fiber's error handler to write.
 func handler(c *fiber.Ctx) error {
 	rep := adaptertest.ReplyTo(func(name string) string { return c.Query(name) }, c.Body())
+	if rep.Panic != nil {
+		panic(rep.Panic)
+	}
 	switch rep.Error {
 	case adaptertest.FrameworkError:
 		return fiber.NewError(rep.Status, rep.Body)
@@ -35,6 +39,7 @@ func newApp(t *testing.T, l *core.Limiter, o adaptertest.Options, cfg ...fiber.C
 		}))
 	}
 	app := fiber.New(cfg...)
+	app.Use(recover.New())
 	mw := fiberlimit.New(l, opts...)
 	app.Get(adaptertest.Path, mw, handler)
 	app.Post(adaptertest.Path, mw, handler)

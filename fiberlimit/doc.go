@@ -11,7 +11,8 @@
 // X-RateLimit-Remaining and X-RateLimit-Reset (or the IETF RateLimit
 // fields, see guard.WithHeaders); denials are 429 Too Many Requests with
 // Retry-After. A key function that finds no key skips the limiter; a
-// malformed key source is a 400. The decision, headers and bodies come
+// malformed key source is a 400, a body longer than the key function may
+// read a 413. The decision, headers and bodies come
 // from the [guard] pipeline shared by every ratekit adapter, whose
 // options this package takes as they are.
 //
@@ -23,14 +24,27 @@
 //     headers only from its trusted proxies.
 //   - The context is c.UserContext(); keyfunc.Request.Value looks in
 //     c.Locals first.
-//   - With guard.WithCountIf, when the handler returns an error fiber has not
-//     answered yet, so the status is the *fiber.Error's code, else 500
-//     (fiber issue #1685). A custom ErrorHandler that maps errors to other
-//     statuses is not seen.
+//   - With guard.WithCountIf (or guard.WithResetIf), when the rest of the
+//     chain returns an error fiber has not answered yet (fiber issue
+//     #1685): the middleware hands it to the app's ErrorHandler itself
+//     (c.App().ErrorHandler, which finds a mounted app's), as fiber's
+//     logger middleware does, reads the status it rendered, and returns
+//     nil so that it is not rendered twice. A custom ErrorHandler that
+//     maps an app error to 401 is therefore counted as a 401; middleware
+//     registered before this one sees nil instead of the error. A handler
+//     that panics is finished as 500, and the panic goes on to the
+//     recover middleware.
 //   - The route is c.Route().Path: the route pattern for a route-level
 //     middleware, the mount prefix under app.Use or app.Group.
-//   - keyfunc.Request.Body is the body fasthttp already read, bounded by
-//     the app's BodyLimit.
+//   - keyfunc.Request.Body is the body as c.Body() gives the handler:
+//     decoded when Content-Encoding names gzip, deflate or br, as fiber
+//     decodes it, but never more than the key function's limit plus one
+//     byte at each step, so a small compressed body cannot make the
+//     middleware inflate megabytes (c.Body() itself inflates without
+//     bound). The raw body is what fasthttp already read, bounded by the
+//     app's BodyLimit. A body its Content-Encoding cannot decode is a
+//     400, where c.Body() would hand the handler the decoder's error
+//     text.
 //
 // Without guard.WithKey the key is the peer address: behind a reverse proxy
 // that puts every client in one bucket, so configure

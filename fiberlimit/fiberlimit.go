@@ -2,7 +2,6 @@ package fiberlimit
 
 import (
 	"context"
-	"errors"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -62,10 +61,33 @@ func New(l *core.Limiter, opts ...guard.Option) fiber.Handler {
 		if !finish {
 			return c.Next()
 		}
-		err := c.Next()
-		v.Finish(context.WithoutCancel(ctx), status(c, err))
-		return err
+		return nextAndFinish(ctx, c, &v)
 	}
+}
+
+// nextAndFinish runs the rest of the chain and finishes v with the status
+// the client gets. A returned error is handed to the app's ErrorHandler
+// here, as fiber's logger middleware does, so that the status it renders
+// is the one finished; nil is returned so that fiber does not render it a
+// second time. A panic is finished as 500 and goes on, unrecovered, to
+// the recover middleware.
+func nextAndFinish(ctx context.Context, c *fiber.Ctx, v *guard.Verdict) error {
+	ctx = context.WithoutCancel(ctx)
+	done := false
+	defer func() {
+		if !done {
+			v.Finish(ctx, fiber.StatusInternalServerError)
+		}
+	}()
+	if err := c.Next(); err != nil {
+		if catch := c.App().ErrorHandler(c, err); catch != nil {
+			// What fiber answers when the ErrorHandler fails.
+			_ = c.SendStatus(fiber.StatusInternalServerError)
+		}
+	}
+	done = true
+	v.Finish(ctx, c.Response().StatusCode())
+	return nil
 }
 
 // Write writes the guard's answer for a request that does not proceed:
@@ -74,18 +96,4 @@ func New(l *core.Limiter, opts ...guard.Option) fiber.Handler {
 func Write(c *fiber.Ctx, v *guard.Verdict) error {
 	status, body := v.Answer(c.Set)
 	return c.Status(status).Send(body)
-}
-
-// status is the status the client will get. When the handler returned an
-// error, fiber has not written it yet: the error handler will, with the
-// *fiber.Error's code or 500.
-func status(c *fiber.Ctx, err error) int {
-	if err == nil {
-		return c.Response().StatusCode()
-	}
-	var fe *fiber.Error
-	if errors.As(err, &fe) {
-		return fe.Code
-	}
-	return fiber.StatusInternalServerError
 }

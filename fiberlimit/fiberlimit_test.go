@@ -1,6 +1,7 @@
 package fiberlimit_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/fiberlimit"
@@ -190,5 +192,152 @@ func TestRequestViewCopies(t *testing.T) {
 		if i >= len(kept) || kept[i] != want[i] {
 			t.Fatalf("request %d: key function kept %+v, want %+v", i, kept[min(i, len(kept)-1)], want[i])
 		}
+	}
+}
+
+// errBadPassword is an app error that the app's ErrorHandler maps to 401.
+type errBadPassword struct{}
+
+func (errBadPassword) Error() string { return "bad password" }
+
+// TestCountIfCustomErrorHandler: with count-if, a returned error is judged
+// by the status the app's ErrorHandler renders for it, and is rendered
+// once: 10 wrong passwords against a limit of 3.
+func TestCountIfCustomErrorHandler(t *testing.T) {
+	var calls int
+	mapErrors := func(c *fiber.Ctx, err error) error {
+		calls++
+		if errors.As(err, new(errBadPassword)) {
+			return c.Status(fiber.StatusUnauthorized).SendString("wrong password\n")
+		}
+		return fiber.DefaultErrorHandler(c, err)
+	}
+	tests := []struct {
+		name    string
+		mount   bool // the route lives in a mounted app with the ErrorHandler
+		handler fiber.Handler
+		want    int
+		body    string
+		counted bool
+	}{
+		{"app error mapped to 401", false, func(*fiber.Ctx) error { return errBadPassword{} }, 401, "wrong password\n", true},
+		{"wrapped app error mapped to 401", false, func(*fiber.Ctx) error { return fmt.Errorf("login: %w", errBadPassword{}) }, 401, "wrong password\n", true},
+		{"mounted app's ErrorHandler", true, func(*fiber.Ctx) error { return errBadPassword{} }, 401, "wrong password\n", true},
+		{"other error left to the default", false, func(*fiber.Ctx) error { return fiber.NewError(fiber.StatusForbidden, "no") }, 403, "no", true},
+		{"ErrorHandler failing is a 500", false, func(*fiber.Ctx) error { return errors.New("boom") }, 500, "Internal Server Error", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			errorHandler := mapErrors
+			if tc.want == 500 {
+				errorHandler = func(*fiber.Ctx, error) error { calls++; return errors.New("error handler failed") }
+			}
+			mw := fiberlimit.New(newLimiter(t, 3), guard.WithKey(func(keyfunc.Request) (string, error) { return "k", nil }),
+				guard.WithCountIf(guard.StatusAuthFailure))
+			app := fiber.New(fiber.Config{ErrorHandler: errorHandler})
+			path := "/login"
+			if tc.mount {
+				app = fiber.New()
+				sub := fiber.New(fiber.Config{ErrorHandler: errorHandler})
+				sub.Post("/login", mw, tc.handler)
+				app.Mount("/api", sub)
+				path = "/api/login"
+			} else {
+				app.Post(path, mw, tc.handler)
+			}
+			var got []int
+			for i := range 10 {
+				calls = 0
+				s, _, body := test(t, app, httptest.NewRequest(http.MethodPost, path, nil))
+				got = append(got, s)
+				if s != fiber.StatusTooManyRequests && (body != tc.body || calls != 1) {
+					t.Errorf("attempt %d: body %q, error handler called %d times; want %q, rendered once", i+1, body, calls, tc.body)
+				}
+			}
+			want := []int{tc.want, tc.want, tc.want}
+			for range 7 {
+				if tc.counted {
+					want = append(want, fiber.StatusTooManyRequests)
+				} else {
+					want = append(want, tc.want)
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("statuses %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// TestBodyAsHandlerSeesIt: key functions read the body as the handler's
+// c.Body() gives it, for every Content-Encoding fiber decodes, with the
+// decoding bounded by the key function's limit.
+func TestBodyAsHandlerSeesIt(t *testing.T) {
+	const text = `{"phone":"13800138000"}`
+	gz := func(b []byte) []byte { return fasthttp.AppendGzipBytes(nil, b) }
+	br := func(b []byte) []byte { return fasthttp.AppendBrotliBytes(nil, b) }
+	zl := func(b []byte) []byte { return fasthttp.AppendDeflateBytes(nil, b) }
+	plain := []byte(text)
+	big := bytes.Repeat([]byte(" "), 4<<20)
+	tests := []struct {
+		name     string
+		encoding []string // Content-Encoding fields, in order
+		body     []byte
+		status   int    // 200: the key function saw what the handler sees
+		want     string // what both see, when 200
+	}{
+		{"no encoding", nil, plain, 200, text},
+		{"gzip", []string{"gzip"}, gz(plain), 200, text},
+		{"deflate", []string{"deflate"}, zl(plain), 200, text},
+		{"br", []string{"br"}, br(plain), 200, text},
+		{"brotli", []string{"brotli"}, br(plain), 200, text},
+		{"gzip, br: decoded in the order listed, as fiber does", []string{"gzip, br"}, gz(br(plain)), 200, text},
+		{"unknown coding alone: as sent", []string{"identity"}, plain, 200, text},
+		{"upper case is unknown", []string{"GZIP"}, gz(plain), 200, string(gz(plain))},
+		{"unknown coding first of two: no body", []string{"identity, gzip"}, gz(plain), 200, ""},
+		{"unknown coding after gzip: stops there", []string{"gzip, x-custom"}, gz(plain), 200, text},
+		{"the last field counts", []string{"br", "gzip"}, gz(plain), 200, text},
+		// fiber hands the handler the decoder's error text ("EOF"); an
+		// absent body has no key to read.
+		{"empty body", []string{"gzip"}, nil, 200, ""},
+		{"too large once decoded", []string{"gzip"}, gz(big), 413, ""},
+		{"too large at the first of two steps", []string{"gzip, gzip"}, gz(gz(big)), 413, ""},
+		{"too large brotli", []string{"br"}, br(big), 413, ""},
+		{"too large deflate", []string{"deflate"}, zl(big), 413, ""},
+		{"too large without encoding", nil, big[:2<<10], 413, ""},
+		{"corrupt gzip", []string{"gzip"}, []byte("not gzip at all"), 400, ""},
+		{"overlong Content-Encoding field", []string{strings.Repeat("identity, ", 30) + "gzip"}, gz(plain), 400, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var keySaw, handlerSaw string
+			key := func(r keyfunc.Request) (string, error) {
+				b, err := r.Body(1 << 10)
+				keySaw = string(b)
+				return "k", err
+			}
+			app := fiber.New()
+			app.Post("/", fiberlimit.New(newLimiter(t, 100), guard.WithKey(key)), func(c *fiber.Ctx) error {
+				handlerSaw = string(c.Body())
+				return c.SendString("ok")
+			})
+			req := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(tc.body))
+			for _, e := range tc.encoding {
+				req.Header.Add("Content-Encoding", e)
+			}
+			s, _, body := test(t, app, req)
+			if s != tc.status {
+				t.Fatalf("status %d %q, want %d", s, body, tc.status)
+			}
+			if s != 200 {
+				return
+			}
+			if tc.body == nil {
+				handlerSaw = "" // the handler's "EOF" is fiber's, not a body
+			}
+			if keySaw != tc.want || handlerSaw != tc.want {
+				t.Errorf("key function saw %q, handler %q; want %q", keySaw, handlerSaw, tc.want)
+			}
+		})
 	}
 }

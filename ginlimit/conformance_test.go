@@ -2,6 +2,7 @@ package ginlimit_test
 
 import (
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 
@@ -20,6 +21,9 @@ func init() { gin.SetMode(gin.ReleaseMode) }
 func handler(c *gin.Context) {
 	body, _ := io.ReadAll(c.Request.Body)
 	rep := adaptertest.ReplyTo(c.Query, body)
+	if rep.Panic != nil {
+		panic(rep.Panic)
+	}
 	c.String(rep.Status, "%s", rep.Body)
 }
 
@@ -32,10 +36,17 @@ func newServer(t *testing.T, l *core.Limiter, o adaptertest.Options) string {
 		}))
 	}
 	r := gin.New()
+	r.Use(gin.CustomRecoveryWithWriter(io.Discard, func(c *gin.Context, _ any) {
+		c.AbortWithStatus(http.StatusInternalServerError)
+	}))
 	mw := ginlimit.New(l, opts...)
 	r.GET(adaptertest.Path, mw, handler)
 	r.POST(adaptertest.Path, mw, handler)
-	srv := httptest.NewServer(r)
+	var h http.Handler = r
+	if o.Decompress {
+		h = adaptertest.Gunzip(h)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv.URL
 }

@@ -10,7 +10,10 @@
 // X-RateLimit-Reset (or the IETF RateLimit fields, see guard.WithHeaders);
 // denials are 429 Too Many Requests with Retry-After, and abort the chain.
 // A key function that finds no key skips the limiter; a malformed key
-// source is a 400. The decision, headers and bodies come from the shared
+// source is a 400, a body longer than the key function may read a 413
+// (at most that much is read from c.Request.Body, decompressed or not).
+// With guard.WithCountIf a handler that panics is finished as 500, and the
+// panic goes on to gin's Recovery middleware. The decision, headers and bodies come from the shared
 // [guard] pipeline, so a gin app answers exactly as a net/http, echo or
 // fiber one.
 //

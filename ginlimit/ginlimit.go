@@ -2,6 +2,7 @@ package ginlimit
 
 import (
 	"context"
+	"net/http"
 	"reflect"
 
 	"github.com/gin-gonic/gin"
@@ -55,9 +56,24 @@ func New(l *core.Limiter, opts ...guard.Option) gin.HandlerFunc {
 		if !finish {
 			return // gin runs the rest of the chain
 		}
-		c.Next()
-		v.Finish(context.WithoutCancel(ctx), c.Writer.Status())
+		nextAndFinish(ctx, c, &v)
 	}
+}
+
+// nextAndFinish runs the rest of the chain and finishes v with the status
+// written. A panic is finished as 500 and goes on, unrecovered, to the
+// Recovery middleware.
+func nextAndFinish(ctx context.Context, c *gin.Context, v *guard.Verdict) {
+	ctx = context.WithoutCancel(ctx)
+	done := false
+	defer func() {
+		if !done {
+			v.Finish(ctx, http.StatusInternalServerError)
+		}
+	}()
+	c.Next()
+	done = true
+	v.Finish(ctx, c.Writer.Status())
 }
 
 // Write writes the guard's answer for a request that does not proceed:

@@ -23,7 +23,8 @@
 // Every call the guard decides on gets rate-limit response header metadata
 // (x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset by default;
 // ratelimit-policy and ratelimit with [guard.HeadersIETF]), whether it is
-// allowed or not. A call that does not proceed ends before the handler
+// allowed or not. When an interceptor earlier in the chain has already
+// sent the headers, the same fields go in the trailer metadata instead. A call that does not proceed ends before the handler
 // with a status whose message is a fixed text; no error detail ever
 // reaches the client:
 //
@@ -39,6 +40,9 @@
 //     codes.DeadlineExceeded, as gRPC itself reports it.
 //
 // [WithDenyHandler] replaces the ResourceExhausted status.
+//
+// With [WithCountIf] or [WithResetIf] a handler that panics is finished
+// as codes.Internal, and the panic goes on to a recovery interceptor.
 //
 // # Keys
 //

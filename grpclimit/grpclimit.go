@@ -136,17 +136,35 @@ func (e *engine) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	}
 	v := g.g.Admit(ctx, &request{ctx: ctx, method: info.FullMethod})
 	if md := headerMD(&v); md != nil {
-		// SetHeader fails only outside a gRPC server (or after the
-		// headers were sent); the answer stands either way.
-		_ = grpc.SetHeader(ctx, md)
+		// An earlier interceptor may have sent the headers already: the
+		// fields then go in the trailers. Both fail only outside a gRPC
+		// server; the answer stands either way.
+		if err := grpc.SetHeader(ctx, md); err != nil {
+			_ = grpc.SetTrailer(ctx, md)
+		}
 	}
 	if !v.Proceed() {
 		return nil, e.refuse(ctx, g, v)
 	}
-	resp, err := handler(ctx, req)
-	if g.finish {
-		g.done(ctx, &v, err)
+	if !g.finish {
+		return handler(ctx, req)
 	}
+	return g.unaryAndFinish(ctx, req, handler, &v)
+}
+
+// unaryAndFinish runs the handler and finishes v with the code it ended
+// with. A panicking handler is finished as codes.Internal and the panic
+// goes on, unrecovered, to a recovery interceptor.
+func (g *limited) unaryAndFinish(ctx context.Context, req any, handler grpc.UnaryHandler, v *guard.Verdict) (any, error) {
+	done := false
+	defer func() {
+		if !done {
+			v.Finish(context.WithoutCancel(ctx), int(codes.Internal))
+		}
+	}()
+	resp, err := handler(ctx, req)
+	done = true
+	g.done(ctx, v, err)
 	return resp, err
 }
 
@@ -158,15 +176,32 @@ func (e *engine) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	ctx := ss.Context()
 	v := g.g.Admit(ctx, &request{ctx: ctx, method: info.FullMethod})
 	if md := headerMD(&v); md != nil {
-		_ = ss.SetHeader(md)
+		if err := ss.SetHeader(md); err != nil {
+			ss.SetTrailer(md) // the headers were sent already
+		}
 	}
 	if !v.Proceed() {
 		return e.refuse(ctx, g, v)
 	}
-	err := handler(srv, ss)
-	if g.finish {
-		g.done(ctx, &v, err)
+	if !g.finish {
+		return handler(srv, ss)
 	}
+	return g.streamAndFinish(ctx, srv, ss, handler, &v)
+}
+
+// streamAndFinish runs the handler and finishes v with the code the stream
+// ended with. A panicking handler is finished as codes.Internal and the
+// panic goes on, unrecovered, to a recovery interceptor.
+func (g *limited) streamAndFinish(ctx context.Context, srv any, ss grpc.ServerStream, handler grpc.StreamHandler, v *guard.Verdict) error {
+	done := false
+	defer func() {
+		if !done {
+			v.Finish(context.WithoutCancel(ctx), int(codes.Internal))
+		}
+	}()
+	err := handler(srv, ss)
+	done = true
+	g.done(ctx, v, err)
 	return err
 }
 

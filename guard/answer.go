@@ -3,6 +3,7 @@ package guard
 import (
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -37,9 +38,12 @@ type BodyStyle uint8
 const (
 	// BodyText is a short text/plain reason. It is the default.
 	BodyText BodyStyle = iota
-	// BodyProblem is an RFC 9457 application/problem+json document; a
-	// denial is of the IETF "quota-exceeded" problem type naming the
-	// violated policy.
+	// BodyProblem is an RFC 9457 application/problem+json document for
+	// every refusal: a denial is of the IETF "quota-exceeded" problem
+	// type naming the violated policy; a malformed request (400), a body
+	// too large (413) and a FailClosed refusal (503) are of type
+	// "about:blank", titled by their status, with the same fixed detail
+	// as the text bodies.
 	BodyProblem
 )
 
@@ -63,8 +67,10 @@ const (
 type KeyErrorAction uint8
 
 const (
-	// KeyErrorReject answers 400 Bad Request (gRPC: InvalidArgument). It
-	// is the default.
+	// KeyErrorReject answers 400 Bad Request, or 413 Content Too Large
+	// for a body longer than the key function may read
+	// ([keyfunc.ErrBodyTooLarge]); gRPC: InvalidArgument. It is the
+	// default.
 	KeyErrorReject KeyErrorAction = iota
 	// KeyErrorSkip lets the request through without that limit.
 	KeyErrorSkip
@@ -90,12 +96,18 @@ const (
 const ProblemType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 
 // Status returns the HTTP status to answer when the request does not
-// proceed: 429, 400 or 503; 200 when it proceeds.
+// proceed: 429 over the limit; 413 for a body longer than the key function
+// may read ([keyfunc.ErrBodyTooLarge]), 400 for any other malformed key
+// source or cost; 503 when the store failed under FailClosed. It is 200
+// when the request proceeds.
 func (v *Verdict) Status() int {
 	switch v.Outcome {
 	case OutcomeDeny:
 		return http.StatusTooManyRequests
 	case OutcomeInvalid:
+		if errors.Is(v.Err, keyfunc.ErrBodyTooLarge) {
+			return http.StatusRequestEntityTooLarge
+		}
 		return http.StatusBadRequest
 	case OutcomeUnavailable:
 		return http.StatusServiceUnavailable
@@ -216,7 +228,8 @@ func Seconds(d time.Duration) int64 {
 // its status and fixed body: what every adapter writes after
 // [Verdict.WriteHeaders] when no deny handler takes over. The texts are
 // fixed: no error detail reaches the client beyond the fixed reason of
-// [keyfunc.Reason].
+// [keyfunc.Reason]. Under [BodyProblem] every refusal is an
+// application/problem+json document.
 func (v *Verdict) Answer(set func(name, value string)) (status int, body []byte) {
 	ct, body := v.body()
 	set("Content-Type", ct)
@@ -224,31 +237,80 @@ func (v *Verdict) Answer(set func(name, value string)) (status int, body []byte)
 	return v.Status(), body
 }
 
+// Content types of the answers.
+const (
+	textPlain   = "text/plain; charset=utf-8"
+	problemJSON = "application/problem+json"
+)
+
 func (v *Verdict) body() (contentType string, body []byte) {
-	switch v.Outcome {
-	case OutcomeDeny:
+	if v.Outcome == OutcomeDeny {
 		if v.g.cfg.body == BodyProblem {
-			return "application/problem+json", v.problem()
+			return problemJSON, v.problem()
 		}
 		if v.Decision.RetryAfter <= 0 {
-			return "text/plain; charset=utf-8", []byte("rate limit exceeded: the request costs more than the limit allows\n")
+			return textPlain, []byte("rate limit exceeded: the request costs more than the limit allows\n")
 		}
-		return "text/plain; charset=utf-8", []byte("rate limit exceeded: retry after " +
+		return textPlain, []byte("rate limit exceeded: retry after " +
 			strconv.FormatInt(Seconds(v.Decision.RetryAfter), 10) + "s\n")
+	}
+	status, detail := v.Status(), v.detail()
+	if detail == "" {
+		return "", nil
+	}
+	if v.g.cfg.body == BodyProblem {
+		return problemJSON, statusProblem(status, detail)
+	}
+	var prefix string
+	switch status {
+	case http.StatusRequestEntityTooLarge:
+		prefix = "content too large: "
+	case http.StatusBadRequest:
+		prefix = "bad request: "
+	default:
+		prefix = "service unavailable: "
+	}
+	return textPlain, []byte(prefix + detail + "\n")
+}
+
+// detail is the fixed, client-safe reason of a refusal other than a
+// denial; "" when the request proceeds.
+func (v *Verdict) detail() string {
+	switch v.Outcome {
 	case OutcomeInvalid:
+		if errors.Is(v.Err, keyfunc.ErrBodyTooLarge) {
+			return "request body too large"
+		}
 		// keyfunc.Reason is a fixed text ("invalid phone number"), never
 		// request input.
 		if r := keyfunc.Reason(v.Err); r != "" {
-			return "text/plain; charset=utf-8", []byte("bad request: " + r + "\n")
+			return r
 		}
 		if errors.Is(v.Err, errInvalidCost) {
-			return "text/plain; charset=utf-8", []byte("bad request: invalid request cost\n")
+			return "invalid request cost"
 		}
-		return "text/plain; charset=utf-8", []byte("bad request: missing or malformed rate-limit key\n")
+		return "missing or malformed rate-limit key"
 	case OutcomeUnavailable:
-		return "text/plain; charset=utf-8", []byte("service unavailable: rate limiter unavailable\n")
+		return "rate limiter unavailable"
 	}
-	return "", nil
+	return ""
+}
+
+// statusProblem is the RFC 9457 document of a refusal other than a denial:
+// type about:blank, titled by the status's RFC 9110 reason phrase.
+func statusProblem(status int, detail string) []byte {
+	title := http.StatusText(status)
+	if status == http.StatusRequestEntityTooLarge {
+		title = "Content Too Large" // RFC 9110's name; net/http keeps the old one
+	}
+	// encoding/json escapes whatever a Reason() method returns.
+	b, _ := json.Marshal(struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+	}{"about:blank", title, status, detail})
+	return append(b, '\n')
 }
 
 func (v *Verdict) problem() []byte {

@@ -19,15 +19,26 @@
 //
 // # Answers
 //
-//	outcome                          HTTP                          gRPC
-//	admitted                         handler runs, headers set     handler runs, metadata set
-//	over the limit                   429, Retry-After, headers     ResourceExhausted + RetryInfo
-//	no key (anonymous)               skipped by default            the same
-//	malformed key source or cost     400 with a fixed reason       InvalidArgument
-//	store failed under FailClosed    503 (not 429)                 Unavailable
+//	outcome                         HTTP                        gRPC
+//	admitted                        handler runs, headers set   handler runs, metadata set
+//	over the limit                  429, Retry-After, headers   ResourceExhausted + RetryInfo
+//	no key (anonymous)              skipped by default          the same
+//	malformed key source or cost    400 with a fixed reason     InvalidArgument
+//	body too long for the key       413 Content Too Large       InvalidArgument
+//	store failed under FailClosed   503 (not 429)               Unavailable
 //
-// Bodies are fixed texts (or RFC 9457 problem+json); an error's detail
-// never reaches the client.
+// Bodies are fixed texts, or with [WithBody]([BodyProblem]) RFC 9457
+// application/problem+json documents for every refusal (429, 400, 413 and
+// 503 alike); an error's detail never reaches the client.
+//
+// # After the handler
+//
+// With [WithCountIf] or [WithResetIf] the adapters call [Verdict.Finish]
+// with the status the client got. A handler that panics (including
+// http.ErrAbortHandler) is finished as 500 (gRPC: codes.Internal), so its
+// units are refunded or kept as the count-if function says for a 500,
+// and the panic goes on unchanged to the recovery middleware or server
+// that handles it.
 //
 // # Keys
 //

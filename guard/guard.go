@@ -114,7 +114,7 @@ func WithNoKey(a NoKeyAction) Option {
 }
 
 // WithKeyError says what to do when the key function fails;
-// [KeyErrorReject] (400) by default.
+// [KeyErrorReject] (400, or 413 for a body too large) by default.
 func WithKeyError(a KeyErrorAction) Option {
 	return func(c *config) { c.keyErr = a }
 }

@@ -503,3 +503,98 @@ func (failing) Reset(context.Context, core.Query) error               { return e
 // remote hides that a store is a MemoryStore, so that the limiter treats
 // it as a store with a timeout and a deny cache.
 type remote struct{ core.Store }
+
+// TestRefusalAnswers: every refusal has its status and a fixed body; under
+// BodyProblem every one of them is RFC 9457 problem+json with the same
+// fixed detail, never an error's text.
+func TestRefusalAnswers(t *testing.T) {
+	ctx := context.Background()
+	// key refuses as the X-Case header says.
+	key := func(r keyfunc.Request) (string, error) {
+		switch r.Header("X-Case") {
+		case "big":
+			return "", fmt.Errorf("wrapped: %w", keyfunc.BodyTooLarge(10))
+		case "bad":
+			return "", errors.New("secret detail")
+		case "phone":
+			return "", reasoned{}
+		}
+		return "k", nil
+	}
+	open := func(t *testing.T) *core.Limiter { return limiter(t, core.NewMemoryStore(), "p", perHour(1)) }
+	closed := func(t *testing.T) *core.Limiter {
+		l, err := core.NewLimiter(failing{}, core.Policy{Name: "closed", Rules: []core.Rule{perHour(5)}},
+			core.WithFailurePolicy(core.FailClosed), core.WithBreaker(0, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	tests := []struct {
+		name    string
+		limiter func(t *testing.T) *core.Limiter
+		r       *request
+		status  int
+		text    string // the BodyText body
+		title   string // the BodyProblem title
+		detail  string // the BodyProblem detail
+	}{
+		{"body too large", open, req().with("X-Case", "big"), 413,
+			"content too large: request body too large\n", "Content Too Large", "request body too large"},
+		{"malformed key", open, req().with("X-Case", "bad"), 400,
+			"bad request: missing or malformed rate-limit key\n", "Bad Request", "missing or malformed rate-limit key"},
+		{"malformed key with a reason", open, req().with("X-Case", "phone"), 400,
+			"bad request: invalid phone number\n", "Bad Request", "invalid phone number"},
+		{"invalid cost", open, req().withQuery("cost", "0"), 400,
+			"bad request: invalid request cost\n", "Bad Request", "invalid request cost"},
+		{"store down under FailClosed", closed, req(), 503,
+			"service unavailable: rate limiter unavailable\n", "Service Unavailable", "rate limiter unavailable"},
+	}
+	for _, tc := range tests {
+		for _, style := range []guard.BodyStyle{guard.BodyText, guard.BodyProblem} {
+			t.Run(fmt.Sprintf("%s/style %d", tc.name, style), func(t *testing.T) {
+				opts := []guard.Option{guard.WithKey(key), guard.WithBody(style)}
+				if tc.r.query["cost"] != "" {
+					opts = append(opts, guard.WithCost(cost))
+				}
+				g := guard.New(tc.limiter(t), opts...)
+				v := g.Admit(ctx, tc.r)
+				h := map[string]string{}
+				status, body := v.Answer(func(k, val string) { h[k] = val })
+				if v.Status() != tc.status || status != tc.status {
+					t.Errorf("Status() = %d, Answer status %d; want %d", v.Status(), status, tc.status)
+				}
+				if h["X-Content-Type-Options"] != "nosniff" {
+					t.Errorf("X-Content-Type-Options %q, want nosniff", h["X-Content-Type-Options"])
+				}
+				if strings.Contains(string(body), "secret") || strings.Contains(string(body), "wrapped") {
+					t.Errorf("body %q leaks the error", body)
+				}
+				if style == guard.BodyText {
+					if ct := h["Content-Type"]; ct != "text/plain; charset=utf-8" || string(body) != tc.text {
+						t.Errorf("answer %s %q, want text/plain %q", ct, body, tc.text)
+					}
+					return
+				}
+				if ct := h["Content-Type"]; ct != "application/problem+json" {
+					t.Errorf("Content-Type %q, want application/problem+json", ct)
+				}
+				var doc map[string]any
+				if err := json.Unmarshal(body, &doc); err != nil {
+					t.Fatalf("body %q is not JSON: %v", body, err)
+				}
+				want := map[string]any{"type": "about:blank", "title": tc.title, "status": float64(tc.status), "detail": tc.detail}
+				if fmt.Sprint(doc) != fmt.Sprint(want) {
+					t.Errorf("problem %v, want %v", doc, want)
+				}
+			})
+		}
+	}
+}
+
+// reasoned is a key error with a client-safe reason, as personal.Phone
+// returns.
+type reasoned struct{}
+
+func (reasoned) Error() string  { return "secret detail: +86 138" }
+func (reasoned) Reason() string { return "invalid phone number" }

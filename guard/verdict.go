@@ -18,7 +18,8 @@ const (
 	// OutcomeDeny means over the limit: 429 (gRPC: ResourceExhausted).
 	OutcomeDeny
 	// OutcomeInvalid means a malformed request: its key source or its cost
-	// (400, gRPC: InvalidArgument).
+	// (400, gRPC: InvalidArgument); 413 when its body is longer than the
+	// key function may read ([keyfunc.ErrBodyTooLarge]).
 	OutcomeInvalid
 	// OutcomeUnavailable means the store failed under FailClosed, or the
 	// request's context ended before a decision; 503 (gRPC: Unavailable).

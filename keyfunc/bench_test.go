@@ -18,7 +18,7 @@ func BenchmarkClientIP(b *testing.B) {
 		{name: "no-proxies/ipv6", f: keyfunc.ClientIP(), remote: "[2001:db8:1:2:a:b:c:d]:52100"},
 		{name: "trusted/xff", f: keyfunc.ClientIP(keyfunc.TrustedProxies("10.0.0.0/8")), remote: "10.0.0.7:40000",
 			headers: []string{"X-Forwarded-For", "198.51.100.1, 203.0.113.9, 10.0.0.3"}},
-		{name: "trusted/forwarded", f: keyfunc.ClientIP(keyfunc.TrustedProxies("10.0.0.0/8")), remote: "10.0.0.7:40000",
+		{name: "trusted/forwarded", f: keyfunc.ClientIP(keyfunc.TrustedProxies("10.0.0.0/8"), keyfunc.ForwardingHeader("Forwarded")), remote: "10.0.0.7:40000",
 			headers: []string{"Forwarded", `for=198.51.100.1, for="[2001:db8:cafe::17]:4711";proto=https, for=10.0.0.3`}},
 	}
 	for _, bm := range benchmarks {

@@ -3,6 +3,7 @@ package keyfunc
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -13,8 +14,9 @@ import (
 )
 
 // FromHTTP returns the [Request] view of an *http.Request. route is the
-// matched route pattern ("/users/:id"); "" means r.URL.Path. The net/http,
-// gin and echo adapters share it (gin passes c.FullPath(), echo c.Path()).
+// matched route pattern ("/users/:id"), "" when none matched; the view's
+// Route is then "", never the path. The net/http, gin and echo adapters
+// share it (net/http passes r.Pattern, gin c.FullPath(), echo c.Path()).
 //
 // Building the view allocates only the view; headers and the query string
 // are read in place when a key function asks. Its Body method replaces
@@ -62,12 +64,7 @@ func (h *httpRequest) Context() context.Context { return h.r.Context() }
 func (h *httpRequest) Method() string           { return h.r.Method }
 func (h *httpRequest) RemoteAddr() string       { return h.r.RemoteAddr }
 
-func (h *httpRequest) Route() string {
-	if h.route != "" {
-		return h.route
-	}
-	return h.Path()
-}
+func (h *httpRequest) Route() string { return h.route }
 
 func (h *httpRequest) Path() string {
 	if h.r.URL == nil {
@@ -97,7 +94,10 @@ func (h *httpRequest) Value(key any) any {
 
 // Body reads up to limit bytes of the body. A body whose declared length
 // exceeds limit is refused without reading; otherwise at most limit+1 bytes
-// are read, once, and later calls reuse them.
+// are read, once, and later calls reuse them. r.Body is read as it is:
+// behind a middleware that swaps in a decompressing reader, at most limit+1
+// decompressed bytes are produced. A body cut short by http.MaxBytesReader
+// is too large as well.
 func (h *httpRequest) Body(limit int64) ([]byte, error) {
 	limit = min(max(limit, 0), math.MaxInt64-1)
 	if int64(len(h.buf)) > limit || !h.eof && h.r.ContentLength > limit {
@@ -144,7 +144,12 @@ func (h *httpRequest) Body(limit int64) ([]byte, error) {
 	} else {
 		h.r.Body = &replayBody{Reader: io.MultiReader(bytes.NewReader(h.buf), h.orig), Closer: h.orig}
 	}
+	var mbe *http.MaxBytesError
 	switch {
+	case errors.As(err, &mbe):
+		// http.MaxBytesReader in front cut the body short: too large all
+		// the same.
+		return nil, withReason(fmt.Errorf("keyfunc: reading body: %w: %w", err, ErrBodyTooLarge), "request body too large")
 	case err != nil && err != io.EOF:
 		return nil, fmt.Errorf("keyfunc: reading body: %w", err)
 	case int64(len(h.buf)) > limit:

@@ -1,6 +1,8 @@
 package keyfunc_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"io"
@@ -31,7 +33,7 @@ func TestFromHTTP(t *testing.T) {
 		{"Query unescaped", v.Query("b"), "x y"},
 		{"Query absent", v.Query("c"), ""},
 		{"RemoteAddr", v.RemoteAddr(), "[2001:db8::1]:443"},
-		{"Route without pattern", keyfunc.FromHTTP(r, "").Route(), "/users/7"},
+		{"Route without pattern", keyfunc.FromHTTP(r, "").Route(), ""},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -97,8 +99,8 @@ func TestFromHTTPBody(t *testing.T) {
 			for i, s := range tc.steps {
 				got, err := v.Body(s.limit)
 				if s.wantErr {
-					if !errors.Is(err, keyfunc.ErrInvalidKey) || got != nil {
-						t.Errorf("Body(%d) #%d = %q, %v; want error wrapping ErrInvalidKey", s.limit, i, got, err)
+					if !errors.Is(err, keyfunc.ErrBodyTooLarge) || !errors.Is(err, keyfunc.ErrInvalidKey) || got != nil {
+						t.Errorf("Body(%d) #%d = %q, %v; want error wrapping ErrBodyTooLarge and ErrInvalidKey", s.limit, i, got, err)
 					}
 				} else if err != nil || string(got) != body {
 					t.Errorf("Body(%d) #%d = %q, %v; want %q", s.limit, i, got, err, body)
@@ -162,3 +164,102 @@ func TestFromHTTPBodyReadError(t *testing.T) {
 type errReader struct{ err error }
 
 func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// gzipBomb returns a gzip stream of n MiB of spaces (one member per MiB,
+// about 1 KiB each).
+func gzipBomb(t *testing.T, mib int) []byte {
+	t.Helper()
+	var member bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&member, gzip.BestCompression)
+	if _, err := zw.Write(bytes.Repeat([]byte(" "), 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Repeat(member.Bytes(), mib)
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// TestFromHTTPBodyDecompressed: behind a middleware that swaps r.Body for
+// a decompressing reader, Body inflates at most limit+1 bytes of a gzip
+// bomb and says the body is too large; a small compressed body is read
+// decoded and stays whole for the handler.
+func TestFromHTTPBodyDecompressed(t *testing.T) {
+	t.Parallel()
+	bomb := gzipBomb(t, 64)
+	var small bytes.Buffer
+	zw := gzip.NewWriter(&small)
+	_, _ = io.WriteString(zw, `{"phone":"13800138000"}`)
+	_ = zw.Close()
+	tests := []struct {
+		name    string
+		body    []byte
+		limit   int64
+		want    string // the decoded body; "" means too large
+		wantMax int64  // most bytes the decompressor may produce
+	}{
+		{"bomb, 64 KiB limit", bomb, 64 << 10, "", 64<<10 + 1},
+		{"bomb, 1 KiB limit", bomb, 1 << 10, "", 1<<10 + 1},
+		{"bomb, zero limit", bomb, 0, "", 1},
+		{"small body", small.Bytes(), 64 << 10, `{"phone":"13800138000"}`, 64<<10 + 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := httptest.NewRequest("POST", "/", bytes.NewReader(tc.body))
+			r.Header.Set("Content-Encoding", "gzip")
+			// What a decompressing middleware does: swap r.Body, forget
+			// the length.
+			zr, err := gzip.NewReader(r.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cr := &countingReader{r: zr}
+			r.Body, r.ContentLength = io.NopCloser(cr), -1
+			r.Header.Del("Content-Encoding")
+
+			got, err := keyfunc.FromHTTP(r, "").Body(tc.limit)
+			if cr.n > tc.wantMax {
+				t.Errorf("Body(%d) inflated %d bytes, want at most %d", tc.limit, cr.n, tc.wantMax)
+			}
+			if tc.want == "" {
+				if !errors.Is(err, keyfunc.ErrBodyTooLarge) || keyfunc.Reason(err) != "request body too large" {
+					t.Errorf("Body(%d) = %d bytes, %v; want ErrBodyTooLarge", tc.limit, len(got), err)
+				}
+				return
+			}
+			if err != nil || string(got) != tc.want {
+				t.Fatalf("Body(%d) = %q, %v; want %q", tc.limit, got, err, tc.want)
+			}
+			if rest, err := io.ReadAll(r.Body); err != nil || string(rest) != tc.want {
+				t.Errorf("handler reads %q, %v; want %q", rest, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestFromHTTPMaxBytes: a body cut short by http.MaxBytesReader is too
+// large, not a read error.
+func TestFromHTTPMaxBytes(t *testing.T) {
+	t.Parallel()
+	r := httptest.NewRequest("POST", "/", strings.NewReader("0123456789"))
+	r.Body = http.MaxBytesReader(httptest.NewRecorder(), r.Body, 4)
+	r.ContentLength = -1
+	_, err := keyfunc.FromHTTP(r, "").Body(100)
+	var mbe *http.MaxBytesError
+	if !errors.Is(err, keyfunc.ErrBodyTooLarge) || !errors.As(err, &mbe) || keyfunc.Reason(err) != "request body too large" {
+		t.Errorf("Body(100) behind MaxBytesReader(4) = %v; want ErrBodyTooLarge wrapping the *http.MaxBytesError, reason \"request body too large\"", err)
+	}
+}

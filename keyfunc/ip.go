@@ -12,12 +12,12 @@ type IPOption func(*ipConfig)
 
 type ipConfig struct {
 	trusted []netip.Prefix
-	realIP  string // canonical header name; "" when unset
+	header  string // canonical name of the header the proxies maintain
 	v4Bits  int
 	v6Bits  int
 }
 
-// Header names ClientIP reads from trusted peers.
+// Names of the forwarding headers ClientIP knows the syntax of.
 const (
 	headerForwarded     = "Forwarded"
 	headerXForwardedFor = "X-Forwarded-For"
@@ -96,29 +96,57 @@ func normPrefix(p netip.Prefix) netip.Prefix {
 	return p.Masked()
 }
 
-// RealIPHeader names a single-address header such as "X-Real-IP" or
-// "CF-Connecting-IP" that the trusted proxy sets to the client address.
-// When a trusted peer sends it, it is used instead of Forwarded and
-// X-Forwarded-For; when it is absent those are walked as usual. If the
-// header is repeated, the last value (the one nearest to this server)
-// counts; a value that is not an address falls back to the peer address.
-// Unset (or "") by default.
+// ForwardingHeader names the header in which your trusted proxies pass on
+// the client address. It is the only header [ClientIP] reads, and only
+// from a trusted peer:
 //
-// Only name a header that your trusted proxies always set or overwrite: a
-// proxy that passes a client's own X-Real-IP through lets the client choose
-// its key.
-func RealIPHeader(name string) IPOption {
-	if name != "" {
-		name = textproto.CanonicalMIMEHeaderKey(name)
+//   - "X-Forwarded-For", the default: a comma-separated list to which each
+//     proxy appends the address of its own peer (nginx's
+//     $proxy_add_x_forwarded_for, HAProxy's option forwardfor, most cloud
+//     load balancers);
+//   - "Forwarded": the RFC 7239 header, read the same way through its for=
+//     parameters (nginx, for one, does not maintain it unless told to);
+//   - any other name, such as "X-Real-IP", "CF-Connecting-IP",
+//     "True-Client-IP" or "Fly-Client-IP": a header the proxy sets to the
+//     client address, read like X-Forwarded-For (one address is a list of
+//     one).
+//
+// The other forwarding headers are ignored, because a proxy passes the
+// headers it does not maintain through from the client unchecked. Name the
+// header that every trusted proxy appends to or overwrites; a header that
+// some proxy passes through lets the clients of that proxy choose their
+// keys. Options do not add up: the last ForwardingHeader wins, and ""
+// restores the default. The name is case-insensitive. ForwardingHeader
+// panics if name is not a valid header name.
+func ForwardingHeader(name string) IPOption {
+	if name == "" {
+		name = headerXForwardedFor
 	}
-	return func(c *ipConfig) { c.realIP = name }
+	if !isToken(name) {
+		panic(fmt.Sprintf("keyfunc: ForwardingHeader: %q is not a valid header name", name))
+	}
+	name = textproto.CanonicalMIMEHeaderKey(name)
+	return func(c *ipConfig) { c.header = name }
+}
+
+// RealIPHeader is [ForwardingHeader]: it names the one header that the
+// trusted proxies maintain, and "" restores the default, X-Forwarded-For.
+//
+// Deprecated: Use [ForwardingHeader]. RealIPHeader used to read the named
+// header and, when a trusted peer did not send it, Forwarded and
+// X-Forwarded-For, which the proxy passes through from the client; a
+// client could choose its key that way, or land in the proxy's own bucket.
+func RealIPHeader(name string) IPOption {
+	return ForwardingHeader(name)
 }
 
 // IPv6Prefix groups IPv6 clients by their leading bits, so that one host
 // cannot rotate through the addresses of its network; the key is then the
 // masked prefix, such as "2001:db8:1:2::/64". The default is 64, the
 // usual size of one subscriber's network. 128 keys each address on its
-// own. IPv6Prefix panics if bits is outside 1..128.
+// own. IPv6 addresses that stand for an IPv4 client (see [ClientIP]) are
+// keyed as IPv4 clients instead, by [IPv4Prefix]. IPv6Prefix panics if
+// bits is outside 1..128.
 func IPv6Prefix(bits int) IPOption {
 	if bits < 1 || bits > 128 {
 		panic(fmt.Sprintf("keyfunc: IPv6Prefix: %d bits is outside 1..128", bits))
@@ -141,24 +169,25 @@ func IPv4Prefix(bits int) IPOption {
 //
 // By default the key is the peer address ([Request.RemoteAddr]) and no
 // header is read, so a client cannot choose its key. Behind a proxy, name
-// the proxies with [TrustedProxies] or [TrustedPrefixes]: only when the
-// peer is inside a trusted prefix are forwarding headers read, in this
-// order:
+// the proxies with [TrustedProxies] or [TrustedPrefixes], and the header
+// they maintain with [ForwardingHeader] (X-Forwarded-For by default). Only
+// when the peer is inside a trusted prefix is that header read, and no
+// other: its list is walked from the right, the end that the proxies
+// nearest to this server wrote; trusted addresses are skipped and the
+// first untrusted one is the client.
 //
-//  1. the [RealIPHeader], if configured and present;
-//  2. the RFC 7239 Forwarded header (its for= parameters), else
-//     X-Forwarded-For, walked from the right: trusted addresses are
-//     skipped and the first untrusted one is the client. If every hop is
-//     trusted the leftmost is used.
-//
-// A hop that cannot be used — malformed, "unknown", an obfuscated
-// identifier, or a Forwarded element without for= — ends the walk, and the
-// last good address (the nearest trusted hop, which saw that client)
-// becomes the key; header content that is not an address never does. When
-// both Forwarded and X-Forwarded-For are present and their walks name
-// different clients, neither is believed and the peer address is used: a
-// proxy that maintains only one of them (nginx's default maintains only
-// X-Forwarded-For) passes the other through from the client unchecked.
+// A trusted proxy's own address is the key only when the request came
+// from that proxy itself: the peer sent no such header (or an empty one),
+// or every address in it is trusted, and then the leftmost one, the host
+// that sent the request, is the key. A hop reached before the client that
+// is not an address — malformed, "unknown", an RFC 7239 obfuscated
+// identifier, or a Forwarded element without for= — is an error wrapping
+// [ErrInvalidKey], which adapters answer with 400 Bad Request: the proxy
+// did not say who the client is, and keying by the proxy's address
+// instead would let one client fill the bucket that all the proxy's
+// clients, and the proxy's own health checks, share. Behind correctly
+// configured proxies this does not happen, because the hop next to the
+// trusted ones is always the address a proxy appended.
 //
 // Addresses are normalised before keying: IPv6 zones are dropped and
 // IPv4-mapped IPv6 addresses (::ffff:192.0.2.1) become IPv4. An IPv4 client
@@ -167,12 +196,38 @@ func IPv4Prefix(bits int) IPOption {
 // full-length prefix is written as the bare address and a shorter one as
 // the masked prefix.
 //
+// IPv6 addresses that stand for one IPv4 host are keyed by that IPv4
+// address, grouped by [IPv4Prefix] like any IPv4 client, so that such
+// clients neither share one /64 bucket nor get more buckets than their
+// IPv4 address would:
+//
+//   - NAT64/SIIT translated addresses in the well-known prefix
+//     64:ff9b::/96 (RFC 6052): the IPv4 address in the last 32 bits;
+//   - those in the local-use prefix 64:ff9b:1::/48 (RFC 8215) are read as
+//     /96 translation prefixes too, the usual choice; when the last 24
+//     bits are zero the address may instead come from a shorter
+//     translation prefix (/48 to /64), which puts the IPv4 address
+//     elsewhere, so it is keyed by the whole IPv6 address: one key per
+//     IPv4 client still, never one shared by many;
+//   - deprecated IPv4-compatible addresses (::192.0.2.1), except those
+//     in ::/104, such as :: and the loopback address ::1;
+//   - 6to4 addresses (2002::/16, RFC 3056): the site's IPv4 address, bits
+//     16 to 47, which owns the whole 2002:<ipv4>::/48 and would otherwise
+//     have 65,536 /64 buckets;
+//   - Teredo addresses (2001::/32, RFC 4380): the client's public IPv4
+//     address, stored inverted in the last 32 bits, where every client of
+//     one Teredo server would otherwise share a /64.
+//
+// Trusted proxies are matched against the address as seen, not the IPv4
+// address embedded in it.
+//
 // A RemoteAddr that is not an IP address ("ip:port", a bare ip, IPv6 in
 // brackets), such as a Unix socket peer, is an error wrapping
-// [ErrInvalidKey]; the message never quotes it. ClientIP never returns
-// [ErrNoKey]. It panics only when an option is invalid, at construction.
+// [ErrInvalidKey]; the message never quotes it, nor any header. ClientIP
+// never returns [ErrNoKey]. It panics only when an option is invalid, at
+// construction.
 func ClientIP(opts ...IPOption) Func {
-	c := &ipConfig{v4Bits: 32, v6Bits: 64}
+	c := &ipConfig{header: headerXForwardedFor, v4Bits: 32, v6Bits: 64}
 	for _, o := range opts {
 		o(c)
 	}
@@ -185,43 +240,23 @@ func ClientIP(opts ...IPOption) Func {
 			return c.key(peer), nil
 		}
 	}
+	forwarded := c.header == headerForwarded
+	errBadHop := withReason(fmt.Errorf("keyfunc: client ip: %s from a trusted proxy names no client address: %w",
+		c.header, ErrInvalidKey), "invalid forwarding header")
 	return func(r Request) (string, error) {
 		peer, ok := parseNode(r.RemoteAddr(), false)
 		if !ok {
 			return "", errBadPeer
 		}
-		return c.key(c.client(r, peer)), nil
-	}
-}
-
-// client returns the client address of a request from peer.
-func (c *ipConfig) client(r Request, peer netip.Addr) netip.Addr {
-	if !c.isTrusted(peer) {
-		return peer
-	}
-	if c.realIP != "" {
-		if vs := r.Values(c.realIP); len(vs) > 0 {
-			if a, ok := parseNode(strings.TrimSpace(vs[len(vs)-1]), false); ok {
-				return a
-			}
-			return peer
+		if !c.isTrusted(peer) {
+			return c.key(peer), nil
 		}
-	}
-	fwd := r.Values(headerForwarded)
-	xff := r.Values(headerXForwardedFor)
-	switch {
-	case len(fwd) > 0 && len(xff) > 0:
-		a := c.walk(fwd, peer, true)
-		if b := c.walk(xff, peer, false); a != b {
-			return peer
+		a, ok := c.walk(r.Values(c.header), peer, forwarded)
+		if !ok {
+			return "", errBadHop
 		}
-		return a
-	case len(fwd) > 0:
-		return c.walk(fwd, peer, true)
-	case len(xff) > 0:
-		return c.walk(xff, peer, false)
+		return c.key(a), nil
 	}
-	return peer
 }
 
 func (c *ipConfig) isTrusted(a netip.Addr) bool {
@@ -234,9 +269,12 @@ func (c *ipConfig) isTrusted(a netip.Addr) bool {
 }
 
 // walk walks the comma-separated hop list formed by joining vals from the
-// right, starting at the trusted peer, and returns the client address.
-// forwarded selects RFC 7239 element syntax instead of X-Forwarded-For.
-func (c *ipConfig) walk(vals []string, peer netip.Addr, forwarded bool) netip.Addr {
+// right, starting at the trusted peer, and returns the client address: the
+// first untrusted one, or, when every hop is trusted, the leftmost hop (or
+// peer, for an empty list). It reports false when a hop reached before the
+// client is not an address. forwarded selects RFC 7239 element syntax
+// instead of X-Forwarded-For.
+func (c *ipConfig) walk(vals []string, peer netip.Addr, forwarded bool) (netip.Addr, bool) {
 	last := peer
 	for i := len(vals) - 1; i >= 0; i-- {
 		v := vals[i]
@@ -261,25 +299,34 @@ func (c *ipConfig) walk(vals []string, peer netip.Addr, forwarded bool) netip.Ad
 				a, ok = parseNode(elem, false)
 			}
 			if !ok {
-				return last
+				return netip.Addr{}, false
 			}
 			if !c.isTrusted(a) {
-				return a
+				return a, true
 			}
 			last = a
 		}
 	}
-	return last
+	return last, true
 }
 
 // key formats a as ClientIP's key: the bare address for a full-length
-// prefix, the masked prefix otherwise.
+// prefix, the masked prefix otherwise. An IPv6 address that stands for an
+// IPv4 client is keyed as that client.
 func (c *ipConfig) key(a netip.Addr) string {
+	var buf [64]byte // longest: IPv6 with embedded IPv4 and "/128"
 	bits := c.v6Bits
+	if a.Is6() {
+		switch v4, e := embeddedIPv4(a); e {
+		case embedIPv4:
+			a = v4
+		case embedUnknown:
+			return string(a.AppendTo(buf[:0]))
+		}
+	}
 	if a.Is4() {
 		bits = c.v4Bits
 	}
-	var buf [64]byte // longest: IPv6 with embedded IPv4 and "/128"
 	if bits == a.BitLen() {
 		return string(a.AppendTo(buf[:0]))
 	}
@@ -288,6 +335,49 @@ func (c *ipConfig) key(a netip.Addr) string {
 		return string(a.AppendTo(buf[:0]))
 	}
 	return string(p.AppendTo(buf[:0]))
+}
+
+// embedding says how an IPv6 address holds an IPv4 client's address.
+type embedding uint8
+
+const (
+	embedNone    embedding = iota // a plain IPv6 address
+	embedIPv4                     // the IPv4 address is known
+	embedUnknown                  // holds one, but where depends on the network
+)
+
+// Well-known prefixes of IPv6 addresses that embed an IPv4 address.
+var (
+	nat64WellKnown = [12]byte{0x00, 0x64, 0xff, 0x9b}            // 64:ff9b::/96, RFC 6052
+	nat64LocalUse  = [6]byte{0x00, 0x64, 0xff, 0x9b, 0x00, 0x01} // 64:ff9b:1::/48, RFC 8215
+	teredo         = [4]byte{0x20, 0x01, 0x00, 0x00}             // 2001::/32, RFC 4380
+	ipv4Compatible = [12]byte{}                                  // ::/96, RFC 4291 (deprecated)
+	sixToFour      = [2]byte{0x20, 0x02}                         // 2002::/16, RFC 3056
+)
+
+// embeddedIPv4 returns the IPv4 address of the client that the IPv6
+// address a stands for; see ClientIP for the prefixes.
+func embeddedIPv4(a netip.Addr) (netip.Addr, embedding) {
+	b := a.As16()
+	switch {
+	case [12]byte(b[:12]) == nat64WellKnown:
+		return netip.AddrFrom4([4]byte(b[12:])), embedIPv4
+	case [6]byte(b[:6]) == nat64LocalUse:
+		if b[13]|b[14]|b[15] == 0 {
+			return a, embedUnknown // maybe a /48, /56 or /64 translation prefix
+		}
+		return netip.AddrFrom4([4]byte(b[12:])), embedIPv4
+	case [12]byte(b[:12]) == ipv4Compatible:
+		if b[12] == 0 {
+			return a, embedNone // ::/104: ::, ::1 and no IPv4 unicast address
+		}
+		return netip.AddrFrom4([4]byte(b[12:])), embedIPv4
+	case [2]byte(b[:2]) == sixToFour:
+		return netip.AddrFrom4([4]byte(b[2:6])), embedIPv4
+	case [4]byte(b[:4]) == teredo:
+		return netip.AddrFrom4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]}), embedIPv4
+	}
+	return a, embedNone
 }
 
 // parseNode parses an address with an optional port: "192.0.2.1",

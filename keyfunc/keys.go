@@ -1,6 +1,7 @@
 package keyfunc
 
 import (
+	"errors"
 	"fmt"
 	"net/textproto"
 	"reflect"
@@ -155,18 +156,46 @@ func UserIDFrom(key any) Func {
 	}
 }
 
-// Route keys requests by method and route pattern, such as
-// "GET /users/:id", to limit an endpoint as a whole. Combine it with
-// [Join] to limit each client per endpoint. A request with no route is
-// [ErrNoKey].
+// errNoRoute is Route's error for a request view without a route pattern.
+var errNoRoute = errors.New("keyfunc: route: the request has no route pattern, only a path " +
+	"(a limiter outside the router, or no route matched)")
+
+// Route keys requests by endpoint, to limit an endpoint as a whole: the
+// route pattern with the request method, such as "GET /users/:id". A
+// net/http ServeMux pattern that names its method, such as
+// "GET /users/{id}", is the key as it is, so the method is not repeated;
+// such a pattern also matches HEAD requests, which share its key. Combine
+// Route with [Join] to limit each client per endpoint.
+//
+// The key is never the request path: keyed by "/users/7", every ID would
+// have a bucket of its own, and a client could dodge the limit by changing
+// the ID. A request whose view has no route pattern is therefore an error,
+// not [ErrNoKey]: [FromHTTP] with route "" (net/http middleware around a
+// whole ServeMux, where r.Pattern is still empty), a request that no route
+// matched, or a [Request] whose Route is "". ErrNoKey would make the
+// middleware skip the limit, silently; an error is answered with 400 Bad
+// Request on every such request, so the mistake shows at once. Attach the
+// limiter inside the router (per route or group), or tell the adapter the
+// route.
 func Route() Func {
 	return func(r Request) (string, error) {
 		route := r.Route()
-		if route == "" {
-			return "", ErrNoKey
+		switch {
+		case route == "":
+			return "", errNoRoute
+		case patternHasMethod(route):
+			return route, nil
 		}
 		return r.Method() + " " + route, nil
 	}
+}
+
+// patternHasMethod reports whether route starts with a method, as a
+// net/http ServeMux pattern may ("GET /users/{id}", "POST example.com/"):
+// a first word without "/", followed by a space or tab.
+func patternHasMethod(route string) bool {
+	i := strings.IndexAny(route, " \t")
+	return i > 0 && strings.IndexByte(route[:i], '/') < 0
 }
 
 // Join keys requests by several key functions at once, for example the

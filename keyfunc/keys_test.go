@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -173,7 +174,14 @@ func TestRoute(t *testing.T) {
 		name, method, target, route, want string
 	}{
 		{name: "pattern", method: "GET", target: "/users/7", route: "/users/:id", want: "GET /users/:id"},
-		{name: "path when no pattern", method: "POST", target: "/login?x=1", want: "POST /login"},
+		{name: "servemux pattern with method", method: "GET", target: "/users/7", route: "GET /users/{id}", want: "GET /users/{id}"},
+		{name: "servemux pattern with method matching HEAD", method: "HEAD", target: "/users/7", route: "GET /users/{id}", want: "GET /users/{id}"},
+		{name: "servemux pattern with tab", method: "POST", target: "/login", route: "POST\t/login", want: "POST\t/login"},
+		{name: "servemux pattern with method and host", method: "POST", target: "/login", route: "POST example.com/login", want: "POST example.com/login"},
+		{name: "servemux pattern without method", method: "DELETE", target: "/users/7", route: "/users/{id}", want: "DELETE /users/{id}"},
+		{name: "servemux pattern with host only", method: "GET", target: "/users/7", route: "example.com/users/{id}", want: "GET example.com/users/{id}"},
+		{name: "pattern with a space in the path", method: "GET", target: "/a%20b", route: "/a b", want: "GET /a b"},
+		{name: "grpc full method", method: "POST", target: "/auth.v1.Auth/Login", route: "/auth.v1.Auth/Login", want: "POST /auth.v1.Auth/Login"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -183,6 +191,82 @@ func TestRoute(t *testing.T) {
 				t.Errorf("Route() = %q, %v; want %q", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// routeView is a Request whose Route is fixed, like an adapter's view.
+type routeView struct {
+	keyfunc.Request
+	route string
+}
+
+func (v routeView) Route() string { return v.route }
+
+// TestRouteNoPattern checks that a request view without a route pattern
+// (FromHTTP with route "", a view whose Route is "") is an error, not
+// ErrNoKey, which the middleware skips by default, and not the path,
+// which keys per URL.
+func TestRouteNoPattern(t *testing.T) {
+	t.Parallel()
+	base := keyfunc.FromHTTP(httptest.NewRequest("GET", "/users/7", nil), "/users/:id")
+	tests := []struct {
+		name string
+		r    keyfunc.Request
+	}{
+		{"FromHTTP without route", keyfunc.FromHTTP(httptest.NewRequest("POST", "/users/7?x=1", nil), "")},
+		{"FromHTTPWithValues without route", keyfunc.FromHTTPWithValues(httptest.NewRequest("POST", "/users/7", nil), "", nil)},
+		{"view with empty route", routeView{base, ""}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := keyfunc.Route()(tc.r)
+			if err == nil || errors.Is(err, keyfunc.ErrNoKey) || got != "" {
+				t.Errorf("Route() = %q, %v; want an error other than ErrNoKey", got, err)
+			}
+			if err != nil && strings.Contains(err.Error(), "/users/7") {
+				t.Errorf("Route() error %q quotes the path", err)
+			}
+		})
+	}
+}
+
+// TestRouteServeMux keys through an http.ServeMux: inside the mux the
+// pattern is known and every ID shares one key; middleware around the
+// whole mux sees no pattern and gets an error, not a key per URL.
+func TestRouteServeMux(t *testing.T) {
+	t.Parallel()
+	type result struct {
+		key string
+		err error
+	}
+	var inside, outside []result
+	key := keyfunc.Route()
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /users/{id}", func(w http.ResponseWriter, r *http.Request) {
+		k, err := key(keyfunc.FromHTTP(r, r.Pattern))
+		inside = append(inside, result{k, err})
+	})
+	around := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		k, err := key(keyfunc.FromHTTP(r, r.Pattern))
+		outside = append(outside, result{k, err})
+		mux.ServeHTTP(w, r)
+	})
+	for _, p := range []string{"/users/1", "/users/2"} {
+		around.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", p, nil))
+	}
+	if len(inside) != 2 || len(outside) != 2 {
+		t.Fatalf("handlers ran %d and %d times, want 2 and 2", len(inside), len(outside))
+	}
+	for i, r := range inside {
+		if want := "GET /users/{id}"; r.err != nil || r.key != want {
+			t.Errorf("request %d inside the mux: Route() = %q, %v; want %q", i+1, r.key, r.err, want)
+		}
+	}
+	for i, r := range outside {
+		if r.err == nil || errors.Is(r.err, keyfunc.ErrNoKey) {
+			t.Errorf("request %d around the mux: Route() = %q, %v; want an error other than ErrNoKey", i+1, r.key, r.err)
+		}
 	}
 }
 
@@ -239,7 +323,7 @@ func TestJoin(t *testing.T) {
 	}
 
 	t.Run("client ip per route", func(t *testing.T) {
-		req := keyfunc.FromHTTP(httptest.NewRequest("POST", "/login", nil), "")
+		req := keyfunc.FromHTTP(httptest.NewRequest("POST", "/login", nil), "/login")
 		got, err := keyfunc.Join(keyfunc.ClientIP(), keyfunc.Route())(req)
 		if want := "192.0.2.1|POST /login"; err != nil || got != want {
 			t.Errorf("Join(ClientIP, Route) = %q, %v; want %q", got, err, want)
@@ -279,6 +363,9 @@ func TestConstructorPanics(t *testing.T) {
 		{"TrustedPrefixes zero prefix", func() { keyfunc.TrustedPrefixes(netipZeroPrefix()) }},
 		{"IPv6Prefix 0", func() { keyfunc.IPv6Prefix(0) }},
 		{"IPv6Prefix 129", func() { keyfunc.IPv6Prefix(129) }},
+		{"ForwardingHeader space", func() { keyfunc.ForwardingHeader("X-Real-IP ") }},
+		{"ForwardingHeader colon", func() { keyfunc.ForwardingHeader("X-Real-IP:") }},
+		{"ForwardingHeader non-ascii", func() { keyfunc.ForwardingHeader("X-Réal-IP") }},
 		{"IPv4Prefix 0", func() { keyfunc.IPv4Prefix(0) }},
 		{"IPv4Prefix 33", func() { keyfunc.IPv4Prefix(33) }},
 		{"AppKey no source", func() { keyfunc.AppKey(keyfunc.AppKeyHeader(""), keyfunc.AppKeyQuery("")) }},

@@ -24,7 +24,8 @@ func withReason(err error, reason string) error { return &reasoned{err: err, rea
 // the Reason() string of the first error in err's chain (as [errors.As]
 // walks it) that has a Reason() string method, and "" when none has. Key
 // functions in any package give their errors such a method; the reason
-// must never contain request input. Adapters put it in the 400 answer.
+// must never contain request input. Adapters put it in the 400 (or
+// 413) answer.
 func Reason(err error) string {
 	var r interface{ Reason() string }
 	if errors.As(err, &r) {
@@ -34,8 +35,8 @@ func Reason(err error) string {
 }
 
 // BodyTooLarge returns the error a [Request.Body] implementation returns for
-// a body longer than limit: it wraps [ErrInvalidKey] and carries the reason
-// "request body too large".
+// a body longer than limit: it wraps [ErrBodyTooLarge] (and so
+// [ErrInvalidKey]) and carries the reason "request body too large".
 func BodyTooLarge(limit int64) error {
-	return withReason(fmt.Errorf("keyfunc: body longer than %d bytes: %w", limit, ErrInvalidKey), "request body too large")
+	return withReason(fmt.Errorf("keyfunc: body longer than %d bytes: %w", limit, ErrBodyTooLarge), "request body too large")
 }

@@ -42,8 +42,13 @@ func TestReason(t *testing.T) {
 			}
 		})
 	}
-	if !errors.Is(keyfunc.BodyTooLarge(10), keyfunc.ErrInvalidKey) {
-		t.Error("BodyTooLarge does not wrap ErrInvalidKey")
+	for _, want := range []error{keyfunc.ErrBodyTooLarge, keyfunc.ErrInvalidKey} {
+		if !errors.Is(keyfunc.BodyTooLarge(10), want) {
+			t.Errorf("BodyTooLarge does not wrap %v", want)
+		}
+	}
+	if !errors.Is(keyfunc.ErrBodyTooLarge, keyfunc.ErrInvalidKey) {
+		t.Error("ErrBodyTooLarge does not wrap ErrInvalidKey")
 	}
 	if !errors.Is(tooLong, keyfunc.ErrInvalidKey) {
 		t.Error("Header's too-long error does not wrap ErrInvalidKey")

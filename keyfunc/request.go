@@ -3,6 +3,7 @@ package keyfunc
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // ErrNoKey reports that a request carries no key for this limiter, for
@@ -13,8 +14,15 @@ var ErrNoKey = errors.New("keyfunc: no key")
 
 // ErrInvalidKey reports a key source that is present but malformed, such as
 // an unparseable phone number or an oversized body. Adapters answer it with
-// 400 Bad Request (gRPC: InvalidArgument). Key functions wrap it with detail.
+// 400 Bad Request (gRPC: InvalidArgument), or 413 Content Too Large when it
+// is [ErrBodyTooLarge]. Key functions wrap it with detail.
 var ErrInvalidKey = errors.New("keyfunc: invalid key")
+
+// ErrBodyTooLarge reports a request body longer than a key function may
+// read (see [BodyTooLarge]). It wraps [ErrInvalidKey]: the key source is
+// malformed, but HTTP adapters answer it with 413 Content Too Large rather
+// than 400 (gRPC: InvalidArgument all the same).
+var ErrBodyTooLarge = fmt.Errorf("keyfunc: request body too large: %w", ErrInvalidKey)
 
 // Func turns a request into the key a limiter counts under. It returns
 // [ErrNoKey] when the request has no key, and an error wrapping
@@ -30,8 +38,8 @@ type Request interface {
 	Context() context.Context
 	// Method is the HTTP method; "POST" for gRPC.
 	Method() string
-	// Route is the route pattern ("/users/:id") when the framework knows
-	// it, else the path; the full method name for gRPC.
+	// Route is the route pattern ("/users/:id") when one matched, else
+	// ""; the full method name for gRPC.
 	Route() string
 	// Path is the request path; the full method name for gRPC.
 	Path() string
@@ -47,9 +55,12 @@ type Request interface {
 	// Value looks up framework locals (gin c.Get, echo c.Get, fiber
 	// c.Locals) and then the request context.
 	Value(key any) any
-	// Body reads at most max bytes of the request body and leaves the
-	// whole body readable for the handler. A body longer than max is an
-	// error wrapping [ErrInvalidKey]. Repeated calls return the same
-	// bytes, which callers must not modify.
+	// Body reads at most max bytes of the request body, as the handler
+	// will see it (decoded, where the framework decodes the
+	// Content-Encoding itself), and leaves the whole body readable for
+	// the handler. A body longer than max is an error wrapping
+	// [ErrBodyTooLarge] (and so [ErrInvalidKey]), such as [BodyTooLarge]
+	// returns; no more than max+1 bytes are read or decoded to find out.
+	// Repeated calls return the same bytes, which callers must not modify.
 	Body(max int64) ([]byte, error)
 }

@@ -17,6 +17,9 @@ import (
 func handler(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	rep := adaptertest.ReplyTo(r.URL.Query().Get, body)
+	if rep.Panic != nil {
+		panic(rep.Panic)
+	}
 	w.WriteHeader(rep.Status)
 	_, _ = io.WriteString(w, rep.Body)
 }
@@ -32,7 +35,11 @@ func newServer(t *testing.T, l *core.Limiter, o adaptertest.Options) string {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(adaptertest.Path, nethttp.New(l, opts...)(http.HandlerFunc(handler)))
-	srv := httptest.NewServer(mux)
+	h := adaptertest.Recover(mux)
+	if o.Decompress {
+		h = adaptertest.Gunzip(h)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv.URL
 }

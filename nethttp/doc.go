@@ -8,7 +8,10 @@
 // responses carry X-RateLimit-Limit, X-RateLimit-Remaining and
 // X-RateLimit-Reset (or the IETF RateLimit fields, see guard.WithHeaders);
 // denials are 429 Too Many Requests with Retry-After. A key function that
-// finds no key skips the limiter; a malformed key source is a 400.
+// finds no key skips the limiter; a malformed key source is a 400, a body
+// longer than the key function may read a 413. Key functions read at most
+// their limit (plus one byte) of r.Body, as it is: behind a middleware
+// that decompresses request bodies, at most that much is inflated.
 //
 // The middleware works with any router built on net/http. Routers that
 // know the matched route only after routing, such as chi, go either on
@@ -17,4 +20,21 @@
 // Without guard.WithKey the key is the peer address: behind a reverse
 // proxy that puts every client in one bucket, so configure
 // keyfunc.TrustedProxies.
+//
+// # Count-if and reset-if
+//
+// With guard.WithCountIf or guard.WithResetIf the handler writes through a
+// wrapper that records the final status the client gets, for
+// guard.Verdict.Finish (without them the handler gets w itself). The
+// wrapper has exactly the optional interfaces of w among http.Flusher,
+// http.Hijacker, io.ReaderFrom and http.Pusher, and unwraps for
+// http.ResponseController. 1xx informational responses (103 Early Hints)
+// are not final; 101 Switching Protocols is; the first final status
+// written is the one recorded, as net/http ignores later ones; a body
+// written, read from or flushed with no status is 200. A hijacked
+// connection counts as the final status written before the hijack, if
+// any, else as 101 Switching Protocols: what the handler writes on the raw
+// connection is not seen. A handler that panics (http.ErrAbortHandler
+// included) is finished as 500, and the panic goes on to the recovery
+// middleware or the server.
 package nethttp

@@ -23,9 +23,12 @@ func WithDenyHandler(h func(w http.ResponseWriter, r *http.Request, v *guard.Ver
 }
 
 // WithRoute sets how the route of a request is named for key functions
-// (keyfunc.Route); by default it is the ServeMux pattern that matched
-// (r.Pattern), else the path. Routers such as chi know the route after
-// routing: pass a function reading it there (chi.RouteContext(r.Context()).RoutePattern()).
+// (keyfunc.Request.Route, keyfunc.Route); by default it is the ServeMux
+// pattern that matched (r.Pattern), "" when none has matched yet, as for
+// middleware wrapped around a whole ServeMux, where keyfunc.Route then
+// refuses the request rather than key it by its path. Routers such as chi
+// know the route after routing: pass a function reading it there
+// (chi.RouteContext(r.Context()).RoutePattern()).
 func WithRoute(f func(r *http.Request) string) guard.Option {
 	return guard.Native(routeFunc(f))
 }
@@ -66,11 +69,27 @@ func New(l *core.Limiter, opts ...guard.Option) func(http.Handler) http.Handler 
 				next.ServeHTTP(w, r)
 				return
 			}
-			sw := &statusWriter{ResponseWriter: w}
-			next.ServeHTTP(sw, r)
-			v.Finish(ctx, sw.Status())
+			serveAndFinish(next, w, r, &v)
 		})
 	}
+}
+
+// serveAndFinish runs the handler with a writer that records the status
+// the client gets, and finishes v with it. A handler that panics
+// (http.ErrAbortHandler included) is finished as 500, and the panic goes
+// on, unrecovered, to the recovery middleware or the server.
+func serveAndFinish(next http.Handler, w http.ResponseWriter, r *http.Request, v *guard.Verdict) {
+	ctx := r.Context()
+	rw, sw := wrap(w)
+	done := false
+	defer func() {
+		if !done {
+			v.Finish(ctx, http.StatusInternalServerError)
+		}
+	}()
+	next.ServeHTTP(rw, r)
+	done = true
+	v.Finish(ctx, sw.Status())
 }
 
 // Write writes the guard's answer for a request that does not proceed:
@@ -80,45 +99,4 @@ func Write(w http.ResponseWriter, v *guard.Verdict) {
 	status, body := v.Answer(w.Header().Set)
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
-}
-
-// statusWriter records the status the handler answered. It unwraps for
-// http.ResponseController, so Flush, Hijack and deadlines keep working.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 && code >= 200 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-// Flush sends buffered data to the client, for handlers that assert
-// http.Flusher.
-func (w *statusWriter) Flush() {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	_ = http.NewResponseController(w.ResponseWriter).Flush()
-}
-
-// Unwrap returns the wrapped writer, for http.ResponseController.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// Status is the status the handler answered; 200 if it wrote nothing.
-func (w *statusWriter) Status() int {
-	if w.status == 0 {
-		return http.StatusOK
-	}
-	return w.status
 }

@@ -24,7 +24,7 @@
 //	ratekit.fallbacks         counter    {policy, source: local|open|closed}
 //	ratekit.deny_cache.hits   counter    {policy}
 //	ratekit.store.errors      counter    {policy}
-//	ratekit.store.duration    histogram  {policy, result: ok|error}, seconds
+//	ratekit.store.duration    histogram  {policy, result: ok|error}, seconds of calls to a Redis store
 //	ratekit.breaker.open      gauge      {policy}  1 while the circuit breaker is open
 //	ratekit.breaker.opens     counter    {policy}
 package ratekitotel

@@ -28,7 +28,7 @@
 //	                                                because the store failed (local, open, closed)
 //	ratekit_deny_cache_hits_total{policy}           denials answered by the deny cache
 //	ratekit_store_errors_total{policy}              failed store calls
-//	ratekit_store_latency_seconds{policy,result}    store call latency; result is ok or error
+//	ratekit_store_latency_seconds{policy,result}    latency of calls to a Redis store; result is ok or error
 //	ratekit_breaker_open{policy}                    1 while the circuit breaker is open
 //	ratekit_breaker_opens_total{policy}             times the circuit breaker opened
 //

@@ -7,7 +7,7 @@
 //   - GET /healthz: not limited.
 //
 // Behind a reverse proxy, name it with -trusted-proxy so that the client
-// address is read from X-Forwarded-For or Forwarded; without it those
+// address is read from X-Forwarded-For; without it those
 // headers are ignored and every client behind the proxy shares one limit.
 //
 //	go run ./examples/fiber

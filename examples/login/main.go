@@ -22,7 +22,7 @@
 //	curl -i -H 'Content-Type: application/json' -d '{"username":"Alice","password":"wonderland"}' localhost:8081/login
 //
 // Behind a reverse proxy, name it with -trusted-proxy so that the client
-// address is read from X-Forwarded-For or Forwarded; without it those
+// address is read from X-Forwarded-For; without it those
 // headers are ignored and every client behind the proxy shares one limit.
 // Set LOGIN_KEY_SECRET (the same on every instance) to key the account
 // hashes with a secret of your own; without it a fixed public key is used,

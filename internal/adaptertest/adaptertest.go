@@ -5,16 +5,24 @@
 // An adapter's test calls [Run] with a newServer function that builds a
 // server for one case: it passes [Options.GuardOptions] to the adapter
 // (every adapter takes guard options as they are) plus its native deny
-// handler when asked,
-// mounts the middleware in front of the suite's handler on [Path] for GET
-// and POST, serves it on 127.0.0.1 and returns the base URL. The handler
-// reads the whole request body and answers as [ReplyTo] says.
+// handler when asked, mounts the middleware in front of the suite's
+// handler on [Path] for GET and POST, serves it on 127.0.0.1 and returns
+// the base URL. The handler reads the whole request body (as the framework
+// gives it: fiber's c.Body() decodes a Content-Encoding) and answers as
+// [ReplyTo] says, panicking when [Reply.Panic] is set.
+//
+// Every server puts the framework's recovery middleware in front of the
+// limiter, answering a panic with 500 (net/http: [Recover]); and, when
+// [Options.Decompress] is set and the framework does not decode request
+// bodies itself, a middleware that does ([Gunzip]).
 package adaptertest
 
 import (
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -59,6 +67,11 @@ type Options struct {
 	// DenyHandler asks for the adapter's native deny handler, answering
 	// with [DenyReply] the framework's way.
 	DenyHandler bool
+	// Decompress asks for request bodies with Content-Encoding: gzip to
+	// be decoded before the limiter, as a decompressing middleware does:
+	// net/http, gin and echo servers wrap their handler in [Gunzip];
+	// fiber decodes by itself (c.Body()) and ignores it.
+	Decompress bool
 }
 
 // Also is one limit added with WithAlso: Limiter keyed by Key.
@@ -122,6 +135,10 @@ type Reply struct {
 	// Body is the text to write: "ok len=N\n", where N is the length of
 	// the request body the handler read.
 	Body string
+	// Panic, when not nil, is the value the handler panics with instead
+	// of answering: ?panic=value panics with [ErrPanic], ?panic=abort
+	// with http.ErrAbortHandler.
+	Panic any
 }
 
 // ReplyTo says how the suite's handler answers a request with the given
@@ -137,7 +154,58 @@ func ReplyTo(query func(name string) string, body []byte) Reply {
 	case "plain":
 		rep.Error, rep.Status = PlainError, http.StatusInternalServerError
 	}
+	switch query("panic") {
+	case "value":
+		rep.Panic = ErrPanic
+	case "abort":
+		rep.Panic = http.ErrAbortHandler
+	}
 	return rep
+}
+
+// ErrPanic is the value the handler panics with for ?panic=value.
+var ErrPanic = errors.New("adaptertest: handler panic")
+
+// Recover is the recovery middleware of the net/http servers: it answers
+// a panic with 500, as recovery middleware does, except for
+// http.ErrAbortHandler, which it lets go on so that net/http aborts the
+// response.
+func Recover(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler { //nolint:errorlint // the sentinel itself is the panic value
+					panic(p)
+				}
+				w.WriteHeader(http.StatusInternalServerError)
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Gunzip is the decompressing middleware of the net/http, gin and echo
+// servers under [Options.Decompress]: it swaps the body of a request with
+// Content-Encoding: gzip for a gzip reader, with no bound of its own, as
+// such middleware does, and drops the header and the length.
+func Gunzip(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Content-Encoding") == "gzip" {
+			zr, err := gzip.NewReader(r.Body)
+			if err != nil {
+				http.Error(w, "bad gzip body", http.StatusBadRequest)
+				return
+			}
+			r.Body = struct {
+				io.Reader
+				io.Closer
+			}{zr, r.Body}
+			r.ContentLength = -1
+			r.Header.Del("Content-Encoding")
+			r.Header.Del("Content-Length")
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // ErrorKind says how the suite's handler answers.

@@ -121,7 +121,7 @@ func TestHostileSpoofedForwarding(t *testing.T) {
 			key  keyfunc.Func
 		}{
 			{"default", keyfunc.ClientIP()},
-			{"trusting 10.0.0.0/8", keyfunc.ClientIP(keyfunc.TrustedProxies("10.0.0.0/8"), keyfunc.RealIPHeader("X-Real-IP"))},
+			{"trusting 10.0.0.0/8", keyfunc.ClientIP(keyfunc.TrustedProxies("10.0.0.0/8"), keyfunc.ForwardingHeader("X-Real-IP"))},
 		} {
 			t.Run(a.name+"/"+kc.name, func(t *testing.T) {
 				srv, _ := hostileServer(t, a, hostileLimiter(t, core.NewMemoryStore(), limit), kc.key)
@@ -206,7 +206,7 @@ func (b *genBody) Read(p []byte) (int, error) {
 }
 
 // TestHostileHugePhoneBody: a 10 MB body where a phone number is expected
-// is a 400, answered after reading at most the phone key's MaxBody (64
+// is a 413, answered after reading at most the phone key's MaxBody (64
 // KiB), whether its length is declared or chunked.
 func TestHostileHugePhoneBody(t *testing.T) {
 	const size = 10 << 20
@@ -234,8 +234,8 @@ func TestHostileHugePhoneBody(t *testing.T) {
 				took := time.Since(start)
 				runtime.ReadMemStats(&after)
 				alloc := after.TotalAlloc - before.TotalAlloc
-				if w.Code != http.StatusBadRequest {
-					t.Errorf("10 MB body = %d %q, want 400", w.Code, w.Body)
+				if w.Code != http.StatusRequestEntityTooLarge {
+					t.Errorf("10 MB body = %d %q, want 413", w.Code, w.Body)
 				}
 				if limit := int64(personal.DefaultMaxBody + 64<<10); body.read.Load() > limit {
 					t.Errorf("the server read %d bytes of the body, want at most %d", body.read.Load(), limit)
@@ -249,7 +249,7 @@ func TestHostileHugePhoneBody(t *testing.T) {
 				t.Logf("%s: %d, %d bytes read, %d bytes allocated, %v", name, w.Code, body.read.Load(), alloc, took.Round(time.Microsecond))
 			})
 		}
-		// Over a real connection with a declared length: the 400 comes
+		// Over a real connection with a declared length: the 413 comes
 		// back without the body being sent in full.
 		t.Run(a.name+"/loopback", func(t *testing.T) {
 			srv, _ := hostileServer(t, a, hostileLimiter(t, core.NewMemoryStore(), 5), key)
@@ -267,8 +267,8 @@ func TestHostileHugePhoneBody(t *testing.T) {
 			}
 			_, _ = io.Copy(io.Discard, res.Body)
 			_ = res.Body.Close()
-			if res.StatusCode != http.StatusBadRequest {
-				t.Errorf("POST 10 MB = %d, want 400", res.StatusCode)
+			if res.StatusCode != http.StatusRequestEntityTooLarge {
+				t.Errorf("POST 10 MB = %d, want 413", res.StatusCode)
 			}
 			t.Logf("loopback: %d after %v, the client sent %d of %d bytes", res.StatusCode, time.Since(start).Round(time.Microsecond), body.read.Load(), size)
 		})
@@ -341,7 +341,7 @@ func TestHostileNonUTF8Headers(t *testing.T) {
 		name string
 		key  keyfunc.Func
 	}{
-		{"ClientIP trusted", keyfunc.ClientIP(keyfunc.TrustedProxies("127.0.0.0/8"), keyfunc.RealIPHeader("X-Real-IP"))},
+		{"ClientIP trusted", keyfunc.ClientIP(keyfunc.TrustedProxies("127.0.0.0/8"), keyfunc.ForwardingHeader("X-Real-IP"))},
 		{"AppKey", keyfunc.AppKey()},
 		{"Header", keyfunc.Header("X-Key")},
 		{"Phone", personal.Phone(personal.Header("X-Phone"), personal.DefaultRegion("CN"))},

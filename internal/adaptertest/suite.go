@@ -2,11 +2,14 @@ package adaptertest
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +35,7 @@ const (
 	badKeyBody      = "bad request: missing or malformed rate-limit key\n"
 	badPhoneBody    = "bad request: invalid phone number\n"
 	unavailableBody = "service unavailable: rate limiter unavailable\n"
+	tooLargeBody    = "content too large: request body too large\n"
 	textPlain       = "text/plain; charset=utf-8"
 )
 
@@ -86,6 +90,16 @@ func (r response) String() string {
 
 func do(t *testing.T, base server, rq request) response {
 	t.Helper()
+	res, err := try(base, rq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// try sends rq and returns the response, or the error of a request that
+// got none (an aborted response).
+func try(base server, rq request) (response, error) {
 	method := rq.method
 	if method == "" {
 		method = http.MethodGet
@@ -100,24 +114,24 @@ func do(t *testing.T, base server, rq request) response {
 	}
 	req, err := http.NewRequest(method, url, body)
 	if err != nil {
-		t.Fatalf("NewRequest: %v", err)
+		return response{}, err
 	}
 	for k, vs := range rq.header {
 		req.Header[k] = vs
 	}
-	if rq.body != "" {
+	if rq.body != "" && req.Header.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	res, err := base.client.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
+		return response{}, fmt.Errorf("%s %s: %w", method, url, err)
 	}
 	defer res.Body.Close()
 	b, err := io.ReadAll(res.Body)
 	if err != nil {
-		t.Fatalf("%s %s: reading body: %v", method, url, err)
+		return response{}, fmt.Errorf("%s %s: reading body: %w", method, url, err)
 	}
-	return response{status: res.StatusCode, header: res.Header, body: string(b)}
+	return response{status: res.StatusCode, header: res.Header, body: string(b)}, nil
 }
 
 // server is a started server and the client that talks to it.
@@ -212,6 +226,45 @@ func wantUsed(t *testing.T, l *core.Limiter, key string, want int64) {
 	if len(d.Rules()) != 1 || d.Rules()[0].Used != want {
 		t.Errorf("policy %s: Peek(%q) = %+v, want %d units used", l.Policy().Name, key, d, want)
 	}
+}
+
+// checkStatusProblem checks a refusal other than a denial: status, and an
+// RFC 9457 body of type about:blank with that status, the title and a
+// fixed detail ("" means any, but present), never an error's text.
+func checkStatusProblem(t *testing.T, what string, res response, status int, title, detail string) {
+	t.Helper()
+	if res.status != status {
+		t.Errorf("%s: got %v, want status %d", what, res, status)
+	}
+	wantHeaders(t, what, res, "Content-Type", "application/problem+json", "X-Content-Type-Options", "nosniff")
+	var p map[string]any
+	if err := json.Unmarshal([]byte(res.body), &p); err != nil {
+		t.Fatalf("%s: body %q is not JSON: %v", what, res.body, err)
+	}
+	if p["type"] != "about:blank" || p["title"] != title || p["status"] != float64(status) ||
+		(detail != "" && p["detail"] != detail) || p["detail"] == nil || len(p) != 4 {
+		t.Errorf("%s: problem %v, want type about:blank, title %q, status %d, detail %q", what, p, title, status, detail)
+	}
+	if strings.Contains(res.body, "keyfunc") || strings.Contains(res.body, "ratekit") || strings.Contains(res.body, errDown.Error()) {
+		t.Errorf("%s: body %q leaks an error", what, res.body)
+	}
+}
+
+// gzipped returns a gzip stream of n members, each compressing text.
+func gzipped(t *testing.T, n int, text string) []byte {
+	t.Helper()
+	var member bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&member, gzip.BestCompression)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(zw, text); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Repeat(member.Bytes(), n)
 }
 
 // checkProblem checks an RFC 9457 denial body naming policy.
@@ -486,7 +539,9 @@ var cases = []testCase{
 	}},
 
 	{"trusted proxy Forwarded", func(t *testing.T, newServer NewServer) {
-		base := start(t, newServer, limiter(t, "fwd", core.Rule{Limit: 1, Window: hour}), Options{Key: trustedKey})
+		// ClientIP reads the one header named by ForwardingHeader.
+		key := keyfunc.ClientIP(keyfunc.TrustedProxies("127.0.0.0/8"), keyfunc.ForwardingHeader("Forwarded"))
+		base := start(t, newServer, limiter(t, "fwd", core.Rule{Limit: 1, Window: hour}), Options{Key: key})
 		a := request{header: hdr("Forwarded", "for=203.0.113.1;proto=https")}
 		b := request{header: hdr("Forwarded", `for="[2001:db8:1:2::7]:4711"`)}
 		wantStatus(t, "client a", do(t, base, a), http.StatusOK)
@@ -588,10 +643,117 @@ var cases = []testCase{
 			t.Errorf("bad phone in body: body %q, want %q", res.body, badPhoneBody)
 		}
 		res = do(t, base, request{method: http.MethodPost, body: `{"phone":"+8613900139000","pad":"` + strings.Repeat("x", 100<<10) + `"}`})
-		wantStatus(t, "oversized body", res, http.StatusBadRequest)
-		if want := "bad request: request body too large\n"; res.body != want {
-			t.Errorf("oversized body: body %q, want %q", res.body, want)
+		wantStatus(t, "oversized body", res, http.StatusRequestEntityTooLarge)
+		if res.body != tooLargeBody {
+			t.Errorf("oversized body: body %q, want %q", res.body, tooLargeBody)
 		}
+		wantHeaders(t, "oversized body", res, "Content-Type", textPlain, guard.HeaderLimit, "")
+		res = do(t, base, request{method: http.MethodPost, body: `{"phone":`})
+		wantStatus(t, "malformed body", res, http.StatusBadRequest)
+	}},
+
+	{"compressed body: at most the limit is inflated", func(t *testing.T, newServer NewServer) {
+		l := limiter(t, "gzip", core.Rule{Limit: 1, Window: hour})
+		base := start(t, newServer, l, Options{Key: phoneJSON, Decompress: true})
+		gz := request{method: http.MethodPost, header: hdr("Content-Encoding", "gzip")}
+
+		// The key is read from the decoded body, and the handler reads it
+		// decoded, as the framework gives it.
+		const plain = `{"phone":"+86 138-0013-8000","text":"hello"}`
+		small := gz
+		small.body = string(gzipped(t, 1, plain))
+		res := do(t, base, small)
+		wantStatus(t, "small gzip body", res, http.StatusOK)
+		if want := "ok len=" + strconv.Itoa(len(plain)) + "\n"; res.body != want {
+			t.Errorf("small gzip body: handler answered %q, want %q", res.body, want)
+		}
+		wantStatus(t, "same number, gzip again", do(t, base, small), http.StatusTooManyRequests)
+
+		// 128 MiB of spaces in 128 KiB: refused once personal.Phone's 64
+		// KiB are exceeded, without inflating the rest.
+		bomb := gz
+		bomb.body = string(gzipped(t, 128, strings.Repeat(" ", 1<<20)))
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		res = do(t, base, bomb)
+		runtime.ReadMemStats(&after)
+		// Other cases run in parallel: the bound leaves them room, far
+		// below the 128 MiB of an unbounded inflate.
+		if got := after.TotalAlloc - before.TotalAlloc; got > 32<<20 {
+			t.Errorf("gzip bomb: the request allocated %d MiB, want at most 32 MiB", got>>20)
+		}
+		if res.status != http.StatusRequestEntityTooLarge || res.body != tooLargeBody {
+			t.Errorf("gzip bomb: got %v, want 413 %q", res, tooLargeBody)
+		}
+	}},
+
+	{"handler panic finishes the verdict as 500", func(t *testing.T, newServer NewServer) {
+		for _, kind := range []string{"value", "abort"} {
+			t.Run("count-if and added limit/"+kind, func(t *testing.T) {
+				// Login: auth failures count on the account and the
+				// client; a panic is a 500, refunded on both.
+				account := limiter(t, "panic-account", core.Rule{Limit: 1, Window: hour})
+				client := limiter(t, "panic-client", core.Rule{Limit: 1, Window: hour})
+				base := start(t, newServer, account, Options{
+					Key: userKey, CountIf: guard.StatusAuthFailure,
+					Also: []Also{{Limiter: client, Key: tenantKey}},
+				})
+				as := hdr("X-User", "alice", "X-Tenant", "c1")
+				res, err := try(base, request{query: "panic=" + kind, header: as})
+				if kind == "value" && (err != nil || res.status != http.StatusInternalServerError) {
+					t.Fatalf("panicking handler: %v, %v; want the recovery middleware's 500", res, err)
+				}
+				wantUsed(t, account, "alice", 0)
+				wantUsed(t, client, "c1", 0)
+				wantStatuses(t, "auth failures after the panic", statuses(t, base, request{query: "status=401", header: as}, 2), 401, 429)
+			})
+		}
+		t.Run("reset-if", func(t *testing.T) {
+			l := limiter(t, "panic-reset", core.Rule{Limit: 3, Window: hour})
+			base := start(t, newServer, l, Options{
+				Key: userKey, ResetIf: func(status int) bool { return status == http.StatusInternalServerError },
+			})
+			as := hdr("X-User", "bob")
+			wantStatuses(t, "before the panic", statuses(t, base, request{header: as}, 2), 200, 200)
+			wantUsed(t, l, "bob", 2)
+			res := do(t, base, request{query: "panic=value", header: as})
+			wantStatus(t, "panicking handler", res, http.StatusInternalServerError)
+			wantUsed(t, l, "bob", 0)
+		})
+	}},
+
+	{"problem+json for every refusal", func(t *testing.T, newServer NewServer) {
+		problem := new(guard.BodyProblem)
+		l := limiter(t, "problem-all", core.Rule{Limit: 5, Window: hour})
+		base := start(t, newServer, l, Options{Key: phoneJSON, Body: problem})
+		post := func(body string) request { return request{method: http.MethodPost, body: body} }
+		for _, tc := range []struct {
+			name   string
+			rq     request
+			status int
+			title  string
+			detail string
+		}{
+			{"bad phone", post(`{"phone":"0000000"}`), http.StatusBadRequest, "Bad Request", "invalid phone number"},
+			{"malformed body", post(`{"phone":`), http.StatusBadRequest, "Bad Request", ""},
+			{"oversized body", post(`{"phone":"+8613900139000","pad":"` + strings.Repeat("x", 100<<10) + `"}`),
+				http.StatusRequestEntityTooLarge, "Content Too Large", "request body too large"},
+		} {
+			checkStatusProblem(t, tc.name, do(t, base, tc.rq), tc.status, tc.title, tc.detail)
+		}
+
+		nokey := start(t, newServer, limiter(t, "problem-nokey", core.Rule{Limit: 5, Window: hour}),
+			Options{Key: userKey, NoKey: new(guard.NoKeyReject), Body: problem})
+		checkStatusProblem(t, "no key", get(t, nokey), http.StatusBadRequest, "Bad Request", "missing or malformed rate-limit key")
+
+		closed, err := core.NewLimiter(failingStore{}, core.Policy{Name: "problem-closed", Rules: []core.Rule{{Limit: 5, Window: hour}}},
+			core.WithFailurePolicy(core.FailClosed), core.WithBreaker(0, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := get(t, start(t, newServer, closed, Options{Body: problem}))
+		checkStatusProblem(t, "store down", res, http.StatusServiceUnavailable, "Service Unavailable", "rate limiter unavailable")
+		wantHeaders(t, "store down", res, guard.HeaderRetryAfter, "1")
 	}},
 
 	{"WithAlso: a denial by one limit consumes nothing from the other", func(t *testing.T, newServer NewServer) {
