@@ -5,18 +5,53 @@
 // It has no authentication of its own: mount it behind the app's admin
 // authentication, under a prefix stripped with [http.StripPrefix].
 //
-//	admin := opshttp.Handler([]*core.Limiter{loginLimiter, smsLimiter})
+//	admin := opshttp.Handler([]*core.Limiter{loginLimiter, smsLimiter},
+//		opshttp.WithKeyer("login-account", func(id string) (string, error) {
+//			return personal.AccountKey(id, personal.Secret(secret))
+//		}))
 //	mux.Handle("/admin/ratelimit/", requireAdmin(http.StripPrefix("/admin/ratelimit", admin)))
 //
 // Routes, answering JSON:
 //
-//	GET    /policies                    every policy: name, algorithm, rules
+//	GET    /policies                    every policy: name, algorithm, rules, identifier
 //	GET    /policies/{name}             one policy
 //	GET    /policies/{name}/keys/{key}  what a request of one unit for key would get now (Limiter.Peek)
 //	DELETE /policies/{name}/keys/{key}  forget everything recorded for key (Limiter.Reset); 204
 //
-// The key is one path segment, URL-decoded: escape a '/' in it as %2F. An
-// unknown policy is 404. Answers never echo the key or an error's text: a
-// store failure is a fixed 503 body, and the error goes to the logger
-// given with [WithLogger], without the key.
+// HEAD is served as GET. Peeks record nothing and report nothing of their
+// own.
+//
+// # Keys and identifiers
+//
+// {key} is the key as stored, as the app's key function returned it
+// (an IP address, an AppKey), unless the policy has a keyer
+// ([WithKeyer]): then it is the identifier support staff have, a user
+// name or a phone number, and the keyer derives the stored key from it.
+// Keys made by package keyfunc/personal are HMAC pseudonyms, so for
+// their policies register a keyer calling [personal.AccountKey] or
+// [personal.PhoneKey] with the app's options (secret, region, cleartext);
+// without one, a peek of "alice" looks at a key the app never uses and a
+// reset deletes nothing. The identifier field of a policy says which form
+// its routes take. An identifier the keyer refuses, such as an invalid
+// phone number, is answered 400 with a fixed reason
+// ({"error":"invalid phone number"}).
+//
+// {key} is one path segment, percent-decoded: escape a '/' in it as %2F.
+// The handler never redirects and never cleans the path: "." and ".."
+// are keys like any other, and an empty segment is no route. An
+// [http.ServeMux] in front of the handler does clean literal "." and
+// ".." segments (with a redirect), and [url.PathEscape] leaves dots as
+// they are, so send such keys as %2E and %2E%2E.
+//
+// # Errors
+//
+// Errors answer JSON {"error": "..."} with a fixed text: 404 for an
+// unknown route ("not found") or policy ("unknown policy"), 405 with an
+// Allow header for a method a route does not serve, 400 for an empty key
+// or a refused identifier, 503 for a store failure. Answers never echo
+// the key, the identifier or an error's text: the error of a store
+// failure goes to the logger given with [WithLogger], without the key.
+//
+// [personal.AccountKey]: https://pkg.go.dev/github.com/ratekit/ratekit/keyfunc/personal#AccountKey
+// [personal.PhoneKey]: https://pkg.go.dev/github.com/ratekit/ratekit/keyfunc/personal#PhoneKey
 package opshttp

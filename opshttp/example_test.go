@@ -2,6 +2,7 @@ package opshttp_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/keyfunc/personal"
 	"github.com/ratekit/ratekit/opshttp"
 )
 
@@ -36,4 +38,46 @@ func ExampleHandler() {
 	// GET /admin/ratelimit/policies 200 [{"name":"login","algorithm":"SlidingLog","rules":[{"limit":1,"window":"15m0s","window_seconds":900}]}]
 	// DELETE /admin/ratelimit/policies/login/keys/alice 204
 	// GET /admin/ratelimit/policies/nope 404 {"error":"unknown policy"}
+}
+
+func ExampleWithKeyer() {
+	// The app keys its login limit by account, with package
+	// keyfunc/personal: the store holds an HMAC of the name.
+	secret := []byte("the app's secret")
+	opts := []personal.Option{personal.Secret(secret)}
+	login, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "login-account", Rules: []core.Rule{{Limit: 1, Window: 15 * time.Minute}}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	admin := opshttp.Handler([]*core.Limiter{login},
+		// Support staff give the account name; the handler derives the
+		// stored key as the app does.
+		opshttp.WithKeyer("login-account", func(id string) (string, error) {
+			return personal.AccountKey(id, opts...)
+		}))
+	mux := http.NewServeMux()
+	mux.Handle("/admin/ratelimit/", http.StripPrefix("/admin/ratelimit", admin))
+
+	key, _ := personal.AccountKey("alice@example.com", opts...) // what the app stores
+	_, _ = login.Allow(context.Background(), key)               // alice used her one attempt
+	for _, req := range []*http.Request{
+		httptest.NewRequest(http.MethodGet, "/admin/ratelimit/policies/login-account/keys/Alice@Example.com", nil),
+		httptest.NewRequest(http.MethodDelete, "/admin/ratelimit/policies/login-account/keys/Alice@Example.com", nil),
+	} {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, req)
+		if req.Method == http.MethodGet {
+			var st opshttp.KeyState
+			_ = json.Unmarshal(rec.Body.Bytes(), &st)
+			fmt.Println(req.Method, rec.Code, "allowed:", st.Allowed)
+		} else {
+			fmt.Println(req.Method, rec.Code)
+		}
+	}
+	d, _ := login.Allow(context.Background(), key)
+	fmt.Println("alice can log in again:", d.Allowed)
+	// Output:
+	// GET 200 allowed: false
+	// DELETE 204
+	// alice can log in again: true
 }

@@ -2,10 +2,14 @@ package opshttp
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"strings"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/keyfunc"
 )
 
 // Option configures the handler.
@@ -13,6 +17,12 @@ type Option func(*config)
 
 type config struct {
 	logger *slog.Logger
+	keyers []keyer
+}
+
+type keyer struct {
+	policy string
+	derive func(id string) (string, error)
 }
 
 // WithLogger logs failed store calls (with the policy, never the key) and
@@ -21,16 +31,38 @@ func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
 }
 
+// WithKeyer makes the key routes of policy take an identifier, such as a
+// user name or a phone number, rather than the stored key: derive returns
+// the key the app's key function stores for the identifier, so it must
+// use the same normalisation, secret and options. Support staff have the
+// identifier; the store has, for keys made by package keyfunc/personal,
+// an HMAC pseudonym of it:
+//
+//	opshttp.WithKeyer("login-account", func(id string) (string, error) {
+//		return personal.AccountKey(id, personal.Secret(secret))
+//	})
+//
+// An identifier that derive refuses is answered 400 with the fixed reason
+// of its error ([keyfunc.Reason], such as "invalid phone number"), or
+// "invalid identifier" when it has none; the error itself is not shown.
+// By default a policy's key routes take the stored key. Handler panics
+// if derive is nil, if no limiter has the policy, or if the policy is
+// given two keyers.
+func WithKeyer(policy string, derive func(id string) (string, error)) Option {
+	return func(c *config) { c.keyers = append(c.keyers, keyer{policy, derive}) }
+}
+
 // Handler returns the admin handler for limiters, each known by its
 // policy name; see the package documentation for its routes. It is safe
-// for concurrent use. Handler panics if a limiter is nil or two limiters
-// have the same policy name, programmer errors caught at start-up.
+// for concurrent use. Handler panics if a limiter is nil, if two limiters
+// have the same policy name, or for a [WithKeyer] mistake: programmer
+// errors caught at start-up.
 func Handler(limiters []*core.Limiter, opts ...Option) http.Handler {
 	var c config
 	for _, opt := range opts {
 		opt(&c)
 	}
-	h := &handler{cfg: c, byName: map[string]*core.Limiter{}}
+	h := &handler{cfg: c, byName: map[string]*core.Limiter{}, keyers: map[string]func(string) (string, error){}}
 	for _, l := range limiters {
 		if l == nil {
 			panic("opshttp: Handler: nil *core.Limiter")
@@ -42,18 +74,97 @@ func Handler(limiters []*core.Limiter, opts ...Option) http.Handler {
 		h.byName[name] = l
 		h.order = append(h.order, name)
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /policies", h.list)
-	mux.HandleFunc("GET /policies/{name}", h.policy)
-	mux.HandleFunc("GET /policies/{name}/keys/{key}", h.peek)
-	mux.HandleFunc("DELETE /policies/{name}/keys/{key}", h.reset)
-	return mux
+	for _, k := range c.keyers {
+		switch _, known := h.byName[k.policy]; {
+		case k.derive == nil:
+			panic(fmt.Sprintf("opshttp: WithKeyer(%q): nil func", k.policy))
+		case !known:
+			panic(fmt.Sprintf("opshttp: WithKeyer(%q): no limiter has this policy", k.policy))
+		case h.keyers[k.policy] != nil:
+			panic(fmt.Sprintf("opshttp: WithKeyer(%q): two keyers for one policy", k.policy))
+		}
+		h.keyers[k.policy] = k.derive
+	}
+	return h
 }
 
 type handler struct {
 	cfg    config
 	byName map[string]*core.Limiter
 	order  []string
+	keyers map[string]func(id string) (string, error)
+}
+
+// Methods of the routes, for the Allow header of a 405.
+const (
+	allowRead = "GET, HEAD"
+	allowKey  = "GET, HEAD, DELETE"
+)
+
+// ServeHTTP routes r. It matches the escaped path segment by segment, so
+// that an escaped '/' stays in its segment, and it never redirects: dot
+// segments and empty segments are not cleaned away but taken as they
+// are, and http.ServeMux's redirects would drop the prefix the handler is
+// mounted under.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	seg, ok := segments(r.URL.EscapedPath())
+	switch {
+	case !ok || len(seg) == 0 || seg[0] != "policies":
+		writeJSON(w, http.StatusNotFound, Error{"not found"})
+	case len(seg) == 1:
+		if allowed(w, r, allowRead) {
+			h.list(w)
+		}
+	case len(seg) == 2:
+		if allowed(w, r, allowRead) {
+			h.policy(w, seg[1])
+		}
+	case len(seg) == 4 && seg[2] == "keys":
+		switch r.Method {
+		case http.MethodGet, http.MethodHead:
+			h.peek(w, r, seg[1], seg[3])
+		case http.MethodDelete:
+			h.reset(w, r, seg[1], seg[3])
+		default:
+			methodNotAllowed(w, allowKey)
+		}
+	default:
+		writeJSON(w, http.StatusNotFound, Error{"not found"})
+	}
+}
+
+// segments splits an escaped path "/a/b%2Fc" into its unescaped segments
+// ("a", "b/c"); ok is false when p is not absolute or not validly
+// escaped.
+func segments(p string) (seg []string, ok bool) {
+	rest, ok := strings.CutPrefix(p, "/")
+	if !ok {
+		return nil, false
+	}
+	seg = strings.Split(rest, "/")
+	for i, s := range seg {
+		u, err := url.PathUnescape(s)
+		if err != nil {
+			return nil, false
+		}
+		seg[i] = u
+	}
+	return seg, true
+}
+
+// allowed reports whether r's method is GET or HEAD, and answers 405 if
+// not.
+func allowed(w http.ResponseWriter, r *http.Request, allow string) bool {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return true
+	}
+	methodNotAllowed(w, allow)
+	return false
+}
+
+func methodNotAllowed(w http.ResponseWriter, allow string) {
+	w.Header().Set("Allow", allow)
+	writeJSON(w, http.StatusMethodNotAllowed, Error{"method not allowed"})
 }
 
 // Policy is the JSON form of a [core.Policy].
@@ -63,6 +174,10 @@ type Policy struct {
 	// Buckets is set under SlidingBuckets.
 	Buckets int    `json:"buckets,omitempty"`
 	Rules   []Rule `json:"rules"`
+	// Identifier reports that the policy's key routes take an identifier,
+	// from which the handler derives the stored key ([WithKeyer]), rather
+	// than the stored key itself.
+	Identifier bool `json:"identifier,omitempty"`
 }
 
 // Rule is the JSON form of a [core.Rule].
@@ -134,37 +249,66 @@ func policyJSON(p core.Policy) Policy {
 	return out
 }
 
-func (h *handler) list(w http.ResponseWriter, _ *http.Request) {
+func (h *handler) list(w http.ResponseWriter) {
 	out := make([]Policy, 0, len(h.order))
 	for _, name := range h.order {
-		out = append(out, policyJSON(h.byName[name].Policy()))
+		out = append(out, h.policyJSON(name))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-// limiter returns the limiter of the {name} path segment, or answers 404.
-func (h *handler) limiter(w http.ResponseWriter, r *http.Request) (*core.Limiter, bool) {
-	l, ok := h.byName[r.PathValue("name")]
+func (h *handler) policyJSON(name string) Policy {
+	p := policyJSON(h.byName[name].Policy())
+	p.Identifier = h.keyers[name] != nil
+	return p
+}
+
+// limiter returns the limiter of policy name, or answers 404.
+func (h *handler) limiter(w http.ResponseWriter, name string) (*core.Limiter, bool) {
+	l, ok := h.byName[name]
 	if !ok {
 		writeJSON(w, http.StatusNotFound, Error{"unknown policy"})
 	}
 	return l, ok
 }
 
-func (h *handler) policy(w http.ResponseWriter, r *http.Request) {
-	if l, ok := h.limiter(w, r); ok {
-		writeJSON(w, http.StatusOK, policyJSON(l.Policy()))
+func (h *handler) policy(w http.ResponseWriter, name string) {
+	if _, ok := h.limiter(w, name); ok {
+		writeJSON(w, http.StatusOK, h.policyJSON(name))
 	}
 }
 
-func (h *handler) peek(w http.ResponseWriter, r *http.Request) {
-	l, ok := h.limiter(w, r)
+// key returns the stored key that the {key} segment seg names under
+// policy, or answers 400: seg itself, or the key derived from it when the
+// policy has a keyer.
+func (h *handler) key(w http.ResponseWriter, policy, seg string) (string, bool) {
+	if seg == "" {
+		writeJSON(w, http.StatusBadRequest, Error{"empty key"})
+		return "", false
+	}
+	derive := h.keyers[policy]
+	if derive == nil {
+		return seg, true
+	}
+	key, err := derive(seg)
+	if err != nil || key == "" {
+		reason := keyfunc.Reason(err)
+		if reason == "" {
+			reason = "invalid identifier"
+		}
+		writeJSON(w, http.StatusBadRequest, Error{reason})
+		return "", false
+	}
+	return key, true
+}
+
+func (h *handler) peek(w http.ResponseWriter, r *http.Request, policy, seg string) {
+	l, ok := h.limiter(w, policy)
 	if !ok {
 		return
 	}
-	key := r.PathValue("key")
-	if key == "" {
-		writeJSON(w, http.StatusBadRequest, Error{"empty key"})
+	key, ok := h.key(w, policy, seg)
+	if !ok {
 		return
 	}
 	d, err := l.Peek(r.Context(), key)
@@ -189,14 +333,13 @@ func (h *handler) peek(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (h *handler) reset(w http.ResponseWriter, r *http.Request) {
-	l, ok := h.limiter(w, r)
+func (h *handler) reset(w http.ResponseWriter, r *http.Request, policy, seg string) {
+	l, ok := h.limiter(w, policy)
 	if !ok {
 		return
 	}
-	key := r.PathValue("key")
-	if key == "" {
-		writeJSON(w, http.StatusBadRequest, Error{"empty key"})
+	key, ok := h.key(w, policy, seg)
+	if !ok {
 		return
 	}
 	if err := l.Reset(r.Context(), key); err != nil {

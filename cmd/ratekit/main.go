@@ -1,30 +1,59 @@
 // Command ratekit inspects and resets ratekit's rate-limit state in
 // Redis, for support staff and operators.
 //
-//	ratekit peek -policy login -rules 5/15m,20/24h alice@example.com
-//	ratekit reset -policy login alice@example.com
+//	ratekit peek -policy login-ip -rules 10/1m 192.0.2.1
+//	RATEKIT_KEY_SECRET=... ratekit peek -policy login-account -rules 5/15m,20/24h -account alice@example.com
+//	RATEKIT_KEY_SECRET=... ratekit reset -policy sms-phone -phone -region CN 138-0013-8000
 //	ratekit policies
 //
-// It connects to REDIS_URL (redis://[:password@]host:port/db; default
-// redis://127.0.0.1:6379/0). It has no registry of the app's limiters, so
+// # Keys and identifiers
+//
+// A KEY is the key as the app's key function returned it (an IP address,
+// an AppKey), unless -account or -phone says it is an identifier: then
+// ratekit derives the stored key as package keyfunc/personal does
+// (personal.AccountKey, personal.PhoneKey): the same normalisation, and by
+// default an HMAC pseudonym under the app's secret, which it reads from
+// RATEKIT_KEY_SECRET, never from a flag, so that it stays out of shell
+// history. -region gives the app's default phone region and -cleartext
+// says the app stores the normalised value itself. peek shows the stored
+// key it derived. Without these flags, a peek of "alice" looks at a key
+// the app never uses, and a reset deletes nothing.
+//
+// # Redis
+//
+// It connects to REDIS_URL (redis://[[user]:password@]host:port/db), and
+// says where on stderr first, with the password hidden. reset refuses to
+// run without REDIS_URL; peek and policies default to
+// redis://127.0.0.1:6379/0. It has no registry of the app's limiters, so
 // peek takes the policy's rules on the command line: Redis keeps
 // admission times, and the rules say how to count them, so they must be
 // the app's. policies lists the policy names found in Redis by scanning
-// key names.
+// key names. Peek and reset go through a [core.Limiter] of their own
+// ([core.Limiter.Peek], [core.Limiter.Reset]); reset says per key how many
+// Redis keys it deleted, or that none was found.
 //
 // A reset deletes the key's windows in Redis at once. App instances that
 // denied the key recently may still deny it from their in-process deny
 // cache until that denial's retry time; resetting through the app's
 // admin handler (package opshttp) also clears that instance's cache.
+//
+// Flags may come before or after the keys; the usage text (ratekit help)
+// lists them.
 package main
 
 import (
 	"context"
 	"os"
 	"os/signal"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
 )
 
 func main() {
+	// go-redis logs dial failures itself, on stderr; the command reports
+	// them once, in its own words.
+	redis.SetLogger(&logging.VoidLogger{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()

@@ -2,35 +2,63 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/nyaruka/phonenumbers"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/keyfunc"
+	"github.com/ratekit/ratekit/keyfunc/personal"
 	"github.com/ratekit/ratekit/opshttp"
 )
 
 const usage = `usage: ratekit <command> [flags] [key ...]
 
 commands:
-  peek -policy NAME -rules LIMIT/WINDOW[,LIMIT/WINDOW...] [-algorithm log|buckets] [-buckets N] [-json] KEY
+  peek -policy NAME -rules LIMIT/WINDOW[,LIMIT/WINDOW...] [-algorithm log|buckets] [-buckets N]
+       [-shards N] [-json] [key flags] KEY
         what a request of one unit for KEY would get now; records nothing
-  reset -policy NAME KEY...
-        forget everything recorded for each KEY (both algorithms)
+  reset -policy NAME [-shards N] [key flags] KEY...
+        forget everything recorded for each KEY (both algorithms), and say how
+        many Redis keys were deleted ("not found" when there were none)
   policies [-max N]
         policy names found in Redis, with their number of keys
 
+KEY is the key as the app's key function returned it, unless a key flag
+says it is an identifier from which to derive it, as package
+keyfunc/personal does:
+  -account            KEY is an account name (personal.Account, personal.AccountKey)
+  -phone              KEY is a phone number (personal.Phone, personal.PhoneKey)
+  -region CC          with -phone: the app's personal.DefaultRegion, such as CN
+  -cleartext          the app stores the normalised value (personal.Cleartext(true))
+Otherwise the stored key is the value's pseudonym under the app's secret,
+read from RATEKIT_KEY_SECRET (not a flag, to keep it out of shell
+history): its bytes as given to personal.Secret, or hex or base64 with
+-secret-encoding. Unset, personal's default (public) secret is used, as in
+an app that sets no personal.Secret.
+
+-shards N is the policy's Shards: its keys are N Redis keys each.
 Every command takes -prefix (default "ratekit") and -timeout (default 5s).
-Windows are Go durations or days: 1/60s, 5/1h, 10/1d.
-Redis is REDIS_URL (default redis://127.0.0.1:6379/0).
+Flags may come before or after keys; keys after "--" are keys even if
+they start with '-'. Windows are Go durations or days: 1/60s, 5/1h, 10/1d.
+
+Redis is REDIS_URL (redis://[[user]:password@]host:port/db). reset needs
+it; peek and policies default to redis://127.0.0.1:6379/0. Each command
+first says on stderr where it connects, without the password.
 `
 
 // Exit codes.
@@ -80,6 +108,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 // common holds the flags every command takes.
 type common struct {
+	cmd     string
 	prefix  string
 	timeout time.Duration
 }
@@ -87,48 +116,228 @@ type common struct {
 func newFlags(name string, stderr io.Writer) (*flag.FlagSet, *common) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	c := &common{}
+	c := &common{cmd: name}
 	fs.StringVar(&c.prefix, "prefix", "ratekit", "key prefix of the app's RedisStore (core.WithPrefix)")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "bound of the whole command")
 	return fs, c
 }
 
-// parse parses args, turning flag errors into usage errors.
+// parse parses args, flags and keys in any order, turning flag errors into
+// usage errors. Everything after "--" is a key.
 func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	var flags, keys []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			keys = append(keys, args[i+1:]...)
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			keys = append(keys, a)
+			continue
+		}
+		flags = append(flags, a)
+		name, _, inline := strings.Cut(strings.TrimPrefix(a[1:], "-"), "=")
+		if f := fs.Lookup(name); f != nil && !inline && !isBool(f) && i+1 < len(args) {
+			i++
+			flags = append(flags, args[i]) // the flag's value
+		}
+	}
+	if err := fs.Parse(flags); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
-	return nil
+	// flags holds nothing but flags and their values, so nothing is left
+	// over; parsing "--" and the keys makes the keys fs.Args().
+	return fs.Parse(append([]string{"--"}, keys...))
 }
 
-// connect opens REDIS_URL. Errors never show the URL: it may hold a
+// isBool reports whether f is a boolean flag, which takes no separate
+// value.
+func isBool(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// defaultURL is the Redis of peek and policies when REDIS_URL is not set.
+const defaultURL = "redis://127.0.0.1:6379/0"
+
+// redisURL returns the Redis URL of a command and how to show it: without
+// the password, and saying where it came from. required refuses the
+// default.
+func redisURL(getenv func(string) string, required bool) (raw, shown string, err error) {
+	raw = getenv("REDIS_URL")
+	from := "REDIS_URL"
+	if raw == "" {
+		if required {
+			return "", "", errors.New("REDIS_URL is not set: name the Redis to change, as in REDIS_URL=redis://host:6379/0")
+		}
+		raw, from = defaultURL, "REDIS_URL is not set: the default"
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		// Never show the URL: it may hold a password.
+		return "", "", errors.New("REDIS_URL is not a valid redis:// URL")
+	}
+	return raw, u.Redacted() + " (" + from + ")", nil
+}
+
+// open connects to Redis (REDIS_URL; required refuses the default), after
+// saying where on stderr, and bounds the command by -timeout; done
+// releases both. It dials once, so that a Redis that cannot be reached is
+// reported as such and at once. Errors never show the URL: it may hold a
 // password.
-// open connects to REDIS_URL and bounds the command by -timeout; done
-// releases both.
-func (c *common) open(ctx context.Context, getenv func(string) string) (*redis.Client, context.Context, func(), error) {
-	rdb, err := connect(getenv)
+func (c *common) open(ctx context.Context, getenv func(string) string, stderr io.Writer, required bool) (rdb *redis.Client, _ context.Context, done func(), _ error) {
+	raw, shown, err := redisURL(getenv, required)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	return rdb, ctx, func() { cancel(); _ = rdb.Close() }, nil
-}
-
-func connect(getenv func(string) string) (*redis.Client, error) {
-	url := getenv("REDIS_URL")
-	if url == "" {
-		url = "redis://127.0.0.1:6379/0"
-	}
-	opt, err := redis.ParseURL(url)
+	opt, err := redis.ParseURL(raw)
 	if err != nil {
-		return nil, errors.New("REDIS_URL is not a valid redis:// URL")
+		return nil, nil, nil, errors.New("REDIS_URL is not a valid redis:// URL")
 	}
+	fmt.Fprintf(stderr, "ratekit %s: connecting to %s\n", c.cmd, shown)
 	opt.ContextTimeoutEnabled = true
 	opt.MaxRetries = -1
-	return redis.NewClient(opt), nil
+	opt.DialerRetries = 1
+	opt.DialTimeout = c.timeout
+	rdb = redis.NewClient(opt)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	done = func() { cancel(); _ = rdb.Close() }
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		done()
+		return nil, nil, nil, unreachable(err, opt.Addr, c.timeout)
+	}
+	return rdb, ctx, done, nil
+}
+
+// unreachable describes a failed first contact with the Redis at addr:
+// the dial's own error ("connection refused"), not the deadline it ran
+// into.
+func unreachable(err error, addr string, timeout time.Duration) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		why := op.Err
+		var sys *os.SyscallError
+		if errors.As(why, &sys) {
+			why = sys.Err
+		}
+		return fmt.Errorf("cannot connect to redis at %s: %w", addr, why)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("no answer from redis at %s within %s (-timeout)", addr, timeout)
+	}
+	return fmt.Errorf("redis at %s: %w", addr, err)
+}
+
+// secretEnv holds the pseudonym secret of the app.
+const secretEnv = "RATEKIT_KEY_SECRET"
+
+// keyFlags are the flags of peek and reset that say what KEY is.
+type keyFlags struct {
+	account, phone, cleartext bool
+	region, encoding          string
+}
+
+func addKeyFlags(fs *flag.FlagSet) *keyFlags {
+	k := &keyFlags{}
+	fs.BoolVar(&k.account, "account", false, "KEY is an account name: derive the stored key as personal.AccountKey does")
+	fs.BoolVar(&k.phone, "phone", false, "KEY is a phone number: derive the stored key as personal.PhoneKey does")
+	fs.StringVar(&k.region, "region", "", "with -phone: the app's personal.DefaultRegion (CN, US, ...)")
+	fs.BoolVar(&k.cleartext, "cleartext", false, "with -account or -phone: the app stores the normalised value, not its pseudonym")
+	fs.StringVar(&k.encoding, "secret-encoding", "raw", "encoding of "+secretEnv+": raw (its bytes), hex or base64")
+	return k
+}
+
+// target is one KEY argument and the key the app stores for it.
+type target struct {
+	arg, key string
+}
+
+// targets returns the stored key of every KEY argument: the argument
+// itself, or the key derived from it. It warns on stderr when a
+// pseudonym is derived with personal's default secret.
+func (k *keyFlags) targets(args []string, getenv func(string) string, stderr io.Writer, cmd string) (kind string, out []target, err error) {
+	switch {
+	case k.account && k.phone:
+		return "", nil, fmt.Errorf("%w: -account and -phone exclude each other", errUsage)
+	case k.region != "" && !k.phone:
+		return "", nil, fmt.Errorf("%w: -region needs -phone", errUsage)
+	case k.cleartext && !k.account && !k.phone:
+		return "", nil, fmt.Errorf("%w: -cleartext needs -account or -phone", errUsage)
+	case !k.account && !k.phone:
+		for _, a := range args {
+			out = append(out, target{a, a})
+		}
+		return "key", out, nil
+	}
+	opts := []personal.Option{personal.Cleartext(k.cleartext)}
+	if !k.cleartext {
+		secret, err := k.secret(getenv)
+		if err != nil {
+			return "", nil, err
+		}
+		if secret == nil {
+			fmt.Fprintf(stderr, "ratekit %s: %s is not set: using personal's default secret, right only for an app that sets no personal.Secret\n", cmd, secretEnv)
+		}
+		opts = append(opts, personal.Secret(secret))
+	}
+	derive, kind := personal.AccountKey, "account"
+	if k.phone {
+		derive, kind = personal.PhoneKey, "phone"
+		region := strings.ToUpper(k.region)
+		if region != "" && !phonenumbers.GetSupportedRegions()[region] {
+			return "", nil, fmt.Errorf("%w: -region: unknown region %q", errUsage, k.region)
+		}
+		opts = append(opts, personal.DefaultRegion(region))
+	}
+	for _, a := range args {
+		key, err := derive(a, opts...)
+		if err != nil {
+			why := keyfunc.Reason(err)
+			if why == "" {
+				why = err.Error()
+			}
+			return "", nil, fmt.Errorf("%w: %s %q: %s", errUsage, kind, a, why)
+		}
+		out = append(out, target{a, key})
+	}
+	return kind, out, nil
+}
+
+// secret returns the secret of RATEKIT_KEY_SECRET, nil when it is not
+// set. Errors never show it.
+func (k *keyFlags) secret(getenv func(string) string) ([]byte, error) {
+	v := getenv(secretEnv)
+	var (
+		b   []byte
+		err error
+	)
+	switch k.encoding {
+	case "raw":
+		b = []byte(v)
+	case "hex":
+		b, err = hex.DecodeString(v)
+	case "base64":
+		for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+			if b, err = enc.DecodeString(v); err == nil {
+				break
+			}
+		}
+	default:
+		return nil, fmt.Errorf("%w: -secret-encoding %q: want raw, hex or base64", errUsage, k.encoding)
+	}
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%w: %s is not valid %s", errUsage, secretEnv, k.encoding)
+	case v == "":
+		return nil, nil
+	case len(b) == 0:
+		return nil, fmt.Errorf("%w: %s is not valid %s", errUsage, secretEnv, k.encoding)
+	}
+	return b, nil
 }
 
 func peek(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -137,14 +346,16 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 	rules := fs.String("rules", "", "the policy's rules, LIMIT/WINDOW separated by commas (required)")
 	algo := fs.String("algorithm", "log", "the policy's algorithm: log (SlidingLog) or buckets (SlidingBuckets)")
 	buckets := fs.Int("buckets", 0, "the policy's Buckets under SlidingBuckets (0: the default)")
+	shards := fs.Int("shards", 0, "the policy's Shards (0: none); peek shows shard 0")
 	asJSON := fs.Bool("json", false, "print JSON")
+	kf := addKeyFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
 		return fmt.Errorf("%w: peek takes exactly one key", errUsage)
 	}
-	p := core.Policy{Name: *policy, Buckets: *buckets}
+	p := core.Policy{Name: *policy, Buckets: *buckets, Shards: *shards}
 	var err error
 	if p.Rules, err = parseRules(*rules); err != nil {
 		return err
@@ -160,7 +371,12 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
-	rdb, ctx, done, err := c.open(ctx, getenv)
+	kind, targets, err := kf.targets(fs.Args(), getenv, stderr, c.cmd)
+	if err != nil {
+		return err
+	}
+	t := targets[0]
+	rdb, ctx, done, err := c.open(ctx, getenv, stderr, false)
 	if err != nil {
 		return err
 	}
@@ -170,7 +386,7 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 	if err != nil {
 		return err
 	}
-	d, err := l.Peek(ctx, fs.Arg(0))
+	d, err := l.Peek(ctx, t.key)
 	if err == nil && *failed != nil {
 		err = *failed
 	}
@@ -178,14 +394,21 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 		return fmt.Errorf("redis at %s: %w", rdb.Options().Addr, err)
 	}
 	res := core.Result{Allowed: d.Allowed, Rules: d.Rules()}
-	redisKey := store.Key(p.Name, fs.Arg(0))
+	redisKey := redisKeys(store, p.Name, t.key, p.Shards)[0] // a fresh limiter peeks shard 0
 	if p.Algorithm == core.SlidingBuckets {
 		redisKey += ":b"
 	}
 	if *asJSON {
-		return printJSON(stdout, p, redisKey, res)
+		return printJSON(stdout, p, t.key, redisKey, res)
 	}
-	fmt.Fprintf(stdout, "policy %s, key %q (Redis key %s)\n", p.Name, fs.Arg(0), redisKey)
+	if kind == "key" {
+		fmt.Fprintf(stdout, "policy %s, key %q (Redis key %s)\n", p.Name, t.key, redisKey)
+	} else {
+		fmt.Fprintf(stdout, "policy %s, %s %q (stored key %q, Redis key %s)\n", p.Name, kind, t.arg, t.key, redisKey)
+	}
+	if p.Shards > 1 {
+		fmt.Fprintf(stdout, "shard 0 of %d: each shard holds a share of every rule\n", p.Shards)
+	}
 	if res.Allowed {
 		fmt.Fprintln(stdout, "a request now: allowed")
 	} else {
@@ -208,6 +431,23 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 	return nil
 }
 
+// redisKeys returns the Redis keys of key under policy with SlidingLog,
+// one per shard; add ":b" for SlidingBuckets. Shard i of a key is the
+// key "<key>#<i>" after length bounding (package core, "Hot keys"), so
+// it is built from the bounded form that store.Key puts in braces.
+func redisKeys(store *core.RedisStore, policy, key string, shards int) []string {
+	k := store.Key(policy, key)
+	if shards <= 1 {
+		return []string{k}
+	}
+	stem := strings.TrimSuffix(k, "}")
+	out := make([]string, shards)
+	for i := range out {
+		out[i] = stem + "#" + strconv.Itoa(i) + "}"
+	}
+	return out
+}
+
 // limiter returns a limiter for p on store that never decides by itself:
 // a store failure is recorded in *failed instead of falling back.
 func limiter(store core.Store, p core.Policy) (l *core.Limiter, failed *error, err error) {
@@ -224,14 +464,16 @@ func limiter(store core.Store, p core.Policy) (l *core.Limiter, failed *error, e
 
 // peekJSON is peek's -json output.
 type peekJSON struct {
-	Policy   string              `json:"policy"`
+	Policy string `json:"policy"`
+	// Key is the stored key: KEY, or the key derived from it.
+	Key      string              `json:"key"`
 	RedisKey string              `json:"redis_key"`
 	Allowed  bool                `json:"allowed"`
 	Rules    []opshttp.RuleState `json:"rules"`
 }
 
-func printJSON(w io.Writer, p core.Policy, redisKey string, res core.Result) error {
-	out := peekJSON{Policy: p.Name, RedisKey: redisKey, Allowed: res.Allowed}
+func printJSON(w io.Writer, p core.Policy, key, redisKey string, res core.Result) error {
+	out := peekJSON{Policy: p.Name, Key: key, RedisKey: redisKey, Allowed: res.Allowed}
 	for _, s := range res.Rules {
 		out.Rules = append(out.Rules, opshttp.NewRuleState(s))
 	}
@@ -250,6 +492,8 @@ func round(d time.Duration) time.Duration {
 func reset(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs, c := newFlags("reset", stderr)
 	policy := fs.String("policy", "", "policy name (required)")
+	shards := fs.Int("shards", 0, "the policy's Shards (0: none)")
+	kf := addKeyFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -259,24 +503,78 @@ func reset(ctx context.Context, args []string, getenv func(string) string, stdou
 	if fs.NArg() == 0 {
 		return fmt.Errorf("%w: reset takes one or more keys", errUsage)
 	}
-	rdb, ctx, done, err := c.open(ctx, getenv)
+	// Reset does not depend on the rules; any valid rule names the
+	// policy (with shards, one with room for every shard).
+	p := core.Policy{Name: *policy, Rules: []core.Rule{{Limit: int64(max(*shards, 1)), Window: time.Second}}, Shards: *shards}
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	kind, targets, err := kf.targets(fs.Args(), getenv, stderr, c.cmd)
+	if err != nil {
+		return err
+	}
+	rdb, ctx, done, err := c.open(ctx, getenv, stderr, true)
 	if err != nil {
 		return err
 	}
 	defer done()
 	store := core.NewRedisStore(rdb, core.WithPrefix(c.prefix))
-	// Reset does not depend on the rules; any valid rule names the policy.
-	l, _, err := limiter(store, core.Policy{Name: *policy, Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
+	l, _, err := limiter(store, p)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
-	for _, k := range fs.Args() {
-		if err := l.Reset(ctx, k); err != nil {
+	for _, t := range targets {
+		keys := redisKeys(store, p.Name, t.key, p.Shards)
+		n, err := count(ctx, rdb, keys...)
+		if err == nil {
+			err = l.Reset(ctx, t.key)
+		}
+		if err != nil {
 			return fmt.Errorf("redis at %s: %w", rdb.Options().Addr, err)
 		}
-		fmt.Fprintf(stdout, "reset %s %q\n", *policy, k)
+		name := strconv.Quote(t.key)
+		if kind != "key" {
+			name = fmt.Sprintf("%s %q (stored key %q)", kind, t.arg, t.key)
+		}
+		switch n {
+		case 0:
+			fmt.Fprintf(stdout, "reset %s %s: not found, nothing deleted\n", p.Name, name)
+		case 1:
+			fmt.Fprintf(stdout, "reset %s %s: deleted 1 Redis key\n", p.Name, name)
+		default:
+			fmt.Fprintf(stdout, "reset %s %s: deleted %d Redis keys\n", p.Name, name, n)
+		}
+		if n == 0 && p.Shards <= 1 {
+			// The policy may have shards that -shards did not name.
+			shard0 := redisKeys(store, p.Name, t.key, 2)[0]
+			if m, err := count(ctx, rdb, shard0); err == nil && m > 0 {
+				fmt.Fprintf(stderr, "ratekit reset: %s exists: the policy has Shards; reset again with -shards N\n", shard0)
+			}
+		}
 	}
 	return nil
+}
+
+// count returns how many of the Redis keys, each with SlidingLog's name
+// and SlidingBuckets' (":b"), exist.
+func count(ctx context.Context, rdb *redis.Client, keys ...string) (int64, error) {
+	cmds, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range keys {
+			// One key per EXISTS: the two names of a key whose hash tag
+			// is empty are in different Cluster slots.
+			p.Exists(ctx, k)
+			p.Exists(ctx, k+":b")
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, c := range cmds {
+		n += c.(*redis.IntCmd).Val()
+	}
+	return n, nil
 }
 
 func policies(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -288,7 +586,7 @@ func policies(ctx context.Context, args []string, getenv func(string) string, st
 	if fs.NArg() != 0 {
 		return fmt.Errorf("%w: policies takes no arguments", errUsage)
 	}
-	rdb, ctx, done, err := c.open(ctx, getenv)
+	rdb, ctx, done, err := c.open(ctx, getenv, stderr, false)
 	if err != nil {
 		return err
 	}
