@@ -116,7 +116,10 @@ func WithBreaker(failures int, cooldown time.Duration) Option {
 // process's monotonic clock for a [MemoryStore]). Tests use it to step
 // time exactly. With a Redis store every app instance then writes its own
 // clock's times, so the windows are only as exact as the instances'
-// clocks agree: leave it unset in production.
+// clocks agree: leave it unset in production. Keys still expire by the
+// Redis server's clock: each write extends a key's TTL by how far clock
+// runs behind the server's, so no entry expires while it counts in
+// clock's time (a clock ahead of the server's only keeps keys longer).
 func WithClock(clock func() time.Time) Option {
 	return func(o *options) { o.clock = clock }
 }

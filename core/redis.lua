@@ -169,24 +169,27 @@ local function decide(op, n, keep, now, cnow, nr, maxw, at)
     if drop < 16 and drop * 4 < cnt then drop = 0 end
     -- The key must outlive its newest entry's window; when the TTL is
     -- about to fall short, set it to twice the longest window.
-    local ttl
+    local px
     if expat < t + maxw + 1000 then
-      ttl = ceil(maxw / 500) + 1
       expat = t + 2 * maxw
+      px = ceil(maxw / 500) + 1
+    end
+    if px or drop ~= 0 then
+      px = px or ceil((expat - t) / 1000) + 1
       if cnow ~= 0 then
-        -- Client time: the key lives until the window has passed in the
-        -- client's time, however far behind the server's that runs.
+        -- Client time: the key lives until its windows have passed in
+        -- the client's time, however far behind the server's that runs.
         local lag = ceil((servertime() - cnow) / 1000)
-        if lag > 0 then ttl = ttl + lag end
+        if lag > 0 then px = px + lag end
       end
     end
-    if drop == 0 and not ttl then
+    if not px then
       call('APPEND', key, add)
     elseif small then
-      call('SET', key, pack('<d', expat) .. sub(v, drop * 8 + 9) .. add, 'PX', format('%d', ttl or ceil((expat - t) / 1000) + 1))
+      call('SET', key, pack('<d', expat) .. sub(v, drop * 8 + 9) .. add, 'PX', format('%d', px))
     else
       call('APPEND', key, add)
-      call('SET', key, pack('<d', expat) .. call('GETRANGE', key, drop * 8 + 8, -1), 'PX', format('%d', ttl or ceil((expat - t) / 1000) + 1))
+      call('SET', key, pack('<d', expat) .. call('GETRANGE', key, drop * 8 + 8, -1), 'PX', format('%d', px))
     end
     for i = 1, nr do used[i] = used[i] + n end
     newest = t

@@ -1239,6 +1239,32 @@ func TestRedisClientTimeTTL(t *testing.T) {
 	if d, _ := l.Allow(ctx, "k"); d.Allowed {
 		t.Errorf("second Allow within the window = %+v, want denied", d)
 	}
+
+	// A write that trims dead entries without renewing the TTL keeps the
+	// lag too. The client clock starts a minute behind and is stepped:
+	// 0 s: 1 unit (TTL set until 20 s); 5 s: 20 units; 10.2 s: 1 unit
+	// (TTL renewed until 30.2 s); 15.5 s: 1 unit, trimming the 21 entries
+	// older than 5.5 s, TTL left at 30.2 s in the client's time, which is
+	// 14.7 s plus the clock's lag of about 44.5 s in the server's.
+	base := time.Now().Add(-time.Minute)
+	var step atomic.Int64
+	stepped := func() time.Time { return base.Add(time.Duration(step.Load())) }
+	l2 := mustLimit(t, store, core.Policy{Name: "stepped", Rules: []core.Rule{{Limit: 1000, Window: 10 * time.Second}}}, core.WithClock(stepped))
+	for _, s := range []struct {
+		at time.Duration
+		n  int64
+	}{{0, 1}, {5 * time.Second, 20}, {10200 * time.Millisecond, 1}, {15500 * time.Millisecond, 1}} {
+		step.Store(int64(s.at))
+		if d, err := l2.AllowN(ctx, "k", s.n); err != nil || !d.Allowed {
+			t.Fatalf("AllowN(%d) at %v = %+v, %v", s.n, s.at, d, err)
+		}
+	}
+	if n := len(scores(t, rdb, store.Key("stepped", "k"))); n != 2 {
+		t.Errorf("entries after the trim = %d, want 2", n)
+	}
+	if ttl := rdb.PTTL(ctx, store.Key("stepped", "k")).Val(); ttl < 50*time.Second {
+		t.Errorf("PTTL after a trimming write = %v, want about 59 s (14.7 s left in the client's time plus its lag)", ttl)
+	}
 }
 
 // TestDenyCacheCost: a denial cached for one cost does not answer a
