@@ -9,11 +9,13 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 run:
 	$(GO) run ./examples/quickstart
 
-## test: install redis-server if missing, then vet, gofmt check and the full race-enabled test run
+## test: install redis-server if missing, then vet, gofmt check, the full race-enabled test run
+## and every benchmark once (so that none is broken)
 test: redis-server
 	$(GO) vet ./...
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) test -race -shuffle=on -count=1 -timeout=15m ./...
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count=1 ./...
 	cd bench && $(GO) vet -mod=mod ./... && $(GO) test -mod=mod -count=1 ./...
 
 ## test-short: a fast local loop without the Redis-backed tests

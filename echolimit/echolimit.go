@@ -3,12 +3,12 @@ package echolimit
 import (
 	"context"
 	"net/http"
+	"sync"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
-	"github.com/ratekit/ratekit/keyfunc"
 )
 
 // skipper and denyHandler are this adapter's own settings, carried by
@@ -66,8 +66,12 @@ func New(l *core.Limiter, opts ...guard.Option) echo.MiddlewareFunc {
 			}
 			r := c.Request()
 			ctx := r.Context()
-			v := g.Admit(ctx, keyfunc.FromHTTPWithValues(r, c.Path(), locals{c}))
-			v.WriteHeaders(c.Response().Header().Set)
+			loc := localsPool.Get().(*locals)
+			loc.c = c
+			v := g.AdmitHTTP(ctx, r, c.Path(), loc)
+			loc.c = nil
+			localsPool.Put(loc)
+			v.WriteHTTPHeaders(c.Response().Header())
 			if !v.Proceed() {
 				if deny != nil && v.Outcome == guard.OutcomeDeny {
 					d := v // only denials pay for the copy the handler may keep
@@ -90,7 +94,6 @@ func New(l *core.Limiter, opts ...guard.Option) echo.MiddlewareFunc {
 // returned so that echo does not render it a second time. A panic is
 // finished as 500 and goes on, unrecovered, to the Recover middleware.
 func nextAndFinish(ctx context.Context, next echo.HandlerFunc, c echo.Context, v *guard.Verdict) error {
-	ctx = context.WithoutCancel(ctx)
 	done := false
 	defer func() {
 		if !done {
@@ -110,7 +113,7 @@ func nextAndFinish(ctx context.Context, next echo.HandlerFunc, c echo.Context, v
 }
 
 // Write writes the guard's answer for a request that does not proceed:
-// status, content type and fixed body. Headers from v.WriteHeaders must be
+// status, content type and fixed body. Headers from v.WriteHTTPHeaders must be
 // set before. Deny handlers may call it to fall back to the default answer.
 func Write(c echo.Context, v *guard.Verdict) error {
 	res := c.Response()
@@ -123,7 +126,11 @@ func Write(c echo.Context, v *guard.Verdict) error {
 // locals looks string keys up in the echo context's store (c.Set).
 type locals struct{ c echo.Context }
 
-func (l locals) Local(key any) any {
+// localsPool keeps the locals of requests being admitted, so that passing
+// one as keyfunc.Locals allocates nothing.
+var localsPool = sync.Pool{New: func() any { return new(locals) }}
+
+func (l *locals) Local(key any) any {
 	if s, ok := key.(string); ok {
 		return l.c.Get(s)
 	}

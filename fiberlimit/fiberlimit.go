@@ -72,7 +72,6 @@ func New(l *core.Limiter, opts ...guard.Option) fiber.Handler {
 // second time. A panic is finished as 500 and goes on, unrecovered, to
 // the recover middleware.
 func nextAndFinish(ctx context.Context, c *fiber.Ctx, v *guard.Verdict) error {
-	ctx = context.WithoutCancel(ctx)
 	done := false
 	defer func() {
 		if !done {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
-	"github.com/ratekit/ratekit/keyfunc"
 )
 
 // denyHandler is this adapter's own setting, carried by guard.Native.
@@ -41,8 +40,8 @@ func New(l *core.Limiter, opts ...guard.Option) gin.HandlerFunc {
 	finish := g.NeedsFinish()
 	return func(c *gin.Context) {
 		ctx := c.Request.Context()
-		v := g.Admit(ctx, keyfunc.FromHTTPWithValues(c.Request, c.FullPath(), (*locals)(c)))
-		v.WriteHeaders(c.Writer.Header().Set)
+		v := g.AdmitHTTP(ctx, c.Request, c.FullPath(), (*locals)(c))
+		v.WriteHTTPHeaders(c.Writer.Header())
 		if !v.Proceed() {
 			if deny != nil && v.Outcome == guard.OutcomeDeny {
 				d := v // only denials pay for the copy the handler may keep
@@ -64,7 +63,6 @@ func New(l *core.Limiter, opts ...guard.Option) gin.HandlerFunc {
 // written. A panic is finished as 500 and goes on, unrecovered, to the
 // Recovery middleware.
 func nextAndFinish(ctx context.Context, c *gin.Context, v *guard.Verdict) {
-	ctx = context.WithoutCancel(ctx)
 	done := false
 	defer func() {
 		if !done {
@@ -77,7 +75,7 @@ func nextAndFinish(ctx context.Context, c *gin.Context, v *guard.Verdict) {
 }
 
 // Write writes the guard's answer for a request that does not proceed:
-// status, content type and fixed body. Headers from v.WriteHeaders must be
+// status, content type and fixed body. Headers from v.WriteHTTPHeaders must be
 // set before. Deny handlers may call it to fall back to the default answer.
 // It does not abort the chain; New does.
 func Write(c *gin.Context, v *guard.Verdict) {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -134,7 +134,7 @@ func (e *engine) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	if g == nil {
 		return handler(ctx, req)
 	}
-	v := g.g.Admit(ctx, &request{ctx: ctx, method: info.FullMethod})
+	v := g.admit(ctx, info.FullMethod)
 	if md := headerMD(&v); md != nil {
 		// An earlier interceptor may have sent the headers already: the
 		// fields then go in the trailers. Both fail only outside a gRPC
@@ -159,7 +159,7 @@ func (g *limited) unaryAndFinish(ctx context.Context, req any, handler grpc.Unar
 	done := false
 	defer func() {
 		if !done {
-			v.Finish(context.WithoutCancel(ctx), int(codes.Internal))
+			v.Finish(ctx, int(codes.Internal))
 		}
 	}()
 	resp, err := handler(ctx, req)
@@ -174,7 +174,7 @@ func (e *engine) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 		return handler(srv, ss)
 	}
 	ctx := ss.Context()
-	v := g.g.Admit(ctx, &request{ctx: ctx, method: info.FullMethod})
+	v := g.admit(ctx, info.FullMethod)
 	if md := headerMD(&v); md != nil {
 		if err := ss.SetHeader(md); err != nil {
 			ss.SetTrailer(md) // the headers were sent already
@@ -196,7 +196,7 @@ func (g *limited) streamAndFinish(ctx context.Context, srv any, ss grpc.ServerSt
 	done := false
 	defer func() {
 		if !done {
-			v.Finish(context.WithoutCancel(ctx), int(codes.Internal))
+			v.Finish(ctx, int(codes.Internal))
 		}
 	}()
 	err := handler(srv, ss)
@@ -231,8 +231,20 @@ func newLimited(l *core.Limiter, opts []guard.Option) *limited {
 // done completes an admitted call with the code the handler ended with.
 // The refund or reset runs even if the client has gone away: it is
 // bounded by the limiter's store timeout, not by the call's context.
+// admit runs the guard for a call of method, through a pooled view.
+func (g *limited) admit(ctx context.Context, method string) guard.Verdict {
+	r := requests.Get().(*request)
+	r.ctx, r.method = ctx, method
+	v := g.g.Admit(ctx, r)
+	*r = request{}
+	requests.Put(r)
+	return v
+}
+
+var requests = sync.Pool{New: func() any { return new(request) }}
+
 func (g *limited) done(ctx context.Context, v *guard.Verdict, err error) {
-	v.Finish(context.WithoutCancel(ctx), int(code(err)))
+	v.Finish(ctx, int(code(err)))
 }
 
 // status returns the default status for a verdict that does not proceed.
@@ -326,45 +338,5 @@ func code(err error) codes.Code {
 }
 
 // headerMD returns the verdict's rate-limit fields as response header
-// metadata, nil when there are none. The values share one backing array.
-func headerMD(v *guard.Verdict) metadata.MD {
-	var (
-		md   metadata.MD
-		vals []string
-	)
-	v.WriteHeaders(func(name, value string) {
-		if md == nil {
-			md = make(metadata.MD, 6)
-			vals = make([]string, 0, 6) // at most 3 + 2 fields and retry-after
-		}
-		k := mdKey(name)
-		if old := md[k]; len(old) > 0 {
-			// Not written by core today; keep every value if it is.
-			md[k] = append(old[:len(old):len(old)], value)
-			return
-		}
-		vals = append(vals, value)
-		md[k] = vals[len(vals)-1 : len(vals) : len(vals)]
-	})
-	return md
-}
-
-// mdKey returns a header field name as a metadata key: lowercase, without
-// allocating for the names core writes.
-func mdKey(name string) string {
-	switch name {
-	case guard.HeaderLimit:
-		return "x-ratelimit-limit"
-	case guard.HeaderRemaining:
-		return "x-ratelimit-remaining"
-	case guard.HeaderReset:
-		return "x-ratelimit-reset"
-	case guard.HeaderRetryAfter:
-		return "retry-after"
-	case guard.HeaderPolicy:
-		return "ratelimit-policy"
-	case guard.HeaderRateLimit:
-		return "ratelimit"
-	}
-	return strings.ToLower(name)
-}
+// metadata, nil when there are none.
+func headerMD(v *guard.Verdict) metadata.MD { return v.Metadata() }

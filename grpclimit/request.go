@@ -36,8 +36,8 @@ func Request(ctx context.Context, fullMethod string) keyfunc.Request {
 	return &request{ctx: ctx, method: fullMethod}
 }
 
-// request is the keyfunc.Request view of a gRPC call: one small
-// allocation, reading the context lazily.
+// request is the keyfunc.Request view of a gRPC call, reading the context
+// lazily. The interceptors take views from a pool.
 type request struct {
 	ctx    context.Context
 	method string

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/keyfunc"
@@ -117,70 +118,200 @@ func (v *Verdict) Status() int {
 
 // WriteHeaders calls set for every header field of the answer: the
 // rate-limit fields of the selected style on decided requests (allowed or
-// denied), and Retry-After on denials and FailClosed refusals.
+// denied), and Retry-After on denials and FailClosed refusals. The values
+// share one allocation.
 func (v *Verdict) WriteHeaders(set func(name, value string)) {
+	var (
+		hs    headerSet
+		stack [128]byte
+	)
+	buf := v.collect(&hs, stack[:0])
+	if hs.n == 0 {
+		return
+	}
+	all := string(buf)
+	for i := range hs.n {
+		set(hs.names[i], all[hs.start(i):hs.ends[i]])
+	}
+}
+
+// WriteHTTPHeaders sets the header fields of [Verdict.WriteHeaders] in h,
+// replacing values h has for them, in a single allocation for the usual
+// X-RateLimit fields: what the net/http, gin and echo adapters use.
+func (v *Verdict) WriteHTTPHeaders(h http.Header) {
+	var (
+		hs    headerSet
+		stack [128]byte
+	)
+	buf := v.collect(&hs, stack[:0])
+	if hs.n == 0 {
+		return
+	}
+	fill(h, &hs, buf, false)
+}
+
+// Metadata returns the header fields of [Verdict.WriteHeaders] as gRPC
+// metadata holds them (convert to metadata.MD): lowercase keys, one
+// value each; nil when there are none. The values share one allocation.
+func (v *Verdict) Metadata() map[string][]string {
+	var (
+		hs    headerSet
+		stack [128]byte
+	)
+	buf := v.collect(&hs, stack[:0])
+	if hs.n == 0 {
+		return nil
+	}
+	md := make(map[string][]string, hs.n)
+	fill(md, &hs, buf, true)
+	return md
+}
+
+// fill sets the fields of hs, whose values are in buf, in m: under their
+// names, or their lowercase names when lower is set.
+func fill(m map[string][]string, hs *headerSet, buf []byte, lower bool) {
+	// The values and the slices m holds them in share one block; m keeps
+	// it alive as long as it keeps any of them. The block's bytes are
+	// written once, here, before any string refers to them.
+	b := new(valueBlock)
+	var all string
+	if len(buf) <= len(b.buf) {
+		copy(b.buf[:], buf)
+		all = unsafe.String(&b.buf[0], len(buf))
+	} else {
+		all = string(buf)
+	}
+	for i := range hs.n {
+		b.vals[i] = all[hs.start(i):hs.ends[i]]
+		name := hs.names[i]
+		if lower {
+			name = lowerName(name)
+		}
+		m[name] = b.vals[i : i+1 : i+1]
+	}
+}
+
+// lowerName returns a header field name of the answers in lowercase, as
+// a gRPC metadata key.
+func lowerName(name string) string {
+	switch name {
+	case HeaderLimit:
+		return "x-ratelimit-limit"
+	case HeaderRemaining:
+		return "x-ratelimit-remaining"
+	case HeaderReset:
+		return "x-ratelimit-reset"
+	case HeaderRetryAfter:
+		return "retry-after"
+	case HeaderPolicy:
+		return "ratelimit-policy"
+	}
+	return "ratelimit"
+}
+
+// maxFields is the most header fields an answer has: three X-RateLimit
+// fields, two IETF fields and Retry-After.
+const maxFields = 6
+
+// valueBlock holds the header values of one answer written to a map.
+type valueBlock struct {
+	vals [maxFields]string
+	buf  [64]byte
+}
+
+// headerSet records the header fields of an answer: their names, and
+// where their values, laid end to end in one buffer, end.
+type headerSet struct {
+	n     int
+	names [maxFields]string
+	ends  [maxFields]int
+}
+
+func (hs *headerSet) start(i int) int {
+	if i == 0 {
+		return 0
+	}
+	return hs.ends[i-1]
+}
+
+// end closes the value of field name, which ends at n.
+func (hs *headerSet) end(name string, n int) {
+	hs.names[hs.n] = name
+	hs.ends[hs.n] = n
+	hs.n++
+}
+
+// int appends field name with the value x.
+func (hs *headerSet) int(buf []byte, name string, x int64) []byte {
+	buf = strconv.AppendInt(buf, x, 10)
+	hs.end(name, len(buf))
+	return buf
+}
+
+// collect appends the header fields of the answer to buf, recording them
+// in hs.
+func (v *Verdict) collect(hs *headerSet, buf []byte) []byte {
 	d := &v.Decision
 	decided := v.Outcome == OutcomeAllow && !v.DryRun || v.Outcome == OutcomeDeny
 	if decided && d.Limit > 0 && d.Source != core.SourceOpen && d.Source != core.SourceClosed {
 		st := v.g.cfg.headers
 		if st&HeadersXRateLimit != 0 {
-			set(HeaderLimit, strconv.FormatInt(d.Limit, 10))
-			set(HeaderRemaining, strconv.FormatInt(d.Remaining, 10))
-			set(HeaderReset, strconv.FormatInt(Seconds(d.ResetAfter), 10))
+			buf = hs.int(buf, HeaderLimit, d.Limit)
+			buf = hs.int(buf, HeaderRemaining, d.Remaining)
+			buf = hs.int(buf, HeaderReset, Seconds(d.ResetAfter))
 		}
 		if st&HeadersIETF != 0 {
-			pol, cur := v.ietf()
-			set(HeaderPolicy, pol)
-			set(HeaderRateLimit, cur)
+			buf = v.ietf(hs, buf)
 		}
 	}
 	switch v.Outcome {
 	case OutcomeDeny:
 		if d.RetryAfter > 0 {
-			set(HeaderRetryAfter, strconv.FormatInt(Seconds(d.RetryAfter), 10))
+			buf = hs.int(buf, HeaderRetryAfter, Seconds(d.RetryAfter))
 		}
 	case OutcomeUnavailable:
 		if d.Source == core.SourceClosed {
-			set(HeaderRetryAfter, strconv.FormatInt(max(1, Seconds(d.RetryAfter)), 10))
+			buf = hs.int(buf, HeaderRetryAfter, max(1, Seconds(d.RetryAfter)))
 		}
 	}
+	return buf
 }
 
-// ietf formats the RateLimit-Policy and RateLimit fields: one item per
+// ietf appends the RateLimit-Policy and RateLimit fields: one item per
 // rule, named by the policy (and the window when there are several rules).
-func (v *Verdict) ietf() (policy, current string) {
+func (v *Verdict) ietf(hs *headerSet, buf []byte) []byte {
 	d := &v.Decision
 	items := d.Rules()
 	if len(items) == 0 {
 		items = []core.RuleState{{Limit: d.Limit, Window: d.Window, Used: d.Limit - d.Remaining, ResetAfter: d.ResetAfter}}
 	}
 	multi := len(items) > 1
-	pk := partitionKey(v.by.name, v.Key)
-	var pb, cb strings.Builder
-	for i, r := range items {
-		if i > 0 {
-			pb.WriteString(", ")
-			cb.WriteString(", ")
+	var pk [12]byte // base64 of 9 bytes
+	partitionKey(pk[:], v.by.name, v.Key)
+	for pass, name := range [2]string{HeaderPolicy, HeaderRateLimit} {
+		for i, r := range items {
+			if i > 0 {
+				buf = append(buf, ", "...)
+			}
+			buf = strconv.AppendQuote(buf, itemName(v.by.name, r.Window, multi))
+			if pass == 0 {
+				buf = append(buf, ";q="...)
+				buf = strconv.AppendInt(buf, r.Limit, 10)
+				buf = append(buf, ";w="...)
+				buf = strconv.AppendInt(buf, Seconds(r.Window), 10)
+			} else {
+				buf = append(buf, ";r="...)
+				buf = strconv.AppendInt(buf, r.Remaining(), 10)
+				buf = append(buf, ";t="...)
+				buf = strconv.AppendInt(buf, Seconds(r.ResetAfter), 10)
+			}
+			buf = append(buf, ";pk=:"...)
+			buf = append(buf, pk[:]...)
+			buf = append(buf, ':')
 		}
-		name := strconv.Quote(itemName(v.by.name, r.Window, multi))
-		pb.WriteString(name)
-		pb.WriteString(";q=")
-		pb.WriteString(strconv.FormatInt(r.Limit, 10))
-		pb.WriteString(";w=")
-		pb.WriteString(strconv.FormatInt(Seconds(r.Window), 10))
-		pb.WriteString(";pk=:")
-		pb.WriteString(pk)
-		pb.WriteString(":")
-		cb.WriteString(name)
-		cb.WriteString(";r=")
-		cb.WriteString(strconv.FormatInt(r.Remaining(), 10))
-		cb.WriteString(";t=")
-		cb.WriteString(strconv.FormatInt(Seconds(r.ResetAfter), 10))
-		cb.WriteString(";pk=:")
-		cb.WriteString(pk)
-		cb.WriteString(":")
+		hs.end(name, len(buf))
 	}
-	return pb.String(), cb.String()
+	return buf
 }
 
 // ItemName is the name the verdict's binding rule goes by in the IETF
@@ -208,10 +339,13 @@ func itemName(policy string, window time.Duration, multi bool) string {
 	return policy + "-" + w
 }
 
-// partitionKey hashes the key so the header never reveals it.
-func partitionKey(policy, key string) string {
-	h := sha256.Sum256([]byte(policy + "\x00" + key))
-	return base64.StdEncoding.EncodeToString(h[:9])
+// partitionKey writes to dst (12 bytes) a hash of the key, so that the
+// header never reveals it.
+func partitionKey(dst []byte, policy, key string) {
+	var in [256]byte
+	b := append(append(append(in[:0], policy...), 0), key...)
+	h := sha256.Sum256(b)
+	base64.StdEncoding.Encode(dst, h[:9])
 }
 
 // Seconds returns d in whole seconds, rounded up: the delta-seconds of

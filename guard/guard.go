@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"reflect"
+	"sync"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/keyfunc"
@@ -268,6 +270,21 @@ func (g *Guard) Admit(ctx context.Context, r keyfunc.Request) Verdict {
 	}
 	return v
 }
+
+// AdmitHTTP is [Guard.Admit] for an *http.Request, seen by key functions
+// as keyfunc.FromHTTPWithValues(r, route, values) shows it, through a
+// view taken from a pool and put back before AdmitHTTP returns: the
+// net/http, gin and echo adapters' way to build none per request.
+func (g *Guard) AdmitHTTP(ctx context.Context, r *http.Request, route string, values keyfunc.Locals) Verdict {
+	h := httpViews.Get().(*keyfunc.HTTPRequest)
+	h.Reset(r, route, values)
+	v := g.Admit(ctx, h)
+	h.Reset(nil, "", nil)
+	httpViews.Put(h)
+	return v
+}
+
+var httpViews = sync.Pool{New: func() any { return new(keyfunc.HTTPRequest) }}
 
 // errInvalidCost is the error of a verdict for a cost below 1.
 var errInvalidCost = errors.New("ratekit: request cost below 1")

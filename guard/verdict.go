@@ -101,7 +101,7 @@ func (v *Verdict) refundAll(ctx context.Context) {
 	if v.nheld == 0 {
 		return
 	}
-	ctx = context.WithoutCancel(ctx)
+	ctx = detach(ctx)
 	_ = v.Decision.Refund(ctx)
 	for i := range v.more {
 		_ = v.more[i].d.Refund(ctx)
@@ -120,7 +120,7 @@ func (v *Verdict) Finish(ctx context.Context, status int) {
 	if v.Outcome != OutcomeAllow || v.nheld == 0 {
 		return
 	}
-	ctx = context.WithoutCancel(ctx)
+	ctx = detach(ctx)
 	cfg := &v.g.cfg
 	if cfg.resetIf != nil && cfg.resetIf(status) && v.by == &v.g.own {
 		_ = v.by.l.Reset(ctx, v.Key)
@@ -131,4 +131,14 @@ func (v *Verdict) Finish(ctx context.Context, status int) {
 	if cfg.countIf != nil && !cfg.countIf(status) {
 		v.refundAll(ctx)
 	}
+}
+
+// detach returns ctx without its cancellation and deadline: a refund or
+// reset runs even when the client has gone. A context that can end has a
+// Done channel; one without needs no wrapper.
+func detach(ctx context.Context) context.Context {
+	if ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
 }

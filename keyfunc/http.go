@@ -24,7 +24,7 @@ import (
 // original body (whose Close it keeps), so the handler still reads the
 // whole body. Like r itself, the view is not safe for concurrent use.
 func FromHTTP(r *http.Request, route string) Request {
-	return &httpRequest{r: r, route: route}
+	return FromHTTPWithValues(r, route, nil)
 }
 
 // Locals looks a key up in a framework's per-request store (gin c.Get,
@@ -44,10 +44,17 @@ func (f LocalsFunc) Local(key any) any { return f(key) }
 // method consults values first and, when that returns nil,
 // r.Context().Value. A nil values is allowed.
 func FromHTTPWithValues(r *http.Request, route string, values Locals) Request {
-	return &httpRequest{r: r, route: route, values: values}
+	h := new(HTTPRequest)
+	h.Reset(r, route, values)
+	return h
 }
 
-type httpRequest struct {
+// HTTPRequest is the [Request] view of an *http.Request that [FromHTTP]
+// and [FromHTTPWithValues] return, as a type that can be reused: the
+// adapters keep views in a pool (see guard.Guard.AdmitHTTP), so that
+// building one allocates nothing. Use it through [Request]; a zero
+// HTTPRequest must be [HTTPRequest.Reset] before use.
+type HTTPRequest struct {
 	r      *http.Request
 	route  string
 	values Locals
@@ -60,30 +67,50 @@ type httpRequest struct {
 	read bool
 }
 
-func (h *httpRequest) Context() context.Context { return h.r.Context() }
-func (h *httpRequest) Method() string           { return h.r.Method }
-func (h *httpRequest) RemoteAddr() string       { return h.r.RemoteAddr }
+// Reset makes h the view of r, with route and values as
+// [FromHTTPWithValues] takes them, forgetting all of the request it was
+// the view of before; Reset(nil, "", nil) lets go of it. The bytes a
+// previous request's Body returned are not reused.
+func (h *HTTPRequest) Reset(r *http.Request, route string, values Locals) {
+	*h = HTTPRequest{r: r, route: route, values: values}
+}
 
-func (h *httpRequest) Route() string { return h.route }
+// Context implements [Request].
+func (h *HTTPRequest) Context() context.Context { return h.r.Context() }
 
-func (h *httpRequest) Path() string {
+// Method implements [Request].
+func (h *HTTPRequest) Method() string { return h.r.Method }
+
+// RemoteAddr implements [Request].
+func (h *HTTPRequest) RemoteAddr() string { return h.r.RemoteAddr }
+
+// Route implements [Request].
+func (h *HTTPRequest) Route() string { return h.route }
+
+// Path implements [Request].
+func (h *HTTPRequest) Path() string {
 	if h.r.URL == nil {
 		return ""
 	}
 	return h.r.URL.Path
 }
 
-func (h *httpRequest) Header(name string) string   { return h.r.Header.Get(name) }
-func (h *httpRequest) Values(name string) []string { return h.r.Header.Values(name) }
+// Header implements [Request].
+func (h *HTTPRequest) Header(name string) string { return h.r.Header.Get(name) }
 
-func (h *httpRequest) Query(name string) string {
+// Values implements [Request].
+func (h *HTTPRequest) Values(name string) []string { return h.r.Header.Values(name) }
+
+// Query implements [Request].
+func (h *HTTPRequest) Query(name string) string {
 	if h.r.URL == nil {
 		return ""
 	}
 	return lookupQuery(h.r.URL.RawQuery, name)
 }
 
-func (h *httpRequest) Value(key any) any {
+// Value implements [Request].
+func (h *HTTPRequest) Value(key any) any {
 	if h.values != nil {
 		if v := h.values.Local(key); v != nil {
 			return v
@@ -92,13 +119,13 @@ func (h *httpRequest) Value(key any) any {
 	return h.r.Context().Value(key)
 }
 
-// Body reads up to limit bytes of the body. A body whose declared length
+// Body implements [Request]: it reads up to limit bytes of the body. A body whose declared length
 // exceeds limit is refused without reading; otherwise at most limit+1 bytes
 // are read, once, and later calls reuse them. r.Body is read as it is:
 // behind a middleware that swaps in a decompressing reader, at most limit+1
 // decompressed bytes are produced. A body cut short by http.MaxBytesReader
 // is too large as well.
-func (h *httpRequest) Body(limit int64) ([]byte, error) {
+func (h *HTTPRequest) Body(limit int64) ([]byte, error) {
 	limit = min(max(limit, 0), math.MaxInt64-1)
 	if int64(len(h.buf)) > limit || !h.eof && h.r.ContentLength > limit {
 		return nil, BodyTooLarge(limit)

@@ -233,29 +233,31 @@ func ClientIP(opts ...IPOption) Func {
 	}
 	if len(c.trusted) == 0 {
 		return func(r Request) (string, error) {
-			peer, ok := parseNode(r.RemoteAddr(), false)
+			ra := r.RemoteAddr()
+			peer, ok := parseNode(ra, false)
 			if !ok {
 				return "", errBadPeer
 			}
-			return c.key(peer), nil
+			return c.key(peer, ra), nil
 		}
 	}
 	forwarded := c.header == headerForwarded
 	errBadHop := withReason(fmt.Errorf("keyfunc: client ip: %s from a trusted proxy names no client address: %w",
 		c.header, ErrInvalidKey), "invalid forwarding header")
 	return func(r Request) (string, error) {
-		peer, ok := parseNode(r.RemoteAddr(), false)
+		ra := r.RemoteAddr()
+		peer, ok := parseNode(ra, false)
 		if !ok {
 			return "", errBadPeer
 		}
 		if !c.isTrusted(peer) {
-			return c.key(peer), nil
+			return c.key(peer, ra), nil
 		}
-		a, ok := c.walk(r.Values(c.header), peer, forwarded)
+		a, seen, ok := c.walk(r.Values(c.header), peer, ra, forwarded)
 		if !ok {
 			return "", errBadHop
 		}
-		return c.key(a), nil
+		return c.key(a, seen), nil
 	}
 }
 
@@ -269,13 +271,14 @@ func (c *ipConfig) isTrusted(a netip.Addr) bool {
 }
 
 // walk walks the comma-separated hop list formed by joining vals from the
-// right, starting at the trusted peer, and returns the client address: the
-// first untrusted one, or, when every hop is trusted, the leftmost hop (or
-// peer, for an empty list). It reports false when a hop reached before the
-// client is not an address. forwarded selects RFC 7239 element syntax
-// instead of X-Forwarded-For.
-func (c *ipConfig) walk(vals []string, peer netip.Addr, forwarded bool) (netip.Addr, bool) {
-	last := peer
+// right, starting at the trusted peer (written peerText), and returns the
+// client address and the text it was read from: the first untrusted one,
+// or, when every hop is trusted, the leftmost hop (or peer, for an empty
+// list). It reports false when a hop reached before the client is not an
+// address. forwarded selects RFC 7239 element syntax instead of
+// X-Forwarded-For.
+func (c *ipConfig) walk(vals []string, peer netip.Addr, peerText string, forwarded bool) (netip.Addr, string, bool) {
+	last, lastText := peer, peerText
 	for i := len(vals) - 1; i >= 0; i-- {
 		v := vals[i]
 		for v != "" {
@@ -299,21 +302,23 @@ func (c *ipConfig) walk(vals []string, peer netip.Addr, forwarded bool) (netip.A
 				a, ok = parseNode(elem, false)
 			}
 			if !ok {
-				return netip.Addr{}, false
+				return netip.Addr{}, "", false
 			}
 			if !c.isTrusted(a) {
-				return a, true
+				return a, elem, true
 			}
-			last = a
+			last, lastText = a, elem
 		}
 	}
-	return last, true
+	return last, lastText, true
 }
 
 // key formats a as ClientIP's key: the bare address for a full-length
 // prefix, the masked prefix otherwise. An IPv6 address that stands for an
-// IPv4 client is keyed as that client.
-func (c *ipConfig) key(a netip.Addr) string {
+// IPv4 client is keyed as that client. seen is the text a was parsed
+// from: when its host part is already the key, the key is that substring
+// and costs no allocation.
+func (c *ipConfig) key(a netip.Addr, seen string) string {
 	var buf [64]byte // longest: IPv6 with embedded IPv4 and "/128"
 	bits := c.v6Bits
 	if a.Is6() {
@@ -328,7 +333,11 @@ func (c *ipConfig) key(a netip.Addr) string {
 		bits = c.v4Bits
 	}
 	if bits == a.BitLen() {
-		return string(a.AppendTo(buf[:0]))
+		b := a.AppendTo(buf[:0])
+		if h := hostPart(seen); h == string(b) {
+			return h
+		}
+		return string(b)
 	}
 	p, err := a.Prefix(bits)
 	if err != nil { // unreachable: bits is validated and a is valid
@@ -429,6 +438,15 @@ func parseNode(s string, forwarded bool) (netip.Addr, bool) {
 		return netip.Addr{}, false
 	}
 	return a, true
+}
+
+// hostPart returns the address of an "ipv4:port" text, or the text itself
+// when it has no port or is IPv6.
+func hostPart(s string) string {
+	if i := strings.LastIndexByte(s, ':'); i >= 0 && strings.IndexByte(s[:i], ':') < 0 {
+		return s[:i]
+	}
+	return s
 }
 
 // validPort reports whether s is a decimal port of up to 5 digits or, if

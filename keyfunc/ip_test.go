@@ -2,11 +2,13 @@ package keyfunc_test
 
 import (
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
 
+	"github.com/ratekit/ratekit/internal/race"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
@@ -325,3 +327,21 @@ func TestParseTrustedProxies(t *testing.T) {
 }
 
 func netipZeroPrefix() netip.Prefix { return netip.Prefix{} }
+
+// TestClientIPKeyAllocations: an IPv4 peer keyed as itself costs no
+// allocation (the key is the address part of RemoteAddr), and a
+// non-canonical form is still keyed canonically.
+func TestClientIPKeyAllocations(t *testing.T) {
+	key := keyfunc.ClientIP()
+	r := keyfunc.FromHTTP(&http.Request{RemoteAddr: "192.0.2.1:1234", Header: http.Header{}}, "")
+	if race.Enabled {
+		t.Skip("allocation counts differ under the race detector")
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		if k, err := key(r); err != nil || k != "192.0.2.1" {
+			t.Fatalf("key = %q, %v", k, err)
+		}
+	}); n != 0 {
+		t.Errorf("ClientIP of an IPv4 peer: %v allocations, want 0", n)
+	}
+}

@@ -33,6 +33,10 @@ type Func func(r Request) (string, error)
 // Request is the framework-neutral view of an incoming request that key
 // functions read. ratekit's adapters and [FromHTTP] implement it; outside
 // implementations may need changes before v1, as methods may be added.
+//
+// A Request is valid only during the call it is passed to (a key, skip or
+// cost function): the adapters reuse their views for later requests. Keep
+// what you need of it (strings are safe to keep), not the Request.
 type Request interface {
 	// Context is the request's context.
 	Context() context.Context

@@ -5,7 +5,6 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
-	"github.com/ratekit/ratekit/keyfunc"
 )
 
 // denyHandler and routeFunc are this adapter's own settings, carried by
@@ -53,8 +52,8 @@ func New(l *core.Limiter, opts ...guard.Option) func(http.Handler) http.Handler 
 				rt = route(r)
 			}
 			ctx := r.Context()
-			v := g.Admit(ctx, keyfunc.FromHTTP(r, rt))
-			v.WriteHeaders(w.Header().Set)
+			v := g.AdmitHTTP(ctx, r, rt, nil)
+			v.WriteHTTPHeaders(w.Header())
 			if !v.Proceed() {
 				// A copy, so that the allowed path keeps v on the stack.
 				vv := v
@@ -93,7 +92,7 @@ func serveAndFinish(next http.Handler, w http.ResponseWriter, r *http.Request, v
 }
 
 // Write writes the guard's answer for a request that does not proceed:
-// status, content type and fixed body. Headers from v.WriteHeaders must be
+// status, content type and fixed body. Headers from v.WriteHTTPHeaders must be
 // set before. Deny handlers may call it to fall back to the default answer.
 func Write(w http.ResponseWriter, v *guard.Verdict) {
 	status, body := v.Answer(w.Header().Set)

@@ -1,0 +1,117 @@
+package guard_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/guard"
+	"github.com/ratekit/ratekit/internal/race"
+	"github.com/ratekit/ratekit/keyfunc"
+)
+
+// TestHeaderWriters: WriteHTTPHeaders and Metadata write exactly the
+// fields WriteHeaders does (canonical and lowercase names), each answer's
+// values are its own, and long IETF values are whole.
+func TestHeaderWriters(t *testing.T) {
+	ctx := context.Background()
+	for _, style := range []guard.HeaderStyle{guard.HeadersXRateLimit, guard.HeadersIETF, guard.HeadersXRateLimit | guard.HeadersIETF} {
+		l := limiter(t, core.NewMemoryStore(), "writers", core.Rule{Limit: 50_000, Window: 90 * time.Second},
+			core.Rule{Limit: 100_000, Window: 24 * time.Hour})
+		g := guard.New(l, guard.WithHeaders(style), guard.WithKey(user))
+		first := g.Admit(ctx, req().with("X-User", "alice"))
+		want := headers(&first)
+		h := http.Header{}
+		if style&guard.HeadersXRateLimit != 0 {
+			h.Set(guard.HeaderLimit, "stale") // replaced
+		}
+		first.WriteHTTPHeaders(h)
+		md := first.Metadata()
+		// A second answer must not change what the first one wrote.
+		second := g.Admit(ctx, req().with("X-User", "bob"))
+		second.WriteHTTPHeaders(http.Header{})
+		_ = second.Metadata()
+		if len(h) != len(want) || len(md) != len(want) {
+			t.Errorf("style %v: %d http fields, %d metadata keys, want %d: %v / %v / %v", style, len(h), len(md), len(want), h, md, want)
+		}
+		for name, val := range want {
+			if got := h[name]; len(got) != 1 || got[0] != val {
+				t.Errorf("style %v: http %s = %q, want [%q]", style, name, got, val)
+			}
+			if got := md[strings.ToLower(name)]; len(got) != 1 || got[0] != val {
+				t.Errorf("style %v: metadata %s = %q, want [%q]", style, strings.ToLower(name), got, val)
+			}
+		}
+		if style == guard.HeadersXRateLimit && (want[guard.HeaderLimit] != "50000" || want[guard.HeaderRemaining] != "49999" || want[guard.HeaderReset] != "90") {
+			t.Errorf("X-RateLimit fields = %v, want 50000, 49999, 90", want)
+		}
+	}
+	// No fields, no map.
+	g := guard.New(limiter(t, core.NewMemoryStore(), "none", perHour(1)), guard.WithHeaders(guard.HeadersNone))
+	v := g.Admit(ctx, req())
+	if md := v.Metadata(); md != nil {
+		t.Errorf("Metadata with HeadersNone = %v, want nil", md)
+	}
+	h := http.Header{}
+	v.WriteHTTPHeaders(h)
+	if len(h) != 0 {
+		t.Errorf("WriteHTTPHeaders with HeadersNone wrote %v", h)
+	}
+}
+
+// TestHeaderAllocations: the X-RateLimit fields of an allowed request cost
+// one allocation in an http.Header.
+func TestHeaderAllocations(t *testing.T) {
+	if race.Enabled {
+		t.Skip("allocation counts differ under the race detector")
+	}
+	g := guard.New(limiter(t, core.NewMemoryStore(), "allocs", core.Rule{Limit: 100_000, Window: time.Hour}))
+	v := g.Admit(context.Background(), req())
+	h := http.Header{"Content-Type": {"application/json"}}
+	if n := testing.AllocsPerRun(100, func() { v.WriteHTTPHeaders(h) }); n != 1 {
+		t.Errorf("WriteHTTPHeaders: %v allocations, want 1", n)
+	}
+}
+
+// TestAdmitHTTPReusesViews: AdmitHTTP's pooled views carry nothing from
+// one request to the next: not the body, the route or the locals.
+func TestAdmitHTTPReusesViews(t *testing.T) {
+	ctx := context.Background()
+	var seen []string
+	key := func(r keyfunc.Request) (string, error) {
+		b, err := r.Body(64)
+		if err != nil {
+			return "", err
+		}
+		v, _ := r.Value("who").(string)
+		seen = append(seen, r.Route()+"|"+string(b)+"|"+v)
+		return "k", nil
+	}
+	g := guard.New(limiter(t, core.NewMemoryStore(), "views", perHour(100)), guard.WithKey(key))
+	who := keyfunc.LocalsFunc(func(k any) any {
+		if k == "who" {
+			return "alice"
+		}
+		return nil
+	})
+	r1 := httptest.NewRequest(http.MethodPost, "/a", strings.NewReader("first body"))
+	if v := g.AdmitHTTP(ctx, r1, "/a", who); v.Outcome != guard.OutcomeAllow {
+		t.Fatalf("first: %v %v", v.Outcome, v.Err)
+	}
+	r2 := httptest.NewRequest(http.MethodGet, "/b", nil)
+	if v := g.AdmitHTTP(ctx, r2, "", nil); v.Outcome != guard.OutcomeAllow {
+		t.Fatalf("second: %v %v", v.Outcome, v.Err)
+	}
+	if want := []string{"/a|first body|alice", "||"}; strings.Join(seen, ",") != strings.Join(want, ",") {
+		t.Errorf("views saw %q, want %q", seen, want)
+	}
+	// The handler still reads the whole first body.
+	if b, _ := io.ReadAll(r1.Body); string(b) != "first body" {
+		t.Errorf("body left for the handler = %q", b)
+	}
+}
