@@ -341,7 +341,6 @@ func (l *Limiter) decide(ctx context.Context, q Query, shard int, now time.Time,
 		if take && l.deny != nil {
 			gen = l.deny.generation(q.Key)
 		}
-		sctx, cancel := context.WithTimeout(ctx, l.timeout)
 		var (
 			d       Decision
 			allowed bool
@@ -349,18 +348,21 @@ func (l *Limiter) decide(ctx context.Context, q Query, shard int, now time.Time,
 			err     error
 		)
 		if l.redis != nil {
-			allowed, at, err = l.redis.decide(sctx, &q, op, 0, &d.states)
+			// The Redis store keeps the timeout without a context of
+			// its own: no allocation for it.
+			allowed, at, err = l.redis.decide(ctx, start.Add(l.timeout), &q, op, 0, &d.states)
 		} else {
+			sctx, cancel := context.WithTimeout(ctx, l.timeout)
 			var res Result
 			if take {
 				res, err = l.store.Take(sctx, q)
 			} else {
 				res, err = l.store.Peek(sctx, q)
 			}
+			cancel()
 			allowed, at = res.Allowed, res.At
 			d.states.set(res.Rules)
 		}
-		cancel()
 		lat := time.Since(start)
 		if err == nil {
 			if !take {

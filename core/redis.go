@@ -240,7 +240,7 @@ func (s *RedisStore) Peek(ctx context.Context, q Query) (Result, error) {
 
 func (s *RedisStore) result(ctx context.Context, q *Query, op byte) (Result, error) {
 	var st states
-	allowed, at, err := s.decide(ctx, q, op, 0, &st)
+	allowed, at, err := s.decide(ctx, time.Time{}, q, op, 0, &st)
 	if err != nil {
 		return Result{}, err
 	}
@@ -249,13 +249,13 @@ func (s *RedisStore) result(ctx context.Context, q *Query, op byte) (Result, err
 
 // Refund implements [Store].
 func (s *RedisStore) Refund(ctx context.Context, q Query, at int64) error {
-	_, _, err := s.decide(ctx, &q, opRefund, at, nil)
+	_, _, err := s.decide(ctx, time.Time{}, &q, opRefund, at, nil)
 	return err
 }
 
-// decide runs one operation of q and writes the rule states to st (nil
-// for a refund).
-func (s *RedisStore) decide(ctx context.Context, q *Query, op byte, at int64, st *states) (allowed bool, when int64, err error) {
+// decide runs one operation of q by deadline (zero: ctx's alone) and
+// writes the rule states to st (nil for a refund).
+func (s *RedisStore) decide(ctx context.Context, deadline time.Time, q *Query, op byte, at int64, st *states) (allowed bool, when int64, err error) {
 	if q.Algorithm != SlidingLog && q.Algorithm != SlidingBuckets {
 		return false, 0, fmt.Errorf("ratekit: redis store: algorithm %v: %w", q.Algorithm, ErrInvalidPolicy)
 	}
@@ -278,11 +278,20 @@ func (s *RedisStore) decide(ctx context.Context, q *Query, op byte, at int64, st
 	if s.cluster {
 		c.slot = slotOf(c.key)
 	}
+	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
+		deadline = d
+	}
 	if op == opTake && s.waitReplicas > 0 {
-		s.runAndWait(ctx, c)
-	} else if !s.batch.do(ctx, c) {
+		wctx := ctx
+		if !deadline.IsZero() {
+			var cancel context.CancelFunc
+			wctx, cancel = context.WithDeadline(ctx, deadline)
+			defer cancel()
+		}
+		s.runAndWait(wctx, c)
+	} else if err := s.batch.do(ctx, deadline, c); err != nil {
 		// The caller gave up; the flight still owns c.
-		return false, 0, fmt.Errorf("ratekit: redis store: %w", ctx.Err())
+		return false, 0, fmt.Errorf("ratekit: redis store: %w", err)
 	}
 	allowed, when, err = c.allowed, c.when, c.err
 	if st != nil && err == nil {

@@ -34,6 +34,10 @@ local function servertime()
   return server
 end
 
+-- int formats an integer argument of a command: Lua would format a
+-- number as a float, at several times the cost.
+local function int(x) return format('%d', x) end
+
 -- failed packs the answer of a decision that failed.
 local function failed(err)
   local msg = type(err) == 'table' and err.err or tostring(err)
@@ -43,16 +47,23 @@ end
 -- ======================================================================
 -- ratekit sliding-window log: a batch of decisions in one call.
 --
--- Each key is a string of little-endian doubles: first a header, the time
--- in µs (of the decisions' clock) until which the key's TTL lasts at
--- least; then the admission times in whole µs, one per admitted unit, in
--- non-decreasing order. Only the newest entries matter: rule i (limit L,
--- window W) has room for n more units when the (L-n+1)-th newest entry is
--- at or before now - W, and a denial's wait is that entry's time + W -
--- now. The string keeps at most the newest `keep` entries (the largest
--- limit of any tier of the policy); dead ones are trimmed as it is
--- written. The TTL is set to twice the longest window when it runs short,
--- not on every write.
+-- Each key is a string of little-endian doubles: a header, then the
+-- admission times in whole µs, one per admitted unit, in non-decreasing
+-- order. The header is the time in µs (of the decisions' clock) until
+-- which the key's TTL lasts at least, the number of hints h, and h
+-- hints: for rule i, the index of the first entry in its window at the
+-- last write, where the next search starts. Only the newest entries
+-- matter: rule i (limit L, window W) has room for n more units when the
+-- (L-n+1)-th newest entry is at or before now - W, and a denial's wait is
+-- that entry's time + W - now. The string keeps at most the newest `keep`
+-- entries (the largest limit of any tier of the policy); dead ones are
+-- trimmed as it is written.
+--
+-- Redis's Lua hashes every byte of every string it makes, so a decision
+-- never reads a long value whole: up to SMALL bytes it does, beyond that
+-- it reads the few entries around each rule's hint, and rewrites the
+-- string (to trim it) only once its dead entries are half as many as the
+-- live ones. A decision's cost does not grow with the entries.
 --
 -- keys[d]  the key of decision d
 -- args[1]  the decisions, packed as little-endian doubles; per decision:
@@ -65,29 +76,45 @@ end
 -- fit) and the time until the window is empty, in µs. A refund returns
 -- {1, time}. A decision that fails returns {-1, length} and the error
 -- text, without failing the others.
--- A value up to this size is read whole; a longer one is read entry by
--- entry.
-local SMALL = 16384
 
--- The key being decided: its name, its first SMALL bytes, whether that is
--- all of it, its number of entries and its header.
-local key, v, small, cnt, expat
-local cache
+-- A value up to this size is read whole.
+local SMALL, SMALLEND = 512, '511'
+
+-- Entries read around a hint in one GETRANGE.
+local CHUNK = 32
+
+-- The key being decided: its name, its value (whole when small, else its
+-- first SMALL bytes), the header's length, entries, TTL end and hints.
+local key, v, small, hdr, cnt, expat, nh
+local hints = {}
+-- A long value's entries read so far: one chunk (its first index and
+-- bytes), and the entry read last on its own.
+local clo, chunk, pi, pe
 
 -- entry returns the time of entry i (0-based).
 local function entry(i)
-  if small then return (sunpack('<d', v, i * 8 + 9)) end
-  local e = cache[i]
-  if not e then
-    e = sunpack('<d', call('GETRANGE', key, i * 8 + 8, i * 8 + 15))
-    cache[i] = e
+  if small then return (sunpack('<d', v, hdr + i * 8 + 1)) end
+  local j = i - clo
+  if j >= 0 and j * 8 < #chunk then return (sunpack('<d', chunk, j * 8 + 1)) end
+  if i ~= pi then
+    pi = i
+    if i == cnt - 1 then
+      pe = sunpack('<d', call('GETRANGE', key, '-8', '-1'))
+    else
+      pe = sunpack('<d', call('GETRANGE', key, int(hdr + i * 8), int(hdr + i * 8 + 7)))
+    end
   end
-  return e
+  return pe
 end
 
--- first returns the first index in [lo, cnt) of an entry after t.
-local function first(lo, t)
-  local hi = cnt
+-- read fetches the entries [lo, hi) of a long value in one call.
+local function read(lo, hi)
+  if small or hi <= lo then return end
+  clo, chunk = lo, call('GETRANGE', key, int(hdr + lo * 8), int(hdr + hi * 8 - 1))
+end
+
+-- first returns the first index in [lo, hi) of an entry after t, or hi.
+local function first(lo, hi, t)
   while lo < hi do
     local mid = floor((lo + hi) / 2)
     if entry(mid) > t then hi = mid else lo = mid + 1 end
@@ -97,36 +124,83 @@ end
 
 local function load(k)
   key = k
-  v = call('GETRANGE', k, '0', '16383')
-  small = #v < SMALL
-  if #v < 8 then
-    cnt, expat = 0, 0
+  v = call('GETRANGE', k, '0', SMALLEND)
+  if #v < 16 then
+    v, small, hdr, cnt, expat, nh = '', true, 16, 0, 0, 0
     return
   end
-  expat = sunpack('<d', v)
+  expat, nh = sunpack('<dd', v)
+  hdr = 16 + nh * 8
+  for i = 1, nh do hints[i] = sunpack('<d', v, 8 + i * 8 + 1) end
+  small = #v < SMALL
   if small then
-    cnt = (#v - 8) / 8
+    cnt = (#v - hdr) / 8
   else
-    cnt = (call('STRLEN', k) - 8) / 8
-    cache = {}
+    cnt = (call('STRLEN', k) - hdr) / 8
+    clo, chunk, pi = 0, '', nil
   end
 end
 
-local limits, windows, used, retry = {}, {}, {}, {}
+-- winstart returns the first index in [lo, cnt) of an entry after t, for
+-- rule i: on a long value from the rule's hint, which the window's start
+-- only leaves forward, a little at a time.
+local function winstart(i, lo, t)
+  if small then return first(lo, cnt, t) end
+  local h = hints[i] or lo
+  if i > nh or h < lo then h = lo elseif h > cnt then h = cnt end
+  local a, b = h, h + CHUNK
+  if a > lo then a = a - 1 end
+  if b > cnt then b = cnt end
+  read(a, b)
+  if h > lo and entry(h - 1) > t then return first(lo, h - 1, t) end
+  local f = first(h, b, t)
+  if f < b then return f end
+  return first(b, cnt, t)
+end
+
+-- header packs a header for TTL end e and the first h hints of hs.
+local function header(e, hs, h)
+  if not hs or h == 0 then return pack('<dd', e, 0) end
+  local parts = {pack('<dd', e, h)}
+  for i = 1, h do parts[i + 1] = pack('<d', hs[i]) end
+  return table.concat(parts)
+end
+
+-- ttl returns a PX argument: ms until the µs time e of the decisions'
+-- clock at time t, and, for client time cnow, the lag of that clock
+-- behind the server's, so that the key lives until its windows have
+-- passed in the client's time.
+local function ttl(e, t, cnow)
+  local px = ceil((e - t) / 1000) + 1
+  if cnow ~= 0 then
+    local lag = ceil((servertime() - cnow) / 1000)
+    if lag > 0 then px = px + lag end
+  end
+  return format('%d', px)
+end
+
+local limits, windows, used, retry, starts = {}, {}, {}, {}, {}
 
 local function decide(op, n, keep, now, cnow, nr, maxw, at)
   if op == 2 then
     -- Refund: remove up to n entries recorded at time at.
-    local i = first(0, at - 1)
+    local i = first(0, cnt, at - 1)
     local j = i
     while j < cnt and j - i < n and entry(j) == at do j = j + 1 end
     if j > i then
-      local whole = v
-      if not small then whole = call('GET', key) end
       if cnt == j - i then
         call('DEL', key)
       else
-        call('SET', key, sub(whole, 1, i * 8 + 8) .. sub(whole, j * 8 + 9), 'KEEPTTL')
+        local whole = v
+        if not small then whole = call('GET', key) end
+        -- Later entries move down: so do the hints past i.
+        local hs = {}
+        for h = 1, nh do
+          hs[h] = hints[h]
+          if hs[h] > i then hs[h] = math.max(i, hs[h] - (j - i)) end
+        end
+        call('SET', key, header(expat, hs, nh) .. sub(whole, hdr + 1, hdr + i * 8) ..
+          sub(whole, hdr + j * 8 + 1), 'KEEPTTL')
       end
       -- Every instance forgets its cached denials of the key.
       if channel then call('PUBLISH', channel, key) end
@@ -134,8 +208,6 @@ local function decide(op, n, keep, now, cnow, nr, maxw, at)
     return pack('<dd', 1, at)
   end
 
-  local newest = 0
-  if cnt > 0 then newest = entry(cnt - 1) end
   local allowed = 1
   local dead = 0 -- entries known to be out of every window
   for i = 1, nr do
@@ -144,7 +216,8 @@ local function decide(op, n, keep, now, cnow, nr, maxw, at)
     -- (after a change of rules) reads as full.
     local lo = cnt - l
     if lo < 0 then lo = 0 end
-    local f = first(lo, now - w)
+    local f = winstart(i, lo, now - w)
+    starts[i] = f
     if w == maxw and f > lo then dead = f end
     local u = cnt - f
     used[i] = u
@@ -156,40 +229,46 @@ local function decide(op, n, keep, now, cnow, nr, maxw, at)
       retry[i] = 0
     end
   end
+  local newest = 0
+  if cnt > 0 then newest = entry(cnt - 1) end
   local t = now
   if op == 1 and allowed == 1 then
     -- Entries stay in order even if the clock steps back.
     if newest > t then t = newest end
     local add = pack('<d', t)
     if n > 1 then add = rep(add, n) end
-    -- Entries past keep, or dead, are dropped once there are a few of
+    -- Entries past keep, or dead, are dropped once there are enough of
     -- them: until then they cost a little memory, never a wrong count.
     local drop = cnt + n - keep
     if drop < dead then drop = dead end
-    if drop < 16 and drop * 4 < cnt then drop = 0 end
     -- The key must outlive its newest entry's window; when the TTL is
-    -- about to fall short, set it to twice the longest window.
-    local px
-    if expat < t + maxw + 1000 then
-      expat = t + 2 * maxw
-      px = ceil(maxw / 500) + 1
-    end
-    if px or drop ~= 0 then
-      px = px or ceil((expat - t) / 1000) + 1
-      if cnow ~= 0 then
-        -- Client time: the key lives until its windows have passed in
-        -- the client's time, however far behind the server's that runs.
-        local lag = ceil((servertime() - cnow) / 1000)
-        if lag > 0 then px = px + lag end
+    -- about to fall short, it is set to twice the longest window.
+    local renew = expat < t + maxw + 1000
+    if renew then expat = t + 2 * maxw end
+    if small then
+      if drop < 16 and drop * 4 < cnt then drop = 0 end
+      if drop == 0 and not renew then
+        call('APPEND', key, add)
+      else
+        call('SET', key, header(expat) .. sub(v, hdr + drop * 8 + 1) .. add, 'PX', ttl(expat, t, cnow))
       end
-    end
-    if not px then
+    elseif (drop >= 16 and drop * 2 >= cnt - drop) or nh ~= nr then
+      -- Trim, and give the header a hint per rule.
+      local hs = {}
+      for i = 1, nr do hs[i] = math.max(starts[i] - drop, 0) end
       call('APPEND', key, add)
-    elseif small then
-      call('SET', key, pack('<d', expat) .. sub(v, drop * 8 + 9) .. add, 'PX', format('%d', px))
+      call('SET', key, header(expat, hs, nr) .. call('GETRANGE', key, int(hdr + drop * 8), '-1'), 'PX', ttl(expat, t, cnow))
     else
       call('APPEND', key, add)
-      call('SET', key, pack('<d', expat) .. call('GETRANGE', key, drop * 8 + 8, -1), 'PX', format('%d', px))
+      local moved = renew
+      for i = 1, nr do
+        if starts[i] - hints[i] >= CHUNK / 4 or starts[i] < hints[i] then moved = true end
+      end
+      if moved then
+        for i = 1, nr do hints[i] = starts[i] end
+        call('SETRANGE', key, '0', header(expat, hints, nr))
+      end
+      if renew then call('PEXPIRE', key, ttl(expat, t, cnow)) end
     end
     for i = 1, nr do used[i] = used[i] + n end
     newest = t
@@ -219,7 +298,7 @@ local function migrate(k)
   if call('TYPE', k).ok ~= 'zset' then return false end
   local ttl = call('PTTL', k)
   local scores = call('ZRANGE', k, 0, -1, 'WITHSCORES')
-  local parts = {pack('<d', 0)}
+  local parts = {pack('<dd', 0, 0)}
   for j = 2, #scores, 2 do parts[#parts + 1] = pack('<d', tonumber(scores[j])) end
   call('DEL', k)
   if #parts > 1 then call('SET', k, table.concat(parts), 'PX', math.max(ttl, 1)) end

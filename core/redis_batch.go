@@ -30,16 +30,21 @@ type rcall struct {
 
 	done     chan struct{} // receives once when the answer is in
 	deadline time.Time     // the caller's deadline; zero: none
+	timer    *time.Timer   // the caller's wait for deadline; stopped
 }
 
-var rcallPool = sync.Pool{New: func() any { return &rcall{done: make(chan struct{}, 1)} }}
+var rcallPool = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &rcall{done: make(chan struct{}, 1), timer: t}
+}}
 
 func getCall() *rcall { return rcallPool.Get().(*rcall) }
 
 // putCall returns a call the caller has received the answer of.
 func putCall(c *rcall) {
-	done := c.done
-	*c = rcall{done: done}
+	done, timer := c.done, c.timer
+	*c = rcall{done: done, timer: timer}
 	rcallPool.Put(c)
 }
 
@@ -84,35 +89,50 @@ func newBatcher(s *RedisStore, maxBatch int) *batcher {
 	return b
 }
 
-// do sends c and waits for its answer or the end of ctx. It reports
-// whether the answer came: if not, c belongs to the flight that carries
-// it and must not be reused.
-func (b *batcher) do(ctx context.Context, c *rcall) bool {
+// do sends c and waits for its answer, the end of ctx or deadline (zero:
+// none). If the answer did not come, it returns why: c then belongs to
+// the flight that carries it and must not be reused.
+func (b *batcher) do(ctx context.Context, deadline time.Time, c *rcall) error {
 	b.mu.Lock()
 	if b.s.honorsCtx && b.direct < b.maxDirect && len(b.queue) == 0 {
 		b.direct++
 		b.mu.Unlock()
-		b.s.flight(ctx, []*rcall{c})
+		fctx := ctx
+		if d, ok := ctx.Deadline(); !deadline.IsZero() && (!ok || deadline.Before(d)) {
+			var cancel context.CancelFunc
+			fctx, cancel = context.WithDeadline(ctx, deadline)
+			defer cancel()
+		}
+		b.s.flight(fctx, []*rcall{c})
 		b.mu.Lock()
 		b.direct--
 		b.kick()
 		b.mu.Unlock()
-		return true
+		return nil
 	}
 	if len(b.queue) >= maxQueue {
 		b.mu.Unlock()
 		c.err = errBusy
-		return true
+		return nil
 	}
-	c.deadline, _ = ctx.Deadline()
+	c.deadline = deadline
 	b.queue = append(b.queue, c)
 	b.kick()
 	b.mu.Unlock()
+	var timeout <-chan time.Time
+	if !deadline.IsZero() {
+		c.timer.Reset(time.Until(deadline))
+		timeout = c.timer.C
+	}
 	select {
 	case <-c.done:
-		return true
+		c.timer.Stop()
+		return nil
 	case <-ctx.Done():
-		return false
+		c.timer.Stop()
+		return ctx.Err()
+	case <-timeout:
+		return context.DeadlineExceeded
 	}
 }
 
@@ -135,17 +155,18 @@ func (b *batcher) kick() {
 func (b *batcher) flush() {
 	idle := time.NewTimer(flusherIdle)
 	defer idle.Stop()
+	var batch []*rcall // reused from one batch to the next
 	for {
 		b.mu.Lock()
 		if n := len(b.queue); n > 0 {
 			n = min(n, b.maxBatch)
-			batch := make([]*rcall, n)
-			copy(batch, b.queue)
+			batch = append(batch[:0], b.queue[:n]...)
 			rest := copy(b.queue, b.queue[n:])
 			clear(b.queue[rest:])
 			b.queue = b.queue[:rest]
 			b.mu.Unlock()
 			b.send(batch)
+			clear(batch) // the calls go back to their callers
 			continue
 		}
 		b.waiting++
@@ -183,14 +204,16 @@ func (b *batcher) send(batch []*rcall) {
 		}
 	}
 	ctx := context.Background()
-	if !deadline.IsZero() {
+	if !deadline.IsZero() && b.s.honorsCtx {
+		// A client that ignores ctx keeps to its own timeouts; the
+		// callers wait by their own deadlines either way.
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
 	// Calls whose callers have given up are not sent.
 	now := time.Now()
-	live := batch[:0:0]
+	live := batch[:0]
 	for _, c := range batch {
 		if !c.deadline.IsZero() && !now.Before(c.deadline) {
 			c.err = context.DeadlineExceeded

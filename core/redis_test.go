@@ -76,8 +76,8 @@ func mustLimit(t *testing.T, store core.Store, p core.Policy, opts ...core.Optio
 // scores returns the scores of a sorted set, oldest first, in
 // microseconds.
 // scores returns the admission times a SlidingLog key holds, in µs: the
-// key is a string of little-endian float64s, a header (the TTL's end)
-// then the entries.
+// key is a string of little-endian float64s, a header (the TTL's end, the
+// number of hints h and h hints) then the entries.
 func scores(t *testing.T, rdb *redis.Client, key string) []int64 {
 	t.Helper()
 	v, err := rdb.Get(context.Background(), key).Result()
@@ -87,13 +87,13 @@ func scores(t *testing.T, rdb *redis.Client, key string) []int64 {
 	if err != nil {
 		t.Fatalf("GET %s: %v", key, err)
 	}
-	if len(v) < 8 || len(v)%8 != 0 {
+	f := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[8*i:]))) }
+	if len(v) < 16 || len(v)%8 != 0 || len(v) < 16+8*int(f(1)) {
 		t.Fatalf("GET %s: %d bytes, not a header and a whole number of entries", key, len(v))
 	}
-	v = v[8:]
-	out := make([]int64, len(v)/8)
+	out := make([]int64, len(v)/8-2-int(f(1)))
 	for i := range out {
-		out[i] = int64(math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[8*i:]))))
+		out[i] = int64(f(2 + int(f(1)) + i))
 	}
 	return out
 }
