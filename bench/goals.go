@@ -128,6 +128,17 @@ func admittedNote(c cell) string {
 
 var redisPeers = []string{nameRedisRate, nameUlule}
 
+// patLabel names an allowed pattern in a goal row.
+func patLabel(pat string) string {
+	switch pat {
+	case "hot":
+		return "hot key"
+	case "10k":
+		return "10k keys"
+	}
+	return pat
+}
+
 // goals computes every goal row this run can judge.
 func (r *report) goals() []goalRow {
 	var rows []goalRow
@@ -140,7 +151,7 @@ func (r *report) goals() []goalRow {
 	// 1. Redis decisions per second against the fastest peer.
 	for _, pat := range allowedPats {
 		for _, g := range r.goroutines {
-			row := goalRow{goal: 1, name: fmt.Sprintf("Redis decisions/s, %s, %d goroutines", pat, g), target: "≥ 1.00× fastest peer", score: math.NaN()}
+			row := goalRow{goal: 1, name: fmt.Sprintf("Redis decisions/s, %s, c=%d", patLabel(pat), g), target: "≥ 1.00× fastest peer", score: math.NaN()}
 			rk, ok := r.cellOf(nameRatekit, "redis", pat, g)
 			if ok {
 				row.value = fmtOps(rk.res.opsPerSec()) + admittedNote(rk)
@@ -166,7 +177,7 @@ func (r *report) goals() []goalRow {
 		}
 	}
 	for _, pat := range allowedPats {
-		row := goalRow{goal: 1, name: fmt.Sprintf("stretch: Redis decisions/s, %s, %d goroutines, against the unpipelined EVALSHA ceiling", pat, maxG),
+		row := goalRow{goal: 1, name: fmt.Sprintf("stretch: Redis decisions/s against the unpipelined EVALSHA ceiling, %s, c=%d", patLabel(pat), maxG),
 			target: fmt.Sprintf("≥ %.1f× ceiling", goalStretch), score: math.NaN()}
 		ceil := r.ceilingAt(maxG)
 		rk, ok := r.cellOf(nameRatekit, "redis", pat, maxG)
@@ -193,7 +204,7 @@ func (r *report) goals() []goalRow {
 	// client allocations per decision.
 	for _, pat := range allowedPats {
 		for _, g := range r.goroutines {
-			row := goalRow{goal: 2, name: fmt.Sprintf("Redis µs per decision (commandstats), %s, %d goroutines", pat, g), target: "≤ 1.00× " + nameRedisRate, score: math.NaN()}
+			row := goalRow{goal: 2, name: fmt.Sprintf("Redis µs per decision (commandstats), %s, c=%d", patLabel(pat), g), target: "≤ 1.00× " + nameRedisRate, score: math.NaN()}
 			rk, ok := r.cellOf(nameRatekit, "redis", pat, g)
 			if ok {
 				row.value = fmt.Sprintf("%.2f µs", rk.res.redisUsecPerOp())
@@ -226,7 +237,7 @@ func (r *report) goals() []goalRow {
 		}
 	}
 	for _, pat := range allowedPats {
-		row := goalRow{goal: 2, name: fmt.Sprintf("client allocations per Redis decision, %s, %d goroutine(s)", pat, minG),
+		row := goalRow{goal: 2, name: fmt.Sprintf("client allocations per Redis decision, %s, c=%d", patLabel(pat), minG),
 			target: fmt.Sprintf("≤ %d", goalClientAllocs), score: math.NaN()}
 		rk, ok := r.cellOf(nameRatekit, "redis", pat, minG)
 		var ps []string
@@ -252,7 +263,7 @@ func (r *report) goals() []goalRow {
 	// 3. The memory store against x/time/rate, and its allocations.
 	memPeers := []string{nameXRate, nameSethvargo, nameUlule}
 	for _, pat := range allowedPats {
-		row := goalRow{goal: 3, name: fmt.Sprintf("memory store ns/op, RunParallel, %s", pat), target: "≤ 1.00× " + nameXRate, score: math.NaN()}
+		row := goalRow{goal: 3, name: fmt.Sprintf("memory store ns/op, RunParallel, %s", patLabel(pat)), target: "≤ 1.00× " + nameXRate, score: math.NaN()}
 		rk, ok := r.microOf(nameRatekit, pat, true)
 		if ok {
 			row.value = fmt.Sprintf("%.1f ns", rk.nsPerOp) + microNote(rk)
@@ -280,7 +291,7 @@ func (r *report) goals() []goalRow {
 		name string
 		pats []string
 	}{{"allowed", allowedPats}, {"denied", []string{"denied"}}} {
-		row := goalRow{goal: 3, name: fmt.Sprintf("memory store allocations per decision, %s path (most of serial and RunParallel)", path.name),
+		row := goalRow{goal: 3, name: fmt.Sprintf("memory store allocations per decision, %s path (the more of serial and RunParallel)", path.name),
 			target: "0", score: math.NaN()}
 		worst := func(name string) (int64, bool) {
 			w, found := int64(0), false
@@ -374,7 +385,7 @@ func (r *report) goals() []goalRow {
 
 	// 6. Keep: a denied flood against the ceiling.
 	for _, g := range r.goroutines {
-		row := goalRow{goal: 6, name: fmt.Sprintf("denied flood decisions/s, %d goroutines, against the ceiling", g),
+		row := goalRow{goal: 6, name: fmt.Sprintf("denied flood decisions/s against the ceiling, c=%d", g),
 			target: fmt.Sprintf("≥ %.0f× ceiling", goalDeniedFlood), score: math.NaN()}
 		ceil := r.ceilingAt(g)
 		rk, ok := r.cellOf(nameRatekit, "redis", "denied", g)

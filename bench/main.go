@@ -106,7 +106,7 @@ func parseFlags(args []string) (config, error) {
 		return cfg, err
 	}
 	if cfg.quick {
-		cfg.redisDur, cfg.memDur, cfg.ceilingDur, cfg.microTime = 500*time.Millisecond, 200*time.Millisecond, 500*time.Millisecond, 50*time.Millisecond
+		cfg.redisDur, cfg.memDur, cfg.ceilingDur, cfg.microTime = 400*time.Millisecond, 150*time.Millisecond, 400*time.Millisecond, 50*time.Millisecond
 	}
 	for _, f := range strings.Split(gs, ",") {
 		g, err := strconv.Atoi(strings.TrimSpace(f))
@@ -195,14 +195,18 @@ func compare(ctx context.Context, cfg config) error {
 			ceilRuns = append(ceilRuns, ceilingRun{clients: g, pipeline: 1})
 		}
 		ceilRuns = append(ceilRuns, ceilingRun{clients: maxG, pipeline: 16})
-		planned += 2 * time.Duration(len(ceilRuns)) * (cfg.ceilingDur + 300*time.Millisecond)
+		rounds := 2
+		if cfg.quick {
+			rounds = 1
+		}
+		planned += time.Duration(rounds*len(ceilRuns)) * (cfg.ceilingDur + 300*time.Millisecond)
 	}
 	// The hot-key sweep, in-memory benchmarks (testing.Benchmark runs
 	// about 1.5 benchtimes), middleware (four per case), footprint.
 	planned += time.Duration(len(sweepWindows)) * (cfg.redisDur/2 + warmup(cfg.redisDur/2))
 	planned += time.Duration(float64(3*2*4+4*len(middlewareCases()))*1.5*float64(cfg.microTime)) + 5*time.Second
-	logf("redis-server %s on %s; %d cells, %d ceiling runs; planned about %s (hard limit %s)",
-		redisVersion, srv.addr, len(jobs), 2*len(ceilRuns), planned.Round(time.Second), cfg.limit)
+	logf("redis-server %s on %s; %d cells, %d ceiling configurations; planned about %s (hard limit %s)",
+		redisVersion, srv.addr, len(jobs), len(ceilRuns), planned.Round(time.Second), cfg.limit)
 
 	rep := &report{goroutines: cfg.goroutines, patterns: pats}
 	rep.header = []string{
@@ -269,6 +273,12 @@ func compare(ctx context.Context, cfg config) error {
 		if err != nil {
 			return fmt.Errorf("%s (%s): %w", j.lib.name, j.lib.store, err)
 		}
+		if len(j.pat.keys) > 1 {
+			if err := touchAll(ctx, allow, j.pat.keys); err != nil {
+				closeFn()
+				return fmt.Errorf("%s (%s) touching the keys of %s: %w", j.lib.name, j.lib.store, j.pat.name, err)
+			}
+		}
 		res := measure(ctx, allow, j.pat.keys, j.g, warmup(d), d, sample, probes...)
 		closeFn()
 		if rp != nil && ctx.Err() == nil {
@@ -304,7 +314,9 @@ func compare(ctx context.Context, cfg config) error {
 		rep.sweep = sweep
 	}
 
-	runCeilings("after")
+	if !cfg.quick { // a quick run measures the ceiling once
+		runCeilings("after")
+	}
 
 	// 3. In-memory ns/op and allocations.
 	if ctx.Err() == nil {
@@ -426,6 +438,11 @@ func runMicro(ctx context.Context, e *env, libs []*library, pats []*pattern, ben
 					continue
 				}
 				keys := p.keys
+				if err := touchAll(ctx, allow, keys); err != nil {
+					logf("micro %s: %v", l.name, err)
+					closeFn()
+					continue
+				}
 				var ops, allowed atomic.Int64
 				br := testing.Benchmark(func(b *testing.B) {
 					b.ReportAllocs()

@@ -98,7 +98,7 @@ func (r *report) writeMarkdown(w io.Writer) {
 	r.writeGoals(w)
 	if len(r.ceilings) > 0 {
 		p("## Ceiling: redis-benchmark, EVALSHA of the classic sliding-window script, one hot key\n\n")
-		p("The classic ZSET script (ZREMRANGEBYSCORE, ZCARD, ZADD, PEXPIRE), one call per decision, no pipelining, with the hot pattern's limit and window; measured before and after the libraries, the ratios use the higher of the two.\n\n")
+		p("The classic ZSET script (ZREMRANGEBYSCORE, ZCARD, ZADD, PEXPIRE), one call per decision, no pipelining, with the hot pattern's limit and window; measured before and after the libraries (a quick run: before only), the ratios use the higher of the two.\n\n")
 		p("| clients | pipeline | round | ops/s | p50 | p99 | Redis µs/call |\n|---:|---:|---|---:|---:|---:|---:|\n")
 		for _, c := range r.ceilings {
 			p("| %d | %d | %s | %s | %s | %s | %s |\n", c.clients, c.pipeline, c.round, fmtOps(c.rps), fmtDur(c.p50), fmtDur(c.p99), fmtUsec(c.serverUsec))
@@ -236,11 +236,12 @@ func (r *report) writeGoals(w io.Writer) {
 			nNot++
 		}
 	}
-	p("%d met, %d not met, %d not measured. Each ratio compares ratekit with what was measured in this run; the sections below hold the numbers.\n\n", nMet, nNot, len(rows)-nMet-nNot)
+	p("%d met, %d not met, %d not measured. Each ratio compares ratekit with what was measured in this run; the sections below hold the numbers. c: goroutines driving the library (for the ceiling, redis-benchmark clients).\n\n", nMet, nNot, len(rows)-nMet-nNot)
 	p("| # | goal | ratekit | peers (same run) | ratio | target | verdict |\n|---:|---|---|---|---|---|---|\n")
 	for _, g := range rows {
 		p("| %d | %s | %s | %s | %s | %s | %s |\n", g.goal, g.name, orDash(g.value), orDash(g.peers), orDash(g.ratio), g.target, g.verdict)
 	}
+	p("\ngoals.svg draws each row's attainment, 1 at the target and met from 1 up: the ratio ÷ the target for at-least goals, the target ÷ the value for at-most goals, 1 ÷ (1 + allocations) for zero-allocation goals, and for a middleware the lesser of its time and allocation attainments.\n")
 	p("\nGoal 6 also keeps exactness across instances and on Cluster, retry safety, the timeout and every failure policy: the test suite checks those, not this run.\n\n")
 }
 
@@ -481,8 +482,35 @@ func libraryOrder(cells []cell) []*library {
 
 // writeGoalsChart draws every measured goal row's attainment (its score:
 // 1 is the target, right of it is met) on a log scale, met rows in green
-// and the others in red.
+// and the others in red, as an SVG file.
 func (r *report) writeGoalsChart(path string) error {
+	p, w, h, err := r.goalsPlot()
+	if err != nil || p == nil {
+		return err
+	}
+	c := vgsvg.New(w, h)
+	drawPadded(p, c)
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := c.WriteTo(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// drawPadded draws p on c with a margin, so that no label touches the
+// edge.
+func drawPadded(p *plot.Plot, c vg.CanvasSizer) {
+	m := 4 * vg.Millimeter
+	p.Draw(draw.Crop(draw.New(c), m, -m, m, -m))
+}
+
+// goalsPlot builds the goals chart and its size; nil if no goal was
+// measured.
+func (r *report) goalsPlot() (*plot.Plot, vg.Length, vg.Length, error) {
 	var rows []goalRow
 	for _, g := range r.goals() {
 		if g.verdict != unknown {
@@ -490,13 +518,13 @@ func (r *report) writeGoalsChart(path string) error {
 		}
 	}
 	if len(rows) == 0 {
-		return nil // nothing measured
+		return nil, 0, 0, nil
 	}
 	const lo, hi = 0.01, 100.0
 	p := plot.New()
 	p.Title.Text = "issue 10 goals: attainment in this run (1 = the target; right of the line: met)"
 	p.Title.TextStyle.Font.Size = vg.Points(11)
-	p.X.Label.Text = "ratio over target (at-least goals) or target over value (at-most goals); 1/(1+allocs) for zero-allocation goals"
+	p.X.Label.Text = "attainment (see results.md)"
 	p.X.Scale = plot.LogScale{}
 	p.X.Min, p.X.Max = lo, hi
 	p.X.Tick.Marker = decadeTicks{}
@@ -518,7 +546,7 @@ func (r *report) writeGoalsChart(path string) error {
 	p.Y.Tick.Label.Font.Size = vg.Points(8)
 	target, err := plotter.NewLine(plotter.XYs{{X: 1, Y: -0.5}, {X: 1, Y: float64(len(rows)) - 0.5}})
 	if err != nil {
-		return err
+		return nil, 0, 0, err
 	}
 	target.Color, target.Width, target.Dashes = color.Black, vg.Points(1), []vg.Length{vg.Points(4), vg.Points(3)}
 	p.Add(target)
@@ -531,10 +559,10 @@ func (r *report) writeGoalsChart(path string) error {
 		}
 		sc, err := plotter.NewScatter(s.pts)
 		if err != nil {
-			return err
+			return nil, 0, 0, err
 		}
-		sc.GlyphStyle.Color, sc.GlyphStyle.Radius, sc.GlyphStyle.Shape = s.col, vg.Points(4), draw.CircleGlyph{}
+		sc.Color, sc.Radius, sc.Shape = s.col, vg.Points(4), draw.CircleGlyph{}
 		p.Add(sc)
 	}
-	return p.Save(13*vg.Inch, vg.Length(len(rows))*0.24*vg.Inch+1.4*vg.Inch, path)
+	return p, 10.5 * vg.Inch, vg.Length(len(rows))*0.24*vg.Inch + 1.5*vg.Inch, nil
 }
