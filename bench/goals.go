@@ -401,7 +401,7 @@ func (r *report) goals() []goalRow {
 		row.peers = strings.Join(ps, "; ")
 		if ok && ceil > 0 {
 			v := rk.res.opsPerSec() / ceil
-			row.ratio = fmt.Sprintf("%.1f× ceiling", v)
+			row.ratio = fmt.Sprintf("%.2f× ceiling", v)
 			row.score = atLeast(v, goalDeniedFlood)
 		}
 		row.verdict = verdictOf(row.score)
