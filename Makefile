@@ -39,9 +39,14 @@ redis-server:
 		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server; }
 
-## bench: the side-by-side comparison (own module bench/, own redis-server; about 3 minutes,
-## BENCHFLAGS=-quick for about 35 s); writes bench/results/
+## bench: the side-by-side comparison of every goal of issue 10 (own module bench/, own
+## redis-server, redis-benchmark for the ceiling; about 3 minutes, BENCHFLAGS=-quick for under
+## a minute); writes bench/results/
 bench: redis-server
+	@command -v redis-benchmark >/dev/null 2>&1 || { \
+		echo "redis-benchmark not found: installing redis-tools with apt-get"; \
+		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-tools; }
 	cd bench && $(GO) run -mod=mod . $(BENCHFLAGS)
 
 ## bench-go: the in-module benchmarks with allocations

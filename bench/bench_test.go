@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/ratekit/ratekit/core"
 )
 
 func TestHistogramQuantile(t *testing.T) {
@@ -104,7 +108,7 @@ func TestMeasure(t *testing.T) {
 	}
 }
 
-// TestReport writes the Markdown and the chart of a small fake run.
+// TestReport writes the Markdown and the charts of a small fake run.
 func TestReport(t *testing.T) {
 	pats := patterns()[:1]
 	libs := libraries()
@@ -112,32 +116,213 @@ func TestReport(t *testing.T) {
 		ceilings: []ceilingResult{{ceilingRun: ceilingRun{1, 1}, rps: 10000}, {ceilingRun: ceilingRun{16, 1}, rps: 60000}}}
 	for _, g := range rep.goroutines {
 		rep.cells = append(rep.cells,
-			cell{lib: libs[0], pat: pats[0], g: g, res: result{ops: 20000 * int64(g), allowed: 20000 * int64(g), elapsed: time.Second}},
-			cell{lib: libs[1], pat: pats[0], g: g, res: result{ops: 10000 * int64(g), allowed: 10000 * int64(g), elapsed: time.Second}})
+			cell{lib: libs[0], pat: pats[0], g: g, res: result{ops: 20000 * int64(g), allowed: 20000 * int64(g), elapsed: time.Second,
+				mallocs: 200000 * uint64(g), redis: redisCost{scriptCalls: 10000 * float64(g), allUsec: 60000 * float64(g), cpuUsec: 100000 * float64(g)}}},
+			cell{lib: libs[1], pat: pats[0], g: g, res: result{ops: 10000 * int64(g), allowed: 10000 * int64(g), elapsed: time.Second,
+				mallocs: 160000 * uint64(g), redis: redisCost{scriptCalls: 10000 * float64(g), allUsec: 50000 * float64(g)}}})
 	}
 	var b strings.Builder
 	rep.writeMarkdown(&b)
 	for _, want := range []string{
-		"| ratekit | redis | sliding log (Lua, ZSET) | 16 | 320,000 | – | – | 5.33× | 1.00× | 100.0% | 0 | – |",
-		"| go-redis/redis_rate | redis | GCRA (Lua) | 1 | 10,000 | – | – | 1.00× | 0.50× | 100.0% | 0 | – |",
+		"| ratekit | redis | sliding log (Redis Function, packed string, batched) | 16 | 320,000 | – | – | 5.33× | 1.00× | 100.0% | 0 | 10.0 | 3.00 | 5.00 | 0.500 |",
+		"| go-redis/redis_rate | redis | GCRA (Lua, EVALSHA) | 1 | 10,000 | – | – | 1.00× | 0.50× | 100.0% | 0 | 16.0 | 5.00 | 0.00 | 1.000 |",
+		"| 1 | Redis decisions/s, hot key, c=16 | 320,000 | go-redis/redis_rate 160,000 | 2.00× go-redis/redis_rate | ≥ 1.00× fastest peer | met |",
+		"| 2 | Redis µs per decision (commandstats), hot key, c=1 | 3.00 µs | go-redis/redis_rate 5.00 µs | 0.60× go-redis/redis_rate | ≤ 1.00× go-redis/redis_rate | met |",
+		"| 2 | client allocations per Redis decision, hot key, c=1 | 10.0 (0 B) | go-redis/redis_rate 16.0 | 0.62× go-redis/redis_rate | ≤ 12 | met |",
+		"| 3 | memory store ns/op, RunParallel, hot key | – | – | – | ≤ 1.00× x/time/rate | not measured |",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("Markdown lacks %q:\n%s", want, b.String())
 		}
 	}
-	if err := rep.writeChart(t.TempDir() + "/t.svg"); err != nil {
+	dir := t.TempDir()
+	if err := rep.writeChart(dir + "/t.svg"); err != nil {
 		t.Errorf("writeChart: %v", err)
+	}
+	if err := rep.writeGoalsChart(dir + "/g.svg"); err != nil {
+		t.Errorf("writeGoalsChart: %v", err)
 	}
 }
 
-func TestParseScriptUsec(t *testing.T) {
-	info := "# Commandstats\r\ncmdstat_evalsha:calls=300,usec=1500,usec_per_call=5.00,rejected_calls=0,failed_calls=0\r\n" +
-		"cmdstat_eval:calls=100,usec=900,usec_per_call=9.00,rejected_calls=0,failed_calls=0\r\n" +
-		"cmdstat_ping:calls=7,usec=7,usec_per_call=1.00,rejected_calls=0,failed_calls=0\r\n"
-	if got := parseScriptUsec(info); got != 6 {
-		t.Errorf("parseScriptUsec = %v, want 6", got)
+// TestGoals checks the verdicts of goals 3 to 6 on fake numbers, on both
+// sides of each bound.
+func TestGoals(t *testing.T) {
+	pats := patterns()
+	byName := map[string]*pattern{}
+	for _, p := range pats {
+		byName[p.name] = p
 	}
-	if got := parseScriptUsec("# Commandstats\r\n"); got != 0 {
-		t.Errorf("parseScriptUsec(empty) = %v, want 0", got)
+	lib := func(name, store string) *library {
+		for _, l := range libraries() {
+			if l.name == name && l.store == store {
+				return l
+			}
+		}
+		t.Fatalf("no library %s (%s)", name, store)
+		return nil
+	}
+	rk, xr := lib(nameRatekit, "memory"), lib(nameXRate, "memory")
+	rep := &report{goroutines: []int{1, 64}, patterns: pats,
+		ceilings: []ceilingResult{{ceilingRun: ceilingRun{1, 1}, rps: 1000}, {ceilingRun: ceilingRun{64, 1}, rps: 100000}},
+		micro: []microResult{
+			{lib: rk, pat: byName["hot"], parallel: true, nsPerOp: 90, ops: 100, allowed: 100},
+			{lib: xr, pat: byName["hot"], parallel: true, nsPerOp: 100, ops: 100, allowed: 100},
+			{lib: rk, pat: byName["10k"], parallel: true, nsPerOp: 110, ops: 100, allowed: 50},
+			{lib: xr, pat: byName["10k"], parallel: true, nsPerOp: 100, ops: 100, allowed: 100},
+			{lib: rk, pat: byName["denied"], parallel: false, allocs: 1},
+		},
+		middleware: []mwResult{
+			{name: mwNethttp, bareNs: 100, wrappedNs: 240, bareAllocs: 1, allocs: 3},
+			{name: mwGin, bareNs: 100, wrappedNs: 260, bareAllocs: 1, allocs: 2},
+			{name: mwEcho, bareNs: 100, wrappedNs: 200, bareAllocs: 1, allocs: 4},
+			{name: mwUlule, bareNs: 100, wrappedNs: 800, bareAllocs: 1, allocs: 15},
+		},
+		footprints: []footprint{
+			{lib: nameRatekit, kind: fpLog, limit: 100, entries: 100, bytes: 1000, perEntry: 10},
+			{lib: nameRatekit, kind: fpLog, limit: 10, entries: 10, bytes: 200, perEntry: 20},
+			{lib: nameRatekit, kind: fpBuckets, what: "ratekit SlidingBuckets, 100000/day, 60 buckets, all live", entries: 60, bytes: 1500},
+			{lib: nameRedisRate, kind: fpPeer, bytes: 80},
+		},
+	}
+	for _, g := range rep.goroutines {
+		rep.cells = append(rep.cells, cell{lib: lib(nameRatekit, "redis"), pat: byName["denied"], g: g,
+			res: result{ops: 100000 * int64(g), elapsed: time.Second}})
+	}
+	want := map[string]verdict{
+		"memory store ns/op, RunParallel, hot key":                                                 met,
+		"memory store ns/op, RunParallel, 10k keys":                                                notMet,
+		"memory store allocations per decision, allowed path (the more of serial and RunParallel)": met,
+		"memory store allocations per decision, denied path (the more of serial and RunParallel)":  notMet,
+		"middleware overhead per allowed request: " + mwNethttp:                                    met,
+		"middleware overhead per allowed request: " + mwGin:                                        notMet, // 160 ns
+		"middleware overhead per allowed request: " + mwEcho:                                       notMet, // 3 allocs
+		"middleware overhead per allowed request: " + mwFiber:                                      unknown,
+		"SlidingLog bytes per live admission, limit 100":                                           met,
+		"SlidingLog bytes per live admission, limit 10":                                            notMet,
+		"SlidingBuckets bytes per key, 100000/day, 60 buckets, all live":                           met,
+		"denied flood decisions/s against the ceiling, c=1":                                        met,    // 100×
+		"denied flood decisions/s against the ceiling, c=64":                                       notMet, // 64×
+	}
+	got := map[string]goalRow{}
+	for _, g := range rep.goals() {
+		got[g.name] = g
+	}
+	for name, v := range want {
+		g, ok := got[name]
+		if !ok {
+			t.Errorf("no goal row %q", name)
+			continue
+		}
+		if g.verdict != v {
+			t.Errorf("goal %q: verdict %v, want %v (row %+v)", name, g.verdict, v, g)
+		}
+	}
+	if g := got["memory store ns/op, RunParallel, 10k keys"]; !strings.Contains(g.value, "only 50.0% admitted") {
+		t.Errorf("10k row value %q does not flag the limit reached", g.value)
+	}
+	if g := got["middleware overhead per allowed request: "+mwNethttp]; g.value != "+140 ns, +2 allocs" || g.ratio != "0.20× ulule/limiter stdlib (ns)" {
+		t.Errorf("nethttp row = %+v", g)
+	}
+}
+
+func TestParseRedisCost(t *testing.T) {
+	info := "# Commandstats\r\ncmdstat_evalsha:calls=300,usec=1500,usec_per_call=5.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_fcall:calls=100,usec=900,usec_per_call=9.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_get:calls=7,usec=70,usec_per_call=10.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_info:calls=2,usec=500,usec_per_call=250.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_config|resetstat:calls=1,usec=40,usec_per_call=40.00,rejected_calls=0,failed_calls=0\r\n"
+	want := redisCost{scriptCalls: 400, scriptUsec: 2400, allUsec: 2470}
+	if got := parseRedisCost(info); got != want {
+		t.Errorf("parseRedisCost = %+v, want %+v", got, want)
+	}
+	if got := parseRedisCost("# Commandstats\r\n"); got != (redisCost{}) {
+		t.Errorf("parseRedisCost(empty) = %+v, want zero", got)
+	}
+}
+
+func TestParseCPUSeconds(t *testing.T) {
+	info := "# CPU\r\nused_cpu_sys:1.250000\r\nused_cpu_user:2.500000\r\nused_cpu_sys_children:9.000000\r\n"
+	if got, ok := parseCPUSeconds(info); !ok || got != 3.75 {
+		t.Errorf("parseCPUSeconds = %v, %v, want 3.75, true", got, ok)
+	}
+	if _, ok := parseCPUSeconds("# CPU\r\nused_cpu_sys:1\r\n"); ok {
+		t.Error("parseCPUSeconds without used_cpu_user succeeded")
+	}
+}
+
+// TestMiddlewareCases serves one request through every middleware case,
+// bare and wrapped: each must be allowed (200), so that the benchmarks
+// measure the allowed path.
+func TestMiddlewareCases(t *testing.T) {
+	for _, c := range middlewareCases() {
+		t.Run(c.name, func(t *testing.T) {
+			bare, wrapped, err := c.build()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				if got := bare(); got != 200 {
+					t.Errorf("bare: status %d, want 200", got)
+				}
+				if got := wrapped(); got != 200 {
+					t.Errorf("wrapped: status %d, want 200", got)
+				}
+			}
+		})
+	}
+}
+
+// TestPatternsConstruct builds every in-memory library on every pattern:
+// the limits must be ones every library accepts.
+func TestPatternsConstruct(t *testing.T) {
+	for _, p := range patterns() {
+		for _, l := range libraries() {
+			if l.store != "memory" {
+				continue
+			}
+			allow, closeFn, err := l.setup(&env{}, p)
+			if err != nil {
+				t.Errorf("%s on %s: %v", l.name, p.name, err)
+				continue
+			}
+			ok, err := allow(context.Background(), p.keys[0])
+			closeFn()
+			if err != nil || !ok {
+				t.Errorf("%s on %s: first decision = %v, %v, want allowed", l.name, p.name, ok, err)
+			}
+		}
+	}
+	if _, err := core.NewLimiter(core.NewMemoryStore(), ratekitPolicy(patterns()[0], "redis")); err != nil {
+		t.Errorf("the Redis policy of the hot pattern: %v", err)
+	}
+}
+
+// TestTouchAll checks that every key is decided exactly once, and that
+// an error stops the touching and is returned.
+func TestTouchAll(t *testing.T) {
+	keys := patterns()[1].keys
+	var mu sync.Mutex
+	seen := map[string]int{}
+	allow := func(_ context.Context, key string) (bool, error) {
+		mu.Lock()
+		seen[key]++
+		mu.Unlock()
+		return true, nil
+	}
+	if err := touchAll(context.Background(), allow, keys); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != len(keys) {
+		t.Errorf("touched %d keys, want %d", len(seen), len(keys))
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Errorf("key %q touched %d times, want 1", k, n)
+		}
+	}
+	boom := errors.New("boom")
+	failing := func(context.Context, string) (bool, error) { return false, boom }
+	if err := touchAll(context.Background(), failing, keys); !errors.Is(err, boom) {
+		t.Errorf("touchAll with a failing allow = %v, want %v", err, boom)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os/exec"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -49,19 +48,24 @@ type ceilingResult struct {
 }
 
 // runCeiling runs redis-benchmark with EVALSHA of ceilingScript on the
-// hot key (1 s window, a limit never reached) for about dur. A short
-// calibration run first sizes the request count so that the run is
-// bounded in time whatever the machine's speed.
-func runCeiling(ctx context.Context, rdb *redis.Client, port string, run ceilingRun, dur time.Duration) (ceilingResult, error) {
+// hot key, with the limit and Redis window of the hot pattern (never
+// reached), for about dur. The request count comes from rps, the rate an
+// earlier run of the same configuration measured, or else from a short
+// calibration run, so that the run is bounded in time whatever the
+// machine's speed.
+func runCeiling(ctx context.Context, rdb *redis.Client, port string, run ceilingRun, dur time.Duration, rps float64) (ceilingResult, error) {
 	sha, err := rdb.ScriptLoad(ctx, ceilingScript).Result()
 	if err != nil {
 		return ceilingResult{}, fmt.Errorf("SCRIPT LOAD: %w", err)
 	}
-	cal, err := redisBenchmark(ctx, port, sha, run, 2000*run.pipeline)
-	if err != nil {
-		return ceilingResult{}, err
+	if rps <= 0 {
+		cal, err := redisBenchmark(ctx, port, sha, run, 1000*run.pipeline)
+		if err != nil {
+			return ceilingResult{}, err
+		}
+		rps = cal.rps
 	}
-	n := max(int(cal.rps*dur.Seconds()), 1000)
+	n := max(int(rps*dur.Seconds()), 1000)
 	if err := rdb.FlushAll(ctx).Err(); err != nil {
 		return ceilingResult{}, err
 	}
@@ -72,52 +76,14 @@ func runCeiling(ctx context.Context, rdb *redis.Client, port string, run ceiling
 	if err != nil {
 		return ceilingResult{}, err
 	}
-	if res.serverUsec, err = scriptUsecPerCall(ctx, rdb); err != nil {
-		return res, err
-	}
-	return res, rdb.FlushAll(ctx).Err()
-}
-
-// scriptUsecPerCall returns the mean time Redis spent executing a script
-// call (EVAL, EVALSHA and their _RO forms) since the last CONFIG
-// RESETSTAT, from INFO commandstats; 0 when there was none. It is the
-// server's execution time only, without reading and writing the
-// connection.
-func scriptUsecPerCall(ctx context.Context, rdb *redis.Client) (float64, error) {
 	info, err := rdb.Info(ctx, "commandstats").Result()
 	if err != nil {
-		return 0, fmt.Errorf("INFO commandstats: %w", err)
+		return res, fmt.Errorf("INFO commandstats: %w", err)
 	}
-	return parseScriptUsec(info), nil
-}
-
-// parseScriptUsec sums calls and usec of the cmdstat_eval* lines of INFO
-// commandstats and returns usec per call.
-func parseScriptUsec(info string) float64 {
-	var calls, usec float64
-	for _, line := range strings.Split(info, "\n") {
-		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_eval") {
-			continue
-		}
-		for _, kv := range strings.Split(stats, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				continue
-			}
-			switch k {
-			case "calls":
-				calls += f
-			case "usec":
-				usec += f
-			}
-		}
+	if cost := parseRedisCost(info); cost.scriptCalls > 0 {
+		res.serverUsec = cost.scriptUsec / cost.scriptCalls
 	}
-	if calls == 0 {
-		return 0
-	}
-	return usec / calls
+	return res, rdb.FlushAll(ctx).Err()
 }
 
 // redisBenchmark runs redis-benchmark for n requests and parses its CSV.
@@ -129,7 +95,7 @@ func redisBenchmark(ctx context.Context, port, sha string, run ceilingRun, n int
 		"-P", strconv.Itoa(run.pipeline),
 		"-r", "1000000000",
 		"--csv",
-		"EVALSHA", sha, "1", "ceiling:{hot}", "1000", strconv.FormatInt(huge, 10), "__rand_int__",
+		"EVALSHA", sha, "1", "ceiling:{hot}", strconv.FormatInt(roomyWindow.Milliseconds(), 10), strconv.Itoa(roomy), "__rand_int__",
 	}
 	out, err := exec.CommandContext(ctx, "redis-benchmark", args...).Output()
 	if err != nil {

@@ -11,42 +11,67 @@ import (
 	"github.com/ratekit/ratekit/core"
 )
 
-// footprint is the Redis memory of one key as MEMORY USAGE reports it.
+// footprint is the Redis memory of one limited key as MEMORY USAGE
+// reports it, summed over the Redis keys it uses.
 type footprint struct {
+	lib      string // library name
+	kind     string // fpLog, fpBuckets or fpPeer
 	what     string
-	entries  int // live units (sliding log) or live buckets
+	limit    int64
+	entries  int // live admissions (sliding log), buckets, or 0 (a peer's key)
+	keys     int // Redis keys the limited key uses
 	bytes    int64
-	perEntry float64 // bytes / entries
+	perEntry float64 // bytes / entries; 0 when entries is 0
+	defaults bool    // SlidingBuckets with the default bucket count
 }
 
-// measureFootprint fills keys through ratekit's RedisStore and reads
-// MEMORY USAGE ... SAMPLES 0 (exact) for each.
-func measureFootprint(ctx context.Context, rdb *redis.Client) ([]footprint, error) {
+// Kinds of footprint.
+const (
+	fpLog     = "log"
+	fpBuckets = "buckets"
+	fpPeer    = "peer"
+)
+
+// footprintLimits are the SlidingLog limits whose keys are filled; a
+// quick run leaves out the last, which takes seconds to fill.
+var footprintLimits = []int64{10, 100, 1000, 10000, 100000}
+
+// measureFootprint fills keys through ratekit's RedisStore and the peers
+// and reads MEMORY USAGE ... SAMPLES 0 (exact) of every key each left.
+func measureFootprint(ctx context.Context, e *env, quick bool) ([]footprint, error) {
 	var out []footprint
-	store := core.NewRedisStore(rdb)
-	// Sliding log: n requests of one unit each, admitted within one hour.
-	for _, n := range []int{100, 1000, 10000} {
-		pol := core.Policy{Name: "fp-log", Rules: []core.Rule{{Limit: 1 << 20, Window: time.Hour}}}
+	rdb := e.rdb
+	store := e.ratekitStore()
+	limits := footprintLimits
+	if quick {
+		limits = limits[:len(limits)-1]
+	}
+	// Sliding log: limit requests of one unit each, admitted within one
+	// hour, from 16 goroutines: the log grows as it does in service.
+	for _, limit := range limits {
+		if err := rdb.FlushAll(ctx).Err(); err != nil {
+			return out, err
+		}
+		pol := core.Policy{Name: "fp-log", Rules: []core.Rule{{Limit: limit, Window: time.Hour}}}
 		l, err := core.NewLimiter(store, pol, core.WithTimeout(5*time.Second))
 		if err != nil {
-			return nil, err
+			return out, err
 		}
-		key := fmt.Sprintf("log-%d", n)
-		if err := fill(ctx, n, func() error {
-			d, err := l.Allow(ctx, key)
+		if err := fill(ctx, int(limit), func() error {
+			d, err := l.Allow(ctx, "k")
 			if err == nil && (!d.Allowed || d.Source != core.SourceStore) {
 				err = fmt.Errorf("footprint: request not admitted by the store: %+v", d)
 			}
 			return err
 		}); err != nil {
-			return nil, err
+			return out, err
 		}
-		b, err := rdb.MemoryUsage(ctx, store.Key(pol.Name, key), 0).Result()
+		keys, b, err := keyBytes(ctx, rdb)
 		if err != nil {
-			return nil, fmt.Errorf("MEMORY USAGE: %w", err)
+			return out, err
 		}
-		enc, _ := rdb.ObjectEncoding(ctx, store.Key(pol.Name, key)).Result()
-		out = append(out, footprint{what: fmt.Sprintf("SlidingLog, %d live entries (%s)", n, enc), entries: n, bytes: b, perEntry: float64(b) / float64(n)})
+		out = append(out, footprint{lib: nameRatekit, kind: fpLog, what: fmt.Sprintf("ratekit SlidingLog, limit %d/h, full", limit),
+			limit: limit, entries: int(limit), keys: keys, bytes: b, perEntry: float64(b) / float64(limit)})
 	}
 	// Sliding buckets: one request per bucket width over a whole window,
 	// so that every bucket is live; time is stepped on the client side.
@@ -54,38 +79,83 @@ func measureFootprint(ctx context.Context, rdb *redis.Client) ([]footprint, erro
 		limit   int64
 		buckets int
 	}{{100000, 0}, {1000000000, 0}, {100000, core.MaxBuckets}} {
+		if err := rdb.FlushAll(ctx).Err(); err != nil {
+			return out, err
+		}
 		var mu sync.Mutex
 		now := time.Now()
 		clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-		bstore := core.NewRedisStore(rdb)
 		pol := core.Policy{Name: "fp-buckets", Rules: []core.Rule{{Limit: c.limit, Window: 24 * time.Hour}}, Algorithm: core.SlidingBuckets, Buckets: c.buckets}
-		l, err := core.NewLimiter(bstore, pol, core.WithTimeout(5*time.Second), core.WithClock(clock))
+		l, err := core.NewLimiter(store, pol, core.WithTimeout(5*time.Second), core.WithClock(clock))
 		if err != nil {
-			return nil, err
+			return out, err
 		}
 		b := c.buckets
 		if b == 0 {
 			b = 60 // the default
 		}
-		key := fmt.Sprintf("b-%d-%d", c.limit, b)
 		step := 24 * time.Hour / time.Duration(b)
 		for range b {
-			if _, err := l.AllowN(ctx, key, 3); err != nil {
-				return nil, err
+			if _, err := l.AllowN(ctx, "k", 3); err != nil {
+				return out, err
 			}
 			mu.Lock()
 			now = now.Add(step)
 			mu.Unlock()
 		}
-		rk := bstore.Key(pol.Name, key) + ":b"
-		bytes, err := rdb.MemoryUsage(ctx, rk, 0).Result()
+		keys, bytes, err := keyBytes(ctx, rdb)
 		if err != nil {
-			return nil, fmt.Errorf("MEMORY USAGE: %w", err)
+			return out, err
 		}
-		enc, _ := rdb.ObjectEncoding(ctx, rk).Result()
-		out = append(out, footprint{what: fmt.Sprintf("SlidingBuckets, %d/day, %d buckets (%s)", c.limit, b, enc), entries: b, bytes: bytes, perEntry: float64(bytes) / float64(b)})
+		out = append(out, footprint{lib: nameRatekit, kind: fpBuckets, what: fmt.Sprintf("ratekit SlidingBuckets, %d/day, %d buckets, all live", c.limit, b),
+			limit: c.limit, entries: b, keys: keys, bytes: bytes, perEntry: float64(bytes) / float64(b), defaults: c.buckets == 0})
+	}
+	// The peers: one key each after 100 requests under 100 per hour.
+	p := &pattern{name: "fp", keys: []string{"k"}, limit: 100, window: time.Hour}
+	for _, lib := range libraries() {
+		if lib.store != "redis" || lib.ratekit {
+			continue
+		}
+		if err := rdb.FlushAll(ctx).Err(); err != nil {
+			return out, err
+		}
+		allow, closeFn, err := lib.setup(e, p)
+		if err != nil {
+			return out, err
+		}
+		for range p.limit {
+			if _, err := allow(ctx, "k"); err != nil {
+				closeFn()
+				return out, fmt.Errorf("footprint %s: %w", lib.name, err)
+			}
+		}
+		closeFn()
+		keys, b, err := keyBytes(ctx, rdb)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, footprint{lib: lib.name, kind: fpPeer, what: fmt.Sprintf("%s (%s), 100/h, 100 requests", lib.name, lib.algo),
+			limit: p.limit, keys: keys, bytes: b})
 	}
 	return out, rdb.FlushAll(ctx).Err()
+}
+
+// keyBytes returns the number of keys in the database and the sum of
+// their MEMORY USAGE ... SAMPLES 0.
+func keyBytes(ctx context.Context, rdb *redis.Client) (keys int, bytes int64, err error) {
+	iter := rdb.Scan(ctx, 0, "*", 1000).Iterator()
+	for iter.Next(ctx) {
+		b, err := rdb.MemoryUsage(ctx, iter.Val(), 0).Result()
+		if err != nil {
+			return 0, 0, fmt.Errorf("MEMORY USAGE: %w", err)
+		}
+		keys++
+		bytes += b
+	}
+	if err := iter.Err(); err != nil {
+		return 0, 0, fmt.Errorf("SCAN: %w", err)
+	}
+	return keys, bytes, nil
 }
 
 // fill calls f n times from 16 goroutines and returns the first error.

@@ -27,12 +27,27 @@ type cell struct {
 
 // microResult is one in-memory testing.Benchmark.
 type microResult struct {
-	lib      *library
-	pat      *pattern
-	parallel bool
-	nsPerOp  float64
-	allocs   int64
-	bytes    int64
+	lib          *library
+	pat          *pattern
+	parallel     bool
+	nsPerOp      float64
+	allocs       int64
+	bytes        int64
+	ops, allowed int64 // decisions made in all the benchmark's runs, and of them admitted
+}
+
+// sweepPoint is ratekit on one hot key with one window.
+type sweepPoint struct {
+	window time.Duration
+	g      int
+	limit  int64
+	res    result
+}
+
+// liveEntries estimates the entries of the key's log: the admissions of
+// one window, at most the limit.
+func (s sweepPoint) liveEntries() float64 {
+	return math.Min(float64(s.limit), s.res.opsPerSec()*s.window.Seconds())
 }
 
 // report is everything one run produced.
@@ -42,6 +57,8 @@ type report struct {
 	cells      []cell
 	micro      []microResult
 	footprints []footprint
+	middleware []mwResult
+	sweep      []sweepPoint
 	goroutines []int
 	patterns   []*pattern
 	notes      []string
@@ -69,7 +86,8 @@ func (r *report) ratekitOps(store string, p *pattern, g int) float64 {
 	return 0
 }
 
-// writeMarkdown writes the results as Markdown tables.
+// writeMarkdown writes the results as Markdown tables: the goals first,
+// then what they were computed from.
 func (r *report) writeMarkdown(w io.Writer) {
 	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
 	p("# ratekit comparison results\n\n")
@@ -77,9 +95,10 @@ func (r *report) writeMarkdown(w io.Writer) {
 		p("- %s\n", h)
 	}
 	p("\n")
+	r.writeGoals(w)
 	if len(r.ceilings) > 0 {
 		p("## Ceiling: redis-benchmark, EVALSHA of the classic sliding-window script, one hot key\n\n")
-		p("Measured before and after the libraries; the ratios below use the higher of the two.\n\n")
+		p("The classic ZSET script (ZREMRANGEBYSCORE, ZCARD, ZADD, PEXPIRE), one call per decision, no pipelining, with the hot pattern's limit and window; measured before and after the libraries (a quick run: before only), the ratios use the higher of the two.\n\n")
 		p("| clients | pipeline | round | ops/s | p50 | p99 | Redis µs/call |\n|---:|---:|---|---:|---:|---:|---:|\n")
 		for _, c := range r.ceilings {
 			p("| %d | %d | %s | %s | %s | %s | %s |\n", c.clients, c.pipeline, c.round, fmtOps(c.rps), fmtDur(c.p50), fmtDur(c.p99), fmtUsec(c.serverUsec))
@@ -88,8 +107,8 @@ func (r *report) writeMarkdown(w io.Writer) {
 	}
 	for _, pat := range r.patterns {
 		p("## %s\n\n", pat.title)
-		p("| library | store | algorithm | goroutines | ops/s | p50 | p99 | × ceiling | × ratekit | admitted | errors | Redis µs/call |\n")
-		p("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		p("| library | store | algorithm | goroutines | ops/s | p50 | p99 | × ceiling | × ratekit | admitted | errors | allocs/decision | Redis µs/decision | Redis CPU µs/decision | script calls/decision |\n")
+		p("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, c := range r.cells {
 			if c.pat != pat {
 				continue
@@ -99,43 +118,143 @@ func (r *report) writeMarkdown(w io.Writer) {
 			if c.res.ops > 0 {
 				admitted = fmt.Sprintf("%.1f%%", 100*float64(c.res.allowed)/float64(c.res.ops))
 			}
-			p("| %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %d | %s |\n",
+			usec, cpu, calls := "–", "–", "–"
+			if c.lib.store == "redis" && c.res.ops > 0 {
+				usec, cpu, calls = fmt.Sprintf("%.2f", c.res.redisUsecPerOp()), fmt.Sprintf("%.2f", c.res.redisCPUPerOp()), fmt.Sprintf("%.3f", c.res.callsPerOp())
+			}
+			p("| %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %d | %.1f | %s | %s | %s |\n",
 				c.lib.name, c.lib.store, c.lib.algo, c.g, fmtOps(ops), fmtDur(c.res.p50), fmtDur(c.res.p99),
-				fmtRatio(ops, r.ceilingAt(c.g)), fmtRatio(ops, r.ratekitOps(c.lib.store, pat, c.g)), admitted, c.res.errs, fmtUsec(c.res.serverUsec))
+				fmtRatio(ops, r.ceilingAt(c.g)), fmtRatio(ops, r.ratekitOps(c.lib.store, pat, c.g)), admitted, c.res.errs,
+				c.res.allocsPerOp(), usec, cpu, calls)
+		}
+		p("\n")
+	}
+	p("allocs/decision: heap allocations of the whole process (runtime.MemStats) over the measured window, divided by its decisions: the library's client work, since the harness's loop allocates nothing. ")
+	p("Redis µs/decision: INFO commandstats execution time of every command the library sent (scripts and functions included; the harness's INFO and CONFIG left out), reset at the start of the measured window, divided by its decisions; it leaves out reading and writing the connections. ")
+	p("Redis CPU µs/decision: the Redis process's user + system CPU time (INFO cpu) over the same window, divided by its decisions: execution, network I/O and all. ")
+	p("script calls/decision: FCALL and EVALSHA calls per decision, below 1 when one call decides a batch.\n\n")
+	if len(r.sweep) > 0 {
+		p("## What bounds ratekit on one hot key: the live entries of its log\n\n")
+		p("ratekit alone on the hot key, limit %s, with shorter windows than the hot pattern's: its log holds about decisions/s × window entries (at most the limit).\n\n", fmtOps(float64(r.sweep[0].limit)))
+		p("| window | goroutines | ops/s | live entries (about) | allocs/decision | Redis µs/decision | Redis CPU µs/decision | script calls/decision | admitted |\n")
+		p("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, s := range r.sweep {
+			p("| %v | %d | %s | %s | %.1f | %.2f | %.2f | %.3f | %.1f%% |\n", s.window, s.g, fmtOps(s.res.opsPerSec()), fmtOps(s.liveEntries()),
+				s.res.allocsPerOp(), s.res.redisUsecPerOp(), s.res.redisCPUPerOp(), s.res.callsPerOp(), 100*perOp(float64(s.res.allowed), s.res.ops))
 		}
 		p("\n")
 	}
 	if len(r.micro) > 0 {
 		p("## In-memory decisions: ns/op and allocations (testing.Benchmark)\n\n")
-		p("| library | pattern | goroutines | ns/op | allocs/op | B/op | × x/time/rate | × ratekit |\n")
-		p("|---|---|---|---:|---:|---:|---:|---:|\n")
+		p("| library | pattern | goroutines | ns/op | allocs/op | B/op | admitted | × x/time/rate | × ratekit |\n")
+		p("|---|---|---|---:|---:|---:|---:|---:|---:|\n")
 		for _, m := range r.micro {
 			mode := "1 (serial)"
 			if m.parallel {
-				mode = "GOMAXPROCS (parallel)"
+				mode = "GOMAXPROCS (RunParallel)"
 			}
-			p("| %s | %s | %s | %.1f | %d | %d | %s | %s |\n", m.lib.name, m.pat.name, mode, m.nsPerOp, m.allocs, m.bytes,
-				fmtRatio(m.nsPerOp, r.microNs("x/time/rate", m.pat, m.parallel)), fmtRatio(m.nsPerOp, r.microNsRatekit(m.pat, m.parallel)))
+			admitted := "–"
+			if m.ops > 0 {
+				admitted = fmt.Sprintf("%.1f%%", 100*float64(m.allowed)/float64(m.ops))
+			}
+			p("| %s | %s | %s | %.1f | %d | %d | %s | %s | %s |\n", m.lib.name, m.pat.name, mode, m.nsPerOp, m.allocs, m.bytes, admitted,
+				fmtRatio(m.nsPerOp, r.microNs(nameXRate, m.pat, m.parallel)), fmtRatio(m.nsPerOp, r.microNsRatekit(m.pat, m.parallel)))
 		}
 		p("\nns/op ratios: below 1 is faster than the reference.\n\n")
 	}
-	if len(r.footprints) > 0 {
-		p("## Redis memory per key (MEMORY USAGE … SAMPLES 0)\n\n")
-		p("| key | bytes | bytes per entry or bucket |\n|---|---:|---:|\n")
-		for _, f := range r.footprints {
-			p("| %s | %d | %.1f |\n", f.what, f.bytes, f.perEntry)
+	if len(r.middleware) > 0 {
+		p("## Middleware: cost per allowed request over the bare handler (testing.Benchmark)\n\n")
+		p("A trivial handler served bare and behind the limiter, in this process, on one reused cheap writer (net/http, gin, echo), one reused fasthttp context (fiber), or a direct call with a server's context (gRPC). In-memory store, limit 100,000 per 1 ms (never reached), one client address; ratekit with default options (X-RateLimit headers on). Each side is the lower of two rounds.\n\n")
+		p("| middleware | plugs into | bare ns/op | wrapped ns/op | overhead ns | bare allocs | wrapped allocs | overhead allocs | overhead B | note |\n")
+		p("|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+		for _, m := range r.middleware {
+			if math.IsInf(m.bareNs, 0) {
+				p("| %s | %s | – | – | – | – | – | – | – | %s |\n", m.name, m.framework, m.failed)
+				continue
+			}
+			p("| %s | %s | %.1f | %.1f | %+.1f | %d | %d | %+d | %+d | %s |\n", m.name, m.framework, m.bareNs, m.wrappedNs, m.overheadNs(),
+				m.bareAllocs, m.allocs, m.overheadAllocs(), m.overheadBytes(), m.failed)
 		}
 		p("\n")
 	}
-	p("Redis µs/call is INFO commandstats' execution time per script call (EVAL/EVALSHA), reset before each cell: the server's own cost of one decision, without network I/O. Redis runs scripts on one thread, so 10⁶ divided by it bounds a cell's decisions per second.\n\n")
-	for _, n := range r.notes {
+	if len(r.footprints) > 0 {
+		p("## Redis memory per limited key (MEMORY USAGE … SAMPLES 0)\n\n")
+		p("Summed over every Redis key the limited key left. A SlidingLog key is filled with one admission per request from 16 goroutines, as in service (Redis grows the string by APPEND, so it may hold spare room).\n\n")
+		p("| key | Redis keys | bytes | bytes per admission or bucket |\n|---|---:|---:|---:|\n")
+		for _, f := range r.footprints {
+			per := "–"
+			if f.entries > 0 {
+				per = fmt.Sprintf("%.1f", f.perEntry)
+			}
+			p("| %s | %d | %d | %s |\n", f.what, f.keys, f.bytes, per)
+		}
+		p("\n")
+	}
+	for _, n := range append(r.notes, r.offPathNotes()...) {
 		p("- %s\n", n)
 	}
 }
 
+// offPathNotes names the cells and benchmarks of allowed patterns that
+// were not all admitted: they measured the denied path instead.
+func (r *report) offPathNotes() []string {
+	var off []string
+	seen := map[string]bool{}
+	for _, c := range r.cells {
+		if c.pat.allowed && c.res.ops > 0 && c.res.allowed < c.res.ops*99/100 {
+			off = append(off, fmt.Sprintf("%s (%s) %s at %d goroutines: %.1f%% admitted", c.lib.name, c.lib.store, c.pat.name, c.g, 100*float64(c.res.allowed)/float64(c.res.ops)))
+			seen[c.lib.name] = true
+		}
+	}
+	for _, m := range r.micro {
+		if m.pat.allowed && m.ops > 0 && m.allowed < m.ops*99/100 {
+			off = append(off, fmt.Sprintf("%s %s benchmark (parallel %v): %.1f%% admitted", m.lib.name, m.pat.name, m.parallel, 100*float64(m.allowed)/float64(m.ops)))
+			seen[m.lib.name] = true
+		}
+	}
+	if len(off) == 0 {
+		return nil
+	}
+	notes := []string{"Not on the allowed path although the limit was never reached by the load: " + strings.Join(off, "; ") + ". These measure that library's denied path."}
+	if seen[nameSethvargo] {
+		notes = append(notes, "sethvargo/go-limiter v0.7.1 refills a bucket to (intervals elapsed) × (interval in ns ÷ tokens) tokens, at most tokens: 100,000 per 1 ms refills 10 tokens per ms, so it admits its configured rate only where the interval in ns is at least tokens².")
+	}
+	return notes
+}
+
+// writeGoals writes the goals table.
+func (r *report) writeGoals(w io.Writer) {
+	rows := r.goals()
+	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
+	p("## The goals of issue 10, judged on this run\n\n")
+	nMet, nNot := 0, 0
+	for _, g := range rows {
+		switch g.verdict {
+		case met:
+			nMet++
+		case notMet:
+			nNot++
+		}
+	}
+	p("%d met, %d not met, %d not measured. Each ratio compares ratekit with what was measured in this run; the sections below hold the numbers. c: goroutines driving the library (for the ceiling, redis-benchmark clients).\n\n", nMet, nNot, len(rows)-nMet-nNot)
+	p("| # | goal | ratekit | peers (same run) | ratio | target | verdict |\n|---:|---|---|---|---|---|---|\n")
+	for _, g := range rows {
+		p("| %d | %s | %s | %s | %s | %s | %s |\n", g.goal, g.name, orDash(g.value), orDash(g.peers), orDash(g.ratio), g.target, g.verdict)
+	}
+	p("\ngoals.svg draws each row's attainment, 1 at the target and met from 1 up: the ratio ÷ the target for at-least goals, the target ÷ the value for at-most goals, 1 ÷ (1 + allocations) for zero-allocation goals, and for a middleware the lesser of its time and allocation attainments.\n")
+	p("\nGoal 6 also keeps exactness across instances and on Cluster, retry safety, the timeout and every failure policy: the test suite checks those, not this run.\n\n")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "–"
+	}
+	return s
+}
+
 func (r *report) microNs(name string, pat *pattern, parallel bool) float64 {
 	for _, m := range r.micro {
-		if m.lib.name == name && m.pat == pat && m.parallel == parallel {
+		if !m.lib.ratekit && m.lib.name == name && m.pat == pat && m.parallel == parallel {
 			return m.nsPerOp
 		}
 	}
@@ -359,4 +478,91 @@ func libraryOrder(cells []cell) []*library {
 		}
 	}
 	return out
+}
+
+// writeGoalsChart draws every measured goal row's attainment (its score:
+// 1 is the target, right of it is met) on a log scale, met rows in green
+// and the others in red, as an SVG file.
+func (r *report) writeGoalsChart(path string) error {
+	p, w, h, err := r.goalsPlot()
+	if err != nil || p == nil {
+		return err
+	}
+	c := vgsvg.New(w, h)
+	drawPadded(p, c)
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := c.WriteTo(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// drawPadded draws p on c with a margin, so that no label touches the
+// edge.
+func drawPadded(p *plot.Plot, c vg.CanvasSizer) {
+	m := 4 * vg.Millimeter
+	p.Draw(draw.Crop(draw.New(c), m, -m, m, -m))
+}
+
+// goalsPlot builds the goals chart and its size; nil if no goal was
+// measured.
+func (r *report) goalsPlot() (*plot.Plot, vg.Length, vg.Length, error) {
+	var rows []goalRow
+	for _, g := range r.goals() {
+		if g.verdict != unknown {
+			rows = append(rows, g)
+		}
+	}
+	if len(rows) == 0 {
+		return nil, 0, 0, nil
+	}
+	const lo, hi = 0.01, 100.0
+	p := plot.New()
+	p.Title.Text = "issue 10 goals: attainment in this run (1 = the target; right of the line: met)"
+	p.Title.TextStyle.Font.Size = vg.Points(11)
+	p.X.Label.Text = "attainment (see results.md)"
+	p.X.Scale = plot.LogScale{}
+	p.X.Min, p.X.Max = lo, hi
+	p.X.Tick.Marker = decadeTicks{}
+	p.Add(plotter.NewGrid())
+	labels := make([]string, len(rows))
+	var good, bad plotter.XYs
+	for i, g := range rows {
+		// The first goal at the top.
+		y := float64(len(rows) - 1 - i)
+		labels[len(rows)-1-i] = fmt.Sprintf("%d. %s", g.goal, g.name)
+		pt := plotter.XY{X: math.Min(math.Max(g.score, lo), hi), Y: y}
+		if g.verdict == met {
+			good = append(good, pt)
+		} else {
+			bad = append(bad, pt)
+		}
+	}
+	p.NominalY(labels...)
+	p.Y.Tick.Label.Font.Size = vg.Points(8)
+	target, err := plotter.NewLine(plotter.XYs{{X: 1, Y: -0.5}, {X: 1, Y: float64(len(rows)) - 0.5}})
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	target.Color, target.Width, target.Dashes = color.Black, vg.Points(1), []vg.Length{vg.Points(4), vg.Points(3)}
+	p.Add(target)
+	for _, s := range []struct {
+		pts plotter.XYs
+		col color.Color
+	}{{good, color.RGBA{G: 140, A: 255}}, {bad, color.RGBA{R: 200, A: 255}}} {
+		if len(s.pts) == 0 {
+			continue
+		}
+		sc, err := plotter.NewScatter(s.pts)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		sc.Color, sc.Radius, sc.Shape = s.col, vg.Points(4), draw.CircleGlyph{}
+		p.Add(sc)
+	}
+	return p, 10.5 * vg.Inch, vg.Length(len(rows))*0.24*vg.Inch + 1.5*vg.Inch, nil
 }

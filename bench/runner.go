@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/bits"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,9 +21,43 @@ type result struct {
 	errs     int64         // errors (and, for ratekit, fallback decisions)
 	elapsed  time.Duration // length of the measured window
 	p50, p99 time.Duration // latency of one decision, sampled
-	// serverUsec is Redis's own execution time per script call, µs (0 for
-	// in-memory libraries and when no script ran).
-	serverUsec float64
+	// mallocs and allocBytes are the process's heap allocations in the
+	// measured window (runtime.MemStats): the library's, since the
+	// harness's loop allocates nothing.
+	mallocs, allocBytes uint64
+	// redis is what Redis spent in the measured window (Redis-backed
+	// cells only).
+	redis redisCost
+}
+
+// allocsPerOp returns heap allocations per decision.
+func (r result) allocsPerOp() float64 { return perOp(float64(r.mallocs), r.ops) }
+
+// bytesPerOp returns heap bytes allocated per decision.
+func (r result) bytesPerOp() float64 { return perOp(float64(r.allocBytes), r.ops) }
+
+// redisUsecPerOp returns Redis's execution time (INFO commandstats, every
+// command of the library) per decision, µs.
+func (r result) redisUsecPerOp() float64 { return perOp(r.redis.allUsec, r.ops) }
+
+// redisCPUPerOp returns the Redis process's CPU time per decision, µs.
+func (r result) redisCPUPerOp() float64 { return perOp(r.redis.cpuUsec, r.ops) }
+
+// callsPerOp returns script calls per decision (below 1 when calls carry
+// batches).
+func (r result) callsPerOp() float64 { return perOp(r.redis.scriptCalls, r.ops) }
+
+func perOp(v float64, ops int64) float64 {
+	if ops <= 0 {
+		return 0
+	}
+	return v / float64(ops)
+}
+
+// probe reads counters at the start and the end of a measured window.
+type probe interface {
+	start(ctx context.Context)
+	stop(ctx context.Context)
 }
 
 // opsPerSec returns the throughput of r.
@@ -51,8 +86,10 @@ type worker struct {
 // measure drives allow from g goroutines over keys for warm (not counted)
 // and then dur (counted). Each goroutine picks keys with its own
 // xorshift generator. Latency is sampled on one decision in sampleEvery,
-// so that reading the clock does not dominate in-memory decisions.
-func measure(ctx context.Context, allow allowFunc, keys []string, g int, warm, dur time.Duration, sampleEvery uint64) result {
+// so that reading the clock does not dominate in-memory decisions. The
+// probes run at the start and the end of the measured window, and the
+// process's heap allocations are counted over it.
+func measure(ctx context.Context, allow allowFunc, keys []string, g int, warm, dur time.Duration, sampleEvery uint64, probes ...probe) result {
 	var phase atomic.Int32
 	workers := make([]worker, g)
 	var wg sync.WaitGroup
@@ -97,14 +134,23 @@ func measure(ctx context.Context, allow allowFunc, keys []string, g int, warm, d
 		}(&workers[i], uint64(i)+1)
 	}
 	sleepCtx(ctx, warm)
+	for _, p := range probes {
+		p.start(ctx)
+	}
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
 	start := time.Now()
 	phase.Store(phaseMeasure)
 	sleepCtx(ctx, dur)
 	phase.Store(phaseStop)
 	elapsed := time.Since(start)
+	runtime.ReadMemStats(&m1)
+	for _, p := range probes {
+		p.stop(ctx)
+	}
 	wg.Wait()
 
-	var r result
+	r := result{mallocs: m1.Mallocs - m0.Mallocs, allocBytes: m1.TotalAlloc - m0.TotalAlloc}
 	var h histogram
 	for i := range workers {
 		w := &workers[i]
