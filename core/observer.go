@@ -36,6 +36,9 @@ const (
 	// through; Event.Decision holds it. The limiter reported the denial
 	// itself as an EventDecision.
 	EventDryRun
+	// EventBlock reports a request a middleware refused without a
+	// decision because a block rule matched it (403 Forbidden).
+	EventBlock
 )
 
 // String returns the kind's name.
@@ -57,6 +60,8 @@ func (k EventKind) String() string {
 		return "key_error"
 	case EventDryRun:
 		return "dry_run"
+	case EventBlock:
+		return "block"
 	}
 	return "unknown"
 }

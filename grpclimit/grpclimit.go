@@ -27,6 +27,7 @@ const (
 	msgUnavailable = "rate limiter unavailable"
 	msgCanceled    = "call canceled before the rate limit decision"
 	msgDeadline    = "deadline exceeded before the rate limit decision"
+	msgBlocked     = "blocked"
 )
 
 // UnaryServerInterceptor returns an interceptor that limits unary calls
@@ -275,6 +276,8 @@ func (g *limited) status(v *guard.Verdict) *status.Status {
 			st = withDetails(st, retryInfo(v.Decision.RetryAfter))
 		}
 		return st
+	case guard.OutcomeBlocked:
+		return status.New(codes.PermissionDenied, msgBlocked)
 	}
 	return status.New(codes.OK, "")
 }

@@ -99,8 +99,8 @@ const ProblemType = "https://iana.org/assignments/http-problem-types#quota-excee
 // Status returns the HTTP status to answer when the request does not
 // proceed: 429 over the limit; 413 for a body longer than the key function
 // may read ([keyfunc.ErrBodyTooLarge]), 400 for any other malformed key
-// source or cost; 503 when the store failed under FailClosed. It is 200
-// when the request proceeds.
+// source or cost; 503 when the store failed under FailClosed; 403 when
+// blocked ([WithBlock]). It is 200 when the request proceeds.
 func (v *Verdict) Status() int {
 	switch v.Outcome {
 	case OutcomeDeny:
@@ -112,6 +112,8 @@ func (v *Verdict) Status() int {
 		return http.StatusBadRequest
 	case OutcomeUnavailable:
 		return http.StatusServiceUnavailable
+	case OutcomeBlocked:
+		return http.StatusForbidden
 	}
 	return http.StatusOK
 }
@@ -397,6 +399,8 @@ func (v *Verdict) body() (contentType string, body []byte) {
 	}
 	var prefix string
 	switch status {
+	case http.StatusForbidden:
+		prefix = "forbidden: "
 	case http.StatusRequestEntityTooLarge:
 		prefix = "content too large: "
 	case http.StatusBadRequest:
@@ -426,6 +430,8 @@ func (v *Verdict) detail() string {
 		return "missing or malformed rate-limit key"
 	case OutcomeUnavailable:
 		return "rate limiter unavailable"
+	case OutcomeBlocked:
+		return "blocked"
 	}
 	return ""
 }

@@ -19,6 +19,7 @@ type Option func(*config)
 
 type config struct {
 	key      keyfunc.Func
+	block    func(keyfunc.Request) bool
 	skip     func(keyfunc.Request) bool
 	cost     func(keyfunc.Request) int64
 	countIf  func(status int) bool
@@ -46,9 +47,20 @@ func WithKey(f keyfunc.Func) Option {
 }
 
 // WithSkip sets a predicate for requests that are not limited at all, such
-// as health checks or internal callers. None by default.
+// as health checks or internal callers (an allow list of networks:
+// keyfunc.InNetworks). None by default.
 func WithSkip(f func(keyfunc.Request) bool) Option {
 	return func(c *config) { c.skip = f }
+}
+
+// WithBlock sets a predicate for requests refused outright, before the
+// skip predicate and any decision: 403 Forbidden (gRPC: PermissionDenied),
+// no rate-limit headers, reported to the guard's observers as
+// [core.EventBlock]. A deny list of networks is keyfunc.InNetworks; of
+// keys, any lookup. None by default; dry-run mode does not let blocked
+// requests through.
+func WithBlock(f func(keyfunc.Request) bool) Option {
+	return func(c *config) { c.block = f }
 }
 
 // WithCost sets the units a request costs; 1 by default. A cost below 1 is
@@ -237,12 +249,17 @@ func (g *Guard) ReadNatives(adapter string, targets ...any) {
 // adapters can skip capturing the handler's status when it has none.
 func (g *Guard) NeedsFinish() bool { return g.cfg.countIf != nil || g.cfg.resetIf != nil }
 
-// Admit runs the pipeline for r: skip, key and cost, then the decision of
+// Admit runs the pipeline for r: block, skip, key and cost, then the decision of
 // the guard's limit and of every limit added with [WithAlso]. It never
 // panics on a malformed request and never returns a store error: a store
 // failure is resolved by the limiter's failure policy.
 func (g *Guard) Admit(ctx context.Context, r keyfunc.Request) Verdict {
 	v := Verdict{g: g, by: &g.own}
+	if g.cfg.block != nil && g.cfg.block(r) {
+		v.Outcome = OutcomeBlocked
+		g.emit(ctx, &g.own, core.Event{Kind: core.EventBlock})
+		return v
+	}
 	if g.cfg.skip != nil && g.cfg.skip(r) {
 		v.Outcome = OutcomeSkip
 		g.emit(ctx, &g.own, core.Event{Kind: core.EventSkip})

@@ -598,3 +598,33 @@ type reasoned struct{}
 
 func (reasoned) Error() string  { return "secret detail: +86 138" }
 func (reasoned) Reason() string { return "invalid phone number" }
+
+// TestBlock: a blocked request is refused before skip and decision, in
+// dry-run mode too, and reported once.
+func TestBlock(t *testing.T) {
+	ctx := context.Background()
+	obs := &recorder{}
+	blocked := func(r keyfunc.Request) bool { return r.Header("X-User") == "mallory" }
+	for _, dry := range []bool{false, true} {
+		l := limiter(t, core.NewMemoryStore(), "block", perHour(1))
+		g := guard.New(l, guard.WithKey(user), guard.WithBlock(blocked), guard.WithSkip(func(keyfunc.Request) bool { return true }),
+			guard.WithDryRun(dry), guard.WithObserver(obs))
+		v := g.Admit(ctx, req().with("X-User", "mallory"))
+		if v.Outcome != guard.OutcomeBlocked || v.Proceed() || v.Status() != 403 || len(headers(&v)) != 0 {
+			t.Errorf("dry-run %v: mallory = %v, status %d, headers %v; want blocked, 403, none", dry, v.Outcome, v.Status(), headers(&v))
+		}
+		status, body := v.Answer(func(string, string) {})
+		if status != 403 || string(body) != "forbidden: blocked\n" {
+			t.Errorf("answer = %d %q", status, body)
+		}
+		if d, _ := l.Peek(ctx, "mallory"); d.Remaining != 1 {
+			t.Errorf("a blocked request took units: %+v", d)
+		}
+		if v := g.Admit(ctx, req().with("X-User", "alice")); v.Outcome != guard.OutcomeSkip {
+			t.Errorf("alice = %v, want skip", v.Outcome)
+		}
+	}
+	if n := obs.count(core.EventBlock); n != 2 {
+		t.Errorf("observer saw %d blocks, want 2", n)
+	}
+}

@@ -24,6 +24,9 @@ const (
 	// OutcomeUnavailable means the store failed under FailClosed, or the
 	// request's context ended before a decision; 503 (gRPC: Unavailable).
 	OutcomeUnavailable
+	// OutcomeBlocked means refused by the block predicate ([WithBlock]):
+	// 403 (gRPC: PermissionDenied).
+	OutcomeBlocked
 )
 
 // String returns the outcome's name.
@@ -39,6 +42,8 @@ func (o Outcome) String() string {
 		return "invalid"
 	case OutcomeUnavailable:
 		return "unavailable"
+	case OutcomeBlocked:
+		return "blocked"
 	}
 	return "unknown"
 }

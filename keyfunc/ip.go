@@ -231,33 +231,74 @@ func ClientIP(opts ...IPOption) Func {
 	for _, o := range opts {
 		o(c)
 	}
-	if len(c.trusted) == 0 {
-		return func(r Request) (string, error) {
-			ra := r.RemoteAddr()
-			peer, ok := parseNode(ra, false)
-			if !ok {
-				return "", errBadPeer
-			}
-			return c.key(peer, ra), nil
+	client := c.resolver()
+	return func(r Request) (string, error) {
+		a, seen, err := client(r)
+		if err != nil {
+			return "", err
 		}
+		return c.key(a, seen), nil
 	}
+}
+
+// resolver returns the function that finds the client address of a
+// request, and the text it was read from, the way ClientIP does.
+func (c *ipConfig) resolver() func(r Request) (netip.Addr, string, error) {
 	forwarded := c.header == headerForwarded
 	errBadHop := withReason(fmt.Errorf("keyfunc: client ip: %s from a trusted proxy names no client address: %w",
 		c.header, ErrInvalidKey), "invalid forwarding header")
-	return func(r Request) (string, error) {
+	return func(r Request) (netip.Addr, string, error) {
 		ra := r.RemoteAddr()
 		peer, ok := parseNode(ra, false)
 		if !ok {
-			return "", errBadPeer
+			return netip.Addr{}, "", errBadPeer
 		}
-		if !c.isTrusted(peer) {
-			return c.key(peer, ra), nil
+		if len(c.trusted) == 0 || !c.isTrusted(peer) {
+			return peer, ra, nil
 		}
 		a, seen, ok := c.walk(r.Values(c.header), peer, ra, forwarded)
 		if !ok {
-			return "", errBadHop
+			return netip.Addr{}, "", errBadHop
 		}
-		return c.key(a, seen), nil
+		return a, seen, nil
+	}
+}
+
+// InNetworks reports whether a request's client address, found as
+// [ClientIP] finds it with the same options (trusted proxies, forwarding
+// header), is inside one of the prefixes: an allow list for guard.WithSkip
+// (internal callers, monitoring) or a deny list for guard.WithBlock. It is
+// false when the client address cannot be found (then the key function
+// decides: ClientIP refuses the request). Addresses are compared as seen,
+// IPv4-mapped IPv6 as IPv4; an IPv6 address that embeds an IPv4 one
+// (NAT64, 6to4, Teredo) matches only prefixes of its own, so list those
+// translation prefixes to match their clients. Parse configured lists with
+// netip.ParsePrefix or [ParseTrustedProxies]. It panics on an invalid
+// (zero) prefix or option, at construction.
+func InNetworks(prefixes []netip.Prefix, opts ...IPOption) func(r Request) bool {
+	nets := make([]netip.Prefix, len(prefixes))
+	for i, p := range prefixes {
+		if !p.IsValid() {
+			panic(fmt.Sprintf("keyfunc: InNetworks: invalid prefix %v at index %d", p, i))
+		}
+		nets[i] = normPrefix(p)
+	}
+	c := &ipConfig{header: headerXForwardedFor, v4Bits: 32, v6Bits: 64}
+	for _, o := range opts {
+		o(c)
+	}
+	client := c.resolver()
+	return func(r Request) bool {
+		a, _, err := client(r)
+		if err != nil {
+			return false
+		}
+		for _, p := range nets {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
 	}
 }
 

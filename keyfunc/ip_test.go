@@ -345,3 +345,43 @@ func TestClientIPKeyAllocations(t *testing.T) {
 		t.Errorf("ClientIP of an IPv4 peer: %v allocations, want 0", n)
 	}
 }
+
+// TestInNetworks: the client address is found as ClientIP finds it, a
+// forwarding header only from a trusted proxy, and compared as seen.
+func TestInNetworks(t *testing.T) {
+	nets, err := keyfunc.ParseTrustedProxies("10.0.0.0/8", "2001:db8::/32", "192.0.2.7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	trusted := keyfunc.TrustedProxies("172.16.0.1")
+	for _, tc := range []struct {
+		name   string
+		opts   []keyfunc.IPOption
+		remote string
+		xff    string
+		want   bool
+	}{
+		{"peer inside", nil, "10.1.2.3:5", "", true},
+		{"single address", nil, "192.0.2.7:5", "", true},
+		{"peer outside", nil, "192.0.2.8:5", "", false},
+		{"ipv6 inside", nil, "[2001:db8::9]:5", "", true},
+		{"ipv4-mapped peer", nil, "[::ffff:10.0.0.1]:5", "", true},
+		{"header from an untrusted peer is ignored", nil, "192.0.2.8:5", "10.0.0.1", false},
+		{"client behind a trusted proxy", []keyfunc.IPOption{trusted}, "172.16.0.1:5", "10.9.9.9", true},
+		{"spoofed hop before the client", []keyfunc.IPOption{trusted}, "172.16.0.1:5", "10.9.9.9, 198.51.100.1", false},
+		{"malformed hop", []keyfunc.IPOption{trusted}, "172.16.0.1:5", "unknown", false},
+		{"nat64 client is not its ipv4", nil, "[64:ff9b::a00:1]:5", "", false},
+		{"not an address", nil, "@unix", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest("GET", "/", nil)
+			r.RemoteAddr = tc.remote
+			if tc.xff != "" {
+				r.Header.Set("X-Forwarded-For", tc.xff)
+			}
+			if got := keyfunc.InNetworks(nets, tc.opts...)(keyfunc.FromHTTP(r, "")); got != tc.want {
+				t.Errorf("InNetworks = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

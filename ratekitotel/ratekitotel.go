@@ -45,6 +45,7 @@ type Observer struct {
 	decisions    metric.Int64Counter
 	dryRun       metric.Int64Counter
 	skips        metric.Int64Counter
+	blocks       metric.Int64Counter
 	keyErrors    metric.Int64Counter
 	fallbacks    metric.Int64Counter
 	cacheHits    metric.Int64Counter
@@ -87,6 +88,7 @@ func New(meter metric.Meter, opts ...Option) (*Observer, error) {
 		decisions:    counter("ratekit.decisions", "{decision}", "Rate-limit decisions by policy, outcome (allowed, denied) and source (store, cache, local, open, closed)."),
 		dryRun:       counter("ratekit.dry_run.denials", "{request}", "Denials let through because the guard is in dry-run mode; also counted in ratekit.decisions."),
 		skips:        counter("ratekit.skips", "{request}", "Requests not limited: a skip rule matched, the request had no key or cost nothing."),
+		blocks:       counter("ratekit.blocks", "{request}", "Requests refused by a block rule (403) without a decision."),
 		keyErrors:    counter("ratekit.key_errors", "{request}", "Requests whose key function failed."),
 		fallbacks:    counter("ratekit.fallbacks", "{decision}", "Decisions made by the failure policy because the store failed, by source (local, open, closed)."),
 		cacheHits:    counter("ratekit.deny_cache.hits", "{decision}", "Denials answered by the limiter's deny cache without a store call."),
@@ -148,6 +150,8 @@ func (o *Observer) Observe(ctx context.Context, e core.Event) {
 		o.breakerOpen.Record(ctx, 0, a.gaugePoint...)
 	case core.EventSkip:
 		o.skips.Add(ctx, 1, a.policy...)
+	case core.EventBlock:
+		o.blocks.Add(ctx, 1, a.policy...)
 	case core.EventKeyError:
 		o.keyErrors.Add(ctx, 1, a.policy...)
 	}

@@ -152,6 +152,9 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("flaky probe = %+v, %v; want a store decision", d, err)
 	}
 
+	// A request a block rule refused (guard.WithBlock).
+	obs.Observe(ctx, core.Event{Kind: core.EventBlock, Policy: "login"})
+
 	got := collect(t, reader)
 	tests := []struct {
 		series string
@@ -162,6 +165,7 @@ func TestMetrics(t *testing.T) {
 		{"ratekit.decisions{ratekit.outcome=denied,ratekit.policy=login,ratekit.source=cache}", 1},
 		{"ratekit.deny_cache.hits{ratekit.policy=login}", 1},
 		{"ratekit.skips{ratekit.policy=login}", 1},
+		{"ratekit.blocks{ratekit.policy=login}", 1},
 		{"ratekit.key_errors{ratekit.policy=login}", 1},
 		{"ratekit.store.duration{ratekit.policy=login,ratekit.result=ok}", 3},
 		{"ratekit.decisions{ratekit.outcome=allowed,ratekit.policy=dry,ratekit.source=store}", 1},

@@ -61,6 +61,7 @@ type Observer struct {
 	decisions    *prometheus.CounterVec
 	dryRun       *prometheus.CounterVec
 	skips        *prometheus.CounterVec
+	blocks       *prometheus.CounterVec
 	keyErrors    *prometheus.CounterVec
 	fallbacks    *prometheus.CounterVec
 	cacheHits    *prometheus.CounterVec
@@ -78,6 +79,7 @@ type policyMetrics struct {
 	fallbacks    [core.SourceClosed + 1]prometheus.Counter
 	dryRun       prometheus.Counter
 	skips        prometheus.Counter
+	blocks       prometheus.Counter
 	keyErrors    prometheus.Counter
 	cacheHits    prometheus.Counter
 	storeErrors  prometheus.Counter
@@ -101,6 +103,7 @@ func New(opts ...Option) *Observer {
 		decisions:   counter("decisions_total", "Rate-limit decisions by policy, outcome (allowed, denied) and source (store, cache, local, open, closed).", "policy", "outcome", "source"),
 		dryRun:      counter("dry_run_denials_total", "Denials let through because the guard is in dry-run mode; also counted in decisions_total.", "policy"),
 		skips:       counter("skips_total", "Requests not limited: a skip rule matched, the request had no key or cost nothing.", "policy"),
+		blocks:      counter("blocks_total", "Requests refused by a block rule (403) without a decision.", "policy"),
 		keyErrors:   counter("key_errors_total", "Requests whose key function failed.", "policy"),
 		fallbacks:   counter("fallbacks_total", "Decisions made by the failure policy because the store failed, by source (local, open, closed).", "policy", "source"),
 		cacheHits:   counter("deny_cache_hits_total", "Denials answered by the limiter's deny cache without a store call.", "policy"),
@@ -118,7 +121,7 @@ func New(opts ...Option) *Observer {
 }
 
 func (o *Observer) collectors() []prometheus.Collector {
-	return []prometheus.Collector{o.decisions, o.dryRun, o.skips, o.keyErrors, o.fallbacks, o.cacheHits,
+	return []prometheus.Collector{o.decisions, o.dryRun, o.skips, o.blocks, o.keyErrors, o.fallbacks, o.cacheHits,
 		o.storeErrors, o.latency, o.breakerOpen, o.breakerOpens}
 }
 
@@ -175,6 +178,8 @@ func (o *Observer) Observe(_ context.Context, e core.Event) {
 		m.breakerOpen.Set(0)
 	case core.EventSkip:
 		m.skips.Inc()
+	case core.EventBlock:
+		m.blocks.Inc()
 	case core.EventKeyError:
 		m.keyErrors.Inc()
 	}
@@ -214,6 +219,7 @@ func (o *Observer) policy(name string) *policyMetrics {
 	m := &policyMetrics{
 		dryRun:       o.dryRun.WithLabelValues(name),
 		skips:        o.skips.WithLabelValues(name),
+		blocks:       o.blocks.WithLabelValues(name),
 		keyErrors:    o.keyErrors.WithLabelValues(name),
 		cacheHits:    o.cacheHits.WithLabelValues(name),
 		storeErrors:  o.storeErrors.WithLabelValues(name),

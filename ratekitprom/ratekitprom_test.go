@@ -193,6 +193,9 @@ func TestMetricsScrape(t *testing.T) {
 		t.Fatalf("flaky probe = %+v, %v; want a store decision", d, err)
 	}
 
+	// A request a block rule refused (guard.WithBlock).
+	obs.Observe(ctx, core.Event{Kind: core.EventBlock, Policy: "login"})
+
 	fams := scrape(t, metrics.URL)
 	tests := []struct {
 		name   string
@@ -205,6 +208,7 @@ func TestMetricsScrape(t *testing.T) {
 		{"ratekit_decisions_total", []string{"outcome=allowed", "policy=login", "source=local"}, 0},
 		{"ratekit_deny_cache_hits_total", []string{"policy=login"}, 1},
 		{"ratekit_skips_total", []string{"policy=login"}, 1},
+		{"ratekit_blocks_total", []string{"policy=login"}, 1},
 		{"ratekit_key_errors_total", []string{"policy=login"}, 1},
 		{"ratekit_store_latency_seconds", []string{"policy=login", "result=ok"}, 3},
 		{"ratekit_decisions_total", []string{"outcome=allowed", "policy=dry", "source=store"}, 1},

@@ -43,6 +43,8 @@ type Options struct {
 	Key keyfunc.Func
 	// Skip is passed to WithSkip.
 	Skip func(keyfunc.Request) bool
+	// Block is passed to WithBlock.
+	Block func(keyfunc.Request) bool
 	// Cost is passed to WithCost.
 	Cost func(keyfunc.Request) int64
 	// CountIf is passed to WithCountIf.
@@ -90,6 +92,9 @@ func (o Options) GuardOptions() []guard.Option {
 	}
 	if o.Skip != nil {
 		opts = append(opts, guard.WithSkip(o.Skip))
+	}
+	if o.Block != nil {
+		opts = append(opts, guard.WithBlock(o.Block))
 	}
 	if o.Cost != nil {
 		opts = append(opts, guard.WithCost(o.Cost))

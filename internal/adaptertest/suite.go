@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"reflect"
 	"runtime"
 	"strconv"
@@ -323,6 +324,48 @@ var cases = []testCase{
 		}
 		wantStatuses(t, "not skipped", statuses(t, base, request{}, 2), 200, 429)
 		wantStatus(t, "skipped after denial", do(t, base, request{header: hdr("X-Skip", "1")}), http.StatusOK)
+	}},
+
+	{"allow and block lists of networks", func(t *testing.T, newServer NewServer) {
+		proxy := keyfunc.TrustedProxies("127.0.0.1")
+		nets := func(cidrs ...string) []netip.Prefix {
+			ps, err := keyfunc.ParseTrustedProxies(cidrs...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ps
+		}
+		obs := &recorder{}
+		base := start(t, newServer, limiter(t, "lists", core.Rule{Limit: 1, Window: hour}), Options{
+			Key:      keyfunc.ClientIP(proxy),
+			Skip:     keyfunc.InNetworks(nets("10.0.0.0/8"), proxy),
+			Block:    keyfunc.InNetworks(nets("203.0.113.0/24", "2001:db8::/32"), proxy),
+			Observer: obs,
+		})
+		from := func(addr string) request { return request{header: hdr("X-Forwarded-For", addr)} }
+		for _, addr := range []string{"203.0.113.7", "2001:db8::1"} {
+			res := do(t, base, from(addr))
+			wantStatus(t, "blocked "+addr, res, http.StatusForbidden)
+			if want := "forbidden: blocked\n"; res.body != want {
+				t.Errorf("blocked %s: body %q, want %q", addr, res.body, want)
+			}
+			wantHeaders(t, "blocked "+addr, res, guard.HeaderLimit, "", guard.HeaderRetryAfter, "")
+		}
+		// A spoofed header from a client the proxy passed on is the
+		// proxy's last hop, not the client: 10.0.0.1 is not allowed by
+		// a header the client wrote before the proxy's own.
+		wantStatuses(t, "allowed network", statuses(t, base, from("10.1.2.3"), 3), 200, 200, 200)
+		wantStatuses(t, "other client", statuses(t, base, from("198.51.100.1"), 2), 200, 429)
+		wantStatuses(t, "spoofed allow behind the client", statuses(t, base, from("10.1.2.3, 198.51.100.1"), 1), 429)
+		blocks := 0
+		for _, e := range obs.all() {
+			if e.Kind == core.EventBlock {
+				blocks++
+			}
+		}
+		if blocks != 2 {
+			t.Errorf("observer saw %d blocks, want 2", blocks)
+		}
 	}},
 
 	{"custom deny handler", func(t *testing.T, newServer NewServer) {
