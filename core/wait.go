@@ -58,12 +58,6 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
 // Allowed, and can be refunded like any admission. WaitN sleeps on the
 // process's clock, also under [WithClock].
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, error) {
-	if err := l.checkCost(ctx, key, n); err != nil {
-		return Decision{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
-	}
 	bk := boundKey(key)
 	if l.queues().idle(bk) {
 		// Nobody waits here, so nobody is passed: ask at once.
@@ -72,6 +66,12 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 			return d, err
 		}
 		return l.queue(ctx, key, bk, n, &d)
+	}
+	if err := l.checkCost(ctx, key, n); err != nil {
+		return Decision{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
 	}
 	return l.queue(ctx, key, bk, n, nil)
 }
@@ -124,7 +124,7 @@ func (l *Limiter) queues() *waitQueues {
 }
 
 // checkCost returns the error of AllowN for a cost that is invalid for
-// key's rules.
+// key's rules, for a caller that queues without asking first.
 func (l *Limiter) checkCost(ctx context.Context, key string, n int64) error {
 	el := l
 	if l.tiers != nil {
