@@ -306,9 +306,11 @@ func TestWaitFailClosed(t *testing.T) {
 		}
 	})
 	p := core.Policy{Name: "closed", Rules: []core.Rule{{Limit: 5, Window: time.Minute}}}
-	l := mustLimit(t, core.NewRedisStore(srv.Client(t)), p, core.WithTimeout(waitTimeout),
+	// A short store timeout, so that a call to the stopped server fails
+	// well before the callers' deadlines whatever go-redis does to dial.
+	l := mustLimit(t, core.NewRedisStore(srv.Client(t)), p, core.WithTimeout(100*time.Millisecond),
 		core.WithFailurePolicy(core.FailClosed), core.WithBreaker(1, time.Second), core.WithDenyCache(0), core.WithObserver(obs))
-	open := mustLimit(t, core.NewRedisStore(srv.Client(t)), p, core.WithTimeout(waitTimeout), core.WithFailurePolicy(core.FailOpen))
+	open := mustLimit(t, core.NewRedisStore(srv.Client(t)), p, core.WithTimeout(100*time.Millisecond), core.WithFailurePolicy(core.FailOpen))
 	srv.Stop()
 
 	if d, err := open.Wait(context.Background(), "k"); err != nil || !d.Allowed || d.Source != core.SourceOpen {
