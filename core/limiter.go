@@ -143,6 +143,7 @@ type Limiter struct {
 	tiers    *tierSet
 	shards   *shardSet // nil unless Policy.Shards > 1
 	clock    func() time.Time
+	waits    waitQueues // callers of WaitN, unless the store is a MemoryStore
 }
 
 // NewLimiter returns a limiter for policy on store. It returns an error

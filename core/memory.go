@@ -66,6 +66,7 @@ type memPolicy struct {
 	name   string
 	store  *MemoryStore
 	shards [memShards]memShard
+	waits  waitQueues // callers of Limiter.WaitN, of every limiter of the policy
 }
 
 type memShard struct {

@@ -62,4 +62,16 @@
 // A stream is charged once, when it opens, before the handler runs; the
 // messages it carries are not counted. A refused stream ends with its
 // status before any message: the client sees it on its first Recv.
+//
+// # Clients
+//
+// [UnaryClientInterceptor] and [StreamClientInterceptor] throttle the
+// calls a client makes rather than those a server answers: a call waits
+// until it fits the limit, for a partner that allows so many calls per
+// second across the whole fleet. By default each connection target has its
+// own key:
+//
+//	grpc.NewClient(target,
+//		grpc.WithChainUnaryInterceptor(grpclimit.UnaryClientInterceptor(partner)),
+//		grpc.WithChainStreamInterceptor(grpclimit.StreamClientInterceptor(partner)))
 package grpclimit

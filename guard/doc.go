@@ -45,4 +45,11 @@
 // Without [WithKey] the key is the peer address ([keyfunc.ClientIP] with no
 // trusted proxies): behind a reverse proxy that puts every client in one
 // bucket, so configure trusted proxies.
+//
+// # Outgoing calls
+//
+// Adapters that throttle the calls an app makes (nethttp.Transport,
+// grpclimit's client interceptors) run [Guard.Wait] instead of Admit: the
+// same skip, key and cost, but a request over the limit waits for its turn
+// rather than being refused. Their default key is where the call goes.
 package guard

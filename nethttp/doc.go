@@ -37,4 +37,13 @@
 // connection is not seen. A handler that panics (http.ErrAbortHandler
 // included) is finished as 500, and the panic goes on to the recovery
 // middleware or the server.
+//
+// # Outgoing requests
+//
+// [Transport] throttles the requests an app sends rather than those it
+// serves: an http.RoundTripper whose requests wait until they fit the
+// limit, for calls to a provider that allows so many per second across
+// the whole fleet. By default each host has its own key:
+//
+//	client := &http.Client{Transport: nethttp.Transport(provider, nil)}
 package nethttp

@@ -17,6 +17,14 @@
 // missing or invalid number is 400. A code the provider failed to deliver
 // (502) is not charged.
 //
+// The codes go out through the SMS provider's HTTP API, which allows 100
+// sends per second for the whole fleet: the provider's client waits for
+// its turn under that limit (nethttp.Transport), shared by every instance
+// through the store, rather than have the provider refuse sends. A send
+// that cannot get a turn within 5 s is answered 503 and not charged
+// either. Set SMS_PROVIDER_URL to the provider's endpoint; without it a
+// stand-in provider on a loopback port logs the masked numbers.
+//
 //	go run ./examples/sms
 //	curl -i -H 'Content-Type: application/json' -d '{"phone":"+86 138-0013-8000"}' localhost:8082/sms/send
 //	curl -i -d phone=13800138000 localhost:8082/sms/send
@@ -31,13 +39,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"math/big"
+	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -48,6 +62,7 @@ import (
 	"github.com/ratekit/ratekit/internal/exampleenv"
 	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/keyfunc/personal"
+	"github.com/ratekit/ratekit/nethttp"
 )
 
 func main() {
@@ -59,7 +74,16 @@ func main() {
 	cfg.clientIP = exampleenv.ClientIP(*proxy)
 	cfg.secret = exampleenv.Secret("SMS_KEY_SECRET", "phone numbers")
 
-	a, err := newApp(exampleenv.Store(), logSender{}, cfg)
+	store := exampleenv.Store()
+	url := os.Getenv("SMS_PROVIDER_URL")
+	if url == "" {
+		url = standInProvider()
+	}
+	p, err := newProvider(store, url, cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	a, err := newApp(store, p, cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -78,6 +102,8 @@ type config struct {
 	secret         []byte        // HMAC key of phone keys; nil: keyfunc's public default
 	clientIP       keyfunc.Func  // how the client IP is found
 	limiterOptions []core.Option // options of every limiter
+	providerRate   core.Rule     // sends to the provider, fleet-wide
+	providerWait   time.Duration // how long a send may wait for its turn
 }
 
 func defaultConfig() config {
@@ -87,10 +113,12 @@ func defaultConfig() config {
 			{Limit: 5, Window: time.Hour},
 			{Limit: 10, Window: 24 * time.Hour},
 		},
-		perIP:    core.Rule{Limit: 20, Window: time.Hour},
-		global:   core.Rule{Limit: 1000, Window: time.Hour},
-		region:   "CN",
-		clientIP: keyfunc.ClientIP(),
+		perIP:        core.Rule{Limit: 20, Window: time.Hour},
+		global:       core.Rule{Limit: 1000, Window: time.Hour},
+		region:       "CN",
+		clientIP:     keyfunc.ClientIP(),
+		providerRate: core.Rule{Limit: 100, Window: time.Second},
+		providerWait: 5 * time.Second,
 	}
 }
 
@@ -162,6 +190,9 @@ func (a *app) send(c echo.Context) error {
 	}
 	if err := a.sender.send(c.Request().Context(), number, code); err != nil {
 		log.Printf("sms: send to %s failed: %v", mask(number), err)
+		if errors.Is(err, errProviderBusy) {
+			return c.JSON(http.StatusServiceUnavailable, map[string]string{"error": "too many codes are being sent, try again later"})
+		}
 		return c.JSON(http.StatusBadGateway, map[string]string{"error": "the code could not be sent, try again later"})
 	}
 	return c.JSON(http.StatusAccepted, map[string]string{"status": "sent"})
@@ -181,12 +212,80 @@ type sender interface {
 	send(ctx context.Context, number, code string) error
 }
 
-// logSender stands in for an SMS provider: it logs the masked number.
-type logSender struct{}
+// provider sends codes through an SMS provider's HTTP API. Its client
+// waits for a turn under the provider's fleet-wide limit.
+type provider struct {
+	url    string
+	client *http.Client
+	wait   time.Duration
+}
 
-func (logSender) send(_ context.Context, number, _ string) error {
-	log.Printf("sms: code sent to %s", mask(number))
+// errProviderBusy is a send that found no turn under the provider's limit
+// in time.
+var errProviderBusy = errors.New("the SMS provider's limit is busy")
+
+// newProvider returns the sender of the provider at url, limited by
+// cfg.providerRate on store: on Redis, for every instance together.
+func newProvider(store core.Store, url string, cfg config) (*provider, error) {
+	l, err := core.NewLimiter(store, core.Policy{Name: "sms-provider", Rules: []core.Rule{cfg.providerRate}}, cfg.limiterOptions...)
+	if err != nil {
+		return nil, err
+	}
+	return &provider{
+		url:    url,
+		client: &http.Client{Transport: nethttp.Transport(l, nil)},
+		wait:   cfg.providerWait,
+	}, nil
+}
+
+func (p *provider) send(ctx context.Context, number, code string) error {
+	body, err := json.Marshal(map[string]string{"to": number, "text": "Your code is " + code})
+	if err != nil {
+		return fmt.Errorf("provider: %w", err)
+	}
+	// The wait for a turn and the call share one deadline.
+	ctx, cancel := context.WithTimeout(ctx, p.wait)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("provider: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := p.client.Do(req)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("%w: %w", errProviderBusy, err)
+		}
+		return fmt.Errorf("provider: %w", err)
+	}
+	defer res.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 1<<16))
+	if res.StatusCode < 200 || res.StatusCode > 299 {
+		return fmt.Errorf("provider: status %d", res.StatusCode)
+	}
 	return nil
+}
+
+// standInProvider serves a stand-in for an SMS provider on a loopback
+// port, logging the masked numbers, and returns its URL.
+func standInProvider() string {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var m struct{ To string }
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&m); err != nil {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		log.Printf("provider: code sent to %s", mask(m.To))
+		w.WriteHeader(http.StatusAccepted)
+	})}
+	go func() { log.Fatal(srv.Serve(lis)) }()
+	url := "http://" + lis.Addr().String() + "/send"
+	log.Printf("SMS_PROVIDER_URL is not set: a stand-in provider at %s logs the codes", url)
+	return url
 }
 
 // mask hides the middle of a number for logs: "+8613800138000" is

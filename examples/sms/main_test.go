@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -418,4 +419,132 @@ func TestRedisKeyPrivacy(t *testing.T) {
 		t.Errorf("Redis holds %d phone keys, want 2: %q", phoneKeys, keys)
 	}
 	t.Logf("Redis keys after sends: %q", keys)
+}
+
+// fakeProvider is an SMS provider's HTTP API that counts the codes it
+// gets, by number.
+type fakeProvider struct {
+	*httptest.Server
+	mu   sync.Mutex
+	sent []string
+}
+
+func newFakeProvider(t *testing.T) *fakeProvider {
+	t.Helper()
+	p := &fakeProvider{}
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var m struct{ To, Text string }
+		if err := json.NewDecoder(r.Body).Decode(&m); err != nil || !strings.HasPrefix(m.Text, "Your code is ") {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		p.mu.Lock()
+		p.sent = append(p.sent, m.To)
+		p.mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+func (p *fakeProvider) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.sent)
+}
+
+// TestProviderLimit: the provider's limit holds for the whole fleet. Two
+// instances send 10 codes each at once under a limit of 10 per hour:
+// exactly 10 reach the provider, the others give up at once as busy. Over
+// the app, a code the provider's limit refuses is a 503 and charges
+// nothing.
+func TestProviderLimit(t *testing.T) {
+	for _, sc := range []struct {
+		name   string
+		stores func(t *testing.T) (core.Store, core.Store)
+	}{
+		{"memory", func(*testing.T) (core.Store, core.Store) {
+			s := core.NewMemoryStore()
+			return s, s
+		}},
+		{"redis", func(t *testing.T) (core.Store, core.Store) {
+			srv := redistest.Start(t)
+			return core.NewRedisStore(srv.Client(t)), core.NewRedisStore(srv.Client(t))
+		}},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			fake := newFakeProvider(t)
+			cfg := testConfig()
+			cfg.providerRate = core.Rule{Limit: 10, Window: time.Hour}
+			s1, s2 := sc.stores(t)
+			var busy, sent atomic.Int64
+			var wg sync.WaitGroup
+			for _, store := range []core.Store{s1, s2} {
+				p, err := newProvider(store, fake.URL, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for range 10 {
+					wg.Go(func() {
+						switch err := p.send(context.Background(), e164, "123456"); {
+						case err == nil:
+							sent.Add(1)
+						case errors.Is(err, errProviderBusy):
+							busy.Add(1)
+						default:
+							t.Errorf("send: %v", err)
+						}
+					})
+				}
+			}
+			wg.Wait()
+			if sent.Load() != 10 || busy.Load() != 10 || fake.count() != 10 {
+				t.Errorf("%d sent, %d busy, %d reached the provider; want 10, 10, 10", sent.Load(), busy.Load(), fake.count())
+			}
+
+			// Over the app: the provider's limit is full for an hour.
+			p, err := newProvider(s1, fake.URL, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := newTestApp(t, s1, p, cfg)
+			ans := send(t, a, "192.0.2.50", formats[0])
+			if ans.status != http.StatusServiceUnavailable {
+				t.Fatalf("send with the provider's limit full: %+v, want 503", ans)
+			}
+			wantUsed(t, "provider busy", a.phone, phoneKey(e164), 0, 0, 0)
+			wantUsed(t, "provider busy", a.ip, "192.0.2.50", 0)
+			if fake.count() != 10 {
+				t.Errorf("%d codes reached the provider, want 10", fake.count())
+			}
+		})
+	}
+}
+
+// TestProviderWaits: sends over the provider's limit wait for their turn
+// and all go out.
+func TestProviderWaits(t *testing.T) {
+	t.Parallel()
+	fake := newFakeProvider(t)
+	cfg := testConfig()
+	cfg.providerRate = core.Rule{Limit: 2, Window: 100 * time.Millisecond}
+	p, err := newProvider(core.NewMemoryStore(), fake.URL, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newTestApp(t, core.NewMemoryStore(), p, cfg)
+	numbers := []string{"+8613800138000", "+8613900139000", "+8613700137000", "+8613600136000", "+8613500135000"}
+	var wg sync.WaitGroup
+	for _, n := range numbers {
+		wg.Go(func() {
+			if ans := send(t, a, "192.0.2.60", n); ans.status != http.StatusAccepted {
+				t.Errorf("send to %s: %+v, want 202 after waiting", n, ans)
+			}
+		})
+	}
+	wg.Wait()
+	if fake.count() != len(numbers) {
+		t.Errorf("%d codes reached the provider, want %d", fake.count(), len(numbers))
+	}
 }

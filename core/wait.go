@@ -1,0 +1,343 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Wait is WaitN(ctx, key, 1).
+func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
+	return l.WaitN(ctx, key, 1)
+}
+
+// WaitN waits until n units for key fit every rule of the policy, records
+// them and returns the admission, or returns an error when ctx ends first.
+// It is AllowN for callers that would rather wait than be refused, such as
+// calls to an SMS provider or a partner API that allows so many requests
+// per second across the whole fleet: on a [RedisStore] every instance's
+// callers wait for the same windows.
+//
+// A denial is not returned: WaitN sleeps until its RetryAfter, plus a
+// small random jitter (below 1/200 of the binding rule's window and below
+// 2 ms), and asks again. Callers waiting for one key on one limiter queue
+// in order of arrival (on a [MemoryStore], those of every limiter of the
+// policy), and only the first in line asks the store; the next asks once
+// the first is admitted or gives up. So however many goroutines wait, an
+// instance asks the store about a key from one goroutine at a time, and
+// no caller starves behind later ones. Across instances the first callers
+// in line compete, and the jitter, rather than the fastest link to the
+// store, decides who asks first when units free. A caller that finds
+// nobody waiting is decided at once, as by AllowN. A large request holds
+// up the smaller ones queued behind it on its instance; those of other
+// instances may pass it.
+//
+// When the wait a denial announces would end after ctx's deadline, WaitN
+// fails at once with an error wrapping [context.DeadlineExceeded] instead
+// of sleeping until the deadline, and so do the callers queued behind on
+// this instance whose deadline comes before the wait ends. The announced
+// wait is the RetryAfter, which assumes that nothing is refunded or reset
+// meanwhile. Under Policy.Shards a RetryAfter is one shard's and another
+// may have room sooner, so WaitN then waits until the deadline instead.
+//
+// Store failures are resolved by the failure policy, as for AllowN:
+// [FailOpen] admits at once; under [FailLocal] callers wait for the
+// instance's local window (each instance then admits up to the limit on
+// its own); a [FailClosed] refusal is waited out like a denial, until the
+// limiter tries the store again (its RetryAfter) and the store admits, and
+// fails at once, naming the store, when that comes after ctx's deadline.
+// Every attempt is a decision the observers see.
+//
+// WaitN returns an error wrapping [ErrInvalidCost] at once when n is below
+// 1 or above the smallest limit of the key's rules (it could never fit),
+// and otherwise an error wrapping ctx.Err() or, as above,
+// context.DeadlineExceeded; a Decision returned without error is always
+// Allowed, and can be refunded like any admission. WaitN sleeps on the
+// process's clock, also under [WithClock].
+func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, error) {
+	bk := boundKey(key)
+	if l.queues().idle(bk) {
+		// Nobody waits here, so nobody is passed: ask at once.
+		d, err := l.AllowN(ctx, key, n)
+		if err != nil || d.Allowed {
+			return d, err
+		}
+		return l.queue(ctx, key, bk, n, &d)
+	}
+	if err := l.checkCost(ctx, key, n); err != nil {
+		return Decision{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
+	}
+	return l.queue(ctx, key, bk, n, nil)
+}
+
+// queue is WaitN in line: the caller waits for its turn, then for the key
+// to fit n units. denied is the caller's own denial, if it was asked.
+func (l *Limiter) queue(ctx context.Context, key, bk string, n int64, denied *Decision) (Decision, error) {
+	w := &waiter{n: n, wake: make(chan struct{}, 1)}
+	w.deadline, _ = ctx.Deadline()
+	q := l.queues().join(bk, w)
+	defer l.queues().leave(bk, q, w)
+	exact := l.shards == nil
+	if denied != nil && l.queues().learn(q, w, *denied, exact) {
+		return Decision{}, l.tooLate(*denied)
+	}
+	if err := l.queues().await(ctx, q, w); err != nil {
+		return Decision{}, l.waitError(ctx, err)
+	}
+	// First in line: the only one here asking for key. Sleep until the
+	// key can fit n units, as far as anyone here knows, and ask.
+	var wait, window time.Duration
+	if at, win, known := l.queues().next(q, n); known {
+		wait, window = time.Until(at), win
+	}
+	for {
+		if wait > 0 {
+			if err := l.sleep(ctx, w, wait, window); err != nil {
+				return Decision{}, err
+			}
+		}
+		d, err := l.AllowN(ctx, key, n)
+		if err != nil || d.Allowed {
+			return d, err
+		}
+		if l.queues().learn(q, w, d, exact) {
+			return Decision{}, l.tooLate(d)
+		}
+		wait, window = max(d.RetryAfter, minWait), d.Window
+	}
+}
+
+// queues returns the lines of the limiter's waiters: the limiter's own,
+// or on a MemoryStore those of the policy, shared by every limiter of the
+// policy in the process, which then wait in one line.
+func (l *Limiter) queues() *waitQueues {
+	if l.memp != nil {
+		return &l.memp.waits
+	}
+	return &l.waits
+}
+
+// checkCost returns the error of AllowN for a cost that is invalid for
+// key's rules, for a caller that queues without asking first.
+func (l *Limiter) checkCost(ctx context.Context, key string, n int64) error {
+	el := l
+	if l.tiers != nil {
+		if t := l.tiers.pick(ctx, key, boundKey(key)); t != nil {
+			el = t
+		}
+	}
+	if n < 1 || n > el.minLimit {
+		return fmt.Errorf("ratekit: policy %q: cost %d outside 1..%d: %w", l.policy.Name, n, el.minLimit, ErrInvalidCost)
+	}
+	return nil
+}
+
+// sleep sleeps for wait plus the jitter of a rule of window, without
+// passing w's deadline.
+func (l *Limiter) sleep(ctx context.Context, w *waiter, wait, window time.Duration) error {
+	wait += jitter(window)
+	if !w.deadline.IsZero() {
+		// The jitter must not push a wait that fits past the deadline.
+		wait = min(wait, time.Until(w.deadline))
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, ctx.Err())
+	}
+}
+
+// waitError wraps an error of waitQueues.await.
+func (l *Limiter) waitError(ctx context.Context, err error) error {
+	if errors.Is(err, errTooLate) {
+		return fmt.Errorf("ratekit: policy %q: the wait of the callers ahead would exceed the context deadline: %w", l.policy.Name, context.DeadlineExceeded)
+	}
+	return fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, ctx.Err())
+}
+
+// tooLate returns the error of a wait for denial d that would end after
+// the deadline.
+func (l *Limiter) tooLate(d Decision) error {
+	if d.Source == SourceClosed {
+		return fmt.Errorf("ratekit: policy %q: store unavailable (FailClosed) for %v, past the context deadline: %w", l.policy.Name, d.RetryAfter, context.DeadlineExceeded)
+	}
+	return fmt.Errorf("ratekit: policy %q: wait of %v would exceed the context deadline: %w", l.policy.Name, d.RetryAfter, context.DeadlineExceeded)
+}
+
+// minWait is the shortest sleep after a denial, so that a denial with no
+// RetryAfter cannot make a waiter spin on the store.
+const minWait = 100 * time.Microsecond
+
+// maxJitter bounds the jitter added to a waiter's sleep.
+const maxJitter = 2 * time.Millisecond
+
+// jitter returns a random extra sleep after a denial by a rule of window:
+// uniform in [0, min(window/200, maxJitter)). Waiters of several instances
+// denied together then ask again one after another, in random order,
+// rather than all at the moment a unit frees; it costs a waiter at most
+// 0.5% of the window per admission.
+func jitter(window time.Duration) time.Duration {
+	j := min(window/200, maxJitter)
+	if j <= 0 {
+		return 0
+	}
+	return rand.N(j)
+}
+
+// waitQueues holds the callers of [Limiter.WaitN] waiting on one limiter,
+// per key, in order of arrival. The zero value is ready to use.
+type waitQueues struct {
+	mu sync.Mutex
+	m  map[string]*waitQueue
+}
+
+// waitQueue is the line of one key. Its first waiter is the only one that
+// asks the store.
+type waitQueue struct {
+	line []*waiter
+	// next is the earliest time a request of nextN or more units can fit,
+	// as the last denial said; zero when unknown. A denial's RetryAfter is
+	// when the oldest entries leave the window, and admissions only add
+	// entries, so it stays a lower bound after later admissions.
+	next   time.Time
+	nextN  int64
+	window time.Duration // the window of the rule that denied
+	// exact is false when next may be late for some shard (Policy.Shards):
+	// nobody is then told to give up early.
+	exact bool
+}
+
+// waiter is one caller of WaitN in a line.
+type waiter struct {
+	n        int64
+	deadline time.Time     // zero: none
+	wake     chan struct{} // signalled when w heads the line or is too late
+	late     bool          // the line's wait ends after deadline
+}
+
+// errTooLate is what await returns for a waiter whose wait would end
+// after its deadline.
+var errTooLate = fmt.Errorf("ratekit: wait would exceed the context deadline: %w", context.DeadlineExceeded)
+
+// idle reports whether nobody waits for key.
+func (ws *waitQueues) idle(key string) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return ws.m[key] == nil
+}
+
+// join puts w at the end of key's line and returns the line.
+func (ws *waitQueues) join(key string, w *waiter) *waitQueue {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	q := ws.m[key]
+	if q == nil {
+		if ws.m == nil {
+			ws.m = make(map[string]*waitQueue)
+		}
+		q = &waitQueue{}
+		ws.m[key] = q
+	}
+	q.line = append(q.line, w)
+	if len(q.line) == 1 {
+		w.signal()
+	} else if q.dooms(w) {
+		w.late = true
+		w.signal()
+	}
+	return q
+}
+
+// leave takes w out of key's line; when w was first, the next waiter's
+// turn comes.
+func (ws *waitQueues) leave(key string, q *waitQueue, w *waiter) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for i, x := range q.line {
+		if x != w {
+			continue
+		}
+		copy(q.line[i:], q.line[i+1:])
+		q.line[len(q.line)-1] = nil
+		q.line = q.line[:len(q.line)-1]
+		if i == 0 && len(q.line) > 0 {
+			q.line[0].signal()
+		}
+		break
+	}
+	if len(q.line) == 0 && ws.m[key] == q {
+		delete(ws.m, key)
+	}
+}
+
+// await waits until w is first in line. It returns errTooLate when the
+// wait of the line already ends after w's deadline, or ctx's error.
+func (ws *waitQueues) await(ctx context.Context, q *waitQueue, w *waiter) error {
+	for {
+		select {
+		case <-w.wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		ws.mu.Lock()
+		first, late := q.line[0] == w, w.late
+		ws.mu.Unlock()
+		switch {
+		case late:
+			return errTooLate
+		case first:
+			return nil
+		}
+	}
+}
+
+// learn records denial d of w's request: the key cannot fit w.n units
+// before d.RetryAfter. When exact (the RetryAfter is the key's, not one
+// shard's), waiters behind w whose deadline comes before then are told to
+// give up, and learn reports whether w's own deadline comes before then.
+func (ws *waitQueues) learn(q *waitQueue, w *waiter, d Decision, exact bool) (late bool) {
+	at := time.Now().Add(max(d.RetryAfter, minWait))
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	q.next, q.nextN, q.window, q.exact = at, w.n, d.Window, exact
+	for _, x := range q.line {
+		if x != w && !x.late && q.dooms(x) {
+			x.late = true
+			x.signal()
+		}
+	}
+	return q.dooms(w)
+}
+
+// next returns when a request of n units can fit at the earliest, as far
+// as q knows, and the window of the rule that said so.
+func (ws *waitQueues) next(q *waitQueue, n int64) (at time.Time, window time.Duration, known bool) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if q.next.IsZero() || n < q.nextN {
+		return time.Time{}, 0, false
+	}
+	return q.next, q.window, true
+}
+
+// dooms reports whether w's deadline comes before its request can fit.
+func (q *waitQueue) dooms(w *waiter) bool {
+	return q.exact && !w.deadline.IsZero() && w.n >= q.nextN && !q.next.IsZero() && w.deadline.Before(q.next)
+}
+
+// signal wakes w, if it is not already due to wake.
+func (w *waiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,313 @@
+package nethttp_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/guard"
+	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/keyfunc"
+	"github.com/ratekit/ratekit/nethttp"
+)
+
+// provider is a stand-in for an SMS provider: it counts the requests that
+// reach it and keeps their bodies.
+type provider struct {
+	*httptest.Server
+	hits   atomic.Int64
+	mu     sync.Mutex
+	bodies []string
+}
+
+func newProvider(t *testing.T) *provider {
+	t.Helper()
+	p := &provider{}
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		p.hits.Add(1)
+		p.mu.Lock()
+		p.bodies = append(p.bodies, string(b))
+		p.mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+// post sends body to url through c under ctx and returns the status, or
+// the error.
+func post(ctx context.Context, c *http.Client, url, body string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	res, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	return res.StatusCode, nil
+}
+
+// instances are the ways the transport tests run n app instances on one
+// limit: n limiters on one Redis, each with its own client (skipped with
+// -short), or on one MemoryStore.
+var instances = []struct {
+	name string
+	new  func(t *testing.T, n int, p core.Policy, opts ...core.Option) []*core.Limiter
+}{
+	{"memory", func(t *testing.T, n int, p core.Policy, opts ...core.Option) []*core.Limiter {
+		store := core.NewMemoryStore()
+		ls := make([]*core.Limiter, n)
+		for i := range ls {
+			ls[i] = mustLimiter(t, store, p, opts...)
+		}
+		return ls
+	}},
+	{"redis", func(t *testing.T, n int, p core.Policy, opts ...core.Option) []*core.Limiter {
+		srv := redistest.Start(t)
+		ls := make([]*core.Limiter, n)
+		for i := range ls {
+			// A generous store timeout: a loaded machine under -race must not
+			// make decisions fall back to the local store.
+			ls[i] = mustLimiter(t, core.NewRedisStore(srv.Client(t)), p, append([]core.Option{core.WithTimeout(2 * time.Second)}, opts...)...)
+		}
+		return ls
+	}},
+}
+
+func mustLimiter(t *testing.T, store core.Store, p core.Policy, opts ...core.Option) *core.Limiter {
+	t.Helper()
+	l, err := core.NewLimiter(store, p, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// TestTransportFleet: 4 instances x 5 goroutines send through one limit.
+// With a limit of 10 per hour and 5 s to wait, exactly 10 requests reach
+// the provider and the others fail at once; with 5 per 200 ms and no
+// deadline, every request waits its turn and reaches it.
+func TestTransportFleet(t *testing.T) {
+	const n, m = 4, 5
+	for _, in := range instances {
+		t.Run(in.name, func(t *testing.T) {
+			t.Parallel()
+			t.Run("deadline", func(t *testing.T) {
+				p := newProvider(t)
+				ls := in.new(t, n, core.Policy{Name: "hour", Rules: []core.Rule{{Limit: 10, Window: time.Hour}}})
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				var ok, late atomic.Int64
+				var wg sync.WaitGroup
+				for _, l := range ls {
+					c := &http.Client{Transport: nethttp.Transport(l, nil)}
+					for range m {
+						wg.Go(func() {
+							status, err := post(ctx, c, p.URL, "{}")
+							switch {
+							case err == nil && status == http.StatusAccepted:
+								ok.Add(1)
+							case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+								late.Add(1)
+							default:
+								t.Errorf("post = %d, %v (context: %v); want 202 or an error wrapping DeadlineExceeded before the deadline", status, err, ctx.Err())
+							}
+						})
+					}
+				}
+				wg.Wait()
+				if ok.Load() != 10 || late.Load() != n*m-10 || p.hits.Load() != 10 {
+					t.Errorf("%d sent, %d failed fast, %d reached the provider; want 10, %d, 10", ok.Load(), late.Load(), p.hits.Load(), n*m-10)
+				}
+			})
+			t.Run("wait", func(t *testing.T) {
+				p := newProvider(t)
+				var denied atomic.Int64
+				obs := core.ObserverFunc(func(_ context.Context, e core.Event) {
+					if e.Kind == core.EventDecision && !e.Decision.Allowed {
+						denied.Add(1)
+					}
+				})
+				ls := in.new(t, n, core.Policy{Name: "burst", Rules: []core.Rule{{Limit: 5, Window: 200 * time.Millisecond}}}, core.WithObserver(obs))
+				var wg sync.WaitGroup
+				for _, l := range ls {
+					c := &http.Client{Transport: nethttp.Transport(l, nil)}
+					for range m {
+						wg.Go(func() {
+							if status, err := post(context.Background(), c, p.URL, "{}"); err != nil || status != http.StatusAccepted {
+								t.Errorf("post = %d, %v; want 202 after waiting", status, err)
+							}
+						})
+					}
+				}
+				wg.Wait()
+				if p.hits.Load() != n*m || denied.Load() == 0 {
+					t.Errorf("%d requests reached the provider after %d denials, want all %d after some waiting", p.hits.Load(), denied.Load(), n*m)
+				}
+			})
+		})
+	}
+}
+
+// TestTransportKeys: the default key is the host, normalised; a key
+// function may read the body, from a copy, and the provider still gets
+// the whole body; a body it cannot copy is an error.
+func TestTransportKeys(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	a, b := newProvider(t), newProvider(t)
+	l := mustLimiter(t, core.NewMemoryStore(), core.Policy{Name: "hosts", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}})
+	c := &http.Client{Transport: nethttp.Transport(l, nil)}
+	for _, url := range []string{a.URL, b.URL} {
+		if status, err := post(ctx, c, url, "{}"); err != nil || status != http.StatusAccepted {
+			t.Fatalf("first post to %s = %d, %v; want 202", url, status, err)
+		}
+	}
+	// a's host spelled otherwise is the same key.
+	other := strings.Replace(a.URL, "127.0.0.1", "127.0.0.1.", 1)
+	if _, err := post(ctx, c, other, "{}"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("second post to %s = %v, want DeadlineExceeded: one key per host", other, err)
+	}
+	if a.hits.Load() != 1 || b.hits.Load() != 1 {
+		t.Errorf("hits %d and %d, want 1 each", a.hits.Load(), b.hits.Load())
+	}
+
+	// Keyed by the body.
+	bodyKey := func(r keyfunc.Request) (string, error) {
+		body, err := r.Body(64)
+		return string(body), err
+	}
+	p := newProvider(t)
+	c = &http.Client{Transport: nethttp.Transport(l, nil, guard.WithKey(bodyKey))}
+	for _, body := range []string{`{"to":"+8613800138000"}`, `{"to":"+8613900139000"}`} {
+		if status, err := post(ctx, c, p.URL, body); err != nil || status != http.StatusAccepted {
+			t.Fatalf("post %s = %d, %v; want 202", body, status, err)
+		}
+	}
+	if _, err := post(ctx, c, p.URL, `{"to":"+8613800138000"}`); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("post to a number again = %v, want DeadlineExceeded", err)
+	}
+	if _, err := post(ctx, c, p.URL, strings.Repeat("x", 65)); !errors.Is(err, keyfunc.ErrBodyTooLarge) {
+		t.Errorf("post of a body longer than the key may read = %v, want ErrBodyTooLarge", err)
+	}
+	if got := strings.Join(p.bodies, " "); got != `{"to":"+8613800138000"} {"to":"+8613900139000"}` {
+		t.Errorf("the provider got %q, want both bodies whole", got)
+	}
+	// A body without GetBody cannot be read without consuming it.
+	body := &closeRecorder{Reader: strings.NewReader("{}")}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, p.URL, body)
+	if _, err := c.Do(req); err == nil || !strings.Contains(err.Error(), "GetBody") || !body.closed.Load() {
+		t.Errorf("post of a body without GetBody = %v, closed %v; want an error naming GetBody, body closed", err, body.closed.Load())
+	}
+	if p.hits.Load() != 2 {
+		t.Errorf("%d requests reached the provider, want 2", p.hits.Load())
+	}
+}
+
+type closeRecorder struct {
+	io.Reader
+	closed atomic.Bool
+}
+
+func (c *closeRecorder) Close() error {
+	c.closed.Store(true)
+	return nil
+}
+
+// TestTransportContext: a request whose context ends while it waits fails
+// with the context's error without reaching the provider, and the request
+// is not modified.
+func TestTransportContext(t *testing.T) {
+	p := newProvider(t)
+	var denied atomic.Int64
+	obs := core.ObserverFunc(func(_ context.Context, e core.Event) {
+		if e.Kind == core.EventDecision && !e.Decision.Allowed {
+			denied.Add(1)
+		}
+	})
+	l := mustLimiter(t, core.NewMemoryStore(), core.Policy{Name: "ctx", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}}, core.WithObserver(obs))
+	rt := nethttp.Transport(l, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, p.URL, strings.NewReader("{}"))
+	res, err := rt.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	req2, _ := http.NewRequestWithContext(ctx, http.MethodPost, p.URL, strings.NewReader("{}"))
+	body, header := req2.Body, req2.Header
+	done := make(chan error, 1)
+	go func() {
+		_, err := rt.RoundTrip(req2)
+		done <- err
+	}()
+	waitUntil(t, func() bool { return denied.Load() == 1 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("RoundTrip with its context canceled while waiting = %v, want context.Canceled", err)
+	}
+	if req2.Body != body || len(header) != 0 || req2.URL.String() != p.URL {
+		t.Errorf("the request was modified")
+	}
+	if p.hits.Load() != 1 {
+		t.Errorf("%d requests reached the provider, want 1", p.hits.Load())
+	}
+}
+
+// waitUntil polls cond every millisecond and fails t after 10 s.
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+	}
+}
+
+// idleCloser records CloseIdleConnections.
+type idleCloser struct {
+	http.RoundTripper
+	closed bool
+}
+
+func (c *idleCloser) CloseIdleConnections() { c.closed = true }
+
+func TestTransportCloseIdleConnections(t *testing.T) {
+	base := &idleCloser{RoundTripper: http.DefaultTransport}
+	c := &http.Client{Transport: nethttp.Transport(newLimiter(t, 1), base)}
+	c.CloseIdleConnections()
+	if !base.closed {
+		t.Error("http.Client.CloseIdleConnections did not reach the base RoundTripper")
+	}
+}
+
+func TestTransportPanics(t *testing.T) {
+	for name, f := range map[string]func(){
+		"nil limiter": func() { nethttp.Transport(nil, nil) },
+		"WithCountIf": func() { nethttp.Transport(newLimiter(t, 1), nil, guard.WithCountIf(guard.StatusSuccess)) },
+		"WithRoute": func() {
+			nethttp.Transport(newLimiter(t, 1), nil, nethttp.WithRoute(func(*http.Request) string { return "" }))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Transport with %s did not panic", name)
+				}
+			}()
+			f()
+		})
+	}
+}
