@@ -378,11 +378,6 @@ func (s *RedisStore) exec(ctx context.Context, cmds []batchCmd, c processor) err
 			// service): scripts from now on.
 			s.scripts.Store(true)
 		}
-		for i := range cmds {
-			if cmds[i].cmd.Err() != nil {
-				cmds[i].cmd = s.command(ctx, cmds[i].calls, cmds[i].script, cmds[i].eval)
-			}
-		}
 		if !again {
 			return err
 		}
@@ -392,6 +387,13 @@ func (s *RedisStore) exec(ctx context.Context, cmds []batchCmd, c processor) err
 				return err
 			}
 			time.Sleep(d)
+		}
+		// Only commands sent again are rebuilt: the others keep their
+		// error for answer.
+		for i := range cmds {
+			if cmds[i].cmd.Err() != nil {
+				cmds[i].cmd = s.command(ctx, cmds[i].calls, cmds[i].script, cmds[i].eval)
+			}
 		}
 	}
 }
@@ -568,6 +570,10 @@ func (b *batchCmd) answer() {
 			continue
 		}
 		status, when := next(), next()
+		if err != nil {
+			c.err = err
+			continue
+		}
 		if status < 0 {
 			n := min(int(when), len(r))
 			c.err = &keyError{msg: strings.TrimSpace(r[:n])}
