@@ -143,6 +143,7 @@ type Limiter struct {
 	tiers    *tierSet
 	shards   *shardSet // nil unless Policy.Shards > 1
 	clock    func() time.Time
+	leases   *leaseSet // nil unless Policy.InFlight > 0
 }
 
 // NewLimiter returns a limiter for policy on store. It returns an error
@@ -200,6 +201,9 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	for i := range l.breakers {
 		l.breakers[i] = breaker{threshold: int32(o.breakerFails), cooldown: o.breakerCool}
 	}
+	if policy.InFlight > 0 {
+		return l.inFlight(o)
+	}
 	if m, ok := store.(*MemoryStore); ok {
 		l.memp = m.policy(policy.Name)
 	}
@@ -254,6 +258,9 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 	if err := ctx.Err(); err != nil {
 		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
 	}
+	if l.leases != nil {
+		return l.acquire(ctx, boundKey(key), n)
+	}
 	key, shard := l.shards.pick(boundKey(key))
 	if l.memp != nil {
 		return l.decideLocal(ctx, key, shard, n, true), nil
@@ -280,6 +287,9 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
 		if t := l.tiers.pick(ctx, key, boundKey(key)); t != nil {
 			return t.Peek(ctx, key)
 		}
+	}
+	if l.leases != nil {
+		return l.peekLease(ctx, boundKey(key))
 	}
 	key, shard := l.shards.peek(boundKey(key))
 	if l.memp != nil {
@@ -544,6 +554,9 @@ func (l *Limiter) forgetDenial(key string) {
 
 // refund gives back the units a ticket of this limiter identifies.
 func (l *Limiter) refund(ctx context.Context, t ticket) error {
+	if l.leases != nil {
+		return l.release(ctx, t)
+	}
 	if l.deny != nil {
 		// Once the units are back: a denial decided before then must not
 		// be cached after.
