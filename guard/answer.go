@@ -126,7 +126,10 @@ func (v *Verdict) WriteHeaders(set func(name, value string)) {
 		if st&HeadersXRateLimit != 0 {
 			set(HeaderLimit, strconv.FormatInt(d.Limit, 10))
 			set(HeaderRemaining, strconv.FormatInt(d.Remaining, 10))
-			set(HeaderReset, strconv.FormatInt(Seconds(d.ResetAfter), 10))
+			if !v.by.inFlight {
+				// Requests in flight have no window to reset.
+				set(HeaderReset, strconv.FormatInt(Seconds(d.ResetAfter), 10))
+			}
 		}
 		if st&HeadersIETF != 0 {
 			pol, cur := v.ietf()
@@ -148,8 +151,16 @@ func (v *Verdict) WriteHeaders(set func(name, value string)) {
 
 // ietf formats the RateLimit-Policy and RateLimit fields: one item per
 // rule, named by the policy (and the window when there are several rules).
+// An InFlight policy is one item of quota unit "concurrent-requests",
+// without a window or a reset time.
 func (v *Verdict) ietf() (policy, current string) {
 	d := &v.Decision
+	if v.by.inFlight {
+		pk := partitionKey(v.by.name, v.Key)
+		name := strconv.Quote(v.by.name)
+		return name + ";q=" + strconv.FormatInt(d.Limit, 10) + `;qu="concurrent-requests";pk=:` + pk + ":",
+			name + ";r=" + strconv.FormatInt(d.Remaining, 10) + ";pk=:" + pk + ":"
+	}
 	items := d.Rules()
 	if len(items) == 0 {
 		items = []core.RuleState{{Limit: d.Limit, Window: d.Window, Used: d.Limit - d.Remaining, ResetAfter: d.ResetAfter}}
