@@ -18,7 +18,8 @@ import (
 // its units, held until the decision is refunded (the request ended) or,
 // on Redis, until its TTL passes without a renewal (the instance that
 // took it died). A limiter renews the Redis leases it holds from one
-// goroutine, which runs only while it holds some.
+// goroutine, which runs while it holds some and ends at the first renewal
+// round that finds none.
 
 // defaultLeaseTTL is Policy.LeaseTTL when 0.
 const defaultLeaseTTL = 30 * time.Second
@@ -96,7 +97,6 @@ type leaseSet struct {
 	mu      sync.Mutex
 	held    map[int64]*heldLease // Redis leases to renew or release, by seq
 	running bool                 // the renewal goroutine is alive
-	wake    chan struct{}        // tells it to look whether any lease is left
 }
 
 // heldLease is a Redis lease of the limiter.
@@ -119,7 +119,6 @@ func (l *Limiter) inFlight(o options) (*Limiter, error) {
 		owner: 1 + rand.Int64N(1<<52-1),
 		rules: []Rule{{Limit: p.InFlight}},
 		held:  make(map[int64]*heldLease),
-		wake:  make(chan struct{}, 1),
 	}
 	switch s := l.store.(type) {
 	case *MemoryStore:
@@ -304,18 +303,13 @@ func (ls *leaseSet) keep(l *Limiter, seq int64, h *heldLease) {
 	ls.mu.Unlock()
 }
 
-// drop forgets a lease; the renewal goroutine ends when none is left.
+// drop forgets a lease. The renewal goroutine ends at its next round if
+// none is left: not at once, so that a limiter whose requests come one
+// at a time does not start a goroutine for each.
 func (ls *leaseSet) drop(seq int64) {
 	ls.mu.Lock()
 	delete(ls.held, seq)
-	empty := len(ls.held) == 0 && ls.running
 	ls.mu.Unlock()
-	if empty {
-		select {
-		case ls.wake <- struct{}{}:
-		default:
-		}
-	}
 }
 
 // idle reports whether no lease is left, marking the renewal goroutine
@@ -331,24 +325,16 @@ func (ls *leaseSet) idle() bool {
 }
 
 // renewLoop renews the limiter's Redis leases every third of their TTL,
-// and retries the releases that failed, until no lease is left.
+// and retries the releases that failed, until a round finds no lease.
 func (l *Limiter) renewLoop() {
 	ls := l.leases
 	tick := time.NewTicker(ls.ttl / 3)
 	defer tick.Stop()
-	for {
-		renew := false
-		select {
-		case <-tick.C:
-			renew = true
-		case <-ls.wake:
-		}
+	for range tick.C {
 		if ls.idle() {
 			return
 		}
-		if renew {
-			l.renewLeases(context.Background())
-		}
+		l.renewLeases(context.Background())
 	}
 }
 
