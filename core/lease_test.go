@@ -367,7 +367,8 @@ func TestInFlightRefundOnce(t *testing.T) {
 	for _, b := range []backend{memoryBackend(), redisBackend(t)} {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			l := inFlight(t, b.instance(t), "once", 3)
+			obs := &eventLog{}
+			l := inFlight(t, b.instance(t), "once", 3, core.WithObserver(obs))
 			ctx := context.Background()
 			var ds []core.Decision
 			for i := range 3 {
@@ -389,6 +390,9 @@ func TestInFlightRefundOnce(t *testing.T) {
 			}
 			if d, _ := l.Allow(ctx, "k"); d.Allowed {
 				t.Fatalf("with 3 held again: Allow = %+v, want denied", d)
+			}
+			if got := obs.count(core.EventDecision); got != 5 {
+				t.Errorf("observer saw %d decisions for 5 Allow calls (and peeks, which are not decisions), want 5", got)
 			}
 		})
 	}
@@ -616,4 +620,66 @@ func TestInFlightAllowAll(t *testing.T) {
 		t.Fatalf("AllowAll with the rate spent = %+v, %v; want the rate limit's denial", ds, err)
 	}
 	wantHeld(t, conc, "k", 0)
+}
+
+// TestInFlightBreakerAndTimeout: with Redis paused, an acquire returns
+// within the limiter's timeout, decided by the failure policy; after
+// five failures the breaker answers without calling Redis; and the takes
+// that reached Redis after their caller gave up (their answers lost) are
+// released in the background, well before their TTL.
+func TestInFlightBreakerAndTimeout(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	const (
+		timeout = 50 * time.Millisecond
+		ttl     = 6 * time.Second // a renewal round every 2 s
+	)
+	obs := &eventLog{}
+	l := mustLimit(t, core.NewRedisStore(srv.Client(t)), core.Policy{Name: "paused", InFlight: 2, LeaseTTL: ttl},
+		core.WithTimeout(timeout), core.WithObserver(obs))
+	ctx := context.Background()
+	if d, err := l.Allow(ctx, "warm"); err != nil || d.Source != core.SourceStore {
+		t.Fatalf("Allow(warm) = %+v, %v", d, err)
+	} else {
+		_ = d.Refund(ctx)
+	}
+	srv.Pause(time.Second)
+	paused := time.Now()
+	var ds []core.Decision
+	for i := range 8 {
+		start := time.Now()
+		d, err := l.Allow(ctx, "k")
+		if lat := time.Since(start); lat > timeout+latencyMargin {
+			t.Errorf("Allow #%d with Redis paused took %v, want within %v", i+1, lat, timeout+latencyMargin)
+		}
+		if err != nil || d.Source != core.SourceLocal || d.Allowed != (i < 2) {
+			t.Errorf("Allow #%d with Redis paused = %+v, %v; want decided locally, admitted for the first 2", i+1, d, err)
+		}
+		ds = append(ds, d)
+	}
+	if got := obs.count(core.EventStoreError); got != 5 {
+		t.Errorf("store errors = %d, want 5 (then the breaker answers)", got)
+	}
+	if got := obs.count(core.EventBreakerOpen); got != 1 {
+		t.Errorf("breaker opened %d times, want 1", got)
+	}
+	for i := range ds {
+		_ = ds[i].Refund(ctx) // local leases
+	}
+	// The 5 takes sent while paused run when the pause ends; 2 of them
+	// fit. The limiter releases all 5 at its next renewal round, long
+	// before their TTL.
+	for {
+		if srv.Do(t, "EXISTS", "ratekit:paused:{k}:lease") == int64(0) {
+			break
+		}
+		if time.Since(paused) > ttl-time.Second {
+			t.Fatalf("%v after the pause: the lost takes' leases are still held, want them released", time.Since(paused))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stats := srv.Do(t, "INFO", "commandstats").(string)
+	if !strings.Contains(stats, "cmdstat_zadd:calls=3,") {
+		t.Errorf("commandstats %q: want 3 ZADD (warm-up, and 2 lost takes that fitted)", stats)
+	}
 }

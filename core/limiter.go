@@ -91,7 +91,8 @@ func WithObserver(obs Observer) Option {
 // until then a flood from it is answered without a store call. The cache
 // never admits: it only answers denials that the store would give as
 // well. A limiter on a [MemoryStore] has no deny cache: the store answers
-// as fast.
+// as fast. Nor has a limiter of an InFlight policy: its units free
+// whenever a request ends.
 func WithDenyCache(size int) Option {
 	return func(o *options) { o.denyCacheSize = size }
 }

@@ -172,3 +172,35 @@ func TestInFlightResetIfPanics(t *testing.T) {
 	}()
 	guard.New(inFlight(t, core.NewMemoryStore(), "conc", 1), guard.WithResetIf(guard.StatusSuccess))
 }
+
+// TestInFlightDryRun: in dry-run mode a request over the in-flight limit
+// goes on, reported as EventDryRun, holding no lease; the admitted ones
+// release theirs at Finish. The limiter reports every decision.
+func TestInFlightDryRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	lim, grd := &recorder{}, &recorder{}
+	l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "conc", InFlight: 1}, core.WithObserver(lim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := guard.New(l, guard.WithDryRun(true), guard.WithObserver(grd))
+	a, b := g.Admit(ctx, req()), g.Admit(ctx, req())
+	if a.Outcome != guard.OutcomeAllow || a.DryRun || b.Outcome != guard.OutcomeAllow || !b.DryRun {
+		t.Fatalf("two requests in dry-run: %v dry=%v, %v dry=%v; want both through, the second a dry-run denial", a.Outcome, a.DryRun, b.Outcome, b.DryRun)
+	}
+	if h := headers(&b); h[guard.HeaderLimit] != "" || h[guard.HeaderRetryAfter] != "" {
+		t.Errorf("dry-run denial headers %v, want none", h)
+	}
+	if got := held(t, l, "192.0.2.1"); got != 1 {
+		t.Errorf("in flight: %d, want 1 (the dry-run denial holds no lease)", got)
+	}
+	b.Finish(ctx, 200)
+	a.Finish(ctx, 200)
+	if got := held(t, l, "192.0.2.1"); got != 0 {
+		t.Errorf("after both ended: %d in flight, want 0", got)
+	}
+	if lim.count(core.EventDecision) != 2 || grd.count(core.EventDryRun) != 1 {
+		t.Errorf("limiter saw %d decisions, guard %d dry-run events; want 2 and 1", lim.count(core.EventDecision), grd.count(core.EventDryRun))
+	}
+}
