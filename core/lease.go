@@ -62,9 +62,11 @@ func (p *Policy) leaseTTL() time.Duration {
 // validateInFlight is Validate for a policy with InFlight or LeaseTTL set.
 func (p *Policy) validateInFlight() error {
 	switch {
-	case p.InFlight < 1:
-		return fmt.Errorf("ratekit: policy %q InFlight is %d; LeaseTTL is set for InFlight policies only, which need InFlight >= 1: %w",
-			p.Name, p.InFlight, ErrInvalidPolicy)
+	case p.InFlight < 0:
+		return fmt.Errorf("ratekit: policy %q InFlight is %d, must not be negative: %w", p.Name, p.InFlight, ErrInvalidPolicy)
+	case p.InFlight == 0:
+		return fmt.Errorf("ratekit: policy %q has a LeaseTTL but InFlight is 0: LeaseTTL applies to InFlight policies only: %w",
+			p.Name, ErrInvalidPolicy)
 	case p.InFlight > maxLogLimit:
 		return fmt.Errorf("ratekit: policy %q InFlight %d is over %d: %w", p.Name, p.InFlight, maxLogLimit, ErrInvalidPolicy)
 	case len(p.Rules) > 0:
