@@ -669,10 +669,7 @@ func TestInFlightBreakerAndTimeout(t *testing.T) {
 	// The 5 takes sent while paused run when the pause ends; 2 of them
 	// fit. The limiter releases all 5 at its next renewal round, long
 	// before their TTL.
-	for {
-		if srv.Do(t, "EXISTS", "ratekit:paused:{k}:lease") == int64(0) {
-			break
-		}
+	for srv.Do(t, "EXISTS", "ratekit:paused:{k}:lease") != int64(0) {
 		if time.Since(paused) > ttl-time.Second {
 			t.Fatalf("%v after the pause: the lost takes' leases are still held, want them released", time.Since(paused))
 		}
