@@ -81,6 +81,13 @@ func (d *Decision) Rules() []RuleState { return d.states.slice() }
 // for a denial, for a fallback admission that recorded nothing, and for a
 // decision already refunded or whose key was reset since. The error wraps
 // the store's; the units then stay counted, which can only under-admit.
+//
+// Under an InFlight policy the units are a lease held while the request
+// runs, and Refund releases it: call it when the request ends, whatever
+// its outcome (the guard's adapters do, after the handler). Releasing is
+// exact: a lease is released once, however often Refund is called on the
+// decision or its copies. A release that fails is retried in the
+// background until it succeeds or the lease expires (Policy.LeaseTTL).
 func (d *Decision) Refund(ctx context.Context) error {
 	t := d.ticket
 	if !d.Allowed || t.owner == nil {

@@ -36,6 +36,23 @@
 // [Decision]'s Source tells a fallback from a normal decision; failures go
 // to the [Observer].
 //
+// # Concurrency limits
+//
+// A policy with InFlight set limits requests in flight instead of
+// requests per window: at most InFlight of a key at once however many
+// instances decide, for exports, reports or long downloads. An admission
+// holds a lease until its [Decision] is refunded, when the request ends.
+// On Redis the leases of a key are one sorted set in the key's slot,
+// <prefix>:<policy>:{<key>}:lease, each lease scored by its expiry; a
+// lease not renewed for Policy.LeaseTTL (30 s by default) is reclaimed,
+// so the requests of an instance that died come back. A limiter renews
+// the leases it holds every third of that TTL from one goroutine, which
+// ends once it holds none, so a request may run for any time. A
+// denial's RetryAfter is a fixed hint of one second: no store can foresee
+// when a request ends. The failure policies, breaker and observers apply
+// as for rate limits; a lease of the local fallback store (FailLocal)
+// counts on its instance only.
+//
 // A Redis that evicts keys under memory pressure forgets windows: see
 // [ErrUnsafeEviction] for the safe settings, and call [Limiter.Check] at
 // start-up to report a server that can evict limiter keys.

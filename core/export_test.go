@@ -1,5 +1,11 @@
 package core
 
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
+
 // Exported for the black-box tests of package core_test.
 var BoundKey = boundKey
 
@@ -8,3 +14,10 @@ const MaxKeyLen = maxKeyLen
 
 // Len is len, for the black-box tests.
 func (s *MemoryStore) Len() int { return s.len() }
+
+// RenewLeases makes one round of lease renewals of l now, as its renewal
+// goroutine does every LeaseTTL/3.
+func RenewLeases(l *Limiter, ctx context.Context) { l.renewLeases(ctx) }
+
+// RedisClientOf returns the go-redis client of s.
+func RedisClientOf(s *RedisStore) redis.UniversalClient { return s.client }

@@ -91,7 +91,8 @@ func WithObserver(obs Observer) Option {
 // until then a flood from it is answered without a store call. The cache
 // never admits: it only answers denials that the store would give as
 // well. A limiter on a [MemoryStore] has no deny cache: the store answers
-// as fast.
+// as fast. Nor has a limiter of an InFlight policy: its units free
+// whenever a request ends.
 func WithDenyCache(size int) Option {
 	return func(o *options) { o.denyCacheSize = size }
 }
@@ -144,6 +145,7 @@ type Limiter struct {
 	shards   *shardSet // nil unless Policy.Shards > 1
 	clock    func() time.Time
 	waits    waitQueues // callers of WaitN, unless the store is a MemoryStore
+	leases   *leaseSet  // nil unless Policy.InFlight > 0
 }
 
 // NewLimiter returns a limiter for policy on store. It returns an error
@@ -201,6 +203,9 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	for i := range l.breakers {
 		l.breakers[i] = breaker{threshold: int32(o.breakerFails), cooldown: o.breakerCool}
 	}
+	if policy.InFlight > 0 {
+		return l.inFlight(o)
+	}
 	if m, ok := store.(*MemoryStore); ok {
 		l.memp = m.policy(policy.Name)
 	}
@@ -255,6 +260,9 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 	if err := ctx.Err(); err != nil {
 		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
 	}
+	if l.leases != nil {
+		return l.acquire(ctx, boundKey(key), n)
+	}
 	key, shard := l.shards.pick(boundKey(key))
 	if l.memp != nil {
 		return l.decideLocal(ctx, key, shard, n, true), nil
@@ -281,6 +289,9 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
 		if t := l.tiers.pick(ctx, key, boundKey(key)); t != nil {
 			return t.Peek(ctx, key)
 		}
+	}
+	if l.leases != nil {
+		return l.peekLease(ctx, boundKey(key))
 	}
 	key, shard := l.shards.peek(boundKey(key))
 	if l.memp != nil {
@@ -547,6 +558,9 @@ func (l *Limiter) forgetDenial(key string) {
 
 // refund gives back the units a ticket of this limiter identifies.
 func (l *Limiter) refund(ctx context.Context, t ticket) error {
+	if l.leases != nil {
+		return l.release(ctx, t)
+	}
 	if l.deny != nil {
 		// Once the units are back: a denial decided before then must not
 		// be cached after.

@@ -39,6 +39,7 @@ type MemoryStore struct {
 	policies map[string]*memPolicy
 	list     atomic.Pointer[[]*memPolicy] // the policies, for sweeping
 	tickN    atomic.Uint64
+	leases   sync.Map // policy name -> *memLeases (Policy.InFlight)
 }
 
 var _ Store = (*MemoryStore)(nil)
@@ -561,6 +562,7 @@ func (s *MemoryStore) Reset(ctx context.Context, q Query) error {
 		s.keys.Add(-1)
 	}
 	sh.mu.Unlock()
+	s.resetLeases(q.Policy, q.Key)
 	return nil
 }
 

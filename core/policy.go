@@ -78,6 +78,25 @@ type Policy struct {
 	// in the package documentation. Each rule's Limit must be at least
 	// Shards; at most [MaxShards].
 	Shards int
+	// InFlight, when set, makes the policy a concurrency limit instead of
+	// a rate limit: at most InFlight units (requests, at cost 1) of a key
+	// in flight at once, however many instances decide; at most 100,000.
+	// An admission holds a lease on its units until its Decision is
+	// refunded, which the guard does when the request ends (see
+	// [Decision.Refund]). A denial's RetryAfter is a fixed hint of one
+	// second: a unit frees when a request ends, which no store can
+	// foresee. An InFlight policy has no Rules, Algorithm, Buckets or
+	// Shards: to limit a route's rate as well, decide a second limiter
+	// with it (guard.WithAlso, [AllowAll]).
+	InFlight int64
+	// LeaseTTL is how long a lease of an InFlight policy outlives the
+	// last renewal by the instance that holds it, so that the leases of
+	// an instance that died mid-request come back after at most LeaseTTL;
+	// 30 s when 0. The limiter renews the leases it holds every third of
+	// LeaseTTL, so a request may run for any time. At least 1 s, in whole
+	// milliseconds. A MemoryStore's leases need no renewal and never
+	// expire: their holder and the store are one process.
+	LeaseTTL time.Duration
 }
 
 // maxLogLimit is the largest Limit of a SlidingLog rule.
@@ -110,6 +129,9 @@ func (p *Policy) maxLimit() int64 {
 // minLimit returns the smallest limit of the policy: the most one request
 // may cost. With shards it is the smallest share of a rule's limit.
 func (p *Policy) minLimit() int64 {
+	if p.InFlight > 0 {
+		return p.InFlight
+	}
 	m := p.Rules[0].Limit
 	for _, r := range p.Rules[1:] {
 		m = min(m, r.Limit)
@@ -134,6 +156,9 @@ func (p Policy) Validate() error {
 	}
 	if len(p.Name) > 64 {
 		return fmt.Errorf("ratekit: policy Name %q is longer than 64 bytes: %w", p.Name, ErrInvalidPolicy)
+	}
+	if p.InFlight != 0 || p.LeaseTTL != 0 {
+		return p.validateInFlight()
 	}
 	if len(p.Rules) == 0 {
 		return fmt.Errorf("ratekit: policy %q has no Rules: %w", p.Name, ErrInvalidPolicy)

@@ -212,7 +212,8 @@ func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) *RedisStor
 // Key returns the Redis key that a limiter's decisions on key under
 // policy use with SlidingLog: <prefix>:<policy>:{<key>}, the key hashed
 // first when it is over 128 bytes. Under SlidingBuckets the Redis key has
-// ":b" appended (same hash slot).
+// ":b" appended, and the leases of an InFlight policy ":lease" (same hash
+// slot).
 func (s *RedisStore) Key(policy, key string) string {
 	return s.redisKey(policy, boundKey(key))
 }
@@ -310,7 +311,7 @@ func (s *RedisStore) Reset(ctx context.Context, q Query) error {
 	_, err := bounded(ctx, s.honorsCtx, func() (struct{}, error) {
 		// Then every instance forgets its cached denials of the key.
 		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			p.Del(ctx, k, k+":b")
+			p.Del(ctx, k, k+":b", k+":lease")
 			p.Publish(ctx, s.watch.channel, k)
 			return nil
 		})
@@ -387,11 +388,6 @@ func (s *RedisStore) exec(ctx context.Context, cmds []batchCmd, c processor) err
 			// service): scripts from now on.
 			s.scripts.Store(true)
 		}
-		for i := range cmds {
-			if cmds[i].cmd.Err() != nil {
-				cmds[i].cmd = s.command(ctx, cmds[i].calls, cmds[i].script, cmds[i].eval)
-			}
-		}
 		if !again {
 			return err
 		}
@@ -401,6 +397,13 @@ func (s *RedisStore) exec(ctx context.Context, cmds []batchCmd, c processor) err
 				return err
 			}
 			time.Sleep(d)
+		}
+		// Only commands sent again are rebuilt: the others keep their
+		// error for answer.
+		for i := range cmds {
+			if cmds[i].cmd.Err() != nil {
+				cmds[i].cmd = s.command(ctx, cmds[i].calls, cmds[i].script, cmds[i].eval)
+			}
 		}
 	}
 }
@@ -492,6 +495,9 @@ func (s *RedisStore) commands(ctx context.Context, calls []*rcall) []batchCmd {
 // the library's function, or where the server has none EVALSHA of the
 // script, or EVAL with its source when eval is set.
 func (s *RedisStore) command(ctx context.Context, calls []*rcall, script, eval bool) noRetry {
+	if calls[0].algo == leaseAlgo {
+		return leaseCommand(ctx, calls, eval)
+	}
 	sc, src, fn := logScript, logSource, fnLog
 	if calls[0].algo == SlidingBuckets {
 		sc, src, fn = bucketsScript, bucketsSource, fnBuckets
@@ -577,6 +583,10 @@ func (b *batchCmd) answer() {
 			continue
 		}
 		status, when := next(), next()
+		if err != nil {
+			c.err = err
+			continue
+		}
 		if status < 0 {
 			n := min(int(when), len(r))
 			c.err = &keyError{msg: strings.TrimSpace(r[:n])}

@@ -20,7 +20,8 @@ type rcall struct {
 	now   int64 // client time in µs; 0: the server's
 	at    int64 // refund: the time of the take
 	rules []Rule
-	bw    []int64 // SlidingBuckets: bucket width per rule, µs
+	bw    []int64   // SlidingBuckets: bucket width per rule, µs
+	lease leaseArgs // leases: at is the lease's first seq
 
 	// The answer.
 	allowed bool

@@ -308,8 +308,12 @@ func (g *limited) quotaFailure(v *guard.Verdict) *errdetails.QuotaFailure {
 	return q
 }
 
-// describe says what a rule allows, for QuotaFailure descriptions.
+// describe says what a rule allows, for QuotaFailure descriptions; an
+// InFlight policy has no window.
 func describe(limit int64, window time.Duration) string {
+	if window == 0 {
+		return "limit " + strconv.FormatInt(limit, 10) + " in flight"
+	}
 	return "limit " + strconv.FormatInt(limit, 10) + " per " + window.String()
 }
 

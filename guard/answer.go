@@ -260,7 +260,10 @@ func (v *Verdict) collect(hs *headerSet, buf []byte) []byte {
 		if st&HeadersXRateLimit != 0 {
 			buf = hs.int(buf, HeaderLimit, d.Limit)
 			buf = hs.int(buf, HeaderRemaining, d.Remaining)
-			buf = hs.int(buf, HeaderReset, Seconds(d.ResetAfter))
+			if !v.by.inFlight {
+				// Requests in flight have no window to reset.
+				buf = hs.int(buf, HeaderReset, Seconds(d.ResetAfter))
+			}
 		}
 		if st&HeadersIETF != 0 {
 			buf = v.ietf(hs, buf)
@@ -281,15 +284,35 @@ func (v *Verdict) collect(hs *headerSet, buf []byte) []byte {
 
 // ietf appends the RateLimit-Policy and RateLimit fields: one item per
 // rule, named by the policy (and the window when there are several rules).
+// An InFlight policy is one item of quota unit "concurrent-requests",
+// without a window or a reset time.
 func (v *Verdict) ietf(hs *headerSet, buf []byte) []byte {
 	d := &v.Decision
+	var pk [12]byte // base64 of 9 bytes
+	partitionKey(pk[:], v.by.name, v.Key)
+	if v.by.inFlight {
+		name := strconv.Quote(v.by.name)
+		buf = append(buf, name...)
+		buf = append(buf, ";q="...)
+		buf = strconv.AppendInt(buf, d.Limit, 10)
+		buf = append(buf, `;qu="concurrent-requests";pk=:`...)
+		buf = append(buf, pk[:]...)
+		buf = append(buf, ':')
+		hs.end(HeaderPolicy, len(buf))
+		buf = append(buf, name...)
+		buf = append(buf, ";r="...)
+		buf = strconv.AppendInt(buf, d.Remaining, 10)
+		buf = append(buf, ";pk=:"...)
+		buf = append(buf, pk[:]...)
+		buf = append(buf, ':')
+		hs.end(HeaderRateLimit, len(buf))
+		return buf
+	}
 	items := d.Rules()
 	if len(items) == 0 {
 		items = []core.RuleState{{Limit: d.Limit, Window: d.Window, Used: d.Limit - d.Remaining, ResetAfter: d.ResetAfter}}
 	}
 	multi := len(items) > 1
-	var pk [12]byte // base64 of 9 bytes
-	partitionKey(pk[:], v.by.name, v.Key)
 	for pass, name := range [2]string{HeaderPolicy, HeaderRateLimit} {
 		for i, r := range items {
 			if i > 0 {

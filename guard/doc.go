@@ -38,7 +38,9 @@
 // http.ErrAbortHandler) is finished as 500 (gRPC: codes.Internal), so its
 // units are refunded or kept as the count-if function says for a 500,
 // and the panic goes on unchanged to the recovery middleware or server
-// that handles it.
+// that handles it. A guard with a concurrency limit (core.Policy.InFlight,
+// its own or added with [WithAlso]) is always finished: Finish releases
+// the request's leases whatever the status, and only once.
 //
 // # Keys
 //

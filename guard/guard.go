@@ -184,23 +184,28 @@ func Native(setting any) Option {
 // [Guard.Admit], write the [Verdict] their framework's way and call
 // [Verdict.Finish] after the handler. A Guard is safe for concurrent use.
 type Guard struct {
-	own limit
-	cfg config
+	own     limit
+	cfg     config
+	release bool // a limit is an InFlight policy: Finish releases its lease
 }
 
 // limit is one limiter of a guard with its key function.
 type limit struct {
-	l    *core.Limiter
-	key  keyfunc.Func
-	name string // the policy name
+	l        *core.Limiter
+	key      keyfunc.Func
+	name     string // the policy name
+	inFlight bool   // an InFlight policy: its admissions are leases
 }
 
 func newLimit(l *core.Limiter, key keyfunc.Func) limit {
-	return limit{l: l, key: key, name: l.Policy().Name}
+	p := l.Policy()
+	return limit{l: l, key: key, name: p.Name, inFlight: p.InFlight > 0}
 }
 
-// New returns a guard for l. It panics if l is nil, a programmer error
-// caught at start-up.
+// New returns a guard for l. It panics if l is nil, or if l's policy is
+// an InFlight policy and [WithResetIf] is set (a reset would drop the
+// leases of the key's other requests in flight): programmer errors caught
+// at start-up.
 func New(l *core.Limiter, opts ...Option) *Guard {
 	if l == nil {
 		panic("ratekit: guard.New: nil *core.Limiter")
@@ -210,6 +215,13 @@ func New(l *core.Limiter, opts ...Option) *Guard {
 		opt(&g.cfg)
 	}
 	g.own = newLimit(l, g.cfg.key)
+	if g.own.inFlight && g.cfg.resetIf != nil {
+		panic("ratekit: guard.New: WithResetIf on InFlight policy " + g.own.name + ": a reset would drop the leases of other requests in flight")
+	}
+	g.release = g.own.inFlight
+	for i := range g.cfg.also {
+		g.release = g.release || g.cfg.also[i].inFlight
+	}
 	return g
 }
 
@@ -246,8 +258,10 @@ func (g *Guard) ReadNatives(adapter string, targets ...any) {
 }
 
 // NeedsFinish reports whether [Verdict.Finish] has work to do, so that
-// adapters can skip capturing the handler's status when it has none.
-func (g *Guard) NeedsFinish() bool { return g.cfg.countIf != nil || g.cfg.resetIf != nil }
+// adapters can skip capturing the handler's status when it has none: with
+// [WithCountIf] or [WithResetIf], or when a limit is an InFlight policy
+// (core.Policy.InFlight), whose leases Finish releases.
+func (g *Guard) NeedsFinish() bool { return g.cfg.countIf != nil || g.cfg.resetIf != nil || g.release }
 
 // Admit runs the pipeline for r: block, skip, key and cost, then the decision of
 // the guard's limit and of every limit added with [WithAlso]. It never

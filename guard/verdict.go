@@ -116,11 +116,13 @@ func (v *Verdict) refundAll(ctx context.Context) {
 
 // Finish completes the verdict after the handler answered status: it
 // refunds the reserved units when [WithCountIf] says the request does not
-// count, and resets the key when [WithResetIf] says so. It does nothing
-// for requests that no limiter admitted. The client may be gone by then:
-// the refund or reset runs regardless, bounded by the limiters' store
-// timeout. Store failures here go to the limiters' observers; the answer
-// is already on its way.
+// count, resets the key when [WithResetIf] says so, and releases the
+// leases of InFlight policies (core.Policy.InFlight) whatever the status.
+// It does nothing for requests that no limiter admitted, and releases
+// nothing twice. The client may be gone by then: the refund, reset or
+// release runs regardless, bounded by the limiters' store timeout. Store
+// failures here go to the limiters' observers; the answer is already on
+// its way.
 func (v *Verdict) Finish(ctx context.Context, status int) {
 	if v.Outcome != OutcomeAllow || v.nheld == 0 {
 		return
@@ -135,6 +137,18 @@ func (v *Verdict) Finish(ctx context.Context, status int) {
 	}
 	if cfg.countIf != nil && !cfg.countIf(status) {
 		v.refundAll(ctx)
+	}
+	if v.g.release && v.nheld > 0 {
+		// The request is over: its leases end. A refunded decision
+		// refunds nothing twice.
+		if v.by.inFlight {
+			_ = v.Decision.Refund(ctx)
+		}
+		for i := range v.more {
+			if v.more[i].lim.inFlight {
+				_ = v.more[i].d.Refund(ctx)
+			}
+		}
 	}
 }
 

@@ -73,3 +73,42 @@ func ExampleNew_group() {
 	// /api/items?api_key=k2 200 remaining="99"
 	// /healthz 200 remaining=""
 }
+
+// Limit a long download to one in flight per client IP: a second
+// download while the first runs is refused, and the first one's lease is
+// released when its handler returns.
+func ExampleNew_inFlight() {
+	downloads, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "downloads", InFlight: 1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	started, finish := make(chan struct{}), make(chan struct{})
+	download := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("slow") != "" {
+			close(started)
+			<-finish
+		}
+		_, _ = io.WriteString(w, "data\n")
+	})
+	h := nethttp.New(downloads, guard.WithKey(keyfunc.ClientIP()))(download)
+
+	first := httptest.NewRecorder()
+	done := make(chan struct{})
+	go func() {
+		h.ServeHTTP(first, httptest.NewRequest(http.MethodGet, "/download?slow=1", nil))
+		close(done)
+	}()
+	<-started
+	second := httptest.NewRecorder()
+	h.ServeHTTP(second, httptest.NewRequest(http.MethodGet, "/download", nil))
+	fmt.Printf("while the first runs: %d retry-after=%s\n", second.Code, second.Header().Get("Retry-After"))
+
+	close(finish)
+	<-done
+	third := httptest.NewRecorder()
+	h.ServeHTTP(third, httptest.NewRequest(http.MethodGet, "/download", nil))
+	fmt.Printf("first: %d, after it: %d\n", first.Code, third.Code)
+	// Output:
+	// while the first runs: 429 retry-after=1
+	// first: 200, after it: 200
+}

@@ -15,6 +15,7 @@
 //
 //	GET  /api/items    costs 1
 //	POST /api/reports  costs 10 (an expensive endpoint)
+//	POST /api/exports  costs 1; a long export, at most 2 in flight per key
 //	GET  /quota        the key's plan and remaining quota, consuming none
 //	POST /admin/plan   {"key": "...", "plan": "pro"} moves a key to
 //	                   another plan at once; needs QUOTA_ADMIN_TOKEN
@@ -27,6 +28,7 @@
 //	QUOTA_ADMIN_TOKEN=s3cret go run ./examples/quota
 //	curl -i -H 'X-API-Key: demo-free' localhost:8083/api/items
 //	curl -i -X POST -H 'X-API-Key: demo-free' localhost:8083/api/reports
+//	for i in 1 2 3; do curl -s -o /dev/null -w '%{http_code} ' -X POST -H 'X-API-Key: demo-free' localhost:8083/api/exports & done; wait
 //	curl -s -H 'X-API-Key: demo-free' localhost:8083/quota
 //	curl -i -H 'Authorization: Bearer s3cret' -H 'Content-Type: application/json' \
 //	     -d '{"key":"demo-free","plan":"pro"}' localhost:8083/admin/plan
@@ -82,11 +84,12 @@ func main() {
 
 // config holds the plans' limits; tests change them.
 type config struct {
-	tiers          map[string][]core.Rule // limits per plan
-	defaultTier    string                 // the plan whose limits apply when a key's plan cannot be found
-	tierCacheTTL   time.Duration          // how long a key's plan is cached
-	adminToken     string                 // bearer token of POST /admin/plan; "" disables it
-	limiterOptions []core.Option          // options of the limiter
+	tiers          map[string][]core.Rule    // limits per plan
+	defaultTier    string                    // the plan whose limits apply when a key's plan cannot be found
+	tierCacheTTL   time.Duration             // how long a key's plan is cached
+	adminToken     string                    // bearer token of POST /admin/plan; "" disables it
+	limiterOptions []core.Option             // options of the limiters
+	export         func(ctx context.Context) // the work of an export
 }
 
 func defaultConfig() config {
@@ -97,6 +100,13 @@ func defaultConfig() config {
 		},
 		defaultTier:  "free",
 		tierCacheTTL: time.Minute,
+		export: func(ctx context.Context) {
+			// Stands in for a long export.
+			select {
+			case <-time.After(3 * time.Second):
+			case <-ctx.Done():
+			}
+		},
 	}
 }
 
@@ -145,10 +155,11 @@ func (p *plans) resolve(_ context.Context, key string) (string, error) {
 
 // app is the API service: its routes, the quota limiter and the plans.
 type app struct {
-	fiber *fiber.App
-	quota *core.Limiter
-	plans *plans
-	tiers map[string][]core.Rule
+	fiber   *fiber.App
+	quota   *core.Limiter
+	exports *core.Limiter
+	plans   *plans
+	tiers   map[string][]core.Rule
 }
 
 // newApp builds the service on store.
@@ -164,11 +175,16 @@ func newApp(store core.Store, p *plans, cfg config) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
+	exports, err := core.NewLimiter(store, core.Policy{Name: "exports", InFlight: 2}, cfg.limiterOptions...)
+	if err != nil {
+		return nil, err
+	}
 	a := &app{
-		fiber: fiber.New(fiber.Config{ErrorHandler: answerError, DisableStartupMessage: true}),
-		quota: quota,
-		plans: p,
-		tiers: cfg.tiers,
+		fiber:   fiber.New(fiber.Config{ErrorHandler: answerError, DisableStartupMessage: true}),
+		quota:   quota,
+		exports: exports,
+		plans:   p,
+		tiers:   cfg.tiers,
 	}
 
 	// Each route states its cost where it is mounted, rather than one
@@ -185,6 +201,15 @@ func newApp(store core.Store, p *plans, cfg config) (*app, error) {
 	api := a.fiber.Group("/api", a.authenticate)
 	api.Get("/items", limit(1), items)
 	api.Post("/reports", limit(costReport), report)
+	// An export runs long: at most 2 in flight per API key, each also
+	// costing one unit of the key's quota. A request denied by either
+	// limit consumes nothing of the other.
+	api.Post("/exports", fiberlimit.New(exports,
+		guard.WithKey(keyfunc.AppKey()),
+		guard.WithAlso(quota, keyfunc.AppKey()),
+		guard.WithHeaders(guard.HeadersXRateLimit|guard.HeadersIETF),
+		guard.WithBody(guard.BodyProblem),
+	), export(cfg.export))
 
 	a.fiber.Get("/quota", a.authenticate, a.status)
 	if cfg.adminToken != "" {
@@ -217,6 +242,15 @@ func items(c *fiber.Ctx) error {
 
 func report(c *fiber.Ctx) error {
 	return c.JSON(fiber.Map{"report": "quarterly figures"})
+}
+
+// export answers an export once work is done.
+func export(work func(ctx context.Context)) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		work(c.UserContext())
+		c.Set("Content-Type", "text/csv")
+		return c.SendString("item,count\napple,3\n")
+	}
 }
 
 // quotaStatus is the answer of GET /quota.

@@ -253,6 +253,70 @@ func TestUpgrade(t *testing.T) {
 	}
 }
 
+// TestExports: at most 2 exports of a key run at once; a third is
+// refused with 429, Retry-After 1 and a problem naming the exports limit,
+// without spending quota; each export costs one unit of the quota; and
+// an export over the quota does not hold an export slot.
+func TestExports(t *testing.T) {
+	for _, sc := range stores {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := testConfig()
+			arrived, release := make(chan struct{}, 4), make(chan struct{})
+			cfg.export = func(context.Context) {
+				arrived <- struct{}{}
+				<-release
+			}
+			a := newTestApp(t, sc.new(t), cfg)
+			postExport := func() answer { return do(t, a, http.MethodPost, "/api/exports", "k-free", "") }
+			held := make(chan answer, 2)
+			for range 2 {
+				go func() { held <- postExport() }()
+			}
+			for range 2 {
+				select {
+				case <-arrived:
+				case <-time.After(10 * time.Second):
+					t.Fatal("two exports did not start within 10s")
+				}
+			}
+			ans := postExport()
+			if ans.status != http.StatusTooManyRequests || ans.retry != "1" || ans.limit != "2" || ans.remaining != "0" {
+				t.Fatalf("third export while two run: %v, want 429, Retry-After 1, X-RateLimit-Limit 2, Remaining 0", ans)
+			}
+			if v := violated(t, ans); len(v) != 1 || v[0] != "exports" {
+				t.Errorf("third export: violated %v, want [exports]", v)
+			}
+			close(release)
+			for range 2 {
+				if ans := <-held; ans.status != http.StatusOK || ans.body != "item,count\napple,3\n" {
+					t.Errorf("held export: %v, want 200 with the CSV", ans)
+				}
+			}
+			if got := quota(t, a, "k-free"); got.Limits[0].Used != 2 {
+				t.Errorf("quota after 2 exports and a refused one: %d used, want 2", got.Limits[0].Used)
+			}
+			// Spend the rest of the minute's quota: exports are then refused
+			// by the quota, and hold no export slot.
+			for range 9 {
+				postReport(t, a, "k-free")
+			}
+			for range 8 {
+				getItems(t, a, "k-free")
+			}
+			for range 3 {
+				ans := postExport()
+				if v := violated(t, ans); ans.status != http.StatusTooManyRequests || len(v) != 1 || v[0] != "api-60s" {
+					t.Fatalf("export over the quota: %v, violated %v; want 429 naming api-60s", ans, v)
+				}
+			}
+			if d, err := a.exports.Peek(context.Background(), "k-free"); err != nil || d.Remaining != 2 {
+				t.Errorf("exports in flight after denials by the quota: %+v, %v; want 2 remaining", d, err)
+			}
+		})
+	}
+}
+
 // clock is a clock the test steps by hand.
 type clock struct {
 	mu sync.Mutex

@@ -26,6 +26,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
@@ -147,8 +148,17 @@ type Reply struct {
 }
 
 // ReplyTo says how the suite's handler answers a request with the given
-// query lookup, after it read body in full.
+// query lookup, after it read body in full. With ?hold=name it first
+// waits until the case that made the gate of that name opens it, so that
+// the request stays in flight (the gate opens by itself when the case
+// ends).
 func ReplyTo(query func(name string) string, body []byte) Reply {
+	if name := query("hold"); name != "" {
+		if g, ok := gates.Load(name); ok {
+			g.(*gate).arrived <- struct{}{}
+			<-g.(*gate).open
+		}
+	}
 	rep := Reply{Status: http.StatusOK, Body: "ok len=" + strconv.Itoa(len(body)) + "\n"}
 	if s, err := strconv.Atoi(query("status")); err == nil && s >= 200 && s <= 599 {
 		rep.Status = s
@@ -167,6 +177,34 @@ func ReplyTo(query func(name string) string, body []byte) Reply {
 	}
 	return rep
 }
+
+// gates holds the gates of ?hold=name requests, by name.
+var gates sync.Map
+
+// gate keeps ?hold=<name> requests in the handler until it opens.
+type gate struct {
+	name    string
+	arrived chan struct{} // a request reached the handler
+	open    chan struct{} // closed to let them go on
+	once    sync.Once
+}
+
+var gateSeq atomic.Int64
+
+// newGate registers a gate for the case t; it opens when t ends, if not
+// before.
+func newGate(t interface{ Cleanup(func()) }) *gate {
+	g := &gate{name: "g" + strconv.FormatInt(gateSeq.Add(1), 10), arrived: make(chan struct{}, 64), open: make(chan struct{})}
+	gates.Store(g.name, g)
+	t.Cleanup(func() {
+		g.release()
+		gates.Delete(g.name)
+	})
+	return g
+}
+
+// release lets every held request go on.
+func (g *gate) release() { g.once.Do(func() { close(g.open) }) }
 
 // ErrPanic is the value the handler panics with for ?panic=value.
 var ErrPanic = errors.New("adaptertest: handler panic")

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"reflect"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -939,6 +940,98 @@ var cases = []testCase{
 		}
 	}},
 
+	{"InFlight: at most K in flight, each released when its handler ends", func(t *testing.T, newServer NewServer) {
+		l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "export", InFlight: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := start(t, newServer, l, Options{Key: userKey, Headers: new(guard.HeadersXRateLimit | guard.HeadersIETF)})
+		alice := hdr("X-User", "alice")
+		g := newGate(t)
+		held := make(chan response, 2)
+		for range 2 {
+			go func() {
+				res, err := try(base, request{query: "hold=" + g.name, header: alice})
+				if err != nil {
+					t.Error(err)
+				}
+				held <- res
+			}()
+		}
+		for i := range 2 {
+			select {
+			case <-g.arrived:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%d of 2 held requests reached the handler within 10s", i)
+			}
+		}
+		res := do(t, base, request{header: alice})
+		wantStatus(t, "third while two run", res, http.StatusTooManyRequests)
+		if want := "rate limit exceeded: retry after 1s\n"; res.body != want {
+			t.Errorf("third while two run: body %q, want %q", res.body, want)
+		}
+		wantHeaders(t, "third while two run", res,
+			guard.HeaderLimit, "2", guard.HeaderRemaining, "0", guard.HeaderReset, "", guard.HeaderRetryAfter, "1")
+		checkIETF(t, "third while two run", res, []ietfItem{{name: "export", q: 2, r: 0, qu: "concurrent-requests"}})
+		wantStatus(t, "bob while alice's two run", do(t, base, request{header: hdr("X-User", "bob")}), http.StatusOK)
+		g.release()
+		var remaining []string
+		for range 2 {
+			res := <-held
+			wantStatus(t, "held request", res, http.StatusOK)
+			wantHeaders(t, "held request", res, guard.HeaderReset, "")
+			remaining = append(remaining, res.header.Get(guard.HeaderRemaining))
+		}
+		if slices.Sort(remaining); !slices.Equal(remaining, []string{"0", "1"}) {
+			t.Errorf("held requests: X-RateLimit-Remaining %v, want 1 and 0", remaining)
+		}
+		wantUsed(t, l, "alice", 0)
+		// Every way a handler ends releases its lease: more requests than
+		// the limit, one after the other, never meet a 429.
+		for _, end := range []struct {
+			query  string
+			status int
+		}{{"", 200}, {"status=503", 503}, {"panic=value", 500}, {"return_error=plain", 500}, {"status=404&return_error=1", 404}} {
+			got := statuses(t, base, request{query: end.query, header: alice}, 3)
+			wantStatuses(t, "handler ending "+end.query, got, end.status, end.status, end.status)
+			wantUsed(t, l, "alice", 0)
+		}
+	}},
+
+	{"InFlight with WithAlso: a denial by either consumes nothing of the other", func(t *testing.T, newServer NewServer) {
+		store := core.NewMemoryStore()
+		conc, err := core.NewLimiter(store, core.Policy{Name: "conc", InFlight: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rate := limiter(t, "rate", core.Rule{Limit: 3, Window: hour})
+		base := start(t, newServer, conc, Options{Key: userKey, Also: []Also{{Limiter: rate, Key: userKey}}})
+		alice := hdr("X-User", "alice")
+		g := newGate(t)
+		held := make(chan response, 1)
+		go func() {
+			res, err := try(base, request{query: "hold=" + g.name, header: alice})
+			if err != nil {
+				t.Error(err)
+			}
+			held <- res
+		}()
+		select {
+		case <-g.arrived:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the held request did not reach the handler within 10s")
+		}
+		res := do(t, base, request{header: alice})
+		wantStatus(t, "second while one runs", res, http.StatusTooManyRequests)
+		wantHeaders(t, "second while one runs", res, guard.HeaderLimit, "1", guard.HeaderRetryAfter, "1")
+		wantUsed(t, rate, "alice", 1)
+		g.release()
+		wantStatus(t, "held request", <-held, http.StatusOK)
+		wantStatuses(t, "after it ended", statuses(t, base, request{header: alice}, 3), 200, 200, 429)
+		wantUsed(t, rate, "alice", 3)
+		wantUsed(t, conc, "alice", 0)
+	}},
+
 	{"fail local keeps limiting", func(t *testing.T, newServer NewServer) {
 		l, err := core.NewLimiter(failingStore{}, core.Policy{Name: "local", Rules: []core.Rule{{Limit: 2, Window: hour}}})
 		if err != nil {
@@ -956,6 +1049,7 @@ var cases = []testCase{
 type ietfItem struct {
 	name       string
 	q, w, r, t int64
+	qu         string // the quota unit; "" for none (requests), and then w and t are present
 }
 
 // checkIETF parses the IETF fields back as structured-field lists.
@@ -987,11 +1081,16 @@ func checkIETF(t *testing.T, what string, res response, want []ietfItem) {
 			v, _ := ps.Get(name)
 			return v
 		}
-		if q, wi := param(p.Params, "q"), param(p.Params, "w"); q != w.q || wi != w.w {
-			t.Errorf("%s: policy item %d q=%v w=%v, want q=%d w=%d", what, i, q, wi, w.q, w.w)
+		wantW, wantT, wantQU := any(w.w), any(w.t), any(nil)
+		if w.qu != "" {
+			// No window, nothing resets at a time.
+			wantW, wantT, wantQU = nil, nil, w.qu
 		}
-		if r, tt := param(c.Params, "r"), param(c.Params, "t"); r != w.r || tt != w.t {
-			t.Errorf("%s: limit item %d r=%v t=%v, want r=%d t=%d", what, i, r, tt, w.r, w.t)
+		if q, wi, qu := param(p.Params, "q"), param(p.Params, "w"), param(p.Params, "qu"); q != w.q || wi != wantW || qu != wantQU {
+			t.Errorf("%s: policy item %d q=%v w=%v qu=%v, want q=%d w=%v qu=%v", what, i, q, wi, qu, w.q, wantW, wantQU)
+		}
+		if r, tt := param(c.Params, "r"), param(c.Params, "t"); r != w.r || tt != wantT {
+			t.Errorf("%s: limit item %d r=%v t=%v, want r=%d t=%v", what, i, r, tt, w.r, wantT)
 		}
 		ppk, ok1 := param(p.Params, "pk").([]byte)
 		cpk, ok2 := param(c.Params, "pk").([]byte)
