@@ -256,8 +256,9 @@ func (a *app) status(c *fiber.Ctx) error {
 }
 
 // setPlan moves a key to another plan. InvalidateTier makes the move
-// count at once: the key's next request resolves its plan again, and no
-// denial cached under the old plan survives.
+// count at once, on every instance sharing the Redis: the key's next
+// request resolves its plan again, and no denial cached under the old
+// plan survives.
 func (a *app) setPlan(token string) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		bearer, ok := strings.CutPrefix(c.Get("Authorization"), "Bearer ")
@@ -276,7 +277,11 @@ func (a *app) setPlan(token string) fiber.Handler {
 		}
 		key := strings.Clone(req.Key)
 		a.plans.set(key, req.Plan)
-		a.quota.InvalidateTier(key)
+		if err := a.quota.InvalidateTier(c.UserContext(), key); err != nil {
+			// This instance has the new plan; others keep the old one
+			// until their tier cache expires.
+			log.Printf("quota: plan changed, but other instances may not know yet: %v", err)
+		}
 		return c.JSON(fiber.Map{"plan": req.Plan})
 	}
 }
