@@ -33,15 +33,22 @@
 //
 // The key is stored in Redis as sent; an app whose API keys are secrets
 // would key the quota by the account its authentication middleware finds
-// (keyfunc.UserIDFrom) instead. Limits live in memory; set REDIS_URL to
-// keep them in Redis.
+// (keyfunc.UserIDFrom) instead. Flags: -addr (127.0.0.1:8083) and
+// -failure-policy local|open|closed, as in every example (no
+// -trusted-proxy: nothing here is keyed by address). Limits live in
+// memory; set REDIS_URL to keep them in Redis.
+//
+// Several instances on one Redis share every key's usage, and a plan
+// change made through one instance's POST /admin/plan reaches the others'
+// cached plans and cached denials at once (Limiter.InvalidateTier
+// publishes it through Redis). A plan changed in the database without
+// that call takes effect on each instance within the plan cache's minute.
 package main
 
 import (
 	"context"
 	"crypto/subtle"
 	"errors"
-	"flag"
 	"log"
 	"net/http"
 	"os"
@@ -63,11 +70,11 @@ import (
 const costReport = 10
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:8083", "listen address")
-	flag.Parse()
+	flags := exampleenv.Parse("127.0.0.1:8083", false)
 
 	cfg := defaultConfig()
 	cfg.adminToken = os.Getenv("QUOTA_ADMIN_TOKEN")
+	cfg.limiterOptions = flags.Options()
 	if cfg.adminToken == "" {
 		log.Print("QUOTA_ADMIN_TOKEN is not set: POST /admin/plan is disabled")
 	}
@@ -76,8 +83,8 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	log.Printf("listening on %s: try `curl -i -H 'X-API-Key: demo-free' http://%s/api/items`", *addr, *addr)
-	log.Fatal(a.fiber.Listen(*addr))
+	log.Printf("listening on %s: try `curl -i -H 'X-API-Key: demo-free' http://%s/api/items`", flags.Addr, flags.Addr)
+	log.Fatal(a.fiber.Listen(flags.Addr))
 }
 
 // config holds the plans' limits; tests change them.
