@@ -95,8 +95,6 @@ func (w *watcher) run() {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
 				// Invalidations sent before now may have been missed.
-				w.epoch.Add(1)
-				w.live.Store(true)
 				w.mu.Lock()
 				for _, tss := range w.tiers {
 					for _, ts := range tss {
@@ -104,6 +102,8 @@ func (w *watcher) run() {
 					}
 				}
 				w.mu.Unlock()
+				w.epoch.Add(1)
+				w.live.Store(true)
 			}
 		case *redis.Message:
 			if rk, ok := strings.CutSuffix(m.Payload, tierSuffix); ok {

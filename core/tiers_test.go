@@ -255,6 +255,24 @@ func TestRedisTierInvalidationAcrossInstances(t *testing.T) {
 	}
 	a, b := newInstance(), newInstance()
 	ctx := context.Background()
+	// Each instance forgets its cached tiers when its subscription starts;
+	// wait for it: its deny cache answers only from then on.
+	for _, l := range []*core.Limiter{a, b} {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			d, err := l.Allow(ctx, "warm-up") // no tier: the policy's limit 1
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Source == core.SourceCache {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("an instance never subscribed to invalidations")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 	for range 3 {
 		if d, err := a.Allow(ctx, "k"); err != nil || !d.Allowed {
 			t.Fatalf("A: free request = %+v, %v", d, err)
