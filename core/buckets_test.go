@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/redistest"
 )
 
 // fakeClock is a clock tests step by hand.
@@ -143,5 +144,76 @@ func TestSlidingBucketsRetryAfter(t *testing.T) {
 	clock.Advance(time.Microsecond)
 	if d, _ := l.Allow(ctx, "k"); !d.Allowed {
 		t.Fatalf("denied at RetryAfter: %+v", d)
+	}
+}
+
+// TestSlidingBucketsRetryAfterBound: under SlidingBuckets a denial waits
+// up to one bucket width longer than the window, never more. With 60
+// buckets of a 60 s window, a unit admitted at the start of a bucket
+// counts until that whole bucket has left the window: 61 s later. A
+// denial then says 61 s (Retry-After: 61), the request is denied 1 µs
+// before and admitted at it; in the middle of the bucket the wait is
+// shorter. Both stores.
+func TestSlidingBucketsRetryAfterBound(t *testing.T) {
+	srv := redistest.Start(t)
+	stores := map[string]func() core.Store{
+		"memory": func() core.Store { return core.NewMemoryStore() },
+		"redis":  func() core.Store { return core.NewRedisStore(srv.Client(t)) },
+	}
+	const window = time.Minute
+	for name, newStore := range stores {
+		t.Run(name, func(t *testing.T) {
+			clock := newFakeClock() // on a whole second: a bucket start
+			l, err := core.NewLimiter(newStore(), core.Policy{
+				Name:      "bound-" + name,
+				Algorithm: core.SlidingBuckets, // 60 buckets of 1 s
+				Rules:     []core.Rule{{Limit: 2, Window: window}},
+			}, core.WithDenyCache(0), core.WithClock(clock.Now), core.WithTimeout(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
+				t.Fatalf("first unit: %+v, %v", d, err)
+			}
+			clock.Advance(500 * time.Millisecond) // the middle of the bucket
+			if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
+				t.Fatalf("second unit: %+v, %v", d, err)
+			}
+			d, err := l.Allow(ctx, "k")
+			if err != nil || d.Allowed {
+				t.Fatalf("third unit: %+v, %v; want denied", d, err)
+			}
+			// The bucket [0 s, 1 s) counts until the window starts at 1 s:
+			// at 61 s, 60.5 s from now, although the second unit was
+			// admitted 0 s ago.
+			if want := window + time.Second - 500*time.Millisecond; d.RetryAfter != want {
+				t.Fatalf("RetryAfter in mid-bucket = %v, want %v", d.RetryAfter, want)
+			}
+			if d2, _ := l.Allow(ctx, "k2"); !d2.Allowed {
+				t.Fatal("k2 denied")
+			}
+			clock.Advance(500 * time.Millisecond) // the start of the next bucket
+			for range 2 {
+				if d, err := l.Allow(ctx, "k3"); err != nil || !d.Allowed {
+					t.Fatalf("k3: %+v, %v", d, err)
+				}
+			}
+			d, err = l.Allow(ctx, "k3")
+			if err != nil || d.Allowed {
+				t.Fatalf("k3 third unit: %+v, %v; want denied", d, err)
+			}
+			if want := window + time.Second; d.RetryAfter != want {
+				t.Fatalf("RetryAfter at a bucket start = %v, want the bound %v (window + window/60)", d.RetryAfter, want)
+			}
+			clock.Advance(d.RetryAfter - time.Microsecond)
+			if d, _ := l.Allow(ctx, "k3"); d.Allowed {
+				t.Fatal("admitted 1 µs before RetryAfter")
+			}
+			clock.Advance(time.Microsecond)
+			if d, _ := l.Allow(ctx, "k3"); !d.Allowed {
+				t.Fatalf("denied at RetryAfter: %+v", d)
+			}
+		})
 	}
 }

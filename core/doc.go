@@ -13,7 +13,11 @@
 // admits more than a rule allows in any window, however requests are
 // spread, and a denial's RetryAfter is the exact moment the same request
 // would fit. Memory grows with the limit, which suits limits up to some
-// thousands per key. [SlidingBuckets] is meant for large quotas.
+// thousands per key. [SlidingBuckets] is meant for large quotas: memory
+// per key is bounded, it never admits more than the limit, and in return
+// it may under-admit by one bucket and make a client wait up to one bucket
+// longer than the window (Window + Window/Buckets: 61 s for a minute split
+// into the default 60 buckets).
 //
 // # Stores
 //

@@ -224,6 +224,9 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 			return nil, err
 		}
 		l.tiers = ts
+		if l.redis != nil && ts.cache != nil {
+			l.redis.watch.addTiers(policy.Name, ts)
+		}
 	}
 	return l, nil
 }

@@ -39,6 +39,16 @@ const (
 	// partial bucket in full: it never admits more than the limit and
 	// under-admits by at most one bucket, with memory bounded per key
 	// whatever the limit. It suits large quotas (100,000 a day).
+	//
+	// A unit counts until its whole bucket has left the window, so waits
+	// are up to one bucket longer than under [SlidingLog]. With buckets
+	// of width g = Window/Buckets (in whole microseconds, rounded down),
+	// a unit admitted at time a in the bucket starting at b (b <= a < b+g)
+	// counts until b + g + Window, which is between Window and Window+g
+	// after a. RetryAfter and ResetAfter are therefore at most Window + g:
+	// with the default 60 buckets, 61 s for a 60 s window (Retry-After:
+	// 61) and 87,840 s for a day. RetryAfter is still exact for the
+	// algorithm: the same request is denied 1 µs before it and fits at it.
 	SlidingBuckets
 )
 
@@ -67,8 +77,10 @@ type Policy struct {
 	// Algorithm is how the store keeps the windows; SlidingLog by default.
 	Algorithm Algorithm
 	// Buckets is the number of buckets each window is split into under
-	// SlidingBuckets; 60 when 0. More buckets cost memory and
-	// time per decision and under-admit less. Ignored by SlidingLog.
+	// SlidingBuckets; 60 when 0. More buckets cost memory and time per
+	// decision, under-admit less and shorten the longest wait, which is
+	// Window + Window/Buckets (see [SlidingBuckets]). Ignored by
+	// SlidingLog.
 	Buckets int
 	// Shards splits every key over this many store keys, each holding its
 	// share of every rule's limit, so that one very hot key (a global cap)

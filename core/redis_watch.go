@@ -11,14 +11,18 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// watcher keeps the deny caches of a RedisStore's limiters true on every
-// instance: a refund or reset publishes the Redis key on the store's
+// watcher keeps the caches of a RedisStore's limiters true on every
+// instance. A refund or reset publishes the Redis key on the store's
 // channel, and every instance subscribed to it forgets the key's cached
-// denial. The caches answer nothing until the first subscription is
-// confirmed. Messages sent while the subscription is down are lost, so
-// each resubscription starts a new epoch: denials cached before it no
-// longer answer while the store does (the store decides again), but still
-// answer while it fails, so that a Redis outage keeps denied keys denied.
+// denial; [Limiter.InvalidateTier] publishes the key's Redis name with
+// tierSuffix appended, and every instance forgets the key's cached tier.
+// (A deny-cache message ends in "}" or "}:b", so a watcher that knows no
+// tier messages ignores them.) The deny caches answer nothing until the
+// first subscription is confirmed. Messages sent while the subscription
+// is down are lost, so each resubscription starts a new epoch: denials
+// cached before it no longer answer while the store does (the store
+// decides again), but still answer while it fails, so that a Redis outage
+// keeps denied keys denied; and every cached tier is forgotten.
 type watcher struct {
 	s       *RedisStore
 	channel string
@@ -27,11 +31,16 @@ type watcher struct {
 
 	mu     sync.Mutex
 	caches map[string][]*denyCache // by policy name
+	tiers  map[string][]*tierSet   // by policy name
 	start  sync.Once
 }
 
+// tierSuffix ends the message of a tier invalidation.
+const tierSuffix = ":tier"
+
 func newWatcher(s *RedisStore) *watcher {
-	return &watcher{s: s, channel: s.prefix + ":invalidate", caches: make(map[string][]*denyCache)}
+	return &watcher{s: s, channel: s.prefix + ":invalidate",
+		caches: make(map[string][]*denyCache), tiers: make(map[string][]*tierSet)}
 }
 
 // add registers a limiter's deny cache for policy, starting the
@@ -42,6 +51,25 @@ func (w *watcher) add(policy string, c *denyCache) {
 	w.caches[policy] = append(w.caches[policy], c)
 	w.mu.Unlock()
 	w.start.Do(func() { go w.run() })
+}
+
+// addTiers registers a limiter's tier cache for policy, starting the
+// subscription on first use.
+func (w *watcher) addTiers(policy string, ts *tierSet) {
+	w.mu.Lock()
+	w.tiers[policy] = append(w.tiers[policy], ts)
+	w.mu.Unlock()
+	w.start.Do(func() { go w.run() })
+}
+
+// publishTier tells every instance to forget the cached tier of the
+// bounded key under policy.
+func (s *RedisStore) publishTier(ctx context.Context, policy, key string) error {
+	msg := s.redisKey(policy, key) + tierSuffix
+	_, err := bounded(ctx, s.honorsCtx, func() (int64, error) {
+		return s.client.Publish(ctx, s.watch.channel, msg).Result()
+	})
+	return err
 }
 
 // run receives invalidations until the client is closed.
@@ -67,11 +95,27 @@ func (w *watcher) run() {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
 				// Invalidations sent before now may have been missed.
+				w.mu.Lock()
+				for _, tss := range w.tiers {
+					for _, ts := range tss {
+						ts.forgetAll()
+					}
+				}
+				w.mu.Unlock()
 				w.epoch.Add(1)
 				w.live.Store(true)
 			}
 		case *redis.Message:
-			if policy, key, ok := w.s.parseKey(m.Payload); ok {
+			if rk, ok := strings.CutSuffix(m.Payload, tierSuffix); ok {
+				if policy, key, ok := w.s.parseKey(rk); ok {
+					w.mu.Lock()
+					tss := w.tiers[policy]
+					w.mu.Unlock()
+					for _, ts := range tss {
+						ts.forget(key)
+					}
+				}
+			} else if policy, key, ok := w.s.parseKey(m.Payload); ok {
 				w.mu.Lock()
 				cs := w.caches[policy]
 				w.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -21,10 +22,10 @@ type TierFunc func(ctx context.Context, key string) (tier string, err error)
 // 1,000 a day; pro: 1,000 a minute and 100,000 a day). The policy's own
 // Rules apply to keys whose tier is unknown or cannot be resolved. All
 // tiers share the policy's name, so a key's usage carries over when its
-// tier changes: a
-// key moved to a higher tier gets the higher limit on its next request
-// after [Limiter.InvalidateTier] (or after the cache entry expires), and
-// no locally cached denial of the old tier survives the move.
+// tier changes: a key moved to a higher tier gets the higher limit on its
+// next request after [Limiter.InvalidateTier] (or after the cache entry
+// expires), on every instance when the store is a [RedisStore], and no
+// cached denial of the old tier survives the move.
 //
 // Resolved tiers are cached (see [WithTierCache]); resolve runs on the
 // request path on a miss, under the request's context.
@@ -50,6 +51,9 @@ type tierSet struct {
 	by      map[string]*Limiter
 	cache   *lru.Cache[string, tierEntry]
 	ttl     time.Duration
+	// gen counts invalidations, so that a tier resolved before one is
+	// not cached after it (see pick).
+	gen atomic.Uint64
 }
 
 type tierEntry struct {
@@ -165,21 +169,68 @@ func (ts *tierSet) pick(ctx context.Context, key, bounded string) *Limiter {
 			return e.l
 		}
 	}
+	gen := ts.gen.Load()
 	var l *Limiter
 	if name, err := ts.resolve(ctx, key); err == nil {
 		l = ts.by[name]
 	}
 	if ts.cache != nil {
 		ts.cache.Add(bounded, tierEntry{l: l, exp: now.Add(ts.ttl)})
+		if ts.gen.Load() != gen {
+			// An invalidation came while resolve ran: what it returned
+			// may be the old tier, so it must not answer later requests.
+			ts.cache.Remove(bounded)
+		}
 	}
 	return l
 }
 
-// InvalidateTier forgets the cached tier of key, so its next request
-// resolves the tier again: call it when a key's plan changes. It does
-// nothing on a limiter without tiers.
-func (l *Limiter) InvalidateTier(key string) {
-	if l.tiers != nil && l.tiers.cache != nil {
-		l.tiers.cache.Remove(boundKey(key))
+// forget drops the cached tier of a bounded key.
+func (ts *tierSet) forget(bounded string) {
+	ts.gen.Add(1)
+	if ts.cache != nil {
+		ts.cache.Remove(bounded)
 	}
+}
+
+// forgetAll drops every cached tier, for when invalidations may have been
+// missed.
+func (ts *tierSet) forgetAll() {
+	ts.gen.Add(1)
+	if ts.cache != nil {
+		ts.cache.Purge()
+	}
+}
+
+// InvalidateTier forgets the cached tier of key, so that its next request
+// resolves the tier again: call it after a key's plan changes. On a
+// [RedisStore] every instance forgets it: the invalidation goes out on the
+// store's invalidation channel (Redis pub/sub, the channel that carries
+// resets to the other instances' deny caches), and each limiter of the
+// policy on a RedisStore with the same prefix drops the key's cached tier
+// when the message arrives, a round trip later. An instance that is
+// reconnecting to Redis misses the message; it forgets every cached tier
+// when it subscribes again, and until then the cache's ttl
+// ([WithTierCache]) bounds how long it keeps the old tier.
+//
+// This instance forgets the key at once; the error, wrapping the store's,
+// says the other instances may not have heard (the publish is bounded by
+// the limiter's timeout). It does nothing on a limiter without tiers.
+func (l *Limiter) InvalidateTier(ctx context.Context, key string) error {
+	if l.tiers == nil {
+		return nil
+	}
+	bounded := boundKey(key)
+	l.tiers.forget(bounded)
+	if l.redis == nil {
+		return nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	if err := l.redis.publishTier(sctx, l.policy.Name, bounded); err != nil {
+		err = fmt.Errorf("ratekit: policy %q: invalidate tier: %w", l.policy.Name, err)
+		l.emit(ctx, Event{Kind: EventStoreError, Key: bounded, Err: err})
+		return err
+	}
+	return nil
 }

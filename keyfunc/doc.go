@@ -87,7 +87,7 @@
 // # Key size
 //
 // Keys taken verbatim from a request ([Header], [Query], [AppKey]) are at
-// most [MaxKeyLen] bytes, and key functions that read a body do so
+// most [MaxValueLen] bytes, and key functions that read a body do so
 // through [Request.Body], which bounds it. The limiter hashes long keys,
 // so nothing a client sends is stored unbounded.
 package keyfunc

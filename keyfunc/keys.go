@@ -9,28 +9,31 @@ import (
 	"strings"
 )
 
-// MaxKeyLen is the longest key, in bytes, that [Header], [Query] and
-// [AppKey] accept from a request. A longer value is an error wrapping
-// [ErrInvalidKey], so a client cannot make the limiter store unbounded keys.
-const MaxKeyLen = 4096
+// MaxValueLen is the longest header or query value, in bytes, that
+// [Header], [Query] and [AppKey] take from a request as a key. A longer
+// value is an error wrapping [ErrInvalidKey] (400 Bad Request), so a
+// client cannot make a key function copy or hash unbounded input. It
+// bounds what is read, not what is stored: the limiter stores keys of at
+// most 128 bytes as they are and hashes longer ones (SHA-256).
+const MaxValueLen = 4096
 
 // Header keys requests by the first value of the named header. An absent
-// or empty header is [ErrNoKey]; a value longer than [MaxKeyLen] is an
+// or empty header is [ErrNoKey]; a value longer than [MaxValueLen] is an
 // error wrapping [ErrInvalidKey]. The value is used as sent, so only key by
 // a header that the client cannot choose freely or that you verify.
 func Header(name string) Func {
 	name = textproto.CanonicalMIMEHeaderKey(name)
-	tooLong := withReason(fmt.Errorf("keyfunc: header %.64q: value longer than %d bytes: %w", name, MaxKeyLen, ErrInvalidKey), "key too long")
+	tooLong := withReason(fmt.Errorf("keyfunc: header %.64q: value longer than %d bytes: %w", name, MaxValueLen, ErrInvalidKey), "key too long")
 	return func(r Request) (string, error) {
 		return bounded(r.Header(name), tooLong)
 	}
 }
 
 // Query keys requests by the first value of the named query parameter. An
-// absent or empty parameter is [ErrNoKey]; a value longer than [MaxKeyLen]
+// absent or empty parameter is [ErrNoKey]; a value longer than [MaxValueLen]
 // is an error wrapping [ErrInvalidKey].
 func Query(name string) Func {
-	tooLong := withReason(fmt.Errorf("keyfunc: query %.64q: value longer than %d bytes: %w", name, MaxKeyLen, ErrInvalidKey), "key too long")
+	tooLong := withReason(fmt.Errorf("keyfunc: query %.64q: value longer than %d bytes: %w", name, MaxValueLen, ErrInvalidKey), "key too long")
 	return func(r Request) (string, error) {
 		return bounded(r.Query(name), tooLong)
 	}
@@ -40,7 +43,7 @@ func bounded(v string, tooLong error) (string, error) {
 	switch {
 	case v == "":
 		return "", ErrNoKey
-	case len(v) > MaxKeyLen:
+	case len(v) > MaxValueLen:
 		return "", tooLong
 	}
 	return v, nil
@@ -71,7 +74,7 @@ func AppKeyQuery(name string) AppKeyOption {
 
 // AppKey keys requests by an API (application) key: the X-API-Key header,
 // else the api_key query parameter; see [AppKeyHeader] and [AppKeyQuery].
-// A request with neither is [ErrNoKey]; a key longer than [MaxKeyLen] is an
+// A request with neither is [ErrNoKey]; a key longer than [MaxValueLen] is an
 // error wrapping [ErrInvalidKey].
 //
 // AppKey does not authenticate the key: pair the limiter with one keyed by
@@ -86,7 +89,7 @@ func AppKey(opts ...AppKeyOption) Func {
 	if c.header == "" && c.query == "" {
 		panic("keyfunc: AppKey: both the header and the query source are disabled")
 	}
-	tooLong := withReason(fmt.Errorf("keyfunc: app key: longer than %d bytes: %w", MaxKeyLen, ErrInvalidKey), "key too long")
+	tooLong := withReason(fmt.Errorf("keyfunc: app key: longer than %d bytes: %w", MaxValueLen, ErrInvalidKey), "key too long")
 	return func(r Request) (string, error) {
 		var v string
 		if c.header != "" {

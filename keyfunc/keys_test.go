@@ -24,8 +24,8 @@ func (p *ptrStringer) String() string { return p.id }
 
 func TestSimpleKeys(t *testing.T) {
 	t.Parallel()
-	long := strings.Repeat("k", keyfunc.MaxKeyLen+1)
-	limit := strings.Repeat("k", keyfunc.MaxKeyLen)
+	long := strings.Repeat("k", keyfunc.MaxValueLen+1)
+	limit := strings.Repeat("k", keyfunc.MaxValueLen)
 	tests := []struct {
 		name    string
 		f       keyfunc.Func

@@ -17,7 +17,7 @@ func (e reasonErr) Reason() string { return e.reason }
 
 func TestReason(t *testing.T) {
 	t.Parallel()
-	_, tooLong := keyfunc.Header("X-Key")(newReq(t, "192.0.2.1:1", "X-Key", strings.Repeat("k", keyfunc.MaxKeyLen+1)))
+	_, tooLong := keyfunc.Header("X-Key")(newReq(t, "192.0.2.1:1", "X-Key", strings.Repeat("k", keyfunc.MaxValueLen+1)))
 	tests := []struct {
 		name string
 		err  error

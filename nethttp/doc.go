@@ -13,9 +13,14 @@
 // their limit (plus one byte) of r.Body, as it is: behind a middleware
 // that decompresses request bodies, at most that much is inflated.
 //
-// The middleware works with any router built on net/http. Routers that
-// know the matched route only after routing, such as chi, go either on
-// the route (r.With(mw)) or pass their route pattern with [WithRoute].
+// The middleware works with any router built on net/http. With chi, pass
+// the pattern chi matched with [WithRoute]
+// (chi.RouteContext(r.Context()).RoutePattern()) and add the middleware
+// with r.With or inside r.Group, which run after chi has matched the
+// route: under the top-level r.Use the pattern is not known yet, and
+// keyfunc.Route refuses the request rather than key it by its path. Per
+// user limits go after the authentication middleware, keyed by
+// keyfunc.UserIDFrom (see the examples).
 //
 // Without guard.WithKey the key is the peer address: behind a reverse
 // proxy that puts every client in one bucket, so configure

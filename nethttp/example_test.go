@@ -1,12 +1,15 @@
 package nethttp_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
 	"time"
+
+	"github.com/go-chi/chi/v5"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
@@ -111,4 +114,93 @@ func ExampleNew_inFlight() {
 	// Output:
 	// while the first runs: 429 retry-after=1
 	// first: 200, after it: 200
+}
+
+// With chi, limit per client IP and route: the route is the pattern chi
+// matched, read with WithRoute, so /users/1 and /users/2 share one budget
+// and changing the ID does not dodge it. Add the middleware with r.With or
+// inside r.Group, which run after chi has matched the route; under the
+// top-level r.Use the pattern is not known yet and keyfunc.Route refuses
+// the request (400).
+func ExampleWithRoute() {
+	limiter, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{
+		Name:  "users",
+		Rules: []core.Rule{{Limit: 2, Window: time.Minute}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	limit := nethttp.New(limiter,
+		guard.WithKey(keyfunc.Join(keyfunc.ClientIP(), keyfunc.Route())),
+		nethttp.WithRoute(func(r *http.Request) string {
+			if rc := chi.RouteContext(r.Context()); rc != nil {
+				return rc.RoutePattern() // "/users/{id}"
+			}
+			return ""
+		}),
+	)
+
+	r := chi.NewRouter()
+	r.With(limit).Get("/users/{id}", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "user "+chi.URLParam(r, "id")+"\n")
+	})
+
+	for _, path := range []string{"/users/1", "/users/2", "/users/3"} {
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		fmt.Println(path, rec.Code)
+	}
+	// Output:
+	// /users/1 200
+	// /users/2 200
+	// /users/3 429
+}
+
+// userKey is where the example's authentication middleware puts the user.
+type userKey struct{}
+
+// Per-user limits after an authentication middleware: it stores the user
+// ID in the request context, and keyfunc.UserIDFrom reads it there (gin,
+// echo and fiber: c.Set or c.Locals under the same key). Wrap the limiter
+// inside the authentication, so that it runs after it. A request without
+// a user would have no key and skip the limiter: here the authentication
+// refuses it first.
+func ExampleNew_perUser() {
+	limiter, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{
+		Name:  "reports",
+		Rules: []core.Rule{{Limit: 2, Window: time.Hour}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	authenticate := func(next http.Handler) http.Handler {
+		users := map[string]string{"Bearer t-alice": "alice", "Bearer t-bob": "bob"}
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			user, ok := users[r.Header.Get("Authorization")]
+			if !ok {
+				http.Error(w, "unauthorized", http.StatusUnauthorized)
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), userKey{}, user)))
+		})
+	}
+	limit := nethttp.New(limiter, guard.WithKey(keyfunc.UserIDFrom(userKey{})))
+	reports := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "report\n") })
+
+	mux := http.NewServeMux()
+	mux.Handle("GET /reports", authenticate(limit(reports)))
+
+	for _, token := range []string{"t-alice", "t-alice", "t-alice", "t-bob", "nobody"} {
+		req := httptest.NewRequest(http.MethodGet, "/reports", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, req)
+		fmt.Println(token, rec.Code, rec.Header().Get("X-RateLimit-Remaining"))
+	}
+	// Output:
+	// t-alice 200 1
+	// t-alice 200 0
+	// t-alice 429 0
+	// t-bob 200 1
+	// nobody 401
 }

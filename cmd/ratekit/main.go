@@ -32,10 +32,11 @@
 // ([core.Limiter.Peek], [core.Limiter.Reset]); reset says per key how many
 // Redis keys it deleted, or that none was found.
 //
-// A reset deletes the key's windows in Redis at once. App instances that
-// denied the key recently may still deny it from their in-process deny
-// cache until that denial's retry time; resetting through the app's
-// admin handler (package opshttp) also clears that instance's cache.
+// A reset deletes the key's windows in Redis and publishes the key on the
+// store's invalidation channel (<prefix>:invalidate), so every app
+// instance whose RedisStore has the same prefix drops its cached denials
+// of the key when the message arrives: the key is admitted everywhere at
+// once, not after the denials' retry times.
 //
 // Flags may come before or after the keys; the usage text (ratekit help)
 // lists them.
@@ -48,6 +49,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/logging"
+
+	"github.com/ratekit/ratekit/internal/ratekitcli"
 )
 
 func main() {
@@ -55,7 +58,7 @@ func main() {
 	// them once, in its own words.
 	redis.SetLogger(&logging.VoidLogger{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	code := ratekitcli.Run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

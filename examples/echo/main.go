@@ -1,23 +1,30 @@
 // Command echo shows ratekit on echo with routes limited differently:
 //
-//   - POST /sms: per phone number (from the JSON body, normalised to
-//     E.164) 1 per minute, 5 per hour and 10 per day, in one decision;
-//     and, stacked, 20 per hour per client IP.
+//   - POST /sms: per phone number (normalised to E.164, read from a JSON
+//     body or a form) 1 per minute, 5 per hour and 10 per day, AND 20 per
+//     hour per client IP, decided together: a request one of them denies
+//     consumes nothing from the other, so numbers that are refused do not
+//     use up the address's budget for new ones.
 //   - /api/*: 100 requests per minute per API key, denials as RFC 9457
 //     problem+json.
 //   - GET /healthz: not limited.
 //
-// Run it and try it:
+// Run it and try it (a number without a country code is read as a US one):
 //
 //	go run ./examples/echo
-//	curl -i -d '{"phone":"+1 202-555-0143"}' localhost:8080/sms
-//	curl -i -H 'X-API-Key: demo' localhost:8080/api/items
+//	curl -i -H 'Content-Type: application/json' -d '{"phone":"+1 202-555-0143"}' localhost:8085/sms   # 202
+//	curl -i --data-urlencode 'phone=202-555-0143' localhost:8085/sms                                     # 429, Retry-After: 60
+//	curl -i -H 'X-API-Key: demo' localhost:8085/api/items
 //
-// Limits live in memory; set REDIS_URL to keep them in Redis.
+// (In a form, "+" means a space: --data-urlencode encodes it.) Flags:
+// -addr (127.0.0.1:8085), -trusted-proxy CIDR[,CIDR] and -failure-policy
+// local|open|closed, as in every example. Limits live in memory; set
+// REDIS_URL to keep them in Redis. examples/sms is the full version of
+// this route: a global cap, hashed keys, and no charge for undelivered
+// codes.
 package main
 
 import (
-	"flag"
 	"log"
 	"net/http"
 	"time"
@@ -33,26 +40,55 @@ import (
 )
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:8080", "listen address")
-	flag.Parse()
+	flags := exampleenv.Parse("127.0.0.1:8085", true)
+	e, err := newServer(exampleenv.Store(), flags.ClientIP, flags.Options()...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("listening on %s: try `curl -i -H 'Content-Type: application/json' -d '{\"phone\":\"+1 202-555-0143\"}' http://%s/sms` twice", flags.Addr, flags.Addr)
+	e.Server.ReadHeaderTimeout = 5 * time.Second
+	log.Fatal(e.Start(flags.Addr))
+}
 
-	store := exampleenv.Store()
-	smsPhone := must(core.NewLimiter(store, core.Policy{Name: "sms-phone", Rules: []core.Rule{
+// newServer returns the example's routes, limited on store; clientIP says
+// how the client address is found.
+func newServer(store core.Store, clientIP keyfunc.Func, opts ...core.Option) (*echo.Echo, error) {
+	smsPhone, err := core.NewLimiter(store, core.Policy{Name: "sms-phone", Rules: []core.Rule{
 		{Limit: 1, Window: time.Minute},
 		{Limit: 5, Window: time.Hour},
 		{Limit: 10, Window: 24 * time.Hour},
-	}}))
-	smsIP := must(core.NewLimiter(store, core.Policy{Name: "sms-ip", Rules: []core.Rule{{Limit: 20, Window: time.Hour}}}))
-	quota := must(core.NewLimiter(store, core.Policy{Name: "api", Rules: []core.Rule{{Limit: 100, Window: time.Minute}}}))
+	}}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	smsIP, err := core.NewLimiter(store, core.Policy{Name: "sms-ip", Rules: []core.Rule{{Limit: 20, Window: time.Hour}}}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	quota, err := core.NewLimiter(store, core.Policy{Name: "api", Rules: []core.Rule{{Limit: 100, Window: time.Minute}}}, opts...)
+	if err != nil {
+		return nil, err
+	}
 
 	e := echo.New()
 	e.HideBanner = true
+	region := personal.DefaultRegion("US")
+	// The handler reads the number as the limiter does, wherever it is.
+	number := personal.Phone(region, personal.Cleartext(true))
 
-	// Middlewares run in order: per IP first, then per phone number.
-	e.POST("/sms", sendSMS,
-		echolimit.New(smsIP, guard.WithKey(keyfunc.ClientIP())),
-		echolimit.New(smsPhone, guard.WithKey(personal.Phone(personal.DefaultRegion("US"))), guard.WithNoKey(guard.NoKeyReject)),
-	)
+	// One middleware, two limits decided together (not two middlewares
+	// in a row, where a number denied by the second would still have
+	// spent the address's unit in the first).
+	e.POST("/sms", func(c echo.Context) error {
+		if _, err := number(keyfunc.FromHTTP(c.Request(), c.Path())); err != nil {
+			return c.String(http.StatusBadRequest, "a valid phone number is required\n")
+		}
+		return c.String(http.StatusAccepted, "code sent\n") // a real service sends it here
+	}, echolimit.New(smsPhone,
+		guard.WithKey(personal.Phone(region)),
+		guard.WithNoKey(guard.NoKeyReject),
+		guard.WithAlso(smsIP, clientIP),
+	))
 
 	api := e.Group("/api", echolimit.New(quota,
 		guard.WithKey(keyfunc.AppKey()),
@@ -62,26 +98,5 @@ func main() {
 	api.GET("/items", func(c echo.Context) error { return c.JSON(http.StatusOK, []string{"apple", "pear"}) })
 
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
-
-	log.Printf("listening on %s: try `curl -i -d '{\"phone\":\"+1 202-555-0143\"}' http://%s/sms` twice", *addr, *addr)
-	e.Server.ReadHeaderTimeout = 5 * time.Second
-	log.Fatal(e.Start(*addr))
-}
-
-// sendSMS reads the body the limiter already looked at: it is still whole.
-func sendSMS(c echo.Context) error {
-	var req struct {
-		Phone string `json:"phone"`
-	}
-	if err := c.Bind(&req); err != nil {
-		return err
-	}
-	return c.String(http.StatusAccepted, "code sent\n")
-}
-
-func must(l *core.Limiter, err error) *core.Limiter {
-	if err != nil {
-		log.Fatal(err)
-	}
-	return l
+	return e, nil
 }

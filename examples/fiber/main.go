@@ -1,24 +1,27 @@
 // Command fiber shows ratekit on fiber v2 with routes limited differently:
 //
 //   - POST /login: 5 failed logins per 15 minutes per client IP; successful
-//     logins are not counted (try password "secret").
+//     logins are not counted (the password is "secret", sent in a form
+//     body, never in the URL, where logs and proxies would keep it).
 //   - /api/*: 100 requests per minute per API key, told with both the
 //     X-RateLimit-* and the IETF RateLimit fields.
 //   - GET /healthz: not limited.
 //
-// Behind a reverse proxy, name it with -trusted-proxy so that the client
-// address is read from X-Forwarded-For; without it those
-// headers are ignored and every client behind the proxy shares one limit.
+// Run it and try it:
 //
 //	go run ./examples/fiber
-//	curl -i -X POST 'localhost:8080/login?password=guess'
-//	curl -i -H 'X-API-Key: demo' localhost:8080/api/items
+//	for i in 1 2 3 4 5 6; do curl -s -o /dev/null -w '%{http_code} ' -d password=guess localhost:8086/login; done   # 401 ×5, then 429
+//	curl -i -H 'X-API-Key: demo' localhost:8086/api/items
 //
-// Limits live in memory; set REDIS_URL to keep them in Redis.
+// Behind a reverse proxy, name it with -trusted-proxy CIDR[,CIDR] so that
+// the client address is read from X-Forwarded-For; without it those
+// headers are ignored and every client behind the proxy shares one limit.
+// Flags: -addr (127.0.0.1:8086), -trusted-proxy and -failure-policy
+// local|open|closed, as in every example. Limits live in memory; set
+// REDIS_URL to keep them in Redis.
 package main
 
 import (
-	"flag"
 	"log"
 	"time"
 
@@ -32,24 +35,40 @@ import (
 )
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:8080", "listen address")
-	proxy := flag.String("trusted-proxy", "", "CIDR of the reverse proxies in front of this server, e.g. 10.0.0.0/8")
-	flag.Parse()
+	flags := exampleenv.Parse("127.0.0.1:8086", true)
+	app, err := newApp(exampleenv.Store(), flags.ClientIP, flags.Options()...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("listening on %s: try `curl -i -d password=guess http://%s/login` six times", flags.Addr, flags.Addr)
+	log.Fatal(app.Listen(flags.Addr))
+}
 
-	clientIP := exampleenv.ClientIP(*proxy)
+// newApp returns the example's routes, limited on store; clientIP says how
+// the client address is found.
+func newApp(store core.Store, clientIP keyfunc.Func, opts ...core.Option) (*fiber.App, error) {
+	login, err := core.NewLimiter(store, core.Policy{Name: "login-ip", Rules: []core.Rule{{Limit: 5, Window: 15 * time.Minute}}}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	quota, err := core.NewLimiter(store, core.Policy{Name: "api", Rules: []core.Rule{{Limit: 100, Window: time.Minute}}}, opts...)
+	if err != nil {
+		return nil, err
+	}
 
-	store := exampleenv.Store()
-	login := must(core.NewLimiter(store, core.Policy{Name: "login-ip", Rules: []core.Rule{{Limit: 5, Window: 15 * time.Minute}}}))
-	quota := must(core.NewLimiter(store, core.Policy{Name: "api", Rules: []core.Rule{{Limit: 100, Window: time.Minute}}}))
-
-	app := fiber.New()
+	app := fiber.New(fiber.Config{DisableStartupMessage: true, ReadTimeout: 5 * time.Second})
 
 	app.Post("/login", fiberlimit.New(login,
 		guard.WithKey(clientIP),
 		guard.WithCountIf(func(status int) bool { return status == fiber.StatusUnauthorized }),
 	), func(c *fiber.Ctx) error {
-		if c.Query("password") != "secret" {
-			return fiber.ErrUnauthorized // counted: the limiter sees the 401
+		var form struct {
+			Password string `form:"password"`
+		}
+		// BodyParser reads the body only (c.FormValue would also take
+		// ?password= from the URL).
+		if err := c.BodyParser(&form); err != nil || form.Password != "secret" {
+			return fiber.ErrUnauthorized // counted: the limiter sees the 401 the error handler renders
 		}
 		return c.SendString("welcome\n")
 	})
@@ -62,14 +81,5 @@ func main() {
 	api.Get("/items", func(c *fiber.Ctx) error { return c.JSON([]string{"apple", "pear"}) })
 
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok\n") })
-
-	log.Printf("listening on %s: try `curl -i -X POST 'http://%s/login?password=guess'` six times", *addr, *addr)
-	log.Fatal(app.Listen(*addr))
-}
-
-func must(l *core.Limiter, err error) *core.Limiter {
-	if err != nil {
-		log.Fatal(err)
-	}
-	return l
+	return app, nil
 }

@@ -1,7 +1,7 @@
 // Command gin shows ratekit on gin with routes limited differently:
 //
 //   - POST /login: 5 failed logins per 15 minutes per client IP; successful
-//     logins are not counted (try password "secret").
+//     logins are not counted (the password is "secret", sent as a form).
 //   - /api/*: 100 requests per minute per API key (X-API-Key header or
 //     api_key query parameter), told with the IETF RateLimit fields.
 //   - GET /healthz: not limited.
@@ -9,14 +9,16 @@
 // Run it and try it:
 //
 //	go run ./examples/gin
-//	curl -i -X POST -d password=guess localhost:8080/login
-//	curl -i -H 'X-API-Key: demo' localhost:8080/api/items
+//	for i in 1 2 3 4 5 6; do curl -s -o /dev/null -w '%{http_code} ' -d password=guess localhost:8084/login; done   # 401 ×5, then 429
+//	curl -i -d password=secret localhost:8084/login   # 429 too: the address is locked for 15 minutes
+//	curl -i -H 'X-API-Key: demo' localhost:8084/api/items
 //
-// Limits live in memory; set REDIS_URL to keep them in Redis.
+// Flags: -addr (127.0.0.1:8084), -trusted-proxy CIDR[,CIDR] and
+// -failure-policy local|open|closed, as in every example. Limits live in
+// memory; set REDIS_URL to keep them in Redis.
 package main
 
 import (
-	"flag"
 	"log"
 	"net/http"
 	"time"
@@ -31,16 +33,31 @@ import (
 )
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:8080", "listen address")
-	flag.Parse()
+	flags := exampleenv.Parse("127.0.0.1:8084", true)
+	r, err := newRouter(exampleenv.Store(), flags.ClientIP, flags.Options()...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("listening on %s: try `curl -i -d password=guess http://%s/login` six times", flags.Addr, flags.Addr)
+	srv := &http.Server{Addr: flags.Addr, Handler: r, ReadHeaderTimeout: 5 * time.Second}
+	log.Fatal(srv.ListenAndServe())
+}
 
-	store := exampleenv.Store()
-	login := must(core.NewLimiter(store, core.Policy{Name: "login-ip", Rules: []core.Rule{{Limit: 5, Window: 15 * time.Minute}}}))
-	quota := must(core.NewLimiter(store, core.Policy{Name: "api", Rules: []core.Rule{{Limit: 100, Window: time.Minute}}}))
+// newRouter returns the example's routes, limited on store; clientIP says
+// how the client address is found.
+func newRouter(store core.Store, clientIP keyfunc.Func, opts ...core.Option) (*gin.Engine, error) {
+	login, err := core.NewLimiter(store, core.Policy{Name: "login-ip", Rules: []core.Rule{{Limit: 5, Window: 15 * time.Minute}}}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	quota, err := core.NewLimiter(store, core.Policy{Name: "api", Rules: []core.Rule{{Limit: 100, Window: time.Minute}}}, opts...)
+	if err != nil {
+		return nil, err
+	}
 
 	r := gin.Default()
 	r.POST("/login", ginlimit.New(login,
-		guard.WithKey(keyfunc.ClientIP()),
+		guard.WithKey(clientIP),
 		guard.WithCountIf(func(status int) bool { return status == http.StatusUnauthorized }),
 	), func(c *gin.Context) {
 		if c.PostForm("password") != "secret" {
@@ -59,15 +76,5 @@ func main() {
 	api.GET("/users", func(c *gin.Context) { c.JSON(http.StatusOK, []string{"ada", "linus"}) })
 
 	r.GET("/healthz", func(c *gin.Context) { c.String(http.StatusOK, "ok\n") })
-
-	log.Printf("listening on %s: try `curl -i -X POST -d password=guess http://%s/login` six times", *addr, *addr)
-	srv := &http.Server{Addr: *addr, Handler: r, ReadHeaderTimeout: 5 * time.Second}
-	log.Fatal(srv.ListenAndServe())
-}
-
-func must(l *core.Limiter, err error) *core.Limiter {
-	if err != nil {
-		log.Fatal(err)
-	}
-	return l
+	return r, nil
 }

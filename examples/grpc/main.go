@@ -2,7 +2,7 @@
 // ratekit's grpclimit, and a client that shows the answers.
 //
 // Start the server (memory store; set REDIS_URL, e.g.
-// redis://localhost:6379/0, to share the limits through Redis):
+// redis://127.0.0.1:6379/0, to share the limits through Redis):
 //
 //	go run ./examples/grpc
 //
@@ -10,15 +10,24 @@
 //
 //	go run ./examples/grpc -client -n 5
 //
+// or call it with grpcurl, which finds the services through gRPC server
+// reflection:
+//
+//	grpcurl -plaintext 127.0.0.1:50051 list
+//	for i in 1 2 3 4; do grpcurl -plaintext -d '{}' 127.0.0.1:50051 grpc.testing.TestService/UnaryCall; done   # the 4th: ResourceExhausted
+//
 // The server offers grpc's health service and its interop TestService:
 //
 //	/grpc.testing.TestService/UnaryCall            3 calls per 10 s per client IP
 //	/grpc.testing.TestService/StreamingOutputCall  2 streams per 10 s per client IP
 //	other TestService methods (EmptyCall, …)       10 calls per 10 s per client IP
-//	/grpc.health.v1.Health/*                       not limited
+//	/grpc.health.v1.Health/*, server reflection    not limited
 //
 // Calls over a limit end with codes.ResourceExhausted and a RetryInfo
-// detail saying when to try again.
+// detail saying when to try again. Flags: -addr (127.0.0.1:50051, also the
+// address -client calls), -trusted-proxy CIDR[,CIDR] (the client address
+// is then read from the x-forwarded-for metadata those proxies send) and
+// -failure-policy local|open|closed, as in every example.
 package main
 
 import (
@@ -42,6 +51,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
+	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 	"google.golang.org/grpc/status"
 
 	"github.com/ratekit/ratekit/core"
@@ -52,32 +64,31 @@ import (
 )
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:50051", "address to listen on, or to call with -client")
-	client := flag.Bool("client", false, "call the server instead of serving")
+	client := flag.Bool("client", false, "call the server at -addr instead of serving")
 	n := flag.Int("n", 5, "calls of each kind to make with -client")
-	flag.Parse()
+	flags := exampleenv.Parse("127.0.0.1:50051", true)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
 	if *client {
-		if err := runClient(ctx, *addr, *n, os.Stdout); err != nil {
+		if err := runClient(ctx, flags.Addr, *n, os.Stdout); err != nil {
 			log.Fatal(err)
 		}
 		return
 	}
-	if err := runServer(ctx, *addr); err != nil {
+	if err := runServer(ctx, flags); err != nil {
 		log.Fatal(err)
 	}
 }
 
-// runServer serves on addr until ctx is done.
-func runServer(ctx context.Context, addr string) error {
-	srv, err := newServer(exampleenv.Store(), log.Printf)
+// runServer serves on flags.Addr until ctx is done.
+func runServer(ctx context.Context, flags exampleenv.Flags) error {
+	srv, err := newServer(exampleenv.Store(), flags.ClientIP, log.Printf, flags.Options()...)
 	if err != nil {
 		return err
 	}
-	lis, err := net.Listen("tcp", addr)
+	lis, err := net.Listen("tcp", flags.Addr)
 	if err != nil {
 		return err
 	}
@@ -89,9 +100,10 @@ func runServer(ctx context.Context, addr string) error {
 	return srv.Serve(lis)
 }
 
-// newServer returns a gRPC server with the health and test services,
-// limited per method. logf reports what is limited and every denial.
-func newServer(store core.Store, logf func(format string, args ...any)) (*grpc.Server, error) {
+// newServer returns a gRPC server with the health and test services and
+// server reflection, limited per method and per client IP as clientIP
+// finds it. logf reports what is limited and every denial.
+func newServer(store core.Store, clientIP keyfunc.Func, logf func(format string, args ...any), opts ...core.Option) (*grpc.Server, error) {
 	type limit struct {
 		method string // "" for the default
 		policy core.Policy
@@ -106,9 +118,12 @@ func newServer(store core.Store, logf func(format string, args ...any)) (*grpc.S
 		healthpb.Health_Check_FullMethodName: nil, // never limit health checks
 		healthpb.Health_List_FullMethodName:  nil,
 		healthpb.Health_Watch_FullMethodName: nil,
+		// Nor server reflection, which grpcurl calls before every call.
+		reflectionv1.ServerReflection_ServerReflectionInfo_FullMethodName:      nil,
+		reflectionv1alpha.ServerReflection_ServerReflectionInfo_FullMethodName: nil,
 	}
 	for _, lm := range limits {
-		l, err := core.NewLimiter(store, lm.policy)
+		l, err := core.NewLimiter(store, lm.policy, opts...)
 		if err != nil {
 			return nil, err
 		}
@@ -121,7 +136,7 @@ func newServer(store core.Store, logf func(format string, args ...any)) (*grpc.S
 		routes[lm.method] = l
 		logf("limit: %s: %d per %v per client IP (policy %q)", lm.method, r.Limit, r.Window, lm.policy.Name)
 	}
-	logf("limit: /grpc.health.v1.Health/*: not limited")
+	logf("limit: /grpc.health.v1.Health/* and server reflection: not limited")
 
 	logDenials := core.ObserverFunc(func(_ context.Context, e core.Event) {
 		if e.Kind == core.EventDecision && !e.Decision.Allowed {
@@ -129,8 +144,9 @@ func newServer(store core.Store, logf func(format string, args ...any)) (*grpc.S
 		}
 	})
 	router := grpclimit.NewRouter(def, routes,
-		// The peer's IP. Behind a proxy, add keyfunc.TrustedProxies(...).
-		guard.WithKey(keyfunc.ClientIP()),
+		// The peer's IP; behind a proxy, the forwarded client's
+		// (-trusted-proxy).
+		guard.WithKey(clientIP),
 		guard.WithObserver(logDenials),
 	)
 	srv := grpc.NewServer(
@@ -139,6 +155,7 @@ func newServer(store core.Store, logf func(format string, args ...any)) (*grpc.S
 	)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	testpb.RegisterTestServiceServer(srv, testService{})
+	reflection.Register(srv) // so that grpcurl can list and call the services
 	return srv, nil
 }
 

@@ -21,13 +21,21 @@
 //	curl -i -d username=alice -d password=guess localhost:8081/login
 //	curl -i -H 'Content-Type: application/json' -d '{"username":"Alice","password":"wonderland"}' localhost:8081/login
 //
-// Behind a reverse proxy, name it with -trusted-proxy so that the client
-// address is read from X-Forwarded-For; without it those
+// Behind a reverse proxy, name it with -trusted-proxy CIDR[,CIDR] so that
+// the client address is read from X-Forwarded-For; without it those
 // headers are ignored and every client behind the proxy shares one limit.
-// Set LOGIN_KEY_SECRET (the same on every instance) to key the account
-// hashes with a secret of your own; without it a fixed public key is used,
-// which keeps names out of a Redis dump but lets a name be tested against
-// it. Limits live in memory; set REDIS_URL to keep them in Redis.
+// Flags: -addr (127.0.0.1:8081), -trusted-proxy and -failure-policy
+// local|open|closed, as in every example. Set LOGIN_KEY_SECRET (the same
+// on every instance) to key the account hashes with a secret of your own;
+// without it a fixed public key is used, which keeps names out of a Redis
+// dump but lets a name be tested against it. Limits live in memory; set
+// REDIS_URL to keep them in Redis.
+//
+// Support staff unlock an account with the ratekit command (Redis mode),
+// given the app's secret and the user name; the reset reaches every
+// instance's cached denials at once:
+//
+//	REDIS_URL=redis://127.0.0.1:6379/0 RATEKIT_KEY_SECRET="$LOGIN_KEY_SECRET" go run ./cmd/ratekit reset -policy login-account -account alice
 //
 // # The lockout trade-off
 //
@@ -55,7 +63,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"log"
 	"net/http"
 	"strings"
@@ -80,12 +87,11 @@ var demoUsers = map[string]string{
 }
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:8081", "listen address")
-	proxy := flag.String("trusted-proxy", "", "CIDR of the reverse proxies in front of this server, e.g. 10.0.0.0/8")
-	flag.Parse()
+	flags := exampleenv.Parse("127.0.0.1:8081", true)
 
 	cfg := defaultConfig()
-	cfg.clientIP = exampleenv.ClientIP(*proxy)
+	cfg.clientIP = flags.ClientIP
+	cfg.limiterOptions = flags.Options()
 	cfg.accountSecret = exampleenv.Secret("LOGIN_KEY_SECRET", "account keys")
 
 	users, err := newUserStore(bcrypt.DefaultCost, demoUsers)
@@ -97,8 +103,8 @@ func main() {
 		log.Fatal(err)
 	}
 
-	log.Printf("listening on %s: try `curl -i -d username=alice -d password=guess http://%s/login` six times", *addr, *addr)
-	srv := &http.Server{Addr: *addr, Handler: a.router, ReadHeaderTimeout: 5 * time.Second}
+	log.Printf("listening on %s: try `curl -i -d username=alice -d password=guess http://%s/login` six times", flags.Addr, flags.Addr)
+	srv := &http.Server{Addr: flags.Addr, Handler: a.router, ReadHeaderTimeout: 5 * time.Second}
 	log.Fatal(srv.ListenAndServe())
 }
 

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
+	"github.com/ratekit/ratekit/internal/ratekitcli"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/keyfunc/personal"
 )
@@ -373,4 +375,89 @@ func accountKey(t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	return k
+}
+
+// TestSupportUnlocksEveryInstance: alice is locked out through two
+// instances of the example sharing one Redis, each answering her from its
+// deny cache. Support unlocks her with the ratekit command (run in
+// process, with the app's secret and -account): both instances admit her
+// right password at once, not after the 15-minute denial they cached.
+func TestSupportUnlocksEveryInstance(t *testing.T) {
+	const secret = "login-test-secret"
+	srv := redistest.Start(t)
+	type instance struct {
+		name   string
+		url    string
+		cached atomic.Int64 // denials answered from the deny cache
+	}
+	newInstance := func(name string) *instance {
+		in := &instance{name: name}
+		cfg := testConfig()
+		cfg.accountSecret = []byte(secret)
+		cfg.limiterOptions = append(cfg.limiterOptions, core.WithObserver(core.ObserverFunc(func(_ context.Context, e core.Event) {
+			if e.Kind == core.EventDecision && e.Policy == "login-account" && e.Decision.Source == core.SourceCache {
+				in.cached.Add(1)
+			}
+		})))
+		a := newTestApp(t, core.NewRedisStore(srv.Client(t)), plainUsers{"alice": "wonderland"}, cfg)
+		hs := httptest.NewServer(a.router)
+		t.Cleanup(hs.Close)
+		in.url = hs.URL
+		return in
+	}
+	a, b := newInstance("A"), newInstance("B")
+	client := &http.Client{Timeout: 10 * time.Second}
+	t.Cleanup(client.CloseIdleConnections)
+
+	for i := range 5 {
+		if ans := post(t, client, a.url, "alice", "guess"); ans.status != http.StatusUnauthorized {
+			t.Fatalf("wrong password %d on A: %+v, want 401", i+1, ans)
+		}
+	}
+	// Both instances refuse her right password, until each answers from
+	// its deny cache.
+	for _, in := range []*instance{a, b} {
+		deadline := time.Now().Add(5 * time.Second)
+		for in.cached.Load() == 0 {
+			ans := post(t, client, in.url, "alice", "wonderland")
+			if ans.status != http.StatusTooManyRequests || ans.policy != "login-account" || ans.retryAfter < 890 {
+				t.Fatalf("alice's right password on %s while locked: %+v, want 429 by login-account for about 900 s", in.name, ans)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never answered alice from its deny cache", in.name)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	ratekit := func(args ...string) string {
+		t.Helper()
+		env := map[string]string{"REDIS_URL": "redis://" + srv.Addr() + "/0", "RATEKIT_KEY_SECRET": secret}
+		var stdout, stderr strings.Builder
+		if code := ratekitcli.Run(context.Background(), args, func(k string) string { return env[k] }, &stdout, &stderr); code != 0 {
+			t.Fatalf("ratekit %q: exit %d\n%s%s", args, code, stdout.String(), stderr.String())
+		}
+		return stdout.String()
+	}
+	if out := ratekit("peek", "-policy", "login-account", "-rules", "5/15m", "-account", "Alice"); !strings.Contains(out, "a request now: denied") {
+		t.Fatalf("ratekit peek -account Alice:\n%s\nwant denied", out)
+	}
+	if out := ratekit("reset", "-policy", "login-account", "-account", "alice"); !strings.Contains(out, "deleted 1 Redis key") {
+		t.Fatalf("ratekit reset -account alice:\n%s\nwant 1 Redis key deleted", out)
+	}
+
+	unlocked := time.Now()
+	for _, in := range []*instance{a, b} {
+		for {
+			ans := post(t, client, in.url, "alice", "wonderland")
+			if ans.status == http.StatusOK {
+				t.Logf("%s admits alice %v after the reset", in.name, time.Since(unlocked).Round(time.Millisecond))
+				break
+			}
+			if ans.status != http.StatusTooManyRequests || time.Since(unlocked) > time.Second {
+				t.Fatalf("alice's right password on %s %v after the reset: %+v, want 200 at once", in.name, time.Since(unlocked).Round(time.Millisecond), ans)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
 }

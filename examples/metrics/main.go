@@ -2,20 +2,23 @@
 // metrics at /metrics, store failures logged through log/slog, and the
 // ratekit admin handler for support staff:
 //
-//	go run ./examples/metrics
-//	curl -i localhost:8080/hello              # 5 per 10 s per client IP, then 429
-//	curl -s localhost:8080/metrics | grep ratekit_
 //	ADMIN_TOKEN=s3cret go run ./examples/metrics
-//	curl -s -H 'Authorization: Bearer s3cret' localhost:8080/admin/ratelimit/policies
+//	for i in 1 2 3 4 5 6; do curl -s -o /dev/null -w '%{http_code} ' localhost:8087/hello; done   # 200 ×5, then 429
+//	curl -s localhost:8087/metrics | grep '^ratekit_decisions_total'
+//	curl -s -H 'Authorization: Bearer s3cret' localhost:8087/admin/ratelimit/policies
+//	curl -s -H 'Authorization: Bearer s3cret' localhost:8087/admin/ratelimit/policies/hello/keys/127.0.0.1
+//	curl -s -X DELETE -H 'Authorization: Bearer s3cret' -w '%{http_code}\n' localhost:8087/admin/ratelimit/policies/hello/keys/127.0.0.1   # 204: unlocked
 //
-// Limits live in memory; set REDIS_URL (redis://localhost:6379/0) to keep
-// them in Redis. Stop Redis while it runs to see the fallback counters,
-// the breaker gauge and one rate-limited log line per 10 s.
+// Without ADMIN_TOKEN the admin routes are not mounted. Flags: -addr
+// (127.0.0.1:8087), -trusted-proxy CIDR[,CIDR] and -failure-policy
+// local|open|closed, as in every example. Limits live in memory; set
+// REDIS_URL (redis://127.0.0.1:6379/0) to keep them in Redis. Stop Redis
+// while it runs to see the fallback counters, the breaker gauge and one
+// rate-limited log line per 10 s.
 package main
 
 import (
 	"crypto/subtle"
-	"flag"
 	"io"
 	"log"
 	"log/slog"
@@ -38,21 +41,19 @@ import (
 )
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:8080", "listen address")
-	flag.Parse()
-
-	h, err := newHandler(exampleenv.Store(), slog.Default(), os.Getenv("ADMIN_TOKEN"))
+	flags := exampleenv.Parse("127.0.0.1:8087", true)
+	h, err := newHandler(exampleenv.Store(), slog.Default(), os.Getenv("ADMIN_TOKEN"), flags.ClientIP, flags.Options()...)
 	if err != nil {
 		log.Fatal(err)
 	}
-	log.Printf("listening on %s: /hello is limited, /metrics shows ratekit_* metrics", *addr)
-	srv := &http.Server{Addr: *addr, Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	log.Printf("listening on %s: /hello is limited, /metrics shows ratekit_* metrics", flags.Addr)
+	srv := &http.Server{Addr: flags.Addr, Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	log.Fatal(srv.ListenAndServe())
 }
 
-// newHandler builds the example's routes on store. The admin handler is
-// mounted only when adminToken is set.
-func newHandler(store core.Store, logger *slog.Logger, adminToken string) (http.Handler, error) {
+// newHandler builds the example's routes on store, keyed by clientIP. The
+// admin handler is mounted only when adminToken is set.
+func newHandler(store core.Store, logger *slog.Logger, adminToken string, clientIP keyfunc.Func, opts ...core.Option) (http.Handler, error) {
 	metrics := ratekitprom.New()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -60,15 +61,17 @@ func newHandler(store core.Store, logger *slog.Logger, adminToken string) (http.
 	hello, err := core.NewLimiter(store, core.Policy{
 		Name:  "hello",
 		Rules: []core.Rule{{Limit: 5, Window: 10 * time.Second}},
-	}, core.WithObserver(metrics), // decisions, store failures, breaker changes
-		core.WithObserver(ratekitslog.New(logger, 10*time.Second))) // store failures, at most one line per 10 s
+	}, append(opts,
+		core.WithObserver(metrics),                                 // decisions, store failures, breaker changes
+		core.WithObserver(ratekitslog.New(logger, 10*time.Second)), // store failures, at most one line per 10 s
+	)...)
 	if err != nil {
 		return nil, err
 	}
 
 	mux := http.NewServeMux()
 	// The middleware reports what only it knows (skips, bad keys).
-	limit := nethttp.New(hello, guard.WithKey(keyfunc.ClientIP()), guard.WithObserver(metrics))
+	limit := nethttp.New(hello, guard.WithKey(clientIP), guard.WithObserver(metrics))
 	mux.Handle("GET /hello", limit(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "hello\n")
 	})))

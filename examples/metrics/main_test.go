@@ -12,10 +12,11 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/keyfunc"
 )
 
 func TestExample(t *testing.T) {
-	h, err := newHandler(core.NewMemoryStore(), slog.New(slog.NewTextHandler(io.Discard, nil)), "s3cret")
+	h, err := newHandler(core.NewMemoryStore(), slog.New(slog.NewTextHandler(io.Discard, nil)), "s3cret", keyfunc.ClientIP())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,5 +83,24 @@ func TestExample(t *testing.T) {
 	}
 	if status, body := get("/admin/ratelimit/policies", "Bearer s3cret"); status != 200 || !strings.Contains(body, `"name":"hello"`) {
 		t.Errorf("admin with token: status %d body %s, want 200 listing hello", status, body)
+	}
+	if status, body := get("/admin/ratelimit/policies/hello/keys/127.0.0.1", "Bearer s3cret"); status != 200 || !strings.Contains(body, `"allowed":false`) {
+		t.Errorf("admin peek of the client: status %d body %s, want 200, not allowed", status, body)
+	}
+	req, err := http.NewRequest(http.MethodDelete, srv.URL+"/admin/ratelimit/policies/hello/keys/127.0.0.1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Errorf("admin reset of the client: status %d, want 204", resp.StatusCode)
+	}
+	if status, _ := get("/hello", ""); status != http.StatusOK {
+		t.Errorf("/hello after the reset: status %d, want 200", status)
 	}
 }

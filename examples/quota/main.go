@@ -35,15 +35,22 @@
 //
 // The key is stored in Redis as sent; an app whose API keys are secrets
 // would key the quota by the account its authentication middleware finds
-// (keyfunc.UserIDFrom) instead. Limits live in memory; set REDIS_URL to
-// keep them in Redis.
+// (keyfunc.UserIDFrom) instead. Flags: -addr (127.0.0.1:8083) and
+// -failure-policy local|open|closed, as in every example (no
+// -trusted-proxy: nothing here is keyed by address). Limits live in
+// memory; set REDIS_URL to keep them in Redis.
+//
+// Several instances on one Redis share every key's usage, and a plan
+// change made through one instance's POST /admin/plan reaches the others'
+// cached plans and cached denials at once (Limiter.InvalidateTier
+// publishes it through Redis). A plan changed in the database without
+// that call takes effect on each instance within the plan cache's minute.
 package main
 
 import (
 	"context"
 	"crypto/subtle"
 	"errors"
-	"flag"
 	"log"
 	"net/http"
 	"os"
@@ -65,11 +72,11 @@ import (
 const costReport = 10
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:8083", "listen address")
-	flag.Parse()
+	flags := exampleenv.Parse("127.0.0.1:8083", false)
 
 	cfg := defaultConfig()
 	cfg.adminToken = os.Getenv("QUOTA_ADMIN_TOKEN")
+	cfg.limiterOptions = flags.Options()
 	if cfg.adminToken == "" {
 		log.Print("QUOTA_ADMIN_TOKEN is not set: POST /admin/plan is disabled")
 	}
@@ -78,8 +85,8 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	log.Printf("listening on %s: try `curl -i -H 'X-API-Key: demo-free' http://%s/api/items`", *addr, *addr)
-	log.Fatal(a.fiber.Listen(*addr))
+	log.Printf("listening on %s: try `curl -i -H 'X-API-Key: demo-free' http://%s/api/items`", flags.Addr, flags.Addr)
+	log.Fatal(a.fiber.Listen(flags.Addr))
 }
 
 // config holds the plans' limits; tests change them.
@@ -290,8 +297,9 @@ func (a *app) status(c *fiber.Ctx) error {
 }
 
 // setPlan moves a key to another plan. InvalidateTier makes the move
-// count at once: the key's next request resolves its plan again, and no
-// denial cached under the old plan survives.
+// count at once, on every instance sharing the Redis: the key's next
+// request resolves its plan again, and no denial cached under the old
+// plan survives.
 func (a *app) setPlan(token string) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		bearer, ok := strings.CutPrefix(c.Get("Authorization"), "Bearer ")
@@ -310,7 +318,11 @@ func (a *app) setPlan(token string) fiber.Handler {
 		}
 		key := strings.Clone(req.Key)
 		a.plans.set(key, req.Plan)
-		a.quota.InvalidateTier(key)
+		if err := a.quota.InvalidateTier(c.UserContext(), key); err != nil {
+			// This instance has the new plan; others keep the old one
+			// until their tier cache expires.
+			log.Printf("quota: plan changed, but other instances may not know yet: %v", err)
+		}
 		return c.JSON(fiber.Map{"plan": req.Plan})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -212,15 +213,31 @@ func TestUpgrade(t *testing.T) {
 	for _, sc := range stores {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
-			a := newTestApp(t, sc.new(t), testConfig())
+			var cached atomic.Int64 // denials answered by the deny cache
+			a := newTestApp(t, sc.new(t), testConfig(core.WithObserver(core.ObserverFunc(func(_ context.Context, e core.Event) {
+				if e.Kind == core.EventDecision && e.Decision.Source == core.SourceCache {
+					cached.Add(1)
+				}
+			}))))
 			for range 10 {
 				postReport(t, a, "k-free")
 			}
-			for range 3 { // the 2nd and 3rd from the deny cache
+			// Denied from then on; on Redis, from the deny cache once the
+			// limiter has subscribed to invalidations (it forgets its cached
+			// tiers then), which the step after next needs.
+			deadline := time.Now().Add(5 * time.Second)
+			for i := 0; i < 3 || sc.name == "redis" && cached.Load() == 0; i++ {
 				wantAnswer(t, "free key over its quota", getItems(t, a, "k-free"), http.StatusTooManyRequests, "0")
+				if time.Now().After(deadline) {
+					t.Fatal("the limiter never answered from its deny cache")
+				}
 			}
-			if n := a.plans.lookups.Load(); n != 1 {
-				t.Errorf("the plan was looked up %d times for 13 requests, want 1 (cached)", n)
+			// On Redis a limiter forgets its cached tiers once more when
+			// its invalidation subscription starts (a change published
+			// before then would be missed), so the first lookup may be
+			// made twice.
+			if n, most := a.plans.lookups.Load(), map[string]int64{"memory": 1, "redis": 2}[sc.name]; n < 1 || n > most {
+				t.Errorf("the plan was looked up %d times for 13 requests, want 1 to %d (cached)", n, most)
 			}
 
 			// Without the admin call the change waits for the tier cache.
@@ -314,6 +331,46 @@ func TestExports(t *testing.T) {
 				t.Errorf("exports in flight after denials by the quota: %+v, %v; want 2 remaining", d, err)
 			}
 		})
+	}
+}
+
+// TestUpgradeOnEveryInstance: two instances share one Redis and one plan
+// table. A key moved to pro through one instance's admin route gets the
+// pro limit on the other too, at once: the invalidation reaches the other
+// instance's tier cache (a minute long) through Redis.
+func TestUpgradeOnEveryInstance(t *testing.T) {
+	srv := redistest.Start(t)
+	p := newPlans(map[string]string{"k-free": "free"})
+	newInstance := func() *app {
+		a, err := newApp(core.NewRedisStore(srv.Client(t)), p, testConfig())
+		if err != nil {
+			t.Fatalf("newApp: %v", err)
+		}
+		t.Cleanup(func() { _ = a.fiber.Shutdown() })
+		return a
+	}
+	a, b := newInstance(), newInstance()
+	for range 10 {
+		postReport(t, a, "k-free")
+	}
+	wantAnswer(t, "B: free key over its quota", getItems(t, b, "k-free"), http.StatusTooManyRequests, "0")
+	if ans := do(t, a, http.MethodPost, "/admin/plan", "", `{"key":"k-free","plan":"pro"}`, "Authorization", "Bearer "+adminToken); ans.status != http.StatusOK {
+		t.Fatalf("POST /admin/plan on A: %v, want 200", ans)
+	}
+	start := time.Now()
+	for {
+		ans := getItems(t, b, "k-free")
+		if ans.status == http.StatusOK {
+			if ans.limit != "1000" || ans.remaining != "899" {
+				t.Errorf("B after the upgrade: %v, want limit 1000, remaining 899", ans)
+			}
+			t.Logf("B applies the pro plan %v after the admin call on A", time.Since(start).Round(time.Millisecond))
+			break
+		}
+		if time.Since(start) > 2*time.Second {
+			t.Fatalf("B still applies the free plan 2 s after the upgrade on A: %v", ans)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

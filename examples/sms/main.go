@@ -34,8 +34,10 @@
 // SMS_KEY_SECRET to a random secret, the same on every instance; without
 // it ratekit's fixed public key is used, which still keeps numbers out of
 // a dump but lets someone who has the dump test a guessed number against
-// it. Behind a reverse proxy, name it with -trusted-proxy. Limits live in
-// memory; set REDIS_URL to keep them in Redis.
+// it. Behind a reverse proxy, name it with -trusted-proxy CIDR[,CIDR].
+// Flags: -addr (127.0.0.1:8082), -trusted-proxy and -failure-policy
+// local|open|closed, as in every example. Limits live in memory; set
+// REDIS_URL to keep them in Redis.
 package main
 
 import (
@@ -44,7 +46,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log"
@@ -66,12 +67,11 @@ import (
 )
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:8082", "listen address")
-	proxy := flag.String("trusted-proxy", "", "CIDR of the reverse proxies in front of this server, e.g. 10.0.0.0/8")
-	flag.Parse()
+	flags := exampleenv.Parse("127.0.0.1:8082", true)
 
 	cfg := defaultConfig()
-	cfg.clientIP = exampleenv.ClientIP(*proxy)
+	cfg.clientIP = flags.ClientIP
+	cfg.limiterOptions = flags.Options()
 	cfg.secret = exampleenv.Secret("SMS_KEY_SECRET", "phone numbers")
 
 	store := exampleenv.Store()
@@ -87,10 +87,10 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	log.Printf("listening on %s: try `curl -i -d phone=13800138000 http://%s/sms/send` twice", *addr, *addr)
+	log.Printf("listening on %s: try `curl -i -d phone=13800138000 http://%s/sms/send` twice", flags.Addr, flags.Addr)
 	a.echo.HideBanner = true
 	a.echo.Server.ReadHeaderTimeout = 5 * time.Second
-	log.Fatal(a.echo.Start(*addr))
+	log.Fatal(a.echo.Start(flags.Addr))
 }
 
 // config holds the limits of POST /sms/send; tests change them.

@@ -1,12 +1,17 @@
-// Package exampleenv holds what ratekit's example programs share: the
-// choice of store. It is internal so that the examples stay short without
-// making it part of the API.
+// Package exampleenv holds what ratekit's example programs share: their
+// common flags and the choice of store. It is internal so that the
+// examples stay short without making it part of the API.
 package exampleenv
 
 import (
 	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
 	"log"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,12 +20,81 @@ import (
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
+// Flags are the command-line flags every example server takes.
+type Flags struct {
+	// Addr is -addr, the address to listen on.
+	Addr string
+	// ClientIP is the client-IP key function of -trusted-proxy: the TCP
+	// peer's address without it, else the client address that the
+	// proxies within the given CIDRs forwarded in X-Forwarded-For.
+	ClientIP keyfunc.Func
+	// Failure is -failure-policy: how limiters decide while the store
+	// fails (local, open or closed; local by default).
+	Failure core.FailurePolicy
+}
+
+// Options returns the limiter options the flags choose.
+func (f Flags) Options() []core.Option {
+	return []core.Option{core.WithFailurePolicy(f.Failure)}
+}
+
+// Parse defines -addr (defaultAddr unless given), -failure-policy and,
+// when keyedByIP, -trusted-proxy, then parses the command line with the
+// flags the example defined itself. A bad value ends the program with the
+// usage text, as the flag package does.
+func Parse(defaultAddr string, keyedByIP bool) Flags {
+	f, err := parse(flag.CommandLine, os.Args[1:], defaultAddr, keyedByIP)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		flag.Usage()
+		os.Exit(2)
+	}
+	return f
+}
+
+func parse(fs *flag.FlagSet, args []string, defaultAddr string, keyedByIP bool) (Flags, error) {
+	f := Flags{ClientIP: keyfunc.ClientIP()}
+	fs.StringVar(&f.Addr, "addr", defaultAddr, "address to listen on")
+	failure := fs.String("failure-policy", "local", "how limiters decide while Redis fails: local (each instance limits on its own), open (admit) or closed (refuse with 503)")
+	var proxy *string
+	if keyedByIP {
+		proxy = fs.String("trusted-proxy", "", "CIDRs of the reverse proxies in front of this server, comma-separated (e.g. 10.0.0.0/8): the client address is read from the X-Forwarded-For they append")
+	}
+	if fs.ErrorHandling() != flag.ExitOnError {
+		fs.SetOutput(io.Discard)
+	}
+	if err := fs.Parse(args); err != nil {
+		return Flags{}, err
+	}
+	switch *failure {
+	case "local":
+		f.Failure = core.FailLocal
+	case "open":
+		f.Failure = core.FailOpen
+	case "closed":
+		f.Failure = core.FailClosed
+	default:
+		return Flags{}, fmt.Errorf("-failure-policy %q: want local, open or closed", *failure)
+	}
+	if proxy != nil && *proxy != "" {
+		trusted, err := keyfunc.ParseTrustedProxies(strings.Split(*proxy, ",")...)
+		if err != nil {
+			return Flags{}, fmt.Errorf("-trusted-proxy: %w", err)
+		}
+		f.ClientIP = keyfunc.ClientIP(keyfunc.TrustedPrefixes(trusted...))
+	}
+	if fs.NArg() > 0 {
+		return Flags{}, errors.New("unexpected arguments: " + strings.Join(fs.Args(), " "))
+	}
+	return f, nil
+}
+
 // Store returns the store an example program limits with: a
 // [core.RedisStore] on REDIS_URL (for example redis://localhost:6379/0)
 // when it is set, so that several instances share their limits, else a
 // [core.MemoryStore]. It logs which one it chose and exits the program if
 // REDIS_URL does not parse. A Redis that does not answer yet is not fatal:
-// limiters decide locally until it does (core.FailLocal, the default).
+// limiters follow their failure policy (-failure-policy) until it does.
 // The Redis client lives as long as the program.
 func Store() core.Store {
 	url := os.Getenv("REDIS_URL")
@@ -37,25 +111,11 @@ func Store() core.Store {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		log.Printf("store: Redis at %s does not answer yet (%v); deciding locally meanwhile", opt.Addr, err)
+		log.Printf("store: Redis at %s does not answer yet (%v); until it does, limiters follow -failure-policy", opt.Addr, err)
 	} else {
 		log.Printf("store: Redis at %s", opt.Addr)
 	}
 	return core.NewRedisStore(rdb)
-}
-
-// ClientIP returns the client-IP key for an example's -trusted-proxy flag:
-// the peer address when cidr is empty, else the forwarded client address
-// from proxies inside cidr. It exits the program if cidr does not parse.
-func ClientIP(cidr string) keyfunc.Func {
-	if cidr == "" {
-		return keyfunc.ClientIP()
-	}
-	trusted, err := keyfunc.ParseTrustedProxies(cidr)
-	if err != nil {
-		log.Fatal(err)
-	}
-	return keyfunc.ClientIP(keyfunc.TrustedPrefixes(trusted...))
 }
 
 // Secret returns the key-hashing secret in the environment variable env,

@@ -1,4 +1,4 @@
-package main
+package ratekitcli
 
 import (
 	"bytes"
@@ -22,7 +22,7 @@ func exec(t *testing.T, url string, args ...string) (code int, stdout, stderr st
 		}
 		return ""
 	}
-	code = run(context.Background(), args, env, &out, &errOut)
+	code = Run(context.Background(), args, env, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 

@@ -1,4 +1,7 @@
-package main
+// Package ratekitcli is the ratekit command (see cmd/ratekit for its
+// documentation) as a function, so that tests anywhere in the module can
+// run it in-process, as support staff would run the command.
+package ratekitcli
 
 import (
 	"context"
@@ -72,8 +75,10 @@ const (
 // usage.
 var errUsage = errors.New("usage")
 
-// run executes one command; it returns the process exit code.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+// Run executes one ratekit command line (args without the program name),
+// reading the environment through getenv; it returns the process exit
+// code: 0 on success, 1 on an error, 2 on a usage mistake.
+func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "help" {
 		fmt.Fprint(stderr, usage)
 		if len(args) == 0 {
