@@ -7,6 +7,7 @@ import (
 
 	"github.com/ratekit/ratekit/keyfunc"
 	"golang.org/x/text/cases"
+	"golang.org/x/text/language"
 	"golang.org/x/text/unicode/norm"
 )
 
@@ -78,7 +79,12 @@ func normalizeAccount(raw string) (string, error) {
 	if !utf8.ValidString(raw) {
 		return "", errAccountUTF8
 	}
-	n := cases.Fold().String(norm.NFKC.String(strings.TrimSpace(raw)))
+	// Normalised again after folding, and trimmed last: NFKC can turn a
+	// character into a space and a combining mark (¯ is " \u0304"), so
+	// that a name trimmed first would not be a fixed point. Lowered after
+	// folding: x/text's Fold swaps Cherokee's two cases (Ꭹ and ꭹ fold to
+	// each other), where Lower settles both on one.
+	n := strings.TrimSpace(norm.NFKC.String(cases.Lower(language.Und).String(cases.Fold().String(norm.NFKC.String(raw)))))
 	if n == "" {
 		return "", errAccountEmpty
 	}
