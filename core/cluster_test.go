@@ -316,7 +316,7 @@ func testClusterSpread(t *testing.T, e *clusterEnv) {
 	}
 }
 
-// testClusterReset: Reset deletes the SlidingLog ZSET and the
+// testClusterReset: Reset deletes the SlidingLog log and the
 // SlidingBuckets HASH of a key in one DEL, which a cluster accepts only
 // when both are in one slot. The hash tag puts them there, also for keys
 // that contain braces or are empty.

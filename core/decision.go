@@ -54,16 +54,25 @@ type Decision struct {
 	// Remaining is the units left in the binding rule after this decision.
 	Remaining int64
 	// RetryAfter is, on a denial, when this same request could first
-	// succeed; zero when allowed.
+	// succeed; zero when allowed. For a key locked out, that is when the
+	// lockout ends (or later, if a rule stays full longer).
 	RetryAfter time.Duration
-	// ResetAfter is when the binding rule's window is empty again.
+	// ResetAfter is when the binding rule's window is empty again (for a
+	// calendar rule, when its period ends); for a key locked out, no
+	// earlier than RetryAfter.
 	ResetAfter time.Duration
 	// Rule is the index in the policy of the binding rule: on a denial the
-	// violated rule that frees up last, else the rule with the fewest
-	// units remaining.
+	// violated rule that frees up last, else (an admission, or a denial by
+	// a lockout alone) the rule with the fewest units remaining.
 	Rule int
 	// Source says who decided: the store, the deny cache or a fallback.
 	Source Source
+	// Locked reports a denial because the key is locked out
+	// (Policy.Lockout): by a lockout that began earlier, or by the one
+	// this very denial started. Remaining is then 0 whatever the rules
+	// hold, and RetryAfter runs to the lockout's end. Observers see it
+	// on the decision's Event; a Peek reports it too.
+	Locked bool
 
 	states states
 	ticket ticket
@@ -106,7 +115,8 @@ const inlineRules = 4
 type states struct {
 	n    int
 	a    [inlineRules]RuleState
-	more []RuleState // all of them, when n > inlineRules
+	more []RuleState   // all of them, when n > inlineRules
+	lock time.Duration // the key's lockout has this long left; 0: none
 }
 
 func (s *states) slice() []RuleState {
@@ -118,7 +128,7 @@ func (s *states) slice() []RuleState {
 
 // set copies rs.
 func (s *states) set(rs []RuleState) {
-	s.n = len(rs)
+	s.n, s.lock = len(rs), 0
 	if len(rs) > inlineRules {
 		s.more = append([]RuleState(nil), rs...)
 		return

@@ -2,10 +2,9 @@ package core
 
 import (
 	"hash/maphash"
+	"sync"
 	"sync/atomic"
 	"time"
-
-	lru "github.com/hashicorp/golang-lru/v2"
 )
 
 // denyCache remembers keys denied by the store until their RetryAfter. A
@@ -28,15 +27,30 @@ import (
 // subscribed are lost, so denials cached before the last resubscription
 // (an older epoch) no longer answer while the store does; they still
 // answer while the store fails.
+//
+// Entries are spread over stripes, each a map under a read-write lock: a
+// flood of one denied key is answered under read locks that never wait
+// on each other, and entries are never copied or allocated on the way
+// out. A full stripe makes room by dropping, among a few of its entries,
+// the expired ones or else the one that ends soonest.
 type denyCache struct {
-	c     *lru.Cache[string, denyEntry]
-	seed  maphash.Seed
-	gens  [denyStripes]atomic.Uint64 // removals, per stripe of keys
-	live  *atomic.Bool               // nil: no other instance to hear from
-	epoch *atomic.Uint64             // subscriptions so far; nil as live
+	entries []denyStripe
+	seed    maphash.Seed
+	gens    [denyStripes]atomic.Uint64 // removals, per stripe of keys
+	live    *atomic.Bool               // nil: no other instance to hear from
+	epoch   *atomic.Uint64             // subscriptions so far; nil as live
 }
 
 const denyStripes = 64
+
+// denySample is how many entries a full stripe looks at to make room.
+const denySample = 8
+
+type denyStripe struct {
+	mu  sync.RWMutex
+	m   map[string]*denyEntry // entries are never changed once in m
+	max int
+}
 
 type denyEntry struct {
 	until time.Time // the entry answers until then
@@ -46,62 +60,113 @@ type denyEntry struct {
 	d     Decision
 }
 
+// newDenyCache returns a cache of at most size entries; size > 0.
 func newDenyCache(size int) *denyCache {
-	c, err := lru.New[string, denyEntry](size)
-	if err != nil {
-		panic(err) // size > 0 is checked by NewLimiter
+	n := min(size, denyStripes)
+	c := &denyCache{entries: make([]denyStripe, n), seed: maphash.MakeSeed()}
+	for i := range c.entries {
+		c.entries[i].max = size / n
+		if i < size%n {
+			c.entries[i].max++
+		}
+		c.entries[i].m = make(map[string]*denyEntry)
 	}
-	return &denyCache{c: c, seed: maphash.MakeSeed()}
+	return c
 }
 
 func (c *denyCache) stripe(key string) *atomic.Uint64 {
 	return &c.gens[maphash.String(c.seed, key)%denyStripes]
 }
 
+// of returns the stripe of entries that holds key.
+func (c *denyCache) of(key string) *denyStripe {
+	return &c.entries[maphash.String(c.seed, key)%uint64(len(c.entries))]
+}
+
+// drop removes key's entry if it is still e (any entry when e is nil).
+func (st *denyStripe) drop(key string, e *denyEntry) {
+	st.mu.Lock()
+	if cur := st.m[key]; cur != nil && (e == nil || cur == e) {
+		delete(st.m, key)
+	}
+	st.mu.Unlock()
+}
+
+// makeRoom drops expired entries among a few, or else the one of them
+// that ends soonest; st.mu is held.
+func (st *denyStripe) makeRoom(now time.Time) {
+	var (
+		soonest string
+		end     time.Time
+		seen    int
+		dropped bool
+	)
+	for k, e := range st.m {
+		if !now.Before(e.until) {
+			delete(st.m, k)
+			dropped = true
+		} else if seen == 0 || e.until.Before(end) {
+			soonest, end = k, e.until
+		}
+		if seen++; seen == denySample {
+			break
+		}
+	}
+	if !dropped && seen > 0 {
+		delete(st.m, soonest)
+	}
+}
+
 // generation returns the removal count of key's stripe; read it before
 // the store call whose denial may be put.
 func (c *denyCache) generation(key string) uint64 { return c.stripe(key).Load() }
 
-// get returns the cached denial of key for n units at now. Only a denial
+// get writes the cached denial of key for n units at now to d, reporting
+// whether there was one (d is written only then). Only a denial
 // of the same cost answers: a larger cost waits longer than the cached
 // RetryAfter says, a smaller one may fit sooner. stale lets denials of an
 // older epoch answer, for when the store fails.
-func (c *denyCache) get(key string, n int64, now time.Time, stale bool) (Decision, bool) {
+func (c *denyCache) get(key string, n int64, now time.Time, stale bool, d *Decision) bool {
 	if c.live != nil && !c.live.Load() {
-		return Decision{}, false
+		return false
 	}
-	e, ok := c.c.Get(key)
-	if !ok {
-		return Decision{}, false
+	st := c.of(key)
+	st.mu.RLock()
+	e := st.m[key]
+	st.mu.RUnlock()
+	if e == nil {
+		return false
 	}
 	if !stale && c.epoch != nil && e.epoch != c.epoch.Load() {
-		return Decision{}, false
+		return false
 	}
 	if !now.Before(e.until) {
-		c.c.Remove(key)
-		return Decision{}, false
+		st.drop(key, e)
+		return false
 	}
 	if n != e.n {
-		return Decision{}, false
+		return false
 	}
 	// The store's denial as it stands now: every duration shortened by
 	// the time since, the counts as they were (a denial recorded nothing
 	// since, or the entry would have been removed).
-	d := e.d
+	*d = e.d
 	elapsed := now.Sub(e.at)
 	d.RetryAfter = max(0, d.RetryAfter-elapsed)
 	d.ResetAfter = max(0, d.ResetAfter-elapsed)
 	d.Source = SourceCache
-	rs := d.Rules()
-	if len(rs) > inlineRules {
-		rs = append([]RuleState(nil), rs...)
-		d.states.more = rs
+	if d.states.n > inlineRules {
+		d.states.more = append([]RuleState(nil), d.states.more...)
+		for i := range d.states.more {
+			d.states.more[i].shorten(elapsed)
+		}
+	} else {
+		// By index, not through a slice of d: d stays on the stack.
+		for i := range d.states.n {
+			d.states.a[i].shorten(elapsed)
+		}
 	}
-	for i := range rs {
-		rs[i].RetryAfter = max(0, rs[i].RetryAfter-elapsed)
-		rs[i].ResetAfter = max(0, rs[i].ResetAfter-elapsed)
-	}
-	return d, true
+	return true
 }
 
 // put remembers a store denial of key for n units decided at now by a
@@ -123,9 +188,16 @@ func (c *denyCache) put(key string, n int64, now time.Time, d Decision, gen uint
 	if c.epoch != nil {
 		epoch = c.epoch.Load()
 	}
-	c.c.Add(key, denyEntry{until: now.Add(ttl), at: now, n: n, epoch: epoch, d: d})
+	e := &denyEntry{until: now.Add(ttl), at: now, n: n, epoch: epoch, d: d}
+	st := c.of(key)
+	st.mu.Lock()
+	if _, ok := st.m[key]; !ok && len(st.m) >= st.max {
+		st.makeRoom(now)
+	}
+	st.m[key] = e
+	st.mu.Unlock()
 	if g.Load() != gen {
-		c.c.Remove(key) // a removal ran between the check and the Add
+		st.drop(key, e) // a removal ran between the check and the put
 	}
 }
 
@@ -134,5 +206,11 @@ func (c *denyCache) put(key string, n int64, now time.Time, d Decision, gen uint
 // after it.
 func (c *denyCache) remove(key string) {
 	c.stripe(key).Add(1)
-	c.c.Remove(key)
+	c.of(key).drop(key, nil)
+}
+
+// shorten makes the durations of s elapsed shorter, down to 0.
+func (s *RuleState) shorten(elapsed time.Duration) {
+	s.RetryAfter = max(0, s.RetryAfter-elapsed)
+	s.ResetAfter = max(0, s.ResetAfter-elapsed)
 }

@@ -19,13 +19,25 @@
 // longer than the window (Window + Window/Buckets: 61 s for a minute split
 // into the default 60 buckets).
 //
+// # Lockouts and calendar quotas
+//
+// Policy.Lockout keeps a key refused for a while after a denial, even if
+// it stops trying (20 failed logins an hour lock an address out for a
+// day), optionally longer on each repeat offence; [Decision.Locked]
+// reports it, and [Limiter.Reset] lifts it. A rule with a Calendar
+// counts per calendar Day, Week or Month in its Location instead of a
+// sliding window (1,000,000 requests a month from 00:00 on the 1st in the
+// customer's time zone), alongside the sliding rules of the policy, under
+// either algorithm. Both live in the store next to the key's windows.
+//
 // # Stores
 //
 // [RedisStore] shares windows between app instances. Each decision is one
-// Lua script run atomically by Redis on one sorted set per (policy, key),
+// Lua function run atomically by Redis on one key per (policy, key),
 // named <prefix>:<policy>:{<key>}; the braces are a Redis Cluster hash
 // tag, so a decision touches one slot and runs on Cluster unchanged. Time
-// comes from the Redis server in microseconds. [MemoryStore] has the same
+// comes from the Redis server in microseconds. Concurrent decisions share
+// round trips: one call decides a batch. [MemoryStore] has the same
 // semantics in one process.
 //
 // # When the store fails

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"time"
+	_ "time/tzdata" // the examples' time zones, wherever they run
 
 	"github.com/redis/go-redis/v9"
 
@@ -110,4 +111,71 @@ func ExampleNewRedisStore() {
 	_ = limiter // limiter.Allow(ctx, "203.0.113.7") decides on Redis
 	fmt.Println(store.Key("login-ip", "203.0.113.7"))
 	// Output: ratekit:login-ip:{203.0.113.7}
+}
+
+// A login address that fails 3 times in 15 minutes is locked out for an
+// hour, even if it stops trying, and twice as long on each repeat
+// offence, up to a day. (WithClock steps time for the example.)
+func ExamplePolicy_lockout() {
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	limiter, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{
+		Name:    "login-ip",
+		Rules:   []core.Rule{{Limit: 3, Window: 15 * time.Minute}},
+		Lockout: core.Lockout{For: time.Hour, Max: 24 * time.Hour},
+	}, core.WithClock(func() time.Time { return now }))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := 1; i <= 4; i++ {
+		d, _ := limiter.Allow(ctx, "203.0.113.7")
+		fmt.Printf("failure %d: allowed=%v locked=%v retry=%v\n", i, d.Allowed, d.Locked, d.RetryAfter)
+	}
+	now = now.Add(30 * time.Minute) // past the window, not the lockout
+	d, _ := limiter.Allow(ctx, "203.0.113.7")
+	fmt.Printf("30m later: allowed=%v locked=%v retry=%v\n", d.Allowed, d.Locked, d.RetryAfter)
+	now = now.Add(30 * time.Minute) // the lockout has ended: 3 more failures, then
+	for range 4 {
+		d, _ = limiter.Allow(ctx, "203.0.113.7")
+	}
+	fmt.Printf("again: locked=%v retry=%v\n", d.Locked, d.RetryAfter)
+	// Output:
+	// failure 1: allowed=true locked=false retry=0s
+	// failure 2: allowed=true locked=false retry=0s
+	// failure 3: allowed=true locked=false retry=0s
+	// failure 4: allowed=false locked=true retry=1h0m0s
+	// 30m later: allowed=false locked=true retry=30m0s
+	// again: locked=true retry=2h0m0s
+}
+
+// One million requests a calendar month, counted from 00:00 on the 1st in
+// the customer's time zone, alongside 10 a second. (WithClock steps time
+// for the example.)
+func ExampleRule_calendar() {
+	paris, err := time.LoadLocation("Europe/Paris")
+	if err != nil {
+		log.Fatal(err)
+	}
+	now := time.Date(2024, 2, 29, 23, 59, 0, 0, paris)
+	limiter, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{
+		Name: "api",
+		Rules: []core.Rule{
+			{Limit: 10, Window: time.Second},
+			{Limit: 1_000_000, Calendar: core.Month, Location: paris},
+		},
+	}, core.WithClock(func() time.Time { return now }))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	d, _ := limiter.AllowN(ctx, "app-42", 5)
+	month := d.Rules()[1]
+	fmt.Printf("%v: used %d of %d, resets in %v\n", month.Calendar, month.Used, month.Limit, month.ResetAfter)
+	now = now.Add(time.Minute) // 1 March, 00:00 in Paris
+	d, _ = limiter.Peek(ctx, "app-42")
+	month = d.Rules()[1]
+	fmt.Printf("%v: used %d of %d, resets in %v\n", month.Calendar, month.Used, month.Limit, month.ResetAfter)
+	// Output:
+	// month: used 5 of 1000000, resets in 1m0s
+	// month: used 0 of 1000000, resets in 743h0m0s
 }

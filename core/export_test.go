@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -21,3 +22,8 @@ func RenewLeases(l *Limiter, ctx context.Context) { l.renewLeases(ctx) }
 
 // RedisClientOf returns the go-redis client of s.
 func RedisClientOf(s *RedisStore) redis.UniversalClient { return s.client }
+
+// SetWall makes s find calendar periods around wall's time, rather than
+// time.Now's, when the server's clock decides: a client whose clock is
+// off.
+func SetWall(s *RedisStore, wall func() time.Time) { s.wall = wall }

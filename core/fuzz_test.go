@@ -16,7 +16,7 @@ import (
 // FuzzRedisKey fuzzes key building: BoundKey and RedisStore.Key for any
 // valid policy name and any key. Bounded keys are at most MaxKeyLen bytes
 // (a fixed point of BoundKey); Redis key names are distinct for distinct
-// (policy, bounded key) pairs; and the braces put a key's ZSET, its
+// (policy, bounded key) pairs; and the braces put a key's log, its
 // SlidingBuckets HASH and its shards' keys where the hash tag says: the
 // slot of Key(p, k) is the slot of "{k}", whatever the policy, unless k is
 // empty or starts with "}" (an empty hash tag: then the whole name is

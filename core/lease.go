@@ -76,6 +76,9 @@ func (p *Policy) validateInFlight() error {
 		return fmt.Errorf("ratekit: policy %q: Algorithm and Buckets do not apply to an InFlight policy: %w", p.Name, ErrInvalidPolicy)
 	case p.Shards > 1:
 		return fmt.Errorf("ratekit: policy %q: Shards does not apply to an InFlight policy: %w", p.Name, ErrInvalidPolicy)
+	case p.Lockout != (Lockout{}):
+		return fmt.Errorf("ratekit: policy %q: Lockout does not apply to an InFlight policy: a key is never denied for what it did before: %w",
+			p.Name, ErrInvalidPolicy)
 	case p.Shards < 0:
 		return fmt.Errorf("ratekit: policy %q Shards is %d, must be within 0..%d: %w", p.Name, p.Shards, MaxShards, ErrInvalidPolicy)
 	case p.LeaseTTL != 0 && p.LeaseTTL < minLeaseTTL:
@@ -125,13 +128,14 @@ func (l *Limiter) inFlight(o options) (*Limiter, error) {
 	switch s := l.store.(type) {
 	case *MemoryStore:
 		ls.mem = s.leasesOf(p.Name)
-	case *RedisStore:
+	default:
+		if l.redis == nil {
+			return nil, fmt.Errorf("ratekit: policy %q: InFlight needs a MemoryStore or a RedisStore, not %T: %w", p.Name, l.store, ErrInvalidPolicy)
+		}
 		if l.failure == FailLocal {
 			l.local = NewMemoryStore(WithMaxKeys(fallbackMaxKeys))
 			ls.local = l.local.leasesOf(p.Name)
 		}
-	default:
-		return nil, fmt.Errorf("ratekit: policy %q: InFlight needs a MemoryStore or a RedisStore, not %T: %w", p.Name, l.store, ErrInvalidPolicy)
 	}
 	l.leases = ls
 	return l, nil

@@ -75,6 +75,7 @@ func TestInFlightValidation(t *testing.T) {
 		{"algorithm", core.Policy{Name: "p", InFlight: 2, Algorithm: core.SlidingBuckets}, nil, nil, "Algorithm"},
 		{"buckets", core.Policy{Name: "p", InFlight: 2, Buckets: 10}, nil, nil, "Buckets"},
 		{"shards", core.Policy{Name: "p", InFlight: 2, Shards: 2}, nil, nil, "Shards"},
+		{"lockout", core.Policy{Name: "p", InFlight: 2, Lockout: core.Lockout{For: time.Hour}}, nil, nil, "Lockout"},
 		{"ttl too short", core.Policy{Name: "p", InFlight: 2, LeaseTTL: 999 * time.Millisecond}, nil, nil, "LeaseTTL"},
 		{"ttl not in ms", core.Policy{Name: "p", InFlight: 2, LeaseTTL: time.Second + time.Microsecond}, nil, nil, "LeaseTTL"},
 		{"bad name", core.Policy{Name: "a b", InFlight: 2}, nil, nil, "Name"},

@@ -85,8 +85,9 @@ func WithObserver(obs Observer) Option {
 	return func(o *options) { o.observer = join(o.observer, obs) }
 }
 
-// WithDenyCache sets how many denied keys the limiter remembers locally,
-// least recently used first out; 10,000 by default, 0 turns the cache off.
+// WithDenyCache sets how many denied keys the limiter remembers locally;
+// 10,000 by default, 0 turns the cache off. When it is full, expired
+// denials, or else those that end soonest, make room.
 // A key denied with RetryAfter r cannot be admitted before r passes, so
 // until then a flood from it is answered without a store call. The cache
 // never admits: it only answers denials that the store would give as
@@ -130,8 +131,8 @@ func WithClock(clock func() time.Time) Option {
 // concurrent use.
 type Limiter struct {
 	store    Store
-	memp     *memPolicy  // the policy's keys, when store is a MemoryStore
-	redis    *RedisStore // store, when it is a RedisStore
+	memp     *memPolicy // the policy's keys, when store is a MemoryStore
+	redis    redisOps   // store, when it is a RedisStore
 	policy   Policy
 	keep     int64 // Query.Keep
 	minLimit int64
@@ -193,9 +194,9 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		clock:    o.clock,
 	}
 	l.keep = max(o.keep, policy.maxLimit())
-	l.redis, _ = store.(*RedisStore)
+	l.redis, _ = store.(redisOps)
 	nb := 1
-	if l.redis != nil && l.redis.cluster {
+	if l.redis != nil && l.redis.isCluster() {
 		// One failing node trips the breakers of its slots only.
 		nb = breakerGroups
 	}
@@ -215,7 +216,7 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	if o.denyCacheSize > 0 && l.memp == nil {
 		l.deny = newDenyCache(o.denyCacheSize)
 		if l.redis != nil {
-			l.redis.watch.add(policy.Name, l.deny)
+			l.redis.watchDenials(policy.Name, l.deny)
 		}
 	}
 	if o.tierFunc != nil || o.tiers != nil {
@@ -225,7 +226,7 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		}
 		l.tiers = ts
 		if l.redis != nil && ts.cache != nil {
-			l.redis.watch.addTiers(policy.Name, ts)
+			l.redis.watchTiers(policy.Name, ts)
 		}
 	}
 	return l, nil
@@ -251,7 +252,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 // returns an error only when n is invalid (wrapping [ErrInvalidCost]: n
 // below 1, or above the smallest limit of the key's rules, so that it
 // could never fit) or ctx is done (wrapping ctx.Err()).
-func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (d Decision, err error) {
 	if l.tiers != nil {
 		if t := l.tiers.pick(ctx, key, boundKey(key)); t != nil {
 			return t.AllowN(ctx, key, n)
@@ -268,11 +269,12 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 	}
 	key, shard := l.shards.pick(boundKey(key))
 	if l.memp != nil {
-		return l.decideLocal(ctx, key, shard, n, true), nil
+		l.decideLocal(ctx, key, shard, n, true, &d)
+		return d, nil
 	}
 	now := l.now()
 	if l.deny != nil {
-		if d, ok := l.deny.get(key, n, now, false); ok {
+		if l.deny.get(key, n, now, false, &d) {
 			l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d})
 			return d, nil
 		}
@@ -298,7 +300,9 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
 	}
 	key, shard := l.shards.peek(boundKey(key))
 	if l.memp != nil {
-		return l.decideLocal(ctx, key, shard, 1, false), nil
+		var d Decision
+		l.decideLocal(ctx, key, shard, 1, false, &d)
+		return d, nil
 	}
 	now := l.now()
 	return l.decide(ctx, l.query(key, shard, 1, now), shard, now, opPeek)
@@ -316,7 +320,7 @@ func (l *Limiter) now() time.Time {
 // decided at now; the zero now for refunds and resets.
 func (l *Limiter) query(key string, shard int, n int64, now time.Time) Query {
 	q := Query{Policy: l.policy.Name, Key: key, Rules: l.shards.rules(shard, l.policy.Rules),
-		Algorithm: l.policy.Algorithm, Buckets: l.policy.buckets(), N: n, Keep: l.keep}
+		Algorithm: l.policy.Algorithm, Buckets: l.policy.buckets(), N: n, Keep: l.keep, Lockout: l.policy.Lockout}
 	if l.clock != nil && !now.IsZero() {
 		q.Now = now.UnixMicro()
 	}
@@ -324,25 +328,24 @@ func (l *Limiter) query(key string, shard int, n int64, now time.Time) Query {
 }
 
 // decideLocal decides on the limiter's MemoryStore, which cannot fail:
-// no timeout, breaker or deny cache on the way.
-func (l *Limiter) decideLocal(ctx context.Context, key string, shard int, n int64, take bool) Decision {
+// no timeout, breaker or deny cache on the way. It fills the zero d in
+// place: a Decision is a few hundred bytes, not copied on the way out.
+func (l *Limiter) decideLocal(ctx context.Context, key string, shard int, n int64, take bool, d *Decision) {
 	var now time.Time
 	if l.clock != nil {
 		now = l.clock()
 	}
 	q := l.query(key, shard, n, now)
-	var d Decision
 	allowed, at := l.memp.decide(&q, take, &d.states)
-	l.bind(&d, allowed, SourceStore)
+	l.bind(d, allowed, SourceStore)
 	if take {
 		if allowed {
 			d.ticket = ticket{owner: l, key: key, shard: shard, at: at, n: n}
 		}
 		if l.observer != nil {
-			l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d})
+			l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: *d})
 		}
 	}
-	return d
 }
 
 // decide asks the store, falling back by the failure policy. It fails
@@ -365,7 +368,9 @@ func (l *Limiter) decide(ctx context.Context, q Query, shard int, now time.Time,
 		if l.redis != nil {
 			// The Redis store keeps the timeout without a context of
 			// its own: no allocation for it.
-			allowed, at, err = l.redis.decide(ctx, start.Add(l.timeout), &q, op, 0, &d.states)
+			// Values in and out, not pointers: through the interface a
+			// pointer would move q and d to the heap.
+			allowed, at, d.states, err = l.redis.decideValue(ctx, start.Add(l.timeout), q, op)
 		} else {
 			sctx, cancel := context.WithTimeout(ctx, l.timeout)
 			var res Result
@@ -377,6 +382,7 @@ func (l *Limiter) decide(ctx context.Context, q Query, shard int, now time.Time,
 			cancel()
 			allowed, at = res.Allowed, res.At
 			d.states.set(res.Rules)
+			d.states.lock = res.LockedFor
 		}
 		lat := time.Since(start)
 		if err == nil {
@@ -417,7 +423,8 @@ func (l *Limiter) decide(ctx context.Context, q Query, shard int, now time.Time,
 	}
 	if take && l.deny != nil {
 		// A denial cached before the store failed still holds.
-		if d, ok := l.deny.get(q.Key, q.N, now, true); ok {
+		var d Decision
+		if l.deny.get(q.Key, q.N, now, true, &d) {
 			l.emit(ctx, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d})
 			return d, nil
 		}
@@ -473,11 +480,40 @@ func (l *Limiter) minRule() int {
 
 // bind completes d from its rule states: on a denial the binding rule is
 // the violated one that frees up last (its RetryAfter is when the request
-// fits every rule); when allowed it is the rule with the fewest units
-// remaining.
+// fits every rule); when allowed, or denied by a lockout alone, it is the
+// rule with the fewest units remaining. A lockout holds RetryAfter until
+// it ends and leaves nothing Remaining.
 func (l *Limiter) bind(d *Decision, allowed bool, src Source) {
 	d.Allowed, d.Source = allowed, src
 	rs := d.states.slice()
+	lock := d.states.lock
+	b := binding(rs, allowed)
+	if lock > 0 && b >= 0 && rs[b].RetryAfter == 0 {
+		b = binding(rs, true) // no rule is full: the lockout alone denies
+	}
+	if b >= 0 {
+		s := &rs[b]
+		d.Rule = b
+		d.Limit = s.Limit
+		d.Window = s.Window
+		d.Remaining = s.Remaining()
+		d.ResetAfter = s.ResetAfter
+		if !allowed {
+			d.RetryAfter = s.RetryAfter
+		}
+	}
+	if lock > 0 && !allowed {
+		d.Locked = true
+		d.Remaining = 0
+		d.RetryAfter = max(d.RetryAfter, lock)
+		d.ResetAfter = max(d.ResetAfter, d.RetryAfter)
+	}
+}
+
+// binding returns the index of the binding rule of rs: for an admission
+// the one with the fewest units remaining (the later to empty on a tie),
+// for a denial the one that frees up last; -1 when rs is empty.
+func binding(rs []RuleState, allowed bool) int {
 	b := -1
 	for i := range rs {
 		s := &rs[i]
@@ -493,18 +529,7 @@ func (l *Limiter) bind(d *Decision, allowed bool, src Source) {
 			b = i
 		}
 	}
-	if b < 0 {
-		return
-	}
-	s := &rs[b]
-	d.Rule = b
-	d.Limit = s.Limit
-	d.Window = s.Window
-	d.Remaining = s.Remaining()
-	d.ResetAfter = s.ResetAfter
-	if !allowed {
-		d.RetryAfter = s.RetryAfter
-	}
+	return b
 }
 
 // Reset forgets everything recorded for key: in the store, in the local

@@ -76,7 +76,18 @@ type memShard struct {
 	keys   []*memLog // the values of m, for sweeping in turn
 	cursor int
 	ops    uint32
+	free   []*memLog // removed logs, for new keys to reuse
 }
+
+// memFree bounds the removed logs a shard keeps for reuse, and
+// memFreeEvents the events a reused log keeps room for: keys that come
+// and go (a window shorter than the gap between a key's requests,
+// rotating addresses) reuse memory rather than allocate, and what is kept
+// stays small.
+const (
+	memFree       = 16
+	memFreeEvents = 64
+)
 
 // memLog is the window of one key: events sorted by time, each holding the
 // units admitted at that microsecond (SlidingLog), or bucket counts per
@@ -90,7 +101,15 @@ type memLog struct {
 	bk      []memBuckets     // SlidingBuckets
 	expires int64            // µs; the key holds nothing live after
 	used    int64            // µs; last decision
+
+	cal      []memPeriod // calendar rules: the units of each period
+	lock     int64       // µs; the key is locked out until then
+	lockKeep int64       // µs; its offences are remembered until then
+	offences int64       // lockouts so far (Lockout.Max)
 }
+
+// memPeriod is the units admitted in one calendar period [start, end).
+type memPeriod struct{ start, end, n int64 }
 
 // memEvent is the units admitted at one microsecond (sliding log) or in
 // one bucket (sliding buckets). cum, kept by the sliding log only, is the
@@ -163,28 +182,44 @@ func (s *MemoryStore) result(ctx context.Context, q *Query, take bool) (Result, 
 	if q.Algorithm != SlidingLog && q.Algorithm != SlidingBuckets {
 		return Result{}, fmt.Errorf("ratekit: memory store: algorithm %v: %w", q.Algorithm, ErrInvalidPolicy)
 	}
+	if err := checkCalendars(q.Rules); err != nil {
+		return Result{}, fmt.Errorf("ratekit: memory store: %w", err)
+	}
 	var st states
 	allowed, at := s.policy(q.Policy).decide(q, take, &st)
-	return Result{Allowed: allowed, At: at, Rules: append([]RuleState(nil), st.slice()...)}, nil
+	return Result{Allowed: allowed, At: at, Rules: append([]RuleState(nil), st.slice()...), LockedFor: st.lock}, nil
 }
 
 // decide decides q on the policy's keys, writing the rule states to st.
 func (p *memPolicy) decide(q *Query, take bool, st *states) (allowed bool, at int64) {
-	now := q.Now
-	if now == 0 {
-		now = p.store.now()
-	}
 	var maxW int64
 	for _, r := range q.Rules {
 		maxW = max(maxW, r.Window.Microseconds())
 	}
+	now := q.Now
+	if now == 0 {
+		now = p.store.now()
+	}
 	sh := p.shard(q.Key)
 	sh.mu.Lock()
 	lg := sh.m[q.Key]
-	if q.Algorithm == SlidingBuckets {
+	if q.Now == 0 && lg != nil && lg.used > now {
+		// The clock was read before the lock, outside the critical
+		// section; a decision that got the lock after a later one takes
+		// that one's time, so that the decisions of a key are in the
+		// order of their times, as Redis reads TIME inside the script.
+		now = lg.used
+	}
+	switch {
+	case q.Lockout.For > 0 || hasCalendar(q.Rules):
+		allowed = p.decideMore(sh, lg, q, take, now, maxW, st)
+	case q.Algorithm == SlidingBuckets:
 		allowed = p.decideBuckets(sh, lg, q, take, now, maxW, st)
-	} else {
+	default:
 		allowed = p.decideLog(sh, lg, q, take, now, maxW, st)
+	}
+	if lg != nil {
+		lg.used = max(lg.used, now)
 	}
 	swept := sh.sweep(now)
 	sh.mu.Unlock()
@@ -212,6 +247,9 @@ func (p *memPolicy) decideLog(sh *memShard, lg *memLog, q *Query, take bool, now
 		lg.add(now, q.N)
 		lg.expires = max(lg.expires, now+maxW)
 		for i := range rs {
+			if q.Rules[i].Calendar != 0 {
+				continue // decideMore counts it
+			}
 			rs[i].Used += q.N
 			rs[i].ResetAfter = time.Duration(q.Rules[i].Window.Microseconds()) * time.Microsecond
 		}
@@ -234,6 +272,9 @@ func (lg *memLog) evaluate(rules []Rule, n, now, maxW int64, states []RuleState)
 	}
 	oldest := end // the start of the longest window
 	for i, r := range rules {
+		if r.Calendar != 0 {
+			continue // decideMore counts it
+		}
 		w := r.Window.Microseconds()
 		c := lg.start(i, now-w)
 		oldest = min(oldest, c)
@@ -312,7 +353,15 @@ func (p *memPolicy) insert(sh *memShard, key string, now int64) *memLog {
 	if p.store.keys.Add(1) > p.store.maxKeys {
 		sh.evictOne(p.store)
 	}
-	lg := &memLog{key: key, index: len(sh.keys), used: now}
+	var lg *memLog
+	if n := len(sh.free); n > 0 {
+		lg = sh.free[n-1]
+		sh.free[n-1] = nil
+		sh.free = sh.free[:n-1]
+		lg.key, lg.index, lg.used = key, len(sh.keys), now
+	} else {
+		lg = &memLog{key: key, index: len(sh.keys), used: now}
+	}
 	sh.m[key] = lg
 	sh.keys = append(sh.keys, lg)
 	return lg
@@ -344,6 +393,14 @@ func (sh *memShard) remove(lg *memLog) {
 	sh.keys[lg.index].index = lg.index
 	sh.keys[last] = nil
 	sh.keys = sh.keys[:last]
+	if len(sh.free) < memFree {
+		ev := lg.ev[:0]
+		if cap(ev) > memFreeEvents {
+			ev = nil
+		}
+		*lg = memLog{ev: ev}
+		sh.free = append(sh.free, lg)
+	}
 }
 
 // evaluate fills states for ev at time now and reports whether n more
@@ -355,6 +412,9 @@ func evaluate(ev []memEvent, rules []Rule, n, now int64, states []RuleState) boo
 		newest, total = ev[len(ev)-1].at, ev[len(ev)-1].cum
 	}
 	for i, r := range rules {
+		if r.Calendar != 0 {
+			continue // decideMore counts it
+		}
 		w := r.Window.Microseconds()
 		idx := after(ev, now-w)
 		var used, base int64
@@ -516,8 +576,14 @@ func (p *memPolicy) refund(q *Query, at int64) {
 	if lg == nil {
 		return
 	}
+	if hasCalendar(q.Rules) {
+		lg.refundPeriods(q, at)
+	}
 	if q.Algorithm == SlidingBuckets {
 		for i, r := range q.Rules {
+			if r.Calendar != 0 {
+				continue
+			}
 			g := q.bucketWidth(r)
 			if j := lg.bucketsOf(g, false); j >= 0 && !sharesWidth(q, i, g) {
 				lg.bk[j].b = bucketAdd(lg.bk[j].b, at/g, -q.N)
@@ -542,7 +608,7 @@ func (p *memPolicy) refund(q *Query, at int64) {
 // that its buckets were already counted.
 func sharesWidth(q *Query, i int, g int64) bool {
 	for _, r := range q.Rules[:i] {
-		if q.bucketWidth(r) == g {
+		if r.Calendar == 0 && q.bucketWidth(r) == g {
 			return true
 		}
 	}
@@ -586,6 +652,9 @@ func (p *memPolicy) decideBuckets(sh *memShard, lg *memLog, q *Query, take bool,
 	allowed := true
 	var maxG int64
 	for i, r := range q.Rules {
+		if r.Calendar != 0 {
+			continue // decideMore counts it
+		}
 		g := q.bucketWidth(r)
 		maxG = max(maxG, g)
 		var bk []memEvent
@@ -613,6 +682,9 @@ func (p *memPolicy) decideBuckets(sh *memShard, lg *memLog, q *Query, take bool,
 			lg = p.insert(sh, q.Key, now)
 		}
 		for i, r := range q.Rules {
+			if r.Calendar != 0 {
+				continue
+			}
 			g := q.bucketWidth(r)
 			if !sharesWidth(q, i, g) {
 				j := lg.bucketsOf(g, true)
@@ -631,7 +703,7 @@ func (p *memPolicy) decideBuckets(sh *memShard, lg *memLog, q *Query, take bool,
 func longestOfWidth(q *Query, g int64) int64 {
 	var w int64
 	for _, r := range q.Rules {
-		if q.bucketWidth(r) == g {
+		if r.Calendar == 0 && q.bucketWidth(r) == g {
 			w = max(w, r.Window.Microseconds())
 		}
 	}
@@ -716,11 +788,163 @@ func findAt(ev []memEvent, at int64) (int, bool) {
 
 // prepare sizes s for n rule states and returns them, zeroed.
 func (s *states) prepare(n int) []RuleState {
-	s.n = n
+	s.n, s.lock = n, 0
 	if n > inlineRules {
 		s.more = make([]RuleState, n)
 		return s.more
 	}
 	s.more = nil
 	return s.a[:n]
+}
+
+// decideMore is decide for a policy with calendar rules or a lockout; sh.mu
+// is held. A key locked out, or a calendar rule without room, leaves the
+// sliding rules peeked at; a take that every rule admits is counted in
+// the calendar periods too; a take that a rule denies starts a lockout.
+func (p *memPolicy) decideMore(sh *memShard, lg *memLog, q *Query, take bool, now, maxW int64, st *states) bool {
+	var lock int64
+	if lg != nil && lg.lock > now {
+		lock = lg.lock - now
+	}
+	// The calendar rules' states, kept aside: the sliding decision
+	// prepares st afresh. A valid policy has at most one rule per period.
+	var calBuf [3]RuleState
+	var endBuf [3]int64
+	cal, ends := calBuf[:0], endBuf[:0]
+	sliding := false
+	fits := true
+	for _, r := range q.Rules {
+		if r.Calendar == 0 {
+			sliding = true
+			continue
+		}
+		start, end := r.Calendar.period(r.Location, now)
+		used := lg.periodUsed(start, end)
+		s := RuleState{Limit: r.Limit, Window: time.Duration(end-start) * time.Microsecond, Calendar: r.Calendar,
+			Used: used, ResetAfter: time.Duration(end-now) * time.Microsecond}
+		if used+q.N > r.Limit {
+			fits = false
+			s.RetryAfter = s.ResetAfter
+		}
+		cal, ends = append(cal, s), append(ends, end)
+	}
+	takeSliding := take && lock == 0 && fits
+	allowed := true
+	switch {
+	case !sliding:
+		st.prepare(len(q.Rules))
+	case q.Algorithm == SlidingBuckets:
+		allowed = p.decideBuckets(sh, lg, q, takeSliding, now, maxW, st)
+	default:
+		allowed = p.decideLog(sh, lg, q, takeSliding, now, maxW, st)
+	}
+	allowed = allowed && fits && lock == 0
+	if take && (allowed && len(cal) > 0 || !allowed && lock == 0 && q.Lockout.For > 0) {
+		if lg = sh.m[q.Key]; lg == nil {
+			lg = p.insert(sh, q.Key, now)
+		}
+		if allowed {
+			for i := range cal {
+				lg.periodAdd(cal[i].Used, now, ends[i], cal[i].Window, q.N)
+				cal[i].Used += q.N
+				lg.expires = max(lg.expires, ends[i])
+			}
+		} else {
+			lock = lg.lockout(q.Lockout, now)
+			lg.expires = max(lg.expires, lg.lockKeep)
+		}
+	}
+	rs := st.slice()
+	nc := 0
+	for i, r := range q.Rules {
+		if r.Calendar != 0 {
+			rs[i] = cal[nc]
+			nc++
+		}
+	}
+	st.lock = time.Duration(lock) * time.Microsecond
+	return allowed
+}
+
+// periodUsed returns the units lg holds in the period [start, end); lg
+// may be nil.
+func (lg *memLog) periodUsed(start, end int64) int64 {
+	if lg == nil {
+		return 0
+	}
+	for _, c := range lg.cal {
+		if c.start == start && c.end == end {
+			return c.n
+		}
+	}
+	return 0
+}
+
+// periodAdd adds n units to the period of length w ending at end, which
+// held used; periods that have ended are dropped when a new one begins.
+func (lg *memLog) periodAdd(used, now, end int64, w time.Duration, n int64) {
+	start := end - w.Microseconds()
+	if used > 0 {
+		for i := range lg.cal {
+			if c := &lg.cal[i]; c.start == start && c.end == end {
+				c.n += n
+				return
+			}
+		}
+	}
+	lg.cal = slices.DeleteFunc(lg.cal, func(c memPeriod) bool { return c.end <= now || c.start == start && c.end == end })
+	lg.cal = append(lg.cal, memPeriod{start: start, end: end, n: n})
+}
+
+// refundPeriods gives q.N units back to the calendar periods that held
+// time at.
+func (lg *memLog) refundPeriods(q *Query, at int64) {
+	for _, r := range q.Rules {
+		if r.Calendar == 0 {
+			continue
+		}
+		start, end := r.Calendar.period(r.Location, at)
+		for i := range lg.cal {
+			if c := &lg.cal[i]; c.start == start && c.end == end {
+				c.n -= min(q.N, c.n)
+				break
+			}
+		}
+	}
+}
+
+// lockout locks lg out from now under lo and returns for how long, in µs.
+func (lg *memLog) lockout(lo Lockout, now int64) int64 {
+	if lg.lockKeep <= now {
+		lg.offences = 0 // forgotten
+	}
+	d := lockoutFor(lo, lg.offences)
+	lg.offences = min(lg.offences+1, maxOffences)
+	lg.lock = now + d
+	lg.lockKeep = lg.lock
+	if lo.Max > lo.For {
+		lg.lockKeep += lo.Max.Microseconds()
+	}
+	return d
+}
+
+// maxOffences bounds the offence count a lockout keeps: past it the
+// lockout has long reached Lockout.Max.
+const maxOffences = 62
+
+// lockoutFor returns, in µs, how long a lockout after offences earlier
+// ones lasts: For, doubled per earlier offence up to Max when Max is
+// above For.
+func lockoutFor(lo Lockout, offences int64) int64 {
+	d, m := lo.For.Microseconds(), lo.Max.Microseconds()
+	if m <= d {
+		return d
+	}
+	for range offences {
+		if d >= m/2 {
+			return m
+		}
+		d *= 2
+	}
+	return d
 }

@@ -376,3 +376,43 @@ func TestMemoryBounded(t *testing.T) {
 // memShardsSlack is how far over its bound a store may briefly be: a new
 // key in an empty shard makes no room until that shard has keys.
 const memShardsSlack = 64
+
+// TestMemoryReusedLogsStartEmpty: the memory of a removed key (reset, or
+// swept) is reused by new keys, and a new key finds none of the old one's
+// admissions, buckets or lockout.
+func TestMemoryReusedLogsStartEmpty(t *testing.T) {
+	const keys = 500
+	for _, algo := range []core.Algorithm{core.SlidingLog, core.SlidingBuckets} {
+		t.Run(algo.String(), func(t *testing.T) {
+			l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "reuse", Algorithm: algo,
+				Rules: []core.Rule{{Limit: 3, Window: time.Minute}}, Lockout: core.Lockout{For: time.Hour}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			for i := range keys {
+				old := fmt.Sprintf("old-%d", i)
+				for range 4 { // 3 admitted, the 4th locks the key out
+					if _, err := l.Allow(ctx, old); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if d, _ := l.Peek(ctx, old); !d.Locked {
+					t.Fatalf("Peek(%s) after 4 requests = %+v, want locked", old, d)
+				}
+				if err := l.Reset(ctx, old); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range keys {
+				for j := range int64(3) {
+					d, err := l.Allow(ctx, fmt.Sprintf("new-%d", i))
+					if err != nil || !d.Allowed || d.Locked || d.Remaining != 2-j || d.Rules()[0].Used != j+1 {
+						t.Fatalf("Allow(new-%d) #%d = %+v, %v; want allowed, Remaining %d, Used %d: a fresh key",
+							i, j+1, d, err, 2-j, j+1)
+					}
+				}
+			}
+		})
+	}
+}

@@ -18,13 +18,85 @@ var ErrInvalidCost = errors.New("invalid cost")
 // minWindow is the shortest window a Rule may have.
 const minWindow = time.Millisecond
 
-// Rule says: at most Limit units in any sliding Window.
+// Rule says: at most Limit units in any sliding Window, or, for a
+// calendar rule, in each calendar period (1,000,000 a month, from 00:00 on
+// the 1st in the customer's time zone).
 type Rule struct {
-	// Limit is the number of units admitted per Window; at least 1.
+	// Limit is the number of units admitted per Window or period; at
+	// least 1.
 	Limit int64
 	// Window is the length of the sliding window: at least 1 ms, in
-	// whole microseconds.
+	// whole microseconds. It is 0 for a calendar rule.
 	Window time.Duration
+	// Calendar makes the rule count per calendar period instead of a
+	// sliding window: at most Limit units from the start of the current
+	// Day, Week or Month in Location, counted anew from the next. A
+	// period's count is one counter per key that expires after the
+	// period ends, so its memory is bounded whatever the limit, under
+	// either Algorithm. Each rule of a policy needs a period or window of
+	// its own. 0 (the default) means a sliding Window.
+	Calendar Calendar
+	// Location is the time zone of a Calendar rule's periods; UTC when
+	// nil. Periods follow its clock changes: a Day is 23 or 25 hours long
+	// across a daylight-saving change. It must be nil for a sliding rule.
+	Location *time.Location
+}
+
+// Calendar is the calendar period of a [Rule] that counts per period.
+type Calendar uint8
+
+const (
+	// Day runs from 00:00 to 00:00 the next day.
+	Day Calendar = iota + 1
+	// Week runs from Monday 00:00 to the next Monday 00:00 (ISO 8601).
+	Week
+	// Month runs from 00:00 on the 1st to 00:00 on the 1st of the next
+	// month.
+	Month
+)
+
+// String returns the period's name: "day", "week" or "month"; "none" for
+// the 0 of a sliding rule.
+func (c Calendar) String() string {
+	switch c {
+	case 0:
+		return "none"
+	case Day:
+		return "day"
+	case Week:
+		return "week"
+	case Month:
+		return "month"
+	}
+	return fmt.Sprintf("Calendar(%d)", int(c))
+}
+
+// Lockout keeps a key refused for a while after the policy denied it,
+// even if it stops trying: 20 failed logins an hour from one address lock
+// that address out for a day (fail2ban's ban). The lockout lives in the
+// store next to the key's windows, so every instance refuses the key
+// until it ends, and expires by itself; [Limiter.Reset] lifts it.
+//
+// A lockout starts when a Take of the key is denied by one of the
+// policy's rules; a Peek, a Take refused by the lockout itself and a
+// [Decision.Refund] neither start, extend nor lift one. Units count while
+// they are held, even those to be refunded: a "count only failures"
+// middleware reserves one per request in flight, so more concurrent
+// requests from a key than its limit lock it out, whatever they turn out
+// to be. Give such a policy a limit above what one key sends at once. While it lasts,
+// every request of the key is denied with [Decision.Locked] set and a
+// RetryAfter that runs to the end of the lockout (or later, if a rule is
+// full longer), whatever its cost and whatever room the rules have.
+type Lockout struct {
+	// For is how long a key stays refused after a denial; 0 (the
+	// default) means no lockout. At least 1 ms, in whole microseconds.
+	For time.Duration
+	// Max, when above For, makes every repeat offence lock the key twice
+	// as long as the one before (For, 2×For, 4×For, ...), up to Max; the
+	// offences are forgotten once the key has gone Max without a
+	// lockout after its last one ended. 0 (the default): every lockout
+	// lasts For.
+	Max time.Duration
 }
 
 // Algorithm selects how a store keeps a window.
@@ -72,7 +144,7 @@ type Policy struct {
 	// Redis Cluster key names, HTTP header fields and JSON.
 	Name string
 	// Rules must all have room for a request; at least one and at most
-	// 16, each with a window of its own.
+	// 16, each with a window (or calendar period) of its own.
 	Rules []Rule
 	// Algorithm is how the store keeps the windows; SlidingLog by default.
 	Algorithm Algorithm
@@ -82,6 +154,10 @@ type Policy struct {
 	// Window + Window/Buckets (see [SlidingBuckets]). Ignored by
 	// SlidingLog.
 	Buckets int
+	// Lockout keeps a key refused for a while after a denial; none by
+	// default. It holds for every tier of [WithTiers]; it cannot be
+	// combined with Shards, whose shards decide apart.
+	Lockout Lockout
 	// Shards splits every key over this many store keys, each holding its
 	// share of every rule's limit, so that one very hot key (a global cap)
 	// spreads over several Redis Cluster slots; 0 or 1 (the default)
@@ -129,13 +205,29 @@ func (p *Policy) buckets() int {
 	return p.Buckets
 }
 
-// maxLimit returns the largest limit of the policy.
-func (p *Policy) maxLimit() int64 {
+// maxLimit returns the largest limit of the policy's sliding rules: the
+// most units a SlidingLog key keeps.
+func (p *Policy) maxLimit() int64 { return slidingMax(p.Rules) }
+
+// slidingMax returns the largest limit of the sliding rules of rules.
+func slidingMax(rules []Rule) int64 {
 	var m int64
-	for _, r := range p.Rules {
-		m = max(m, r.Limit)
+	for _, r := range rules {
+		if r.Calendar == 0 {
+			m = max(m, r.Limit)
+		}
 	}
 	return m
+}
+
+// hasCalendar reports whether rules hold a calendar rule.
+func hasCalendar(rules []Rule) bool {
+	for i := range rules {
+		if rules[i].Calendar != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // minLimit returns the smallest limit of the policy: the most one request
@@ -187,6 +279,9 @@ func (p Policy) Validate() error {
 	if p.Shards < 0 || p.Shards > MaxShards {
 		return fmt.Errorf("ratekit: policy %q Shards is %d, must be within 0..%d: %w", p.Name, p.Shards, MaxShards, ErrInvalidPolicy)
 	}
+	if err := p.validateLockout(); err != nil {
+		return err
+	}
 	for i, r := range p.Rules {
 		if p.Shards > 1 && r.Limit >= 1 && r.Limit < int64(p.Shards) {
 			return fmt.Errorf("ratekit: policy %q Shards is %d, more than Rules[%d].Limit %d: every shard needs at least one unit: %w",
@@ -194,6 +289,16 @@ func (p Policy) Validate() error {
 		}
 		if r.Limit < 1 {
 			return fmt.Errorf("ratekit: policy %q Rules[%d].Limit is %d, must be at least 1: %w", p.Name, i, r.Limit, ErrInvalidPolicy)
+		}
+		if r.Calendar != 0 {
+			if err := p.validateCalendar(i); err != nil {
+				return err
+			}
+			continue
+		}
+		if r.Location != nil {
+			return fmt.Errorf("ratekit: policy %q Rules[%d].Location is set but Calendar is not: a sliding window has no time zone: %w",
+				p.Name, i, ErrInvalidPolicy)
 		}
 		if p.Algorithm == SlidingLog && r.Limit > maxLogLimit {
 			// One entry per unit: a larger limit would let one request
@@ -208,13 +313,55 @@ func (p Policy) Validate() error {
 			return fmt.Errorf("ratekit: policy %q Rules[%d].Window %v is not a whole number of microseconds: %w", p.Name, i, r.Window, ErrInvalidPolicy)
 		}
 		for j := range i {
-			if p.Rules[j].Window == r.Window {
+			if p.Rules[j].Window == r.Window && p.Rules[j].Calendar == 0 {
 				// The smaller limit always binds; two rules of one window
 				// would also share a name in headers and problem bodies.
 				return fmt.Errorf("ratekit: policy %q Rules[%d] has the window of Rules[%d] (%v): keep the smaller limit only: %w",
 					p.Name, i, j, r.Window, ErrInvalidPolicy)
 			}
 		}
+	}
+	return nil
+}
+
+// validateCalendar checks calendar rule i.
+func (p *Policy) validateCalendar(i int) error {
+	r := p.Rules[i]
+	if r.Calendar > Month {
+		return fmt.Errorf("ratekit: policy %q Rules[%d].Calendar: unknown %v: %w", p.Name, i, r.Calendar, ErrInvalidPolicy)
+	}
+	if r.Window != 0 {
+		return fmt.Errorf("ratekit: policy %q Rules[%d].Window is %v, must be 0 with Calendar %v: a rule counts per period or per window: %w",
+			p.Name, i, r.Window, r.Calendar, ErrInvalidPolicy)
+	}
+	for j := range i {
+		if p.Rules[j].Calendar == r.Calendar {
+			// The smaller limit always binds (in one location), and the
+			// two would share a name in headers and problem bodies.
+			return fmt.Errorf("ratekit: policy %q Rules[%d] has the Calendar of Rules[%d] (%v): keep one rule per period: %w",
+				p.Name, i, j, r.Calendar, ErrInvalidPolicy)
+		}
+	}
+	return nil
+}
+
+// validateLockout checks p.Lockout.
+func (p *Policy) validateLockout() error {
+	lo := p.Lockout
+	switch {
+	case lo.For == 0 && lo.Max == 0:
+		return nil
+	case lo.For < minWindow || lo.For%time.Microsecond != 0:
+		return fmt.Errorf("ratekit: policy %q Lockout.For is %v, must be at least %v in whole microseconds (or 0 with Max 0 for no lockout): %w",
+			p.Name, lo.For, minWindow, ErrInvalidPolicy)
+	case lo.Max != 0 && (lo.Max < lo.For || lo.Max%time.Microsecond != 0):
+		return fmt.Errorf("ratekit: policy %q Lockout.Max is %v, must be 0 or at least Lockout.For (%v) in whole microseconds: %w",
+			p.Name, lo.Max, lo.For, ErrInvalidPolicy)
+	case p.Shards > 1:
+		// Each shard decides alone: a lockout of one shard would let the
+		// key in through the others.
+		return fmt.Errorf("ratekit: policy %q has a Lockout and Shards %d: a key's shards decide apart, so a lockout cannot hold for the key: %w",
+			p.Name, p.Shards, ErrInvalidPolicy)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -92,6 +93,8 @@ type RedisStore struct {
 	batch     *batcher
 	scripts   atomic.Bool // the server has no FCALL: run the library as scripts
 	watch     *watcher    // deny-cache invalidations between instances
+
+	wall func() time.Time // the clock calendar periods are found around when Redis's decides; nil: time.Now
 
 	waitReplicas int           // WithWaitReplicas; 0: off
 	waitTimeout  time.Duration // WithWaitReplicas
@@ -212,10 +215,19 @@ func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) *RedisStor
 // Key returns the Redis key that a limiter's decisions on key under
 // policy use with SlidingLog: <prefix>:<policy>:{<key>}, the key hashed
 // first when it is over 128 bytes. Under SlidingBuckets the Redis key has
-// ":b" appended, and the leases of an InFlight policy ":lease" (same hash
-// slot).
+// ":b" appended; a lockout (Policy.Lockout) is kept under ":l" appended,
+// the counts of calendar rules (Rule.Calendar) under ":c" and the leases
+// of an InFlight policy under ":lease", all in the same hash slot.
 func (s *RedisStore) Key(policy, key string) string {
 	return s.redisKey(policy, boundKey(key))
+}
+
+// wallNow returns this process's clock in µs.
+func (s *RedisStore) wallNow() int64 {
+	if s.wall != nil {
+		return s.wall().UnixMicro()
+	}
+	return time.Now().UnixMicro()
 }
 
 func (s *RedisStore) redisKey(policy, bounded string) string {
@@ -245,7 +257,7 @@ func (s *RedisStore) result(ctx context.Context, q *Query, op byte) (Result, err
 	if err != nil {
 		return Result{}, err
 	}
-	return Result{Allowed: allowed, At: at, Rules: append([]RuleState(nil), st.slice()...)}, nil
+	return Result{Allowed: allowed, At: at, Rules: append([]RuleState(nil), st.slice()...), LockedFor: st.lock}, nil
 }
 
 // Refund implements [Store].
@@ -268,7 +280,30 @@ func (s *RedisStore) decide(ctx context.Context, deadline time.Time, q *Query, o
 	c.key = s.keyOf(q)
 	c.cap = q.Keep
 	for _, r := range q.Rules {
+		if r.Calendar != 0 {
+			if r.Calendar > Month {
+				putCall(c)
+				return false, 0, fmt.Errorf("ratekit: redis store: %w", checkCalendars(q.Rules))
+			}
+			c.more = true
+			continue
+		}
 		c.cap = max(c.cap, r.Limit)
+	}
+	if q.Lockout.For > 0 {
+		c.more, c.lock = true, q.Lockout
+	}
+	if c.more {
+		switch {
+		case op == opRefund:
+			c.cal = at
+		case q.Now != 0:
+			c.cal = q.Now
+		default:
+			// The server's clock decides: the script picks the period by
+			// it from boundaries around this one's.
+			c.cal = s.wallNow()
+		}
 	}
 	if q.Algorithm == SlidingBuckets {
 		c.bw = make([]int64, len(q.Rules))
@@ -311,7 +346,7 @@ func (s *RedisStore) Reset(ctx context.Context, q Query) error {
 	_, err := bounded(ctx, s.honorsCtx, func() (struct{}, error) {
 		// Then every instance forgets its cached denials of the key.
 		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			p.Del(ctx, k, k+":b", k+":lease")
+			p.Del(ctx, k, k+":b", k+":l", k+":c", k+":lease")
 			p.Publish(ctx, s.watch.channel, k)
 			return nil
 		})
@@ -468,7 +503,9 @@ type batchCmd struct {
 // Cluster) per slot, in the order the calls came.
 func (s *RedisStore) commands(ctx context.Context, calls []*rcall) []batchCmd {
 	if len(calls) == 1 {
-		return []batchCmd{{cmd: s.command(ctx, calls, false, false), calls: calls}}
+		c := calls[0]
+		c.one[0] = batchCmd{cmd: s.command(ctx, calls, false, false), calls: calls}
+		return c.one[:]
 	}
 	var groups []batchCmd
 	for _, c := range calls {
@@ -502,12 +539,22 @@ func (s *RedisStore) command(ctx context.Context, calls []*rcall, script, eval b
 	if calls[0].algo == SlidingBuckets {
 		sc, src, fn = bucketsScript, bucketsSource, fnBuckets
 	}
-	size := 0
-	for _, c := range calls {
-		size += 8 * (7 + 3*len(c.rules))
+	// The first call's buffers carry the command: go-redis is done with
+	// them when the flight is, and a call whose caller gave up stays
+	// with its flight, out of the pool.
+	lead := calls[0]
+	blob, args := lead.blob.b[:0], lead.args[:0]
+	if len(calls) > 1 {
+		size := 0
+		for _, c := range calls {
+			size += 8 * (7 + 3*len(c.rules))
+			if c.more {
+				size += 8 * (3 + 6*len(c.rules))
+			}
+		}
+		blob = slices.Grow(blob, size)
+		args = slices.Grow(args, 5+len(calls))
 	}
-	blob := make([]byte, 0, size)
-	args := make([]any, 0, 4+len(calls))
 	switch {
 	case !script && !s.scripts.Load():
 		args = append(args, "fcall", fn)
@@ -519,12 +566,20 @@ func (s *RedisStore) command(ctx context.Context, calls []*rcall, script, eval b
 	args = append(args, len(calls))
 	for _, c := range calls {
 		args = append(args, c.key)
-		blob = appendFloat(blob, float64(c.op), float64(c.n))
+		op, nr := c.op, len(c.rules)
+		if c.more {
+			op += opMore
+			nr -= calendarRules(c.rules)
+		}
+		blob = appendFloat(blob, float64(op), float64(c.n))
 		if c.algo == SlidingLog {
 			blob = appendFloat(blob, float64(c.cap))
 		}
-		blob = appendFloat(blob, float64(c.now), float64(len(c.rules)))
+		blob = appendFloat(blob, float64(c.now), float64(nr))
 		for i, r := range c.rules {
+			if r.Calendar != 0 {
+				continue
+			}
 			blob = appendFloat(blob, float64(r.Limit), float64(r.Window.Microseconds()))
 			if c.algo == SlidingBuckets {
 				blob = appendFloat(blob, float64(c.bw[i]))
@@ -533,12 +588,41 @@ func (s *RedisStore) command(ctx context.Context, calls []*rcall, script, eval b
 		if c.op == opRefund {
 			blob = appendFloat(blob, float64(c.at))
 		}
+		if c.more {
+			blob = c.appendMore(blob)
+		}
 	}
-	args = append(args, blob)
+	lead.blob.b = blob
+	args = append(args, &lead.blob)
 	if calls[0].op == opRefund || hasRefund(calls) {
 		args = append(args, s.watch.channel)
 	}
+	lead.args = args
 	return noRetry{redis.NewStringCmd(ctx, args...)}
+}
+
+// appendMore packs the lockout and calendar rules of c (see redis.lua).
+func (c *rcall) appendMore(b []byte) []byte {
+	b = appendFloat(b, float64(c.lock.For.Microseconds()), float64(c.lock.Max.Microseconds()), float64(calendarRules(c.rules)))
+	for _, r := range c.rules {
+		if r.Calendar == 0 {
+			continue
+		}
+		bd := r.Calendar.bounds(r.Location, c.cal)
+		b = appendFloat(b, float64(r.Limit), float64(r.Calendar), float64(bd[0]), float64(bd[1]), float64(bd[2]), float64(bd[3]))
+	}
+	return b
+}
+
+// calendarRules returns how many of rules are calendar rules.
+func calendarRules(rules []Rule) int {
+	n := 0
+	for i := range rules {
+		if rules[i].Calendar != 0 {
+			n++
+		}
+	}
+	return n
 }
 
 func hasRefund(calls []*rcall) bool {
@@ -602,16 +686,29 @@ func (b *batchCmd) answer() {
 		if len(c.rules) > inlineRules {
 			more = make([]RuleState, len(c.rules))
 		}
+		rs := c.states.a[:]
+		if more != nil {
+			rs = more
+		}
 		for i, rl := range c.rules {
-			st := RuleState{Limit: rl.Limit, Window: rl.Window, Used: int64(next()),
-				RetryAfter: time.Duration(next()) * time.Microsecond, ResetAfter: time.Duration(next()) * time.Microsecond}
-			if more != nil {
-				more[i] = st
-			} else {
-				c.states.a[i] = st
+			if rl.Calendar != 0 {
+				continue // after the sliding rules
 			}
+			rs[i] = RuleState{Limit: rl.Limit, Window: rl.Window, Used: int64(next()),
+				RetryAfter: time.Duration(next()) * time.Microsecond, ResetAfter: time.Duration(next()) * time.Microsecond}
 		}
 		c.states.more = more
+		c.states.lock = 0
+		if c.more {
+			for i, rl := range c.rules {
+				if rl.Calendar != 0 {
+					rs[i] = RuleState{Limit: rl.Limit, Calendar: rl.Calendar, Used: int64(next()),
+						RetryAfter: time.Duration(next()) * time.Microsecond, ResetAfter: time.Duration(next()) * time.Microsecond,
+						Window: time.Duration(next()) * time.Microsecond}
+				}
+			}
+			c.states.lock = time.Duration(next()) * time.Microsecond
+		}
 		if err != nil {
 			c.err = err
 		}
@@ -635,6 +732,8 @@ func (s *RedisStore) runAndWait(ctx context.Context, c *rcall) {
 	// be writing the copy's answer after bounded has returned.
 	w := &rcall{}
 	*w = *c
+	// Nor does the copy share the buffers c takes back to the pool.
+	w.args, w.blob, w.dctx = nil, blob{}, nil
 	done, _ := bounded(ctx, s.honorsCtx, func() (*rcall, error) {
 		c := w
 		var node *redis.Client

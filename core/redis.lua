@@ -45,6 +45,195 @@ local function failed(err)
 end
 
 -- ======================================================================
+-- Lockouts and calendar rules, for the policies that have them: their
+-- decisions have MORE added to op and, after the sliding rules (and the
+-- refund's time), the lockout's length and cap in µs (0, 0 for none),
+-- the number of calendar rules and per calendar rule its limit, its kind
+-- (1 day, 2 week, 3 month) and four period boundaries in µs: the start of
+-- the period before the caller's time, of the caller's period, its end
+-- and the next period's end, computed by the caller (Lua knows no time
+-- zones). The decision picks from them the period that holds its own
+-- time, so a boundary is exact to the server's clock.
+--
+-- Next to the key of its windows, <base> (the SlidingLog key; the
+-- SlidingBuckets key is <base>:b), a key keeps:
+--   <base>:l  its lockout, two doubles: the time it ends and the
+--             offences so far; it expires when the offences are
+--             forgotten (when the lockout ends, unless it grows);
+--   <base>:c  a HASH of the units admitted per calendar period, field
+--             '<kind letter><start>:<end>'; a new period's field drops
+--             those of ended periods, and the key expires when its last
+--             period ends.
+-- Their reply has, after the sliding rules' states, per calendar rule the
+-- units used, the wait, the time until its period ends and the period's
+-- length, then the time the lockout has left (0: none).
+local MORE = 8
+local KIND = {'d', 'w', 'm'}
+
+
+-- readMore reads a decision's lockout and calendar rules.
+local function readMore(blob, pos)
+  local lfor, lmax, nc
+  lfor, lmax, nc, pos = sunpack('<ddd', blob, pos)
+  local cals = {}
+  for i = 1, nc do
+    local l, kind, b0, b1, b2, b3
+    l, kind, b0, b1, b2, b3, pos = sunpack('<dddddd', blob, pos)
+    cals[i] = {l, kind, b0, b1, b2, b3}
+  end
+  return {lfor = lfor, lmax = lmax, cals = cals}, pos
+end
+
+-- period sets the calendar rule c's period at time t and its field.
+local function period(c, t)
+  if t < c[4] then
+    c.s, c.e = c[3], c[4]
+  elseif t < c[5] then
+    c.s, c.e = c[4], c[5]
+  else
+    c.s, c.e = c[5], c[6]
+  end
+  c.f = KIND[c[2]] .. int(c.s) .. ':' .. int(c.e)
+end
+
+-- lag returns how far, in ms, the client's clock runs behind the
+-- server's: a key written in client time lives that much longer.
+local function lag(cnow)
+  if cnow == 0 then return 0 end
+  local l = ceil((servertime() - cnow) / 1000)
+  if l > 0 then return l end
+  return 0
+end
+
+-- calRead reads the calendar rules' units at now; it reports whether n
+-- more fit them all.
+local function calRead(ck, cals, n, now)
+  local fields = {}
+  for i, c in ipairs(cals) do
+    period(c, now)
+    fields[i] = c.f
+  end
+  local got = call('HMGET', ck, unpack(fields))
+  local fits = true
+  for i, c in ipairs(cals) do
+    local u = tonumber(got[i]) or 0
+    c.used, c.retry = u, 0
+    if u + n > c[1] then
+      fits = false
+      c.retry = c.e - now
+    end
+  end
+  return fits
+end
+
+-- calAdd counts n units in the calendar rules' periods read by calRead.
+local function calAdd(ck, cals, n, now, cnow)
+  local fresh = false
+  for _, c in ipairs(cals) do
+    if call('HINCRBY', ck, c.f, n) == n then fresh = true end
+    c.used = c.used + n
+  end
+  if not fresh then return end
+  -- A new period: drop those that have ended; the key lives until the
+  -- last one ends.
+  local last, stale = now, {}
+  for _, f in ipairs(call('HKEYS', ck)) do
+    local e = tonumber(string.match(f, ':(%d+)$'))
+    if not e or e <= now then
+      stale[#stale + 1] = f
+    elseif e > last then
+      last = e
+    end
+  end
+  if #stale > 0 then call('HDEL', ck, unpack(stale)) end
+  call('PEXPIRE', ck, format('%d', ceil((last - now) / 1000) + 1 + lag(cnow)))
+end
+
+-- calRefund gives n units back to the periods that held time at.
+local function calRefund(ck, cals, n, at)
+  for _, c in ipairs(cals) do
+    period(c, at)
+    if call('HEXISTS', ck, c.f) == 1 and call('HINCRBY', ck, c.f, -n) <= 0 then
+      call('HDEL', ck, c.f)
+    end
+  end
+end
+
+-- lockout locks the key out from now after off earlier offences and
+-- returns for how long: lfor, doubled per offence up to lmax when lmax
+-- is above lfor.
+local function lockout(lk, m, now, cnow, off)
+  local d = m.lfor
+  local keep = d
+  if m.lmax > m.lfor then
+    for _ = 1, off do
+      if d >= m.lmax / 2 then
+        d = m.lmax
+        break
+      end
+      d = d * 2
+    end
+    keep = d + m.lmax
+  end
+  if off < 62 then off = off + 1 end
+  call('SET', lk, pack('<dd', now + d, off), 'PX', format('%d', ceil(keep / 1000) + 1 + lag(cnow)))
+  return d
+end
+
+-- runMore decides for a policy with a lockout or calendar rules, on the
+-- keys of base. slide(op) decides the sliding rules (nr of them) and
+-- returns its packed answer and whether they admit: a key locked out, or
+-- a calendar rule without room, has them peeked at.
+local function runMore(base, op, n, now, cnow, at, m, slide, nr)
+  local lk, ck = base .. ':l', base .. ':c'
+  local cals = m.cals
+  if op == 2 then
+    local res = pack('<dd', 1, at)
+    if nr > 0 then res = slide(2) end
+    if #cals > 0 then
+      calRefund(ck, cals, n, at)
+      if channel then call('PUBLISH', channel, base) end
+    end
+    return res
+  end
+  local untl, off = 0, 0
+  if m.lfor > 0 then
+    local v = call('GET', lk)
+    if v and #v == 16 then
+      untl, off = sunpack('<dd', v)
+      -- Offences are forgotten lmax after the last lockout ended, in the
+      -- decisions' time (the key's TTL runs on the server's).
+      if m.lmax <= m.lfor or untl + m.lmax <= now then off = 0 end
+    end
+  end
+  local locked = untl > now
+  local fits = true
+  if #cals > 0 then fits = calRead(ck, cals, n, now) end
+  local sop = op
+  if locked or not fits then sop = 0 end
+  local t, body, ok = now, '', 1
+  if nr > 0 then
+    local res
+    res, ok = slide(sop)
+    t, body = sunpack('<d', res, 9), sub(res, 17)
+  end
+  local allowed = not locked and fits and ok == 1
+  if op == 1 and allowed and #cals > 0 then calAdd(ck, cals, n, now, cnow) end
+  local lock = 0
+  if locked then
+    lock = untl - now
+  elseif op == 1 and not allowed and m.lfor > 0 then
+    lock = lockout(lk, m, now, cnow, off)
+  end
+  local out = {pack('<dd', allowed and 1 or 0, t), body}
+  for _, c in ipairs(cals) do
+    out[#out + 1] = pack('<dddd', c.used, c.retry, c.e - now, c.e - c.s)
+  end
+  out[#out + 1] = pack('<d', lock)
+  return table.concat(out)
+end
+
+-- ======================================================================
 -- ratekit sliding-window log: a batch of decisions in one call.
 --
 -- Each key is a string of little-endian doubles: a header, then the
@@ -276,7 +465,7 @@ local function decide(op, n, keep, now, cnow, nr, maxw, at)
   if nr == 1 then
     local reset = 0
     if used[1] > 0 then reset = newest + windows[1] - now end
-    return pack('<ddddd', allowed, t, used[1], retry[1], reset)
+    return pack('<ddddd', allowed, t, used[1], retry[1], reset), allowed
   end
   local out = pack('<dd', allowed, t)
   for i = 1, nr do
@@ -284,7 +473,7 @@ local function decide(op, n, keep, now, cnow, nr, maxw, at)
     if used[i] > 0 then reset = newest + windows[i] - now end
     out = out .. pack('<ddd', used[i], retry[i], reset)
   end
-  return out
+  return out, allowed
 end
 
 local function run(k, op, n, keep, now, cnow, nr, maxw, at)
@@ -314,6 +503,12 @@ register('log', function(keys, args)
   for d = 1, #keys do
     local op, n, keep, cnow, nr, l1, w1
     op, n, keep, cnow, nr, l1, w1, pos = sunpack('<ddddddd', blob, pos)
+    local more = op >= MORE
+    if more then
+      op = op - MORE
+      -- Without sliding rules, l1 and w1 were what follows.
+      if nr == 0 then pos = pos - 16 end
+    end
     limits[1], windows[1] = l1, w1
     local maxw = w1
     for i = 2, nr do
@@ -327,8 +522,20 @@ register('log', function(keys, args)
     local now = cnow
     if now == 0 then now = servertime() end
     local k = keys[d]
-    local ok, res = pcall(run, k, op, n, keep, now, cnow, nr, maxw, at)
-    if not ok and migrate(k) then ok, res = pcall(run, k, op, n, keep, now, cnow, nr, maxw, at) end
+    local ok, res
+    if more then
+      local m
+      m, pos = readMore(blob, pos)
+      local function slide(sop)
+        load(k)
+        return decide(sop, n, keep, now, cnow, nr, maxw, at)
+      end
+      ok, res = pcall(runMore, k, op, n, now, cnow, at, m, slide, nr)
+      if not ok and migrate(k) then ok, res = pcall(runMore, k, op, n, now, cnow, at, m, slide, nr) end
+    else
+      ok, res = pcall(run, k, op, n, keep, now, cnow, nr, maxw, at)
+      if not ok and migrate(k) then ok, res = pcall(run, k, op, n, keep, now, cnow, nr, maxw, at) end
+    end
     if not ok then res = failed(res) end
     out[d] = res
   end
@@ -374,7 +581,7 @@ local function decideBuckets(key, op, n, now, cnow, rules, at)
     end
     -- Every instance forgets its cached denials of the key.
     if channel then call('PUBLISH', channel, key) end
-    return pack('<dd', 1, at)
+    return pack('<dd', 1, at), 1
   end
   -- The live buckets of each width: the oldest a rule of that width can
   -- still count is floor((now - w) / g), for its longest window.
@@ -471,7 +678,7 @@ local function decideBuckets(key, op, n, now, cnow, rules, at)
     end
     out[#out + 1] = pack('<ddd', used[i], retry[i], reset)
   end
-  return table.concat(out)
+  return table.concat(out), allowed
 end
 
 register('buckets', function(keys, args)
@@ -483,6 +690,8 @@ register('buckets', function(keys, args)
   for d = 1, #keys do
     local op, n, cnow, nr
     op, n, cnow, nr, pos = sunpack('<dddd', blob, pos)
+    local more = op >= MORE
+    if more then op = op - MORE end
     local rules = {}
     for i = 1, nr do
       local l, w, g
@@ -493,7 +702,16 @@ register('buckets', function(keys, args)
     if op == 2 then at, pos = sunpack('<d', blob, pos) end
     local now = cnow
     if now == 0 then now = servertime() end
-    local ok, res = pcall(decideBuckets, keys[d], op, n, now, cnow, rules, at)
+    local ok, res
+    if more then
+      local m
+      m, pos = readMore(blob, pos)
+      local k = keys[d]
+      local function slide(sop) return decideBuckets(k, sop, n, now, cnow, rules, at) end
+      ok, res = pcall(runMore, sub(k, 1, -3), op, n, now, cnow, at, m, slide, nr)
+    else
+      ok, res = pcall(decideBuckets, keys[d], op, n, now, cnow, rules, at)
+    end
     if not ok then res = failed(res) end
     out[#out + 1] = res
   end

@@ -22,6 +22,9 @@ type rcall struct {
 	rules []Rule
 	bw    []int64   // SlidingBuckets: bucket width per rule, µs
 	lease leaseArgs // leases: at is the lease's first seq
+	more  bool      // a lockout or calendar rules (see redis.lua)
+	lock  Lockout   // the policy's lockout
+	cal   int64     // calendar rules' periods are found around this time, µs
 
 	// The answer.
 	allowed bool
@@ -32,6 +35,15 @@ type rcall struct {
 	done     chan struct{} // receives once when the answer is in
 	deadline time.Time     // the caller's deadline; zero: none
 	timer    *time.Timer   // the caller's wait for deadline; stopped
+
+	// The memory of the script call this call leads (the first call of
+	// its flight or group), kept from one use to the next so that a
+	// decision allocates none of it.
+	args []any
+	blob blob
+	self [1]*rcall    // the call, as a flight of one
+	one  [1]batchCmd  // its command, for a flight of one
+	dctx *deadlineCtx // its deadline, for a flight of one; made on first use
 }
 
 var rcallPool = sync.Pool{New: func() any {
@@ -42,11 +54,116 @@ var rcallPool = sync.Pool{New: func() any {
 
 func getCall() *rcall { return rcallPool.Get().(*rcall) }
 
+// maxKeptBlob bounds the packed arguments a pooled call keeps.
+const maxKeptBlob = 4096
+
 // putCall returns a call the caller has received the answer of.
 func putCall(c *rcall) {
-	done, timer := c.done, c.timer
-	*c = rcall{done: done, timer: timer}
+	done, timer, args, b := c.done, c.timer, c.args, c.blob.b
+	dctx := c.dctx // disarmed by the flight
+	clear(args)
+	if cap(b) > maxKeptBlob {
+		b = nil
+	}
+	*c = rcall{done: done, timer: timer, args: args[:0], blob: blob{b[:0]}, dctx: dctx}
 	rcallPool.Put(c)
+}
+
+// blob is the packed arguments of a script call. go-redis writes it
+// through MarshalBinary, so that a pointer to a pooled one is an argument
+// that costs no allocation.
+type blob struct{ b []byte }
+
+// MarshalBinary returns the packed arguments.
+func (b *blob) MarshalBinary() ([]byte, error) { return b.b, nil }
+
+// deadlineCtx is a context with an earlier deadline than its parent,
+// reused from call to call so that a decision allocates none of what
+// context.WithDeadline costs (a timer, a channel, four allocations). The
+// client's I/O deadlines come from Deadline; Done closes at the deadline
+// once asked for (go-redis asks when it waits for a free connection) by a
+// timer and a channel that are kept while they do not fire. Done does not
+// follow the parent's cancellation: the deadline, never later than the
+// limiter's timeout, bounds every wait. Err does report the parent's
+// end. A deadlineCtx is armed by withDeadline and must be disarmed before
+// it is reused.
+type deadlineCtx struct {
+	context.Context
+	deadline time.Time
+
+	mu    sync.Mutex
+	ch    chan struct{} // closed at the deadline while armed; nil once closed
+	timer *time.Timer   // runs expire
+	armed bool          // the timer runs for this use
+}
+
+// Deadline returns the deadline.
+func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// Done returns a channel closed at the deadline.
+func (c *deadlineCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.armed {
+		if c.ch == nil {
+			c.ch = make(chan struct{})
+		}
+		d := time.Until(c.deadline)
+		if c.timer == nil {
+			c.timer = time.AfterFunc(d, c.expire)
+		} else {
+			c.timer.Reset(d)
+		}
+		c.armed = true
+	}
+	return c.ch
+}
+
+// expire closes the channel of an armed use whose deadline has passed; a
+// late run of the timer of an earlier use finds the deadline ahead.
+func (c *deadlineCtx) expire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.armed && c.ch != nil && !time.Now().Before(c.deadline) {
+		close(c.ch)
+		c.ch = nil
+	}
+}
+
+// disarm ends a use: the timer stops, and a channel that did not close
+// is kept for the next use.
+func (c *deadlineCtx) disarm() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.armed {
+		c.timer.Stop()
+		c.armed = false
+	}
+	c.Context = nil
+}
+
+// Err returns the parent's error, or DeadlineExceeded once the deadline
+// has passed.
+func (c *deadlineCtx) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	if !time.Now().Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// withDeadline returns ctx bounded by deadline (zero: none) in dc, or ctx
+// itself when its own deadline comes first. Disarm dc after the use.
+func withDeadline(ctx context.Context, deadline time.Time, dc *deadlineCtx) context.Context {
+	if d, ok := ctx.Deadline(); deadline.IsZero() || ok && !deadline.Before(d) {
+		return ctx
+	}
+	dc.mu.Lock()
+	dc.Context, dc.deadline = ctx, deadline
+	dc.mu.Unlock()
+	return dc
 }
 
 // Store operations.
@@ -54,6 +171,10 @@ const (
 	opPeek   = 0
 	opTake   = 1
 	opRefund = 2
+
+	// opMore is added to the op of a decision that carries a lockout or
+	// calendar rules.
+	opMore = 8
 )
 
 // batcher sends the calls of a RedisStore. A call arriving while fewer
@@ -98,13 +219,12 @@ func (b *batcher) do(ctx context.Context, deadline time.Time, c *rcall) error {
 	if b.s.honorsCtx && b.direct < b.maxDirect && len(b.queue) == 0 {
 		b.direct++
 		b.mu.Unlock()
-		fctx := ctx
-		if d, ok := ctx.Deadline(); !deadline.IsZero() && (!ok || deadline.Before(d)) {
-			var cancel context.CancelFunc
-			fctx, cancel = context.WithDeadline(ctx, deadline)
-			defer cancel()
+		c.self[0] = c
+		if c.dctx == nil {
+			c.dctx = new(deadlineCtx)
 		}
-		b.s.flight(fctx, []*rcall{c})
+		b.s.flight(withDeadline(ctx, deadline, c.dctx), c.self[:])
+		c.dctx.disarm()
 		b.mu.Lock()
 		b.direct--
 		b.kick()
@@ -157,6 +277,7 @@ func (b *batcher) flush() {
 	idle := time.NewTimer(flusherIdle)
 	defer idle.Stop()
 	var batch []*rcall // reused from one batch to the next
+	dc := new(deadlineCtx)
 	for {
 		b.mu.Lock()
 		if n := len(b.queue); n > 0 {
@@ -166,7 +287,7 @@ func (b *batcher) flush() {
 			clear(b.queue[rest:])
 			b.queue = b.queue[:rest]
 			b.mu.Unlock()
-			b.send(batch)
+			b.send(batch, dc)
 			clear(batch) // the calls go back to their callers
 			continue
 		}
@@ -192,8 +313,8 @@ func (b *batcher) flush() {
 
 // send runs one flight for batch, bounded by the latest deadline of its
 // callers (each caller still waits only until its own), and hands every
-// caller its answer.
-func (b *batcher) send(batch []*rcall) {
+// caller its answer. dc is the flusher's, reused from flight to flight.
+func (b *batcher) send(batch []*rcall, dc *deadlineCtx) {
 	var deadline time.Time
 	for _, c := range batch {
 		if c.deadline.IsZero() {
@@ -205,12 +326,10 @@ func (b *batcher) send(batch []*rcall) {
 		}
 	}
 	ctx := context.Background()
-	if !deadline.IsZero() && b.s.honorsCtx {
+	if b.s.honorsCtx {
 		// A client that ignores ctx keeps to its own timeouts; the
 		// callers wait by their own deadlines either way.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
+		ctx = withDeadline(ctx, deadline, dc)
 	}
 	// Calls whose callers have given up are not sent.
 	now := time.Now()
@@ -226,6 +345,7 @@ func (b *batcher) send(batch []*rcall) {
 	if len(live) > 0 {
 		b.s.flight(ctx, live)
 	}
+	dc.disarm()
 	for _, c := range live {
 		c.done <- struct{}{}
 	}

@@ -73,8 +73,19 @@ func mustLimit(t *testing.T, store core.Store, p core.Policy, opts ...core.Optio
 	return l
 }
 
-// scores returns the scores of a sorted set, oldest first, in
-// microseconds.
+// warm readies store for a test that times its calls: a decision with a
+// generous timeout opens a connection and loads the library, so that the
+// test's first decision under the 20 ms default pays for neither on a
+// busy machine.
+func warm(t *testing.T, store core.Store) {
+	t.Helper()
+	l := mustLimit(t, store, core.Policy{Name: "warm-up", Rules: []core.Rule{{Limit: 1, Window: time.Second}}},
+		core.WithTimeout(5*time.Second))
+	if d, err := l.Allow(context.Background(), "warm-up"); err != nil || d.Source != core.SourceStore {
+		t.Fatalf("warming the store: Allow = %+v, %v; want a decision of the store", d, err)
+	}
+}
+
 // scores returns the admission times a SlidingLog key holds, in µs: the
 // key is a string of little-endian float64s, a header (the TTL's end, the
 // number of hints h and h hints) then the entries.
@@ -150,6 +161,47 @@ func (s *recStore) results() []core.Result {
 	return slices.Clone(s.takes)
 }
 
+// hammerRedis runs instances limiters of p, each on its own client of
+// srv, with goroutines each sending each Allow(key) at once from one
+// start; it fails t on an error or a fallback decision (a generous
+// timeout keeps the store deciding under -race on 2 cores), passes every
+// denial to denied when it is not nil, and returns how many were allowed.
+func hammerRedis(t *testing.T, srv *redistest.Server, p core.Policy, instances, goroutines, each int, key string,
+	denied func(core.Decision)) int64 {
+	t.Helper()
+	var allowed, fallbacks atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range instances {
+		l := mustLimit(t, core.NewRedisStore(srv.Client(t)), p, core.WithTimeout(2*time.Second))
+		for range goroutines {
+			wg.Go(func() {
+				<-start
+				for range each {
+					d, err := l.Allow(context.Background(), key)
+					switch {
+					case err != nil:
+						t.Errorf("Allow(%s): %v", key, err)
+						return
+					case d.Source.Fallback():
+						fallbacks.Add(1)
+					case d.Allowed:
+						allowed.Add(1)
+					case denied != nil:
+						denied(d)
+					}
+				}
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	if got := fallbacks.Load(); got != 0 {
+		t.Errorf("%d decisions were fallbacks, want 0: the store must decide every one", got)
+	}
+	return allowed.Load()
+}
+
 // TestRedisExactness: 4 app instances (4 limiters on 4 clients) with 64
 // goroutines each on one key admit exactly the limit between them.
 func TestRedisExactness(t *testing.T) {
@@ -162,40 +214,10 @@ func TestRedisExactness(t *testing.T) {
 	)
 	srv := redistest.Start(t)
 	p := core.Policy{Name: "exact", Rules: []core.Rule{{Limit: limit, Window: window}}}
-	var allowed, fallbacks atomic.Int64
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for range instances {
-		// A generous timeout: under -race on 2 cores a 20 ms timeout would
-		// fall back locally and the count would mean nothing.
-		l := mustLimit(t, core.NewRedisStore(srv.Client(t)), p, core.WithTimeout(2*time.Second))
-		for range goroutines {
-			wg.Go(func() {
-				<-start
-				for range each {
-					d, err := l.Allow(context.Background(), "k")
-					if err != nil {
-						t.Errorf("Allow(k): %v", err)
-						return
-					}
-					if d.Source.Fallback() {
-						fallbacks.Add(1)
-					}
-					if d.Allowed {
-						allowed.Add(1)
-					}
-				}
-			})
-		}
-	}
-	close(start)
-	wg.Wait()
-	if got := fallbacks.Load(); got != 0 {
-		t.Errorf("%d decisions were fallbacks, want 0: the store must decide every one", got)
-	}
-	if got := allowed.Load(); got != limit {
+	allowed := hammerRedis(t, srv, p, instances, goroutines, each, "k", nil)
+	if allowed != limit {
 		t.Errorf("%d instances x %d goroutines x %d Allow(k) with Limit %d: %d allowed, want exactly %d",
-			instances, goroutines, each, limit, got, limit)
+			instances, goroutines, each, limit, allowed, limit)
 	}
 	key := core.NewRedisStore(srv.Client(t)).Key(p.Name, "k")
 	if got := zcard(t, srv.Client(t), key); got != limit {
@@ -518,6 +540,7 @@ func TestRedisTimeoutWhilePaused(t *testing.T) {
 	const pause = 2 * time.Second
 	srv := redistest.Start(t)
 	store := core.NewRedisStore(srv.Client(t)) // default options: go-redis ignores deadlines
+	warm(t, store)
 	obs := &eventLog{}
 	p := core.Policy{Name: "paused", Rules: []core.Rule{{Limit: 3, Window: time.Minute}}}
 	withBreaker := mustLimit(t, store, p, core.WithObserver(obs))
@@ -698,6 +721,38 @@ func verifyNoLeaks(t *testing.T, opts ...goleak.Option) {
 	}
 }
 
+// TestRedisPoolExhausted: with every connection of the client's pool
+// held elsewhere, a decision still returns within the limiter's timeout,
+// decided locally, alone or with others in flight: the deadline bounds the
+// wait for a connection, not go-redis's PoolTimeout.
+func TestRedisPoolExhausted(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 1, PoolTimeout: 3 * time.Second, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	store := core.NewRedisStore(rdb)
+	warm(t, store)
+	l := mustLimit(t, store, core.Policy{Name: "pool", Rules: []core.Rule{{Limit: 100, Window: time.Minute}}}, core.WithBreaker(0, 0))
+	conn := rdb.Conn() // holds the pool's only connection
+	t.Cleanup(func() { _ = conn.Close() })
+	if err := conn.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	check := func(key string) {
+		start := time.Now()
+		d, err := l.Allow(context.Background(), key)
+		if lat := time.Since(start); err != nil || d.Source != core.SourceLocal || lat > core.DefaultTimeout+latencyMargin {
+			t.Errorf("Allow(%s) with the pool exhausted = %+v, %v after %v; want decided locally within the %v timeout",
+				key, d, err, lat, core.DefaultTimeout)
+		}
+	}
+	check("alone")
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() { check(fmt.Sprintf("k%d", i)) })
+	}
+	wg.Wait()
+}
+
 // TestRedisDown stops Redis mid-test under each failure policy: decisions
 // behave as the policy says within the timeout, the breaker then answers
 // without calling Redis, decisions come from Redis again once it is back,
@@ -734,7 +789,9 @@ func TestRedisDown(t *testing.T) {
 			hook := &countHook{}
 			rdb.AddHook(hook)
 			obs := &eventLog{}
-			l := mustLimit(t, core.NewRedisStore(rdb), core.Policy{Name: "down", Rules: []core.Rule{{Limit: limit, Window: time.Minute}}},
+			store := core.NewRedisStore(rdb)
+			warm(t, store)
+			l := mustLimit(t, store, core.Policy{Name: "down", Rules: []core.Rule{{Limit: limit, Window: time.Minute}}},
 				core.WithFailurePolicy(tc.policy), core.WithBreaker(5, cooldown), core.WithObserver(obs))
 			ctx := context.Background()
 			if d, err := l.Allow(ctx, "warm"); err != nil || d.Source != core.SourceStore {
@@ -827,7 +884,8 @@ func TestRedisLibraryReload(t *testing.T) {
 			rdb := srv.Client(t)
 			store := core.NewRedisStore(rdb)
 			p := core.Policy{Name: "flush", Rules: []core.Rule{{Limit: 10, Window: time.Minute}}}
-			l := mustLimit(t, store, p)
+			// A reload is two round trips: give them time on a busy machine.
+			l := mustLimit(t, store, p, core.WithTimeout(2*time.Second))
 			ctx := context.Background()
 			d1, err := l.Allow(ctx, "k")
 			if err != nil || d1.Source != core.SourceStore {

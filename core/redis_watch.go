@@ -142,3 +142,34 @@ func (s *RedisStore) parseKey(rk string) (policy, key string, ok bool) {
 	key, ok = strings.CutSuffix(rest, "}")
 	return policy, key, ok
 }
+
+// redisOps is what a Limiter asks of a RedisStore beyond [Store]. The
+// Limiter finds it by an assertion to this interface, not to
+// *RedisStore, so that a program that never makes a RedisStore does not
+// link the Redis client.
+type redisOps interface {
+	decideValue(ctx context.Context, deadline time.Time, q Query, op byte) (allowed bool, when int64, st states, err error)
+	leaseOp(ctx context.Context, policy, key string, op byte, ls *leaseSet, seq, n, now int64) (allowed bool, used int64, err error)
+	leaseCall(policy, key string, op byte, ls *leaseSet, seq, n, now int64) *rcall
+	flight(ctx context.Context, calls []*rcall)
+	publishTier(ctx context.Context, policy, key string) error
+	isCluster() bool
+	watchDenials(policy string, c *denyCache)
+	watchTiers(policy string, ts *tierSet)
+}
+
+func (s *RedisStore) isCluster() bool { return s.cluster }
+
+// decideValue is decide for a Limiter, with the query and the states
+// passed by value.
+func (s *RedisStore) decideValue(ctx context.Context, deadline time.Time, q Query, op byte) (allowed bool, when int64, st states, err error) {
+	allowed, when, err = s.decide(ctx, deadline, &q, op, 0, &st)
+	return allowed, when, st, err
+}
+
+// watchDenials makes reset and refund messages from every instance
+// reach c, the deny cache of policy.
+func (s *RedisStore) watchDenials(policy string, c *denyCache) { s.watch.add(policy, c) }
+
+// watchTiers makes tier invalidations from every instance reach ts.
+func (s *RedisStore) watchTiers(policy string, ts *tierSet) { s.watch.addTiers(policy, ts) }

@@ -31,7 +31,8 @@ func newShardSet(p Policy) *shardSet {
 	for i := range s.shares {
 		rs := make([]Rule, len(p.Rules))
 		for j, r := range p.Rules {
-			rs[j] = Rule{Limit: share(r.Limit, p.Shards, i), Window: r.Window}
+			r.Limit = share(r.Limit, p.Shards, i)
+			rs[j] = r
 		}
 		s.shares[i] = rs
 	}

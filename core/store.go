@@ -8,7 +8,9 @@ import (
 // Store keeps the sliding windows of every (policy, key) pair. [RedisStore]
 // shares them between app instances; [MemoryStore] keeps them in one
 // process. Users may bring their own Store: it must decide each Take
-// atomically, so that concurrent calls never admit more than a rule allows.
+// atomically, so that concurrent calls never admit more than a rule allows,
+// and keep calendar rules ([Rule].Calendar) and lockouts ([Query].Lockout)
+// as these two do.
 //
 // Every method takes a context that carries the [Limiter]'s timeout.
 type Store interface {
@@ -23,7 +25,8 @@ type Store interface {
 	// Refund removes q.N of the units a successful Take recorded for
 	// q.Key at store time at (its Result.At), or as many as are left.
 	Refund(ctx context.Context, q Query, at int64) error
-	// Reset forgets everything recorded for q.Policy and q.Key.
+	// Reset forgets everything recorded for q.Policy and q.Key, its
+	// lockout included.
 	Reset(ctx context.Context, q Query) error
 }
 
@@ -35,7 +38,9 @@ type Query struct {
 	// over 128 bytes are replaced by a hash of themselves; shard i of a
 	// policy with Shards appends "#<i>").
 	Key string
-	// Rules are the policy's rules; all must have room.
+	// Rules are the policy's rules; all must have room. A calendar rule
+	// counts the units admitted in its current period, the period that
+	// holds the decision's time in the rule's Location.
 	Rules []Rule
 	// Algorithm is the policy's algorithm.
 	Algorithm Algorithm
@@ -46,15 +51,20 @@ type Query struct {
 	// RetryAfter is computed for).
 	N int64
 	// Keep is the most units the store needs to remember per key under
-	// SlidingLog: the largest limit of the policy's rules in any tier, so
-	// that a key moved to another tier keeps its usage. A store may keep
-	// more; a Query built by a Limiter never has it below the limits of
-	// its Rules.
+	// SlidingLog: the largest limit of the policy's sliding rules in any
+	// tier, so that a key moved to another tier keeps its usage. A store
+	// may keep more; a Query built by a Limiter never has it below the
+	// limits of its sliding Rules.
 	Keep int64
 	// Now is the time of the decision in microseconds since the Unix
 	// epoch, set when the limiter has a clock of its own ([WithClock]);
 	// 0 means the store's own clock decides.
 	Now int64
+	// Lockout is the policy's [Lockout]. When its For is set, a Take
+	// denied by a rule locks the key out: until the lockout ends, every
+	// Take and Peek of the key is denied, records nothing and reports
+	// the time left in Result.LockedFor.
+	Lockout Lockout
 }
 
 // Result is a store's answer to a Take or Peek.
@@ -67,20 +77,32 @@ type Result struct {
 	At int64
 	// Rules holds one state per rule of the query, in order.
 	Rules []RuleState
+	// LockedFor is, when the key is locked out (Query.Lockout), the time
+	// until its lockout ends: one that began earlier, or the one this
+	// Take's denial started. It is 0 when the key is not locked out.
+	LockedFor time.Duration
 }
 
 // RuleState is the state of one rule after a decision.
 type RuleState struct {
 	// Limit is the rule's limit.
 	Limit int64
-	// Window is the rule's window.
+	// Window is the rule's window; for a calendar rule, the length of
+	// its current period (23 to 25 hours for a day across a clock change,
+	// 29 days for February 2024).
 	Window time.Duration
-	// Used is the number of units in the window after the decision.
+	// Calendar is the rule's calendar period; 0 for a sliding rule.
+	Calendar Calendar
+	// Used is the number of units in the window (or the current period)
+	// after the decision.
 	Used int64
 	// RetryAfter is zero when the request fits the rule; otherwise it is
-	// when enough old units leave the window for it to fit.
+	// when enough old units leave the window for it to fit, or when the
+	// current period ends.
 	RetryAfter time.Duration
-	// ResetAfter is when the window is empty again.
+	// ResetAfter is when the window is empty again; for a calendar rule,
+	// when its current period ends and its count starts anew, used or
+	// not.
 	ResetAfter time.Duration
 }
 

@@ -17,15 +17,23 @@ import (
 type TierFunc func(ctx context.Context, key string) (tier string, err error)
 
 // WithTiers chooses the rules per key: resolve names a key's tier and
-// tiers maps each tier to its rules, which must have the windows of the
-// policy's own Rules, with limits of their own (free: 100 a minute and
-// 1,000 a day; pro: 1,000 a minute and 100,000 a day). The policy's own
-// Rules apply to keys whose tier is unknown or cannot be resolved. All
-// tiers share the policy's name, so a key's usage carries over when its
-// tier changes: a key moved to a higher tier gets the higher limit on its
-// next request after [Limiter.InvalidateTier] (or after the cache entry
-// expires), on every instance when the store is a [RedisStore], and no
-// cached denial of the old tier survives the move.
+// tiers maps each tier to its rules, which must have the windows (and
+// calendar periods) of the policy's own Rules, with limits of their own
+// (free: 100 a minute and 1,000 a day; pro: 1,000 a minute and 100,000 a
+// day). The policy's own Rules apply to keys whose tier is unknown or
+// cannot be resolved. All tiers share the policy's name, so a key's usage
+// carries over when its tier changes: a key moved to a higher tier gets
+// the higher limit on its next request after [Limiter.InvalidateTier] (or
+// after the cache entry expires), on every instance when the store is a
+// [RedisStore], and no cached denial of the old tier survives the move.
+//
+// A tier's calendar rule may have a Location of its own, so that a
+// customer's tier carries the customer's time zone ("pro/Europe/Paris"):
+// a key's period count carries over between tiers of one Location, and
+// a key moved to another Location counts its new period from what that
+// period already holds (nothing, unless it was used before). The
+// policy's Lockout holds in every tier: a key locked out stays so when
+// its tier changes.
 //
 // Resolved tiers are cached (see [WithTierCache]); resolve runs on the
 // request path on a miss, under the request's context.
@@ -84,9 +92,7 @@ func newTiers(store Store, base Policy, o options, opts []Option) (*tierSet, err
 	// key keeps its usage when its tier changes.
 	keep := base.maxLimit()
 	for _, name := range names {
-		for _, r := range o.tiers[name] {
-			keep = max(keep, r.Limit)
-		}
+		keep = max(keep, slidingMax(o.tiers[name]))
 	}
 	for _, name := range names {
 		p := base
@@ -128,7 +134,8 @@ func withoutTiers(keep int64) Option {
 	}
 }
 
-// sameWindows reports whether two rule lists have the same set of windows.
+// sameWindows reports whether two rule lists have the same set of windows
+// and calendar periods. A calendar rule's Location may differ.
 func sameWindows(a, b []Rule) bool {
 	if len(a) != len(b) {
 		return false
@@ -136,7 +143,7 @@ func sameWindows(a, b []Rule) bool {
 	for _, r := range a {
 		found := false
 		for _, q := range b {
-			if q.Window == r.Window {
+			if q.Window == r.Window && q.Calendar == r.Calendar {
 				found = true
 				break
 			}
@@ -155,7 +162,11 @@ func windowsOf(rules []Rule) string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(r.Window.String())
+		if r.Calendar != 0 {
+			b.WriteString(r.Calendar.String())
+		} else {
+			b.WriteString(r.Window.String())
+		}
 	}
 	return b.String()
 }

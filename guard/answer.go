@@ -22,7 +22,8 @@ type HeaderStyle uint8
 const (
 	// HeadersXRateLimit writes X-RateLimit-Limit, X-RateLimit-Remaining
 	// and X-RateLimit-Reset (delta-seconds until the binding rule's window
-	// is empty). It is the default.
+	// is empty, or its calendar period ends, or the key's lockout ends).
+	// It is the default.
 	HeadersXRateLimit HeaderStyle = 1 << iota
 	// HeadersIETF writes the IETF draft-10 structured fields
 	// RateLimit-Policy and RateLimit, one item per rule, each with a
@@ -283,9 +284,11 @@ func (v *Verdict) collect(hs *headerSet, buf []byte) []byte {
 }
 
 // ietf appends the RateLimit-Policy and RateLimit fields: one item per
-// rule, named by the policy (and the window when there are several rules).
-// An InFlight policy is one item of quota unit "concurrent-requests",
-// without a window or a reset time.
+// rule, named by the policy (and the window or calendar period when there
+// are several rules). A calendar rule's w is the length of its current
+// period. While the key is locked out (core.Decision.Locked) no item has
+// any quota left until the lockout ends. An InFlight policy is one item
+// of quota unit "concurrent-requests", without a window or a reset time.
 func (v *Verdict) ietf(hs *headerSet, buf []byte) []byte {
 	d := &v.Decision
 	var pk [12]byte // base64 of 9 bytes
@@ -318,17 +321,21 @@ func (v *Verdict) ietf(hs *headerSet, buf []byte) []byte {
 			if i > 0 {
 				buf = append(buf, ", "...)
 			}
-			buf = strconv.AppendQuote(buf, itemName(v.by.name, r.Window, multi))
+			buf = strconv.AppendQuote(buf, itemName(v.by.name, r.Window, r.Calendar, multi))
 			if pass == 0 {
 				buf = append(buf, ";q="...)
 				buf = strconv.AppendInt(buf, r.Limit, 10)
 				buf = append(buf, ";w="...)
 				buf = strconv.AppendInt(buf, Seconds(r.Window), 10)
 			} else {
+				left, reset := r.Remaining(), r.ResetAfter
+				if d.Locked {
+					left, reset = 0, max(reset, d.RetryAfter)
+				}
 				buf = append(buf, ";r="...)
-				buf = strconv.AppendInt(buf, r.Remaining(), 10)
+				buf = strconv.AppendInt(buf, left, 10)
 				buf = append(buf, ";t="...)
-				buf = strconv.AppendInt(buf, Seconds(r.ResetAfter), 10)
+				buf = strconv.AppendInt(buf, Seconds(reset), 10)
 			}
 			buf = append(buf, ";pk=:"...)
 			buf = append(buf, pk[:]...)
@@ -341,16 +348,26 @@ func (v *Verdict) ietf(hs *headerSet, buf []byte) []byte {
 
 // ItemName is the name the verdict's binding rule goes by in the IETF
 // header fields and problem bodies: the policy name, suffixed with the
-// rule's window ("sms-60s", "sms-1500ms") when the decision has several
-// rules. Names are unique within a policy, whose windows are distinct.
+// rule's window ("sms-60s", "sms-1500ms") or calendar period
+// ("api-month") when the decision has several rules. Names are unique
+// within a policy, whose windows and periods are distinct.
 func (v *Verdict) ItemName() string {
-	return itemName(v.by.name, v.Decision.Window, len(v.Decision.Rules()) > 1)
+	d := &v.Decision
+	rs := d.Rules()
+	var cal core.Calendar
+	if d.Rule < len(rs) {
+		cal = rs[d.Rule].Calendar
+	}
+	return itemName(v.by.name, d.Window, cal, len(rs) > 1)
 }
 
 // itemName names a rule in the IETF fields and problem bodies.
-func itemName(policy string, window time.Duration, multi bool) string {
+func itemName(policy string, window time.Duration, cal core.Calendar, multi bool) string {
 	if !multi {
 		return policy
+	}
+	if cal != 0 {
+		return policy + "-" + cal.String()
 	}
 	var w string
 	switch {

@@ -79,7 +79,9 @@ func WithCost(f func(keyfunc.Request) int64) Option {
 //	guard.WithCountIf(guard.StatusAuthFailure)
 //
 // By default every admitted request counts. How an adapter finds the
-// status is in its documentation (gRPC passes the status code).
+// status is in its documentation (gRPC passes the status code). Reserved
+// units count until they are refunded: under a policy with a Lockout, a
+// request refused because too many are in flight locks the key out.
 func WithCountIf(count func(status int) bool) Option {
 	return func(c *config) { c.countIf = count }
 }
@@ -100,8 +102,11 @@ func WithResetIf(reset func(status int) bool) Option {
 // order, each in its own store call, so they may live in different Redis
 // Cluster slots. A request with no key for one limit is not limited by
 // that one; the others still decide. A denial is answered with the
-// denying limit's headers and body. WithAlso panics if l or key is nil, a
-// programmer error caught at start-up.
+// denying limit's headers and body. A limit whose policy has a Lockout
+// locks out its own key only, when it denies: a request it refuses while
+// locked out consumes nothing from the others, and a request another
+// limit denies is refunded to it without counting as its offence. WithAlso
+// panics if l or key is nil, a programmer error caught at start-up.
 func WithAlso(l *core.Limiter, key keyfunc.Func) Option {
 	if l == nil || key == nil {
 		panic("ratekit: guard.WithAlso: nil limiter or key function")

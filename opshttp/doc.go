@@ -18,6 +18,10 @@
 //	GET    /policies/{name}/keys/{key}  what a request of one unit for key would get now (Limiter.Peek)
 //	DELETE /policies/{name}/keys/{key}  forget everything recorded for key (Limiter.Reset); 204
 //
+// A peek of a key locked out (core.Policy.Lockout) says "locked": true
+// and "locked_until", when the key may retry; a reset lifts the lockout
+// on every instance.
+//
 // HEAD is served as GET. Peeks record nothing and report nothing of their
 // own.
 //

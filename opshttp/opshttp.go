@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/keyfunc"
@@ -183,10 +184,16 @@ type Policy struct {
 // Rule is the JSON form of a [core.Rule].
 type Rule struct {
 	Limit int64 `json:"limit"`
-	// Window is in Go duration syntax ("15m0s").
+	// Window is in Go duration syntax ("15m0s"); "0s" for a calendar
+	// rule.
 	Window string `json:"window"`
 	// WindowSeconds is the window in seconds.
 	WindowSeconds float64 `json:"window_seconds"`
+	// Calendar is a calendar rule's period: "day", "week" or "month".
+	Calendar string `json:"calendar,omitempty"`
+	// Location is a calendar rule's time zone ("Europe/Paris"; "UTC"
+	// when the rule has none).
+	Location string `json:"location,omitempty"`
 }
 
 // KeyState is the answer of a peek: what a request of one unit for the
@@ -208,14 +215,25 @@ type KeyState struct {
 	// "closed") when the store failed, in which case the answer is not the
 	// shared state.
 	Source string `json:"source"`
+	// Locked reports that the key is locked out (core.Policy.Lockout);
+	// a reset lifts it.
+	Locked bool `json:"locked,omitempty"`
+	// LockedUntil is, for a key locked out, when it may retry by this
+	// server's clock, in RFC 3339 (UTC): the end of the lockout, or later
+	// if a rule stays full longer.
+	LockedUntil string `json:"locked_until,omitempty"`
 	// Rules holds every rule's state, in policy order.
 	Rules []RuleState `json:"rules,omitempty"`
 }
 
-// RuleState is the JSON form of a [core.RuleState].
+// RuleState is the JSON form of a [core.RuleState]. For a calendar rule,
+// Window is the length of its current period and ResetAfterSeconds runs to
+// its end.
 type RuleState struct {
-	Limit             int64   `json:"limit"`
-	Window            string  `json:"window"`
+	Limit  int64  `json:"limit"`
+	Window string `json:"window"`
+	// Calendar is a calendar rule's period: "day", "week" or "month".
+	Calendar          string  `json:"calendar,omitempty"`
 	Used              int64   `json:"used"`
 	Remaining         int64   `json:"remaining"`
 	RetryAfterSeconds float64 `json:"retry_after_seconds"`
@@ -224,10 +242,14 @@ type RuleState struct {
 
 // NewRuleState returns the JSON form of s.
 func NewRuleState(s core.RuleState) RuleState {
-	return RuleState{
+	out := RuleState{
 		Limit: s.Limit, Window: s.Window.String(), Used: s.Used, Remaining: s.Remaining(),
 		RetryAfterSeconds: s.RetryAfter.Seconds(), ResetAfterSeconds: s.ResetAfter.Seconds(),
 	}
+	if s.Calendar != 0 {
+		out.Calendar = s.Calendar.String()
+	}
+	return out
 }
 
 // Error is the JSON body of a failed request; its text is fixed.
@@ -244,7 +266,14 @@ func policyJSON(p core.Policy) Policy {
 		}
 	}
 	for _, r := range p.Rules {
-		out.Rules = append(out.Rules, Rule{Limit: r.Limit, Window: r.Window.String(), WindowSeconds: r.Window.Seconds()})
+		rule := Rule{Limit: r.Limit, Window: r.Window.String(), WindowSeconds: r.Window.Seconds()}
+		if r.Calendar != 0 {
+			rule.Calendar, rule.Location = r.Calendar.String(), "UTC"
+			if r.Location != nil {
+				rule.Location = r.Location.String()
+			}
+		}
+		out.Rules = append(out.Rules, rule)
 	}
 	return out
 }
@@ -326,6 +355,10 @@ func (h *handler) peek(w http.ResponseWriter, r *http.Request, policy, seg strin
 		RetryAfterSeconds: d.RetryAfter.Seconds(),
 		ResetAfterSeconds: d.ResetAfter.Seconds(),
 		Source:            d.Source.String(),
+		Locked:            d.Locked,
+	}
+	if d.Locked {
+		out.LockedUntil = time.Now().Add(d.RetryAfter).UTC().Format(time.RFC3339)
 	}
 	for _, s := range d.Rules() {
 		out.Rules = append(out.Rules, NewRuleState(s))

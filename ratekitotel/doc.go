@@ -20,6 +20,8 @@
 //	ratekit.decisions         counter    {policy, outcome: allowed|denied, source: store|cache|local|open|closed}
 //	ratekit.dry_run.denials   counter    {policy}  denials let through by dry-run mode (also in ratekit.decisions)
 //	ratekit.skips             counter    {policy}  requests not limited (skip rule, no key)
+//	ratekit.blocks            counter    {policy}  requests refused by a block rule (403)
+//	ratekit.lockouts          counter    {policy}  denials of a key locked out (also in ratekit.decisions)
 //	ratekit.key_errors        counter    {policy}  requests whose key function failed
 //	ratekit.fallbacks         counter    {policy, source: local|open|closed}
 //	ratekit.deny_cache.hits   counter    {policy}

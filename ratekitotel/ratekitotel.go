@@ -46,6 +46,7 @@ type Observer struct {
 	dryRun       metric.Int64Counter
 	skips        metric.Int64Counter
 	blocks       metric.Int64Counter
+	lockouts     metric.Int64Counter
 	keyErrors    metric.Int64Counter
 	fallbacks    metric.Int64Counter
 	cacheHits    metric.Int64Counter
@@ -89,6 +90,7 @@ func New(meter metric.Meter, opts ...Option) (*Observer, error) {
 		dryRun:       counter("ratekit.dry_run.denials", "{request}", "Denials let through because the guard is in dry-run mode; also counted in ratekit.decisions."),
 		skips:        counter("ratekit.skips", "{request}", "Requests not limited: a skip rule matched, the request had no key or cost nothing."),
 		blocks:       counter("ratekit.blocks", "{request}", "Requests refused by a block rule (403) without a decision."),
+		lockouts:     counter("ratekit.lockouts", "{decision}", "Denials of a key locked out (Policy.Lockout); also counted in ratekit.decisions."),
 		keyErrors:    counter("ratekit.key_errors", "{request}", "Requests whose key function failed."),
 		fallbacks:    counter("ratekit.fallbacks", "{decision}", "Decisions made by the failure policy because the store failed, by source (local, open, closed)."),
 		cacheHits:    counter("ratekit.deny_cache.hits", "{decision}", "Denials answered by the limiter's deny cache without a store call."),
@@ -130,6 +132,9 @@ func (o *Observer) Observe(ctx context.Context, e core.Event) {
 			allowed = 1
 		}
 		o.decisions.Add(ctx, 1, a.decisions[allowed][d.Source]...)
+		if d.Locked && !d.Allowed {
+			o.lockouts.Add(ctx, 1, a.policy...)
+		}
 		switch {
 		case d.Source == core.SourceCache:
 			o.cacheHits.Add(ctx, 1, a.policy...)

@@ -155,6 +155,19 @@ func TestMetrics(t *testing.T) {
 	// A request a block rule refused (guard.WithBlock).
 	obs.Observe(ctx, core.Event{Kind: core.EventBlock, Policy: "login"})
 
+	// ban locks a key out after its limit: one admission, then two
+	// denials of the locked key (the first one starts the lockout).
+	ban, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "ban",
+		Rules: []core.Rule{{Limit: 1, Window: time.Minute}}, Lockout: core.Lockout{For: time.Hour}}, core.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if d, err := ban.Allow(ctx, "mallory"); err != nil || d.Allowed != (i == 0) || d.Locked != (i > 0) {
+			t.Fatalf("ban call %d = %+v, %v; want allowed, then locked out", i+1, d, err)
+		}
+	}
+
 	got := collect(t, reader)
 	tests := []struct {
 		series string
@@ -166,6 +179,9 @@ func TestMetrics(t *testing.T) {
 		{"ratekit.deny_cache.hits{ratekit.policy=login}", 1},
 		{"ratekit.skips{ratekit.policy=login}", 1},
 		{"ratekit.blocks{ratekit.policy=login}", 1},
+		{"ratekit.lockouts{ratekit.policy=ban}", 2},
+		{"ratekit.decisions{ratekit.outcome=allowed,ratekit.policy=ban,ratekit.source=store}", 1},
+		{"ratekit.decisions{ratekit.outcome=denied,ratekit.policy=ban,ratekit.source=store}", 2},
 		{"ratekit.key_errors{ratekit.policy=login}", 1},
 		{"ratekit.store.duration{ratekit.policy=login,ratekit.result=ok}", 3},
 		{"ratekit.decisions{ratekit.outcome=allowed,ratekit.policy=dry,ratekit.source=store}", 1},

@@ -23,6 +23,9 @@
 //	ratekit_dry_run_denials_total{policy}           denials let through by dry-run mode
 //	                                                (also counted as denied decisions)
 //	ratekit_skips_total{policy}                     requests not limited (skip rule, no key)
+//	ratekit_blocks_total{policy}                    requests refused by a block rule (403)
+//	ratekit_lockouts_total{policy}                  denials of a key locked out (Policy.Lockout;
+//	                                                also counted as denied decisions)
 //	ratekit_key_errors_total{policy}                requests whose key function failed
 //	ratekit_fallbacks_total{policy,source}          decisions made by the failure policy
 //	                                                because the store failed (local, open, closed)

@@ -62,6 +62,7 @@ type Observer struct {
 	dryRun       *prometheus.CounterVec
 	skips        *prometheus.CounterVec
 	blocks       *prometheus.CounterVec
+	lockouts     *prometheus.CounterVec
 	keyErrors    *prometheus.CounterVec
 	fallbacks    *prometheus.CounterVec
 	cacheHits    *prometheus.CounterVec
@@ -80,6 +81,7 @@ type policyMetrics struct {
 	dryRun       prometheus.Counter
 	skips        prometheus.Counter
 	blocks       prometheus.Counter
+	lockouts     prometheus.Counter
 	keyErrors    prometheus.Counter
 	cacheHits    prometheus.Counter
 	storeErrors  prometheus.Counter
@@ -104,6 +106,7 @@ func New(opts ...Option) *Observer {
 		dryRun:      counter("dry_run_denials_total", "Denials let through because the guard is in dry-run mode; also counted in decisions_total.", "policy"),
 		skips:       counter("skips_total", "Requests not limited: a skip rule matched, the request had no key or cost nothing.", "policy"),
 		blocks:      counter("blocks_total", "Requests refused by a block rule (403) without a decision.", "policy"),
+		lockouts:    counter("lockouts_total", "Denials of a key locked out (Policy.Lockout); also counted in decisions_total.", "policy"),
 		keyErrors:   counter("key_errors_total", "Requests whose key function failed.", "policy"),
 		fallbacks:   counter("fallbacks_total", "Decisions made by the failure policy because the store failed, by source (local, open, closed).", "policy", "source"),
 		cacheHits:   counter("deny_cache_hits_total", "Denials answered by the limiter's deny cache without a store call.", "policy"),
@@ -121,7 +124,7 @@ func New(opts ...Option) *Observer {
 }
 
 func (o *Observer) collectors() []prometheus.Collector {
-	return []prometheus.Collector{o.decisions, o.dryRun, o.skips, o.blocks, o.keyErrors, o.fallbacks, o.cacheHits,
+	return []prometheus.Collector{o.decisions, o.dryRun, o.skips, o.blocks, o.lockouts, o.keyErrors, o.fallbacks, o.cacheHits,
 		o.storeErrors, o.latency, o.breakerOpen, o.breakerOpens}
 }
 
@@ -153,6 +156,9 @@ func (o *Observer) Observe(_ context.Context, e core.Event) {
 			c.Inc()
 		} else {
 			o.decisions.WithLabelValues(e.Policy, outcome(d.Allowed), d.Source.String()).Inc()
+		}
+		if d.Locked && !d.Allowed {
+			m.lockouts.Inc()
 		}
 		switch {
 		case d.Source == core.SourceCache:
@@ -220,6 +226,7 @@ func (o *Observer) policy(name string) *policyMetrics {
 		dryRun:       o.dryRun.WithLabelValues(name),
 		skips:        o.skips.WithLabelValues(name),
 		blocks:       o.blocks.WithLabelValues(name),
+		lockouts:     o.lockouts.WithLabelValues(name),
 		keyErrors:    o.keyErrors.WithLabelValues(name),
 		cacheHits:    o.cacheHits.WithLabelValues(name),
 		storeErrors:  o.storeErrors.WithLabelValues(name),

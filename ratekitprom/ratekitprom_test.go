@@ -196,6 +196,19 @@ func TestMetricsScrape(t *testing.T) {
 	// A request a block rule refused (guard.WithBlock).
 	obs.Observe(ctx, core.Event{Kind: core.EventBlock, Policy: "login"})
 
+	// ban locks a key out after its limit: one admission, then two
+	// denials of the locked key (the first one starts the lockout).
+	ban, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "ban",
+		Rules: []core.Rule{{Limit: 1, Window: time.Minute}}, Lockout: core.Lockout{For: time.Hour}}, core.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if d, err := ban.Allow(ctx, "mallory"); err != nil || d.Allowed != (i == 0) || d.Locked != (i > 0) {
+			t.Fatalf("ban call %d = %+v, %v; want allowed, then locked out", i+1, d, err)
+		}
+	}
+
 	fams := scrape(t, metrics.URL)
 	tests := []struct {
 		name   string
@@ -209,6 +222,9 @@ func TestMetricsScrape(t *testing.T) {
 		{"ratekit_deny_cache_hits_total", []string{"policy=login"}, 1},
 		{"ratekit_skips_total", []string{"policy=login"}, 1},
 		{"ratekit_blocks_total", []string{"policy=login"}, 1},
+		{"ratekit_lockouts_total", []string{"policy=ban"}, 2},
+		{"ratekit_lockouts_total", []string{"policy=login"}, 0},
+		{"ratekit_decisions_total", []string{"outcome=denied", "policy=ban", "source=store"}, 2},
 		{"ratekit_key_errors_total", []string{"policy=login"}, 1},
 		{"ratekit_store_latency_seconds", []string{"policy=login", "result=ok"}, 3},
 		{"ratekit_decisions_total", []string{"outcome=allowed", "policy=dry", "source=store"}, 1},

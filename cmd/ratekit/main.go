@@ -1,7 +1,8 @@
 // Command ratekit inspects and resets ratekit's rate-limit state in
 // Redis, for support staff and operators.
 //
-//	ratekit peek -policy login-ip -rules 10/1m 192.0.2.1
+//	ratekit peek -policy login-ip -rules 10/1m -lockout 24h 192.0.2.1
+//	ratekit peek -policy api -rules 10/1s,1000000/month@Europe/Paris app-42
 //	RATEKIT_KEY_SECRET=... ratekit peek -policy login-account -rules 5/15m,20/24h -account alice@example.com
 //	RATEKIT_KEY_SECRET=... ratekit reset -policy sms-phone -phone -region CN 138-0013-8000
 //	ratekit policies
@@ -32,11 +33,12 @@
 // ([core.Limiter.Peek], [core.Limiter.Reset]); reset says per key how many
 // Redis keys it deleted, or that none was found.
 //
-// A reset deletes the key's windows in Redis and publishes the key on the
-// store's invalidation channel (<prefix>:invalidate), so every app
-// instance whose RedisStore has the same prefix drops its cached denials
-// of the key when the message arrives: the key is admitted everywhere at
-// once, not after the denials' retry times.
+// A reset deletes the key's windows, lockout and calendar counts in Redis
+// and publishes the key on the store's invalidation channel
+// (<prefix>:invalidate), so every app instance whose RedisStore has the
+// same prefix drops its cached denials of the key (a lockout's included)
+// when the message arrives: the key is admitted everywhere at once, not
+// after the denials' retry times.
 //
 // Flags may come before or after the keys; the usage text (ratekit help)
 // lists them.
@@ -46,6 +48,7 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	_ "time/tzdata" // -rules takes time zones (month@Europe/Paris) on hosts without a zone database
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/logging"

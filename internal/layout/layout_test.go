@@ -4,7 +4,9 @@
 package layout_test
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -57,4 +59,43 @@ func TestDependencies(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMemoryOnlyBinary builds a program that limits on a MemoryStore with
+// core alone, and checks that it links neither the Redis client's code
+// (the Limiter reaches a RedisStore only through an interface) nor the
+// heavy libraries.
+func TestMemoryOnlyBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a program")
+	}
+	bin := filepath.Join(t.TempDir(), "memoryonly")
+	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/memoryonly").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command("go", "tool", "nm", bin).Output()
+	if err != nil {
+		t.Fatalf("go tool nm: %v", err)
+	}
+	var client int
+	for _, line := range strings.Split(string(out), "\n") {
+		for _, banned := range []string{"phonenumbers", "google.golang.org/protobuf", "golang.org/x/text"} {
+			if strings.Contains(line, banned) {
+				t.Errorf("a memory-only program links %s: %s", banned, line)
+			}
+		}
+		if strings.Contains(line, "github.com/redis/go-redis/v9.(*") {
+			client++
+		}
+	}
+	// A RedisStore linked in brings about 1,800 methods of go-redis's
+	// types; type descriptors that core's declarations name stay.
+	if client > 50 {
+		t.Errorf("a memory-only program links %d methods of go-redis's types, want none of its client code", client)
+	}
+	fi, err := os.Stat(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("memory-only program: %.1f MB, %d go-redis methods", float64(fi.Size())/1e6, client)
 }

@@ -33,11 +33,12 @@ const usage = `usage: ratekit <command> [flags] [key ...]
 
 commands:
   peek -policy NAME -rules LIMIT/WINDOW[,LIMIT/WINDOW...] [-algorithm log|buckets] [-buckets N]
-       [-shards N] [-json] [key flags] KEY
+       [-shards N] [-lockout D] [-json] [key flags] KEY
         what a request of one unit for KEY would get now; records nothing
   reset -policy NAME [-shards N] [key flags] KEY...
-        forget everything recorded for each KEY (both algorithms), and say how
-        many Redis keys were deleted ("not found" when there were none)
+        forget everything recorded for each KEY (both algorithms, its lockout
+        and calendar counts), and say how many Redis keys were deleted ("not
+        found" when there were none)
   policies [-max N]
         policy names found in Redis, with their number of keys
 
@@ -54,10 +55,14 @@ history): its bytes as given to personal.Secret, or hex or base64 with
 -secret-encoding. Unset, personal's default (public) secret is used, as in
 an app that sets no personal.Secret.
 
--shards N is the policy's Shards: its keys are N Redis keys each.
+-shards N is the policy's Shards: its keys are N Redis keys each. -lockout D
+says the policy has a Lockout (its For; any positive duration will do):
+peek then shows whether KEY is locked out, and until when.
 Every command takes -prefix (default "ratekit") and -timeout (default 5s).
 Flags may come before or after keys; keys after "--" are keys even if
-they start with '-'. Windows are Go durations or days: 1/60s, 5/1h, 10/1d.
+they start with '-'. Windows are Go durations or days: 1/60s, 5/1h, 10/1d;
+or a calendar period, day, week or month, in UTC or @ a time zone:
+1000000/month@Europe/Paris.
 
 Redis is REDIS_URL (redis://[[user]:password@]host:port/db). reset needs
 it; peek and policies default to redis://127.0.0.1:6379/0. Each command
@@ -352,6 +357,7 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 	algo := fs.String("algorithm", "log", "the policy's algorithm: log (SlidingLog) or buckets (SlidingBuckets)")
 	buckets := fs.Int("buckets", 0, "the policy's Buckets under SlidingBuckets (0: the default)")
 	shards := fs.Int("shards", 0, "the policy's Shards (0: none); peek shows shard 0")
+	lockout := fs.Duration("lockout", 0, "the policy's Lockout.For (0: none); shows whether KEY is locked out")
 	asJSON := fs.Bool("json", false, "print JSON")
 	kf := addKeyFlags(fs)
 	if err := parse(fs, args); err != nil {
@@ -360,7 +366,7 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 	if fs.NArg() != 1 {
 		return fmt.Errorf("%w: peek takes exactly one key", errUsage)
 	}
-	p := core.Policy{Name: *policy, Buckets: *buckets, Shards: *shards}
+	p := core.Policy{Name: *policy, Buckets: *buckets, Shards: *shards, Lockout: core.Lockout{For: *lockout}}
 	var err error
 	if p.Rules, err = parseRules(*rules); err != nil {
 		return err
@@ -399,12 +405,16 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 		return fmt.Errorf("redis at %s: %w", rdb.Options().Addr, err)
 	}
 	res := core.Result{Allowed: d.Allowed, Rules: d.Rules()}
+	var until time.Time
+	if d.Locked {
+		until = time.Now().Add(d.RetryAfter).UTC().Truncate(time.Second)
+	}
 	redisKey := redisKeys(store, p.Name, t.key, p.Shards)[0] // a fresh limiter peeks shard 0
 	if p.Algorithm == core.SlidingBuckets {
 		redisKey += ":b"
 	}
 	if *asJSON {
-		return printJSON(stdout, p, t.key, redisKey, res)
+		return printJSON(stdout, p, t.key, redisKey, res, until)
 	}
 	if kind == "key" {
 		fmt.Fprintf(stdout, "policy %s, key %q (Redis key %s)\n", p.Name, t.key, redisKey)
@@ -414,26 +424,41 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 	if p.Shards > 1 {
 		fmt.Fprintf(stdout, "shard 0 of %d: each shard holds a share of every rule\n", p.Shards)
 	}
-	if res.Allowed {
+	switch {
+	case res.Allowed:
 		fmt.Fprintln(stdout, "a request now: allowed")
-	} else {
-		var wait time.Duration
-		for _, s := range res.Rules {
-			wait = max(wait, s.RetryAfter)
-		}
-		fmt.Fprintf(stdout, "a request now: denied, retry after %s\n", round(wait))
+	case d.Locked:
+		fmt.Fprintf(stdout, "a request now: denied, locked out until %s (retry after %s)\n", until.Format(time.RFC3339), round(d.RetryAfter))
+	default:
+		fmt.Fprintf(stdout, "a request now: denied, retry after %s\n", round(d.RetryAfter))
 	}
-	for _, s := range res.Rules {
-		fmt.Fprintf(stdout, "  rule %d/%s: used %d, remaining %d", s.Limit, s.Window, s.Used, s.Remaining())
+	for i, s := range res.Rules {
+		if s.Calendar != 0 {
+			fmt.Fprintf(stdout, "  rule %d/%s: used %d, remaining %d", s.Limit, calendarName(p.Rules[i]), s.Used, s.Remaining())
+		} else {
+			fmt.Fprintf(stdout, "  rule %d/%s: used %d, remaining %d", s.Limit, s.Window, s.Used, s.Remaining())
+		}
 		if s.RetryAfter > 0 {
 			fmt.Fprintf(stdout, ", full: retry after %s", round(s.RetryAfter))
 		}
-		if s.ResetAfter > 0 {
+		switch {
+		case s.Calendar != 0:
+			fmt.Fprintf(stdout, ", period ends in %s", round(s.ResetAfter))
+		case s.ResetAfter > 0:
 			fmt.Fprintf(stdout, ", empty in %s", round(s.ResetAfter))
 		}
 		fmt.Fprintln(stdout)
 	}
 	return nil
+}
+
+// calendarName names a calendar rule's period as -rules takes it:
+// "month", or "month@Europe/Paris".
+func calendarName(r core.Rule) string {
+	if r.Location == nil || r.Location == time.UTC {
+		return r.Calendar.String()
+	}
+	return r.Calendar.String() + "@" + r.Location.String()
 }
 
 // redisKeys returns the Redis keys of key under policy with SlidingLog,
@@ -471,14 +496,20 @@ func limiter(store core.Store, p core.Policy) (l *core.Limiter, failed *error, e
 type peekJSON struct {
 	Policy string `json:"policy"`
 	// Key is the stored key: KEY, or the key derived from it.
-	Key      string              `json:"key"`
-	RedisKey string              `json:"redis_key"`
-	Allowed  bool                `json:"allowed"`
-	Rules    []opshttp.RuleState `json:"rules"`
+	Key      string `json:"key"`
+	RedisKey string `json:"redis_key"`
+	Allowed  bool   `json:"allowed"`
+	// LockedUntil is set when the key is locked out (-lockout): when it
+	// may retry, in RFC 3339.
+	LockedUntil string              `json:"locked_until,omitempty"`
+	Rules       []opshttp.RuleState `json:"rules"`
 }
 
-func printJSON(w io.Writer, p core.Policy, key, redisKey string, res core.Result) error {
+func printJSON(w io.Writer, p core.Policy, key, redisKey string, res core.Result, until time.Time) error {
 	out := peekJSON{Policy: p.Name, Key: key, RedisKey: redisKey, Allowed: res.Allowed}
+	if !until.IsZero() {
+		out.LockedUntil = until.Format(time.RFC3339)
+	}
 	for _, s := range res.Rules {
 		out.Rules = append(out.Rules, opshttp.NewRuleState(s))
 	}
@@ -560,15 +591,17 @@ func reset(ctx context.Context, args []string, getenv func(string) string, stdou
 	return nil
 }
 
-// count returns how many of the Redis keys, each with SlidingLog's name
-// and SlidingBuckets' (":b"), exist.
+// count returns how many of the Redis keys, each with SlidingLog's name,
+// SlidingBuckets' (":b"), its lockout's (":l") and its calendar counts'
+// (":c"), exist.
 func count(ctx context.Context, rdb *redis.Client, keys ...string) (int64, error) {
 	cmds, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, k := range keys {
-			// One key per EXISTS: the two names of a key whose hash tag
-			// is empty are in different Cluster slots.
-			p.Exists(ctx, k)
-			p.Exists(ctx, k+":b")
+			// One key per EXISTS: the names of a key whose hash tag is
+			// empty are in different Cluster slots.
+			for _, suffix := range []string{"", ":b", ":l", ":c"} {
+				p.Exists(ctx, k+suffix)
+			}
 		}
 		return nil
 	})
@@ -659,7 +692,8 @@ func escapeGlob(s string) string {
 }
 
 // parseRules parses "5/15m,20/24h"; a window may also be whole days
-// ("10/1d").
+// ("10/1d"), or a calendar period in UTC or a time zone ("1000/day",
+// "1000000/month@Europe/Paris").
 func parseRules(s string) ([]core.Rule, error) {
 	if s == "" {
 		return nil, fmt.Errorf("%w: -rules is required (for example -rules 5/15m)", errUsage)
@@ -674,6 +708,13 @@ func parseRules(s string) ([]core.Rule, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: rule %q: limit %q is not a number", errUsage, f, lim)
 		}
+		if r, ok, err := parseCalendar(n, win); ok || err != nil {
+			if err != nil {
+				return nil, fmt.Errorf("%w: rule %q: %w", errUsage, f, err)
+			}
+			rules = append(rules, r)
+			continue
+		}
 		var w time.Duration
 		if days, isDays := strings.CutSuffix(win, "d"); isDays {
 			d, err := strconv.Atoi(days)
@@ -687,4 +728,27 @@ func parseRules(s string) ([]core.Rule, error) {
 		rules = append(rules, core.Rule{Limit: n, Window: w})
 	}
 	return rules, nil
+}
+
+// parseCalendar parses a calendar rule's window, "month" or
+// "month@Europe/Paris"; ok is false for another kind of window.
+func parseCalendar(limit int64, win string) (r core.Rule, ok bool, err error) {
+	period, zone, hasZone := strings.Cut(win, "@")
+	r.Limit = limit
+	switch period {
+	case "day":
+		r.Calendar = core.Day
+	case "week":
+		r.Calendar = core.Week
+	case "month":
+		r.Calendar = core.Month
+	default:
+		return r, false, nil
+	}
+	if hasZone {
+		if r.Location, err = time.LoadLocation(zone); err != nil || zone == "" || zone == "Local" {
+			return r, true, fmt.Errorf("unknown time zone %q", zone)
+		}
+	}
+	return r, true, nil
 }

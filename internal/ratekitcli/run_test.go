@@ -31,11 +31,13 @@ func TestCommands(t *testing.T) {
 	url := "redis://" + srv.Addr() + "/0"
 	ctx := context.Background()
 	store := core.NewRedisStore(srv.Client(t))
-	login, err := core.NewLimiter(store, core.Policy{Name: "login", Rules: []core.Rule{{Limit: 5, Window: 15 * time.Minute}, {Limit: 20, Window: 24 * time.Hour}}})
+	login, err := core.NewLimiter(store, core.Policy{Name: "login", Rules: []core.Rule{{Limit: 5, Window: 15 * time.Minute}, {Limit: 20, Window: 24 * time.Hour}}},
+		core.WithTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	quota, err := core.NewLimiter(store, core.Policy{Name: "quota", Rules: []core.Rule{{Limit: 1000, Window: 24 * time.Hour}}, Algorithm: core.SlidingBuckets})
+	quota, err := core.NewLimiter(store, core.Policy{Name: "quota", Rules: []core.Rule{{Limit: 1000, Window: 24 * time.Hour}}, Algorithm: core.SlidingBuckets},
+		core.WithTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,6 +154,9 @@ func TestParseRules(t *testing.T) {
 		{"x/1m", nil, true},
 		{"5/soon", nil, true},
 		{"5/xd", nil, true},
+		{"1000/day, 5000/week,1000000/month@UTC", []core.Rule{{Limit: 1000, Calendar: core.Day}, {Limit: 5000, Calendar: core.Week},
+			{Limit: 1000000, Calendar: core.Month, Location: time.UTC}}, false},
+		{"5/month@Nowhere", nil, true},
 	}
 	for _, tc := range tests {
 		got, err := parseRules(tc.in)

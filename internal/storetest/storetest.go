@@ -2,8 +2,8 @@
 // the spirit of testing/fstest.TestFS: [Run] drives a store through
 // [core.NewLimiter] (and directly where the store's own answer is the
 // point) and checks exact admission under concurrency, multi-rule binding,
-// exact RetryAfter, Peek, Reset, Refund, cost validation, bounded keys and
-// window expiry.
+// exact RetryAfter, Peek, Reset, Refund, cost validation, bounded keys,
+// window expiry, lockouts and calendar rules.
 package storetest
 
 import (
@@ -69,6 +69,15 @@ func Run(t *testing.T, newStore func(t *testing.T) core.Store, opts ...core.Opti
 		{"NewLimiterValidation", testValidation},
 		{"LongKeys", testLongKeys},
 		{"WindowExpiry", testWindowExpiry},
+		{"Lockout", testLockout},
+		{"LockoutGrowth", testLockoutGrowth},
+		{"LockoutServerTime", testLockoutServerTime},
+		{"LockoutConcurrent", testLockoutConcurrent},
+		{"LockoutPeekRefundReset", testLockoutPeekRefundReset},
+		{"CalendarPeriods", testCalendarPeriods},
+		{"CalendarConcurrent", testCalendarConcurrent},
+		{"CalendarBoundary", testCalendarBoundary},
+		{"CalendarRefundReset", testCalendarRefundReset},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -240,6 +249,56 @@ func inBracket(got, w time.Duration, firstBefore, firstAfter, before, after time
 	return min(mlo, wlo), max(mhi, whi), ok
 }
 
+// hammer sends goroutines x each Allow("k") at once from one start, the
+// goroutines spread over the limiters ls (app instances on one store). It
+// fails t on an error, a fallback or an admission not by the store, hands
+// every denial to denied (concurrently), and returns how many were
+// allowed.
+func hammer(t *testing.T, ls []*core.Limiter, goroutines, each int, denied func(core.Decision)) int64 {
+	t.Helper()
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	c := ctx(t)
+	for g := range goroutines {
+		wg.Go(func() {
+			<-start
+			for range each {
+				d, err := ls[g%len(ls)].Allow(c, "k")
+				switch {
+				case err != nil:
+					t.Errorf("Allow(k): %v", err)
+				case d.Source.Fallback():
+					t.Errorf("Allow(k) = %s, want a decision of the store", show(d))
+				case d.Allowed && d.Source != core.SourceStore:
+					t.Errorf("Allow(k) = %s, want admissions from the store", show(d))
+				case d.Allowed:
+					allowed.Add(1)
+				default:
+					denied(d)
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	return allowed.Load()
+}
+
+// instances returns n limiters of p on st: n app instances sharing it.
+func instances(t *testing.T, s *suite, st core.Store, p core.Policy, n int) []*core.Limiter {
+	t.Helper()
+	ls := make([]*core.Limiter, n)
+	for i := range ls {
+		l, err := core.NewLimiter(st, p, s.options()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls[i] = l
+	}
+	return ls
+}
+
 func testConcurrentAdmission(t *testing.T, s *suite) {
 	const (
 		limit      = 100
@@ -247,35 +306,10 @@ func testConcurrentAdmission(t *testing.T, s *suite) {
 		each       = 10
 	)
 	l, _ := s.limiter(t, []core.Rule{{Limit: limit, Window: time.Minute}})
-	var allowed, denied atomic.Int64
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	c := ctx(t)
-	for range goroutines {
-		wg.Go(func() {
-			<-start
-			for range each {
-				d, err := l.Allow(c, "k")
-				switch {
-				case err != nil:
-					t.Errorf("Allow(%q): %v", "k", err)
-				case d.Source.Fallback():
-					t.Errorf("Allow(%q) = %s, want a decision of the store", "k", show(d))
-				case d.Allowed:
-					if d.Source != core.SourceStore {
-						t.Errorf("Allow(%q) = %s, want admissions from the store", "k", show(d))
-					}
-					allowed.Add(1)
-				default:
-					denied.Add(1)
-				}
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
-	if got := allowed.Load(); got != limit {
-		t.Errorf("%d goroutines x %d Allow with Limit %d: %d allowed, want exactly %d", goroutines, each, limit, got, limit)
+	var denied atomic.Int64
+	allowed := hammer(t, []*core.Limiter{l}, goroutines, each, func(core.Decision) { denied.Add(1) })
+	if allowed != limit {
+		t.Errorf("%d goroutines x %d Allow with Limit %d: %d allowed, want exactly %d", goroutines, each, limit, allowed, limit)
 	}
 	if got := denied.Load(); got != goroutines*each-limit {
 		t.Errorf("%d denied, want %d", got, goroutines*each-limit)
@@ -834,6 +868,16 @@ func testValidation(t *testing.T, s *suite) {
 		{"negative deny cache", st, core.Policy{Name: "p", Rules: ok}, []core.Option{core.WithDenyCache(-1)}, "WithDenyCache"},
 		{"negative breaker", st, core.Policy{Name: "p", Rules: ok}, []core.Option{core.WithBreaker(-1, time.Second)}, "WithBreaker"},
 		{"breaker without cooldown", st, core.Policy{Name: "p", Rules: ok}, []core.Option{core.WithBreaker(3, 0)}, "WithBreaker"},
+		{"calendar with a window", st, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Hour, Calendar: core.Day}}}, nil, "Rules[0].Window"},
+		{"unknown calendar", st, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Calendar: 9}}}, nil, "Rules[0].Calendar"},
+		{"calendar without limit", st, core.Policy{Name: "p", Rules: []core.Rule{{Calendar: core.Month}}}, nil, "Rules[0].Limit"},
+		{"two rules of one period", st, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 5, Calendar: core.Month}, {Limit: 9, Calendar: core.Month, Location: time.Local}}}, nil, "Rules[1]"},
+		{"location without calendar", st, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Hour, Location: time.UTC}}}, nil, "Rules[0].Location"},
+		{"negative lockout", st, core.Policy{Name: "p", Rules: ok, Lockout: core.Lockout{For: -time.Second}}, nil, "Lockout.For"},
+		{"lockout under a millisecond", st, core.Policy{Name: "p", Rules: ok, Lockout: core.Lockout{For: time.Microsecond}}, nil, "Lockout.For"},
+		{"lockout max without for", st, core.Policy{Name: "p", Rules: ok, Lockout: core.Lockout{Max: time.Hour}}, nil, "Lockout.For"},
+		{"lockout max below for", st, core.Policy{Name: "p", Rules: ok, Lockout: core.Lockout{For: time.Hour, Max: time.Minute}}, nil, "Lockout.Max"},
+		{"lockout with shards", st, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 4, Window: time.Second}}, Shards: 2, Lockout: core.Lockout{For: time.Hour}}, nil, "Lockout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := core.NewLimiter(tc.store, tc.policy, tc.opts...)
@@ -856,10 +900,20 @@ func testValidation(t *testing.T, s *suite) {
 		{Name: "p", Rules: sixteen},
 		{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Millisecond}}},
 		{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Second + time.Microsecond}}},
+		// A calendar rule keeps a count, not an entry per unit: any limit.
+		{Name: "p", Rules: []core.Rule{{Limit: 10, Window: time.Second}, {Limit: 1_000_000, Calendar: core.Month}, {Limit: 50_000, Calendar: core.Day, Location: time.Local}}},
+		{Name: "p", Rules: ok, Lockout: core.Lockout{For: time.Millisecond}},
+		{Name: "p", Rules: ok, Lockout: core.Lockout{For: time.Hour, Max: time.Hour}},
 	} {
 		if _, err := core.NewLimiter(st, p); err != nil {
 			t.Errorf("NewLimiter(%+v) = %v, want a limiter", p, err)
 		}
+	}
+
+	// A store called without a limiter refuses a period it cannot count.
+	q := core.Query{Policy: s.name(), Key: "k", N: 1, Rules: []core.Rule{{Limit: 1, Calendar: 9}}}
+	if _, err := st.Take(ctx(t), q); !errors.Is(err, core.ErrInvalidPolicy) {
+		t.Errorf("Take with Calendar 9 = %v, want ErrInvalidPolicy", err)
 	}
 
 	// The limiter keeps its own copy of the rules.

@@ -1,0 +1,226 @@
+package core_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/redistest"
+)
+
+// zoneWithMidnightAt returns a fixed zone whose midnight falls at the
+// whole second at.
+func zoneWithMidnightAt(at time.Time) *time.Location {
+	off := (86400 - int(at.Unix()%86400)) % 86400
+	if off > 43200 {
+		off -= 86400
+	}
+	return time.FixedZone(fmt.Sprintf("midnight-at-%d", at.Unix()), off)
+}
+
+// TestRedisCalendarExactness: instances sharing one Redis admit exactly
+// a calendar rule's limit, next to a sliding rule, under both algorithms;
+// the count lives in one hash field.
+func TestRedisCalendarExactness(t *testing.T) {
+	const (
+		limit      = 500
+		instances  = 4
+		goroutines = 32
+		each       = 8
+	)
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	noon := zoneWithMidnightAt(time.Now().Truncate(time.Second).Add(12 * time.Hour))
+	for _, algo := range []core.Algorithm{core.SlidingLog, core.SlidingBuckets} {
+		t.Run(algo.String(), func(t *testing.T) {
+			p := core.Policy{Name: "billing-" + algo.String(), Algorithm: algo,
+				Rules: []core.Rule{{Limit: 10_000, Window: time.Minute}, {Limit: limit, Calendar: core.Day, Location: noon}}}
+			allowed := hammerRedis(t, srv, p, instances, goroutines, each, "app-1", func(d core.Decision) {
+				if d.Rule != 1 {
+					t.Errorf("Allow = %+v, want denied by the day's rule", d)
+				}
+			})
+			if allowed != limit {
+				t.Errorf("%d instances x %d goroutines x %d Allow with %d a day: %d allowed, want exactly %d",
+					instances, goroutines, each, limit, allowed, limit)
+			}
+			ck := core.NewRedisStore(rdb).Key(p.Name, "app-1") + ":c"
+			vals, err := rdb.HGetAll(context.Background(), ck).Result()
+			if err != nil || len(vals) != 1 {
+				t.Fatalf("HGETALL %s = %v, %v; want one field", ck, vals, err)
+			}
+			for f, v := range vals {
+				if !strings.HasPrefix(f, "d") || v != fmt.Sprint(limit) {
+					t.Errorf("HGETALL %s = %s: %s, want the day's field holding %d", ck, f, v, limit)
+				}
+			}
+			ttl, err := rdb.PTTL(context.Background(), ck).Result()
+			if err != nil || ttl < 11*time.Hour || ttl > 12*time.Hour+time.Second {
+				t.Errorf("PTTL %s = %v, %v; want until the day ends, some 12h", ck, ttl, err)
+			}
+		})
+	}
+}
+
+// TestRedisCalendarClientClockOff: when the server's clock decides, the
+// period is the one that holds the server's time, even when this
+// process's clock (from which the periods are computed) is seconds off
+// across midnight: the midnight is exact to the server's clock.
+func TestRedisCalendarClientClockOff(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	for _, off := range []time.Duration{3 * time.Second, -3 * time.Second} {
+		t.Run(fmt.Sprintf("off by %v", off), func(t *testing.T) {
+			store := core.NewRedisStore(rdb)
+			core.SetWall(store, func() time.Time { return time.Now().Add(off) })
+			// Midnight 1.5 to 2.5 s away by the server's clock (this
+			// machine's): the client believes otherwise for some seconds.
+			midnight := time.Now().Truncate(time.Second).Add(2 * time.Second)
+			q := core.Query{Policy: "off" + fmt.Sprint(int(off.Seconds())), Key: "k", N: 1,
+				Rules: []core.Rule{{Limit: 1, Calendar: core.Day, Location: zoneWithMidnightAt(midnight)}}}
+			ctx := context.Background()
+			var last core.Result
+			for {
+				r, err := store.Take(ctx, q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				at := time.UnixMicro(r.At)
+				end := midnight
+				if !at.Before(midnight) {
+					end = midnight.Add(24 * time.Hour)
+				}
+				wantAllowed := last.At == 0 || last.At < midnight.UnixMicro() && !at.Before(midnight)
+				s := r.Rules[0]
+				if r.Allowed != wantAllowed || s.ResetAfter != end.Sub(at) || !r.Allowed && s.RetryAfter != end.Sub(at) {
+					t.Fatalf("Take at %v (midnight %v) = %+v, want Allowed %v and the period ending at %v by the server's clock",
+						at, midnight, r, wantAllowed, end)
+				}
+				if r.Allowed {
+					last = r
+				}
+				if !at.Before(midnight.Add(200 * time.Millisecond)) {
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// TestRedisCalendarKeyBounded: a key's calendar counts are one hash
+// field per live period, whatever the number of periods it has seen.
+func TestRedisCalendarKeyBounded(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	store := core.NewRedisStore(rdb)
+	clk := &testClock{now: time.Now().Add(time.Hour)}
+	l := mustLimit(t, store, core.Policy{Name: "bounded",
+		Rules: []core.Rule{{Limit: 100, Calendar: core.Day}, {Limit: 1000, Calendar: core.Month}}}, core.WithClock(clk.Now))
+	ck := store.Key("bounded", "k") + ":c"
+	for day := range 70 {
+		if d, err := l.Allow(context.Background(), "k"); err != nil || !d.Allowed {
+			t.Fatalf("day %d: Allow = %+v, %v", day, d, err)
+		}
+		if n, err := rdb.HLen(context.Background(), ck).Result(); err != nil || n != 2 {
+			t.Fatalf("day %d: HLEN %s = %d, %v; want 2 (today's and this month's)", day, ck, n, err)
+		}
+		clk.Add(24 * time.Hour)
+	}
+	if err := l.Reset(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := rdb.Exists(context.Background(), ck).Result(); err != nil || n != 0 {
+		t.Errorf("EXISTS %s after Reset = %d, %v; want 0", ck, n, err)
+	}
+}
+
+// TestCalendarTiers: a tier carries its customer's time zone; tiers must
+// keep the policy's periods, with limits and locations of their own.
+func TestCalendarTiers(t *testing.T) {
+	paris, tokyo := mustZone(t, "Europe/Paris"), mustZone(t, "Asia/Tokyo")
+	// 20:00 UTC on 31 January: 21:00 in Paris, already 1 February in Tokyo.
+	clk := &testClock{now: time.Date(2024, 1, 31, 20, 0, 0, 0, time.UTC)}
+	p := &plans{tier: map[string]string{"fr": "pro/Europe/Paris", "jp": "pro/Asia/Tokyo"}}
+	tiers := map[string][]core.Rule{
+		"pro/Europe/Paris": {{Limit: 100, Window: time.Second}, {Limit: 1000, Calendar: core.Month, Location: paris}},
+		"pro/Asia/Tokyo":   {{Limit: 100, Window: time.Second}, {Limit: 1000, Calendar: core.Month, Location: tokyo}},
+	}
+	base := core.Policy{Name: "api", Rules: []core.Rule{{Limit: 10, Window: time.Second}, {Limit: 100, Calendar: core.Month}}}
+	for _, store := range []struct {
+		name string
+		s    core.Store
+	}{{"memory", core.NewMemoryStore()}, {"redis", core.NewRedisStore(redistest.Start(t).Client(t))}} {
+		t.Run(store.name, func(t *testing.T) {
+			l := mustLimit(t, store.s, base, core.WithTiers(p.resolve, tiers), core.WithClock(clk.Now), core.WithTimeout(2*time.Second))
+			for _, tc := range []struct {
+				key    string
+				limit  int64
+				window time.Duration
+				reset  time.Duration
+			}{
+				{"fr", 1000, 31 * 24 * time.Hour, 3 * time.Hour},   // January in Paris ends at 23:00 UTC
+				{"jp", 1000, 29 * 24 * time.Hour, 691 * time.Hour}, // February 2024 in Tokyo ends on 29 February, 15:00 UTC
+				{"other", 100, 31 * 24 * time.Hour, 4 * time.Hour}, // the policy's own: January in UTC
+			} {
+				d, err := l.Allow(context.Background(), tc.key)
+				if err != nil || !d.Allowed {
+					t.Fatalf("Allow(%s) = %+v, %v", tc.key, d, err)
+				}
+				r := d.Rules()[1]
+				if r.Limit != tc.limit || r.Window != tc.window || r.ResetAfter != tc.reset || r.Used != 1 {
+					t.Errorf("Allow(%s): Rules[1] = %+v, want Limit %d, Window %v, ResetAfter %v, Used 1", tc.key, r, tc.limit, tc.window, tc.reset)
+				}
+			}
+		})
+	}
+
+	// A tier must keep the policy's periods.
+	for name, rules := range map[string][]core.Rule{
+		"a window for the month": {{Limit: 100, Window: time.Second}, {Limit: 1000, Window: 720 * time.Hour}},
+		"a day for the month":    {{Limit: 100, Window: time.Second}, {Limit: 1000, Calendar: core.Day}},
+		"no month":               {{Limit: 100, Window: time.Second}},
+	} {
+		_, err := core.NewLimiter(core.NewMemoryStore(), base, core.WithTiers(p.resolve, map[string][]core.Rule{"x": rules}))
+		if err == nil || !strings.Contains(err.Error(), `tier "x"`) || !strings.Contains(err.Error(), "month") {
+			t.Errorf("NewLimiter with a tier of %s = %v, want an error naming the tier and the policy's periods", name, err)
+		}
+	}
+}
+
+// TestCalendarShards: each shard holds its share of a calendar rule, and
+// together they admit exactly the limit.
+func TestCalendarShards(t *testing.T) {
+	srv := redistest.Start(t)
+	noon := zoneWithMidnightAt(time.Now().Truncate(time.Second).Add(12 * time.Hour))
+	for _, store := range []core.Store{core.NewMemoryStore(), core.NewRedisStore(srv.Client(t))} {
+		l := mustLimit(t, store, core.Policy{Name: "global", Shards: 4,
+			Rules: []core.Rule{{Limit: 1000, Window: time.Minute}, {Limit: 30, Calendar: core.Day, Location: noon}}},
+			core.WithTimeout(2*time.Second))
+		allowed := 0
+		for range 60 {
+			d, err := l.Allow(context.Background(), "all")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				allowed++
+			}
+		}
+		if allowed != 30 {
+			t.Errorf("%T: 60 Allow with 30 a day over 4 shards: %d allowed, want 30", store, allowed)
+		}
+	}
+}
+
+func mustZone(t *testing.T, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loc
+}

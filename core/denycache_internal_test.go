@@ -1,0 +1,73 @@
+package core
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestDenyCacheBounded: the deny cache never holds more than its size;
+// a full cache drops expired denials first, and a key already held is
+// replaced without dropping another.
+func TestDenyCacheBounded(t *testing.T) {
+	now := time.Now()
+	denial := func(retry time.Duration) Decision {
+		return Decision{Allowed: false, RetryAfter: retry, Limit: 1}
+	}
+	for _, size := range []int{1, 5, 64, 100, 1000} {
+		c := newDenyCache(size)
+		for i := range 50 * size {
+			k := fmt.Sprintf("k%d", i)
+			c.put(k, 1, now, denial(time.Hour), c.generation(k))
+			if got := c.len(); got > size {
+				t.Fatalf("size %d: %d entries after %d denials, want at most %d", size, got, i+1, size)
+			}
+		}
+		// Every stripe has been filled by now.
+		if got := c.len(); got != size {
+			t.Errorf("size %d: %d entries after %d denials, want %d", size, got, 50*size, size)
+		}
+	}
+
+	// A full stripe drops its expired entries first, else the one that
+	// ends soonest.
+	st := &denyStripe{m: map[string]*denyEntry{}, max: denySample}
+	for i := range denySample {
+		until := now.Add(time.Duration(i+1) * time.Hour)
+		if i%2 == 0 {
+			until = now.Add(-time.Second) // expired
+		}
+		st.m[fmt.Sprintf("k%d", i)] = &denyEntry{until: until}
+	}
+	st.makeRoom(now)
+	for i := range denySample {
+		if _, held := st.m[fmt.Sprintf("k%d", i)]; held != (i%2 == 1) {
+			t.Errorf("k%d held = %v after making room, want %v (only the expired dropped)", i, held, i%2 == 1)
+		}
+	}
+	st.makeRoom(now)
+	if _, held := st.m["k1"]; held || len(st.m) != denySample/2-1 {
+		t.Errorf("after making room among live entries: %d held, k1 held %v; want the soonest (k1) dropped alone", len(st.m), held)
+	}
+
+	// Replacing a key's denial drops nothing else.
+	c := newDenyCache(1)
+	var d Decision
+	c.put("a", 1, now, denial(time.Hour), c.generation("a"))
+	c.put("a", 1, now, denial(2*time.Hour), c.generation("a"))
+	if !c.get("a", 1, now, false, &d) || d.RetryAfter != 2*time.Hour {
+		t.Errorf("get(a) after a replacement = %+v, want the newer denial (RetryAfter 2h)", d)
+	}
+}
+
+// len returns the number of denials held.
+func (c *denyCache) len() int {
+	n := 0
+	for i := range c.entries {
+		st := &c.entries[i]
+		st.mu.RLock()
+		n += len(st.m)
+		st.mu.RUnlock()
+	}
+	return n
+}
