@@ -40,7 +40,7 @@ import (
 )
 
 func main() {
-	flags := exampleenv.Parse("127.0.0.1:8085", true)
+	flags := exampleenv.Parse("127.0.0.1:8085", exampleenv.ByIP)
 	e, err := newServer(exampleenv.Store(), flags.ClientIP, flags.Options()...)
 	if err != nil {
 		log.Fatal(err)

@@ -35,7 +35,7 @@ import (
 )
 
 func main() {
-	flags := exampleenv.Parse("127.0.0.1:8086", true)
+	flags := exampleenv.Parse("127.0.0.1:8086", exampleenv.ByIP)
 	app, err := newApp(exampleenv.Store(), flags.ClientIP, flags.Options()...)
 	if err != nil {
 		log.Fatal(err)

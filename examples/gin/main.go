@@ -33,7 +33,7 @@ import (
 )
 
 func main() {
-	flags := exampleenv.Parse("127.0.0.1:8084", true)
+	flags := exampleenv.Parse("127.0.0.1:8084", exampleenv.ByIP)
 	r, err := newRouter(exampleenv.Store(), flags.ClientIP, flags.Options()...)
 	if err != nil {
 		log.Fatal(err)

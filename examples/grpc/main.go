@@ -66,7 +66,7 @@ import (
 func main() {
 	client := flag.Bool("client", false, "call the server at -addr instead of serving")
 	n := flag.Int("n", 5, "calls of each kind to make with -client")
-	flags := exampleenv.Parse("127.0.0.1:50051", true)
+	flags := exampleenv.Parse("127.0.0.1:50051", exampleenv.ByIP)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -2,7 +2,10 @@
 // takes {"username", "password"} as JSON or as a form and is limited twice
 // at once, counting failed logins (401) only:
 //
-//   - per client IP: 20 failures per 15 minutes;
+//   - per client IP: 20 failures per 15 minutes; an address refused by
+//     that limit is then locked out for an hour, even if it stops trying,
+//     and twice as long each time it comes back for more, up to a day
+//     (core.Lockout);
 //   - per account (the username, trimmed and case-folded, stored in Redis
 //     only as a keyed hash): 5 failures per 15 minutes, forgotten after a
 //     successful login.
@@ -25,7 +28,8 @@
 // the client address is read from X-Forwarded-For; without it those
 // headers are ignored and every client behind the proxy shares one limit.
 // Flags: -addr (127.0.0.1:8081), -trusted-proxy and -failure-policy
-// local|open|closed, as in every example. Set LOGIN_KEY_SECRET (the same
+// local|open|closed, as in every example, and -block CIDR[,CIDR]: clients
+// refused with 403 before any limit (a deny list). Set LOGIN_KEY_SECRET (the same
 // on every instance) to key the account hashes with a secret of your own;
 // without it a fixed public key is used, which keeps names out of a Redis
 // dump but lets a name be tested against it. Limits live in memory; set
@@ -48,8 +52,9 @@
 //   - it lasts at most the window (15 minutes) after the last counted
 //     failure, and the 429 says when to retry (Retry-After, in seconds);
 //   - the per-IP limit stops one address from locking many accounts: 20
-//     failures per IP per window lock at most 20/5 = 4 accounts; every
-//     further attempt from that address is refused before it touches any
+//     failures per IP lock at most 20/5 = 4 accounts; the next attempt
+//     locks the address out for an hour (then 2, 4, ... up to 24 hours),
+//     and every attempt from it meanwhile is refused before it touches any
 //     account's budget;
 //   - an account that is not locked forgets its failures on the first
 //     successful login.
@@ -87,10 +92,11 @@ var demoUsers = map[string]string{
 }
 
 func main() {
-	flags := exampleenv.Parse("127.0.0.1:8081", true)
+	flags := exampleenv.Parse("127.0.0.1:8081", exampleenv.ByIPBlock)
 
 	cfg := defaultConfig()
 	cfg.clientIP = flags.ClientIP
+	cfg.block = flags.Block
 	cfg.limiterOptions = flags.Options()
 	cfg.accountSecret = exampleenv.Secret("LOGIN_KEY_SECRET", "account keys")
 
@@ -110,17 +116,20 @@ func main() {
 
 // config holds the limits of the login route; tests shorten the windows.
 type config struct {
-	ipFailures      int64         // failed logins per client IP per window
-	accountFailures int64         // failed logins per account per window
-	window          time.Duration // the window of both limits
-	clientIP        keyfunc.Func  // how the client IP is found
-	accountSecret   []byte        // HMAC key of account keys; nil: keyfunc's public default
-	limiterOptions  []core.Option // options of both limiters
+	ipFailures      int64                      // failed logins per client IP per window
+	ipLockout       core.Lockout               // how long an address over its limit stays refused
+	accountFailures int64                      // failed logins per account per window
+	window          time.Duration              // the window of both limits
+	clientIP        keyfunc.Func               // how the client IP is found
+	block           func(keyfunc.Request) bool // clients refused outright; nil: none
+	accountSecret   []byte                     // HMAC key of account keys; nil: keyfunc's public default
+	limiterOptions  []core.Option              // options of both limiters
 }
 
 func defaultConfig() config {
 	return config{
 		ipFailures:      20,
+		ipLockout:       core.Lockout{For: time.Hour, Max: 24 * time.Hour},
 		accountFailures: 5,
 		window:          15 * time.Minute,
 		clientIP:        keyfunc.ClientIP(),
@@ -140,8 +149,9 @@ type app struct {
 // newApp builds the service on store.
 func newApp(store core.Store, users authenticator, cfg config) (*app, error) {
 	ipLimit, err := core.NewLimiter(store, core.Policy{
-		Name:  "login-ip",
-		Rules: []core.Rule{{Limit: cfg.ipFailures, Window: cfg.window}},
+		Name:    "login-ip",
+		Rules:   []core.Rule{{Limit: cfg.ipFailures, Window: cfg.window}},
+		Lockout: cfg.ipLockout,
 	}, cfg.limiterOptions...)
 	if err != nil {
 		return nil, err
@@ -163,6 +173,7 @@ func newApp(store core.Store, users authenticator, cfg config) (*app, error) {
 	// Retry-After, which denials carry.
 	perIP := ginlimit.New(ipLimit,
 		guard.WithKey(cfg.clientIP),
+		guard.WithBlock(cfg.block),
 		guard.WithCountIf(guard.StatusAuthFailure),
 		guard.WithBody(guard.BodyProblem),
 		guard.WithHeaders(guard.HeadersNone),

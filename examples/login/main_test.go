@@ -22,6 +22,7 @@ import (
 	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/ratekitcli"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/keyfunc/personal"
 )
 
@@ -142,7 +143,12 @@ func TestConcurrentGuesses(t *testing.T) {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
 			users := plainUsers{"alice": "wonderland", "bob": "builder"}
-			a := newTestApp(t, sc.new(t), users, testConfig())
+			cfg := testConfig()
+			// Every request here comes from one address, with up to 50 in
+			// flight: more than its IP limit, which would lock it out
+			// (TestIPLockoutBurst). This test is about the account limit.
+			cfg.ipLockout = core.Lockout{}
+			a := newTestApp(t, sc.new(t), users, cfg)
 			srv := httptest.NewServer(a.router)
 			t.Cleanup(srv.Close)
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 30 * time.Second}
@@ -459,5 +465,159 @@ func TestSupportUnlocksEveryInstance(t *testing.T) {
 			}
 			time.Sleep(2 * time.Millisecond)
 		}
+	}
+}
+
+// TestIPLockout: an address that fails 20 times in the window is locked
+// out for an hour, even after the window has passed and even with a right
+// password (which is then never checked); other addresses are not; when
+// the lockout ends it may fail again, and is locked out twice as long.
+// Support lifts a lockout with Reset. The clock is stepped.
+func TestIPLockout(t *testing.T) {
+	for _, sc := range stores {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			var mu sync.Mutex
+			now := time.Date(2025, 6, 1, 9, 0, 0, 0, time.UTC)
+			clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+			step := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+			cfg := testConfig()
+			cfg.limiterOptions = append(cfg.limiterOptions, core.WithClock(clock))
+			a := newTestApp(t, sc.new(t), plainUsers{"alice": "wonderland"}, cfg)
+			const attacker, other = "203.0.113.66", "198.51.100.7"
+
+			fail := func(round int) {
+				t.Helper()
+				for i := range cfg.ipFailures {
+					// A different account each time: only the IP limit fills.
+					if ans := serve(t, a, attacker, fmt.Sprintf("r%d-user%d", round, i), "guess"); ans.status != http.StatusUnauthorized {
+						t.Fatalf("round %d, guess %d: %+v, want 401", round, i+1, ans)
+					}
+				}
+			}
+			fail(1)
+			if ans := serve(t, a, attacker, "someone", "guess"); ans.status != http.StatusTooManyRequests || ans.policy != "login-ip" || ans.retryAfter != 3600 {
+				t.Fatalf("guess 21: %+v, want 429 by login-ip, Retry-After 3600 (locked out for an hour)", ans)
+			}
+			step(cfg.window + time.Minute) // the window has passed, the lockout has not
+			checks := a.checks.Load()
+			if ans := serve(t, a, attacker, "alice", "wonderland"); ans.status != http.StatusTooManyRequests || ans.retryAfter != 3600-16*60 {
+				t.Errorf("right password from the locked-out address: %+v, want 429, Retry-After %d", ans, 3600-16*60)
+			}
+			if got := a.checks.Load(); got != checks {
+				t.Errorf("the locked-out address reached the password check %d times, want 0", got-checks)
+			}
+			if ans := serve(t, a, other, "alice", "wonderland"); ans.status != http.StatusOK {
+				t.Errorf("alice from another address: %+v, want 200", ans)
+			}
+			if d, err := a.ip.Peek(context.Background(), attacker); err != nil || !d.Locked {
+				t.Errorf("Peek(attacker) = %+v, %v; want locked out", d, err)
+			}
+
+			step(time.Hour - cfg.window - time.Minute) // the lockout ends
+			fail(2)
+			if ans := serve(t, a, attacker, "someone", "guess"); ans.status != http.StatusTooManyRequests || ans.retryAfter != 7200 {
+				t.Fatalf("back for more: %+v, want 429, Retry-After 7200 (twice as long)", ans)
+			}
+			// Support unlocks the address.
+			if err := a.ip.Reset(context.Background(), attacker); err != nil {
+				t.Fatal(err)
+			}
+			if ans := serve(t, a, attacker, "alice", "wonderland"); ans.status != http.StatusOK {
+				t.Errorf("after Reset: %+v, want 200", ans)
+			}
+		})
+	}
+}
+
+// gate is an authenticator that holds every check until it is opened, so
+// that a test knows how many logins are in flight.
+type gate struct {
+	plainUsers
+	arrived chan struct{}
+	open    chan struct{}
+}
+
+func (g *gate) authenticate(username, password string) bool {
+	g.arrived <- struct{}{}
+	<-g.open
+	return g.plainUsers.authenticate(username, password)
+}
+
+// TestIPLockoutBurst: the IP limit reserves a unit for every login in
+// flight, so one more concurrent login from an address than its limit is
+// refused, and that refusal locks the address out, even though the logins
+// in flight then succeed and give their units back. Size the IP limit
+// above what one address sends at once.
+func TestIPLockoutBurst(t *testing.T) {
+	for _, sc := range stores {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := testConfig()
+			users := plainUsers{}
+			for i := range cfg.ipFailures {
+				users[fmt.Sprintf("user%d", i)] = "pw"
+			}
+			g := &gate{plainUsers: users, arrived: make(chan struct{}, cfg.ipFailures), open: make(chan struct{})}
+			a := newTestApp(t, sc.new(t), g, cfg)
+			const office = "192.0.2.10"
+			var wg sync.WaitGroup
+			answers := make([]answer, cfg.ipFailures)
+			for i := range cfg.ipFailures {
+				wg.Go(func() { answers[i] = serve(t, a, office, fmt.Sprintf("user%d", i), "pw") })
+			}
+			var release sync.Once
+			t.Cleanup(func() { release.Do(func() { close(g.open) }) })
+			for i := range cfg.ipFailures {
+				select {
+				case <-g.arrived: // 20 logins in flight, each holding a unit
+				case <-time.After(10 * time.Second):
+					t.Fatalf("%d of %d logins reached the password check, want all", i, cfg.ipFailures)
+				}
+			}
+			if ans := serve(t, a, office, "user0", "pw"); ans.status != http.StatusTooManyRequests || ans.policy != "login-ip" || ans.retryAfter != 3600 {
+				t.Errorf("login 21 while 20 are in flight: %+v, want 429 by login-ip, locked out for an hour", ans)
+			}
+			release.Do(func() { close(g.open) })
+			wg.Wait()
+			for i, ans := range answers {
+				if ans.status != http.StatusOK {
+					t.Errorf("login %d in flight: %+v, want 200", i+1, ans)
+				}
+			}
+			if got := used(t, a.ip, office); got != 0 {
+				t.Errorf("the office's IP limit holds %d failures, want 0 (successes refunded)", got)
+			}
+			if d, err := a.ip.Peek(context.Background(), office); err != nil || !d.Locked {
+				t.Errorf("Peek(office) = %+v, %v; want locked out all the same", d, err)
+			}
+		})
+	}
+}
+
+// TestBlockedNetwork: a client on the deny list (-block) gets 403 before
+// any limit or password check, with the right password too; others log in
+// as before, and the blocked requests use up no one's budget.
+func TestBlockedNetwork(t *testing.T) {
+	cfg := testConfig()
+	blocked, err := keyfunc.ParseTrustedProxies("203.0.113.0/24")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.block = keyfunc.InNetworks(blocked)
+	a := newTestApp(t, core.NewMemoryStore(), plainUsers{"alice": "wonderland"}, cfg)
+	for range 30 {
+		if got := serve(t, a, "203.0.113.9", "alice", "wonderland"); got.status != http.StatusForbidden || got.retryAfter != 0 {
+			t.Fatalf("login from a blocked network = %+v, want 403 without Retry-After", got)
+		}
+	}
+	if n := a.checks.Load(); n != 0 {
+		t.Errorf("%d password checks for blocked requests, want none", n)
+	}
+	if got := serve(t, a, "198.51.100.1", "alice", "wonderland"); got.status != http.StatusOK {
+		t.Errorf("login from another network = %+v, want 200", got)
+	}
+	if got := used(t, a.ip, "203.0.113.9"); got != 0 {
+		t.Errorf("units used by the blocked address = %d, want 0", got)
 	}
 }

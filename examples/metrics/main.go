@@ -41,7 +41,7 @@ import (
 )
 
 func main() {
-	flags := exampleenv.Parse("127.0.0.1:8087", true)
+	flags := exampleenv.Parse("127.0.0.1:8087", exampleenv.ByIP)
 	h, err := newHandler(exampleenv.Store(), slog.Default(), os.Getenv("ADMIN_TOKEN"), flags.ClientIP, flags.Options()...)
 	if err != nil {
 		log.Fatal(err)

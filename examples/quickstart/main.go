@@ -31,7 +31,7 @@ import (
 )
 
 func main() {
-	flags := exampleenv.Parse("127.0.0.1:8080", true)
+	flags := exampleenv.Parse("127.0.0.1:8080", exampleenv.ByIP)
 	h, err := newHandler(exampleenv.Store(), flags.ClientIP, flags.Options()...)
 	if err != nil {
 		log.Fatal(err)

@@ -72,7 +72,7 @@ import (
 const costReport = 10
 
 func main() {
-	flags := exampleenv.Parse("127.0.0.1:8083", false)
+	flags := exampleenv.Parse("127.0.0.1:8083", exampleenv.NotByIP)
 
 	cfg := defaultConfig()
 	cfg.adminToken = os.Getenv("QUOTA_ADMIN_TOKEN")

@@ -67,7 +67,7 @@ import (
 )
 
 func main() {
-	flags := exampleenv.Parse("127.0.0.1:8082", true)
+	flags := exampleenv.Parse("127.0.0.1:8082", exampleenv.ByIP)
 
 	cfg := defaultConfig()
 	cfg.clientIP = flags.ClientIP

@@ -31,6 +31,10 @@ type Flags struct {
 	// Failure is -failure-policy: how limiters decide while the store
 	// fails (local, open or closed; local by default).
 	Failure core.FailurePolicy
+	// Block is -block, a deny list for guard.WithBlock: whether the
+	// client address (found as ClientIP finds it) is in one of the given
+	// CIDRs. Nil without -block.
+	Block func(keyfunc.Request) bool
 }
 
 // Options returns the limiter options the flags choose.
@@ -38,12 +42,26 @@ func (f Flags) Options() []core.Option {
 	return []core.Option{core.WithFailurePolicy(f.Failure)}
 }
 
-// Parse defines -addr (defaultAddr unless given), -failure-policy and,
-// when keyedByIP, -trusted-proxy, then parses the command line with the
-// flags the example defined itself. A bad value ends the program with the
-// usage text, as the flag package does.
-func Parse(defaultAddr string, keyedByIP bool) Flags {
-	f, err := parse(flag.CommandLine, os.Args[1:], defaultAddr, keyedByIP)
+// Keys says what an example's limits key by, which decides the flags it
+// takes.
+type Keys int
+
+const (
+	// NotByIP means no limit is keyed by client IP: no -trusted-proxy.
+	NotByIP Keys = iota
+	// ByIP means a limit is keyed by client IP: -trusted-proxy.
+	ByIP
+	// ByIPBlock is ByIP and -block, a deny list the example applies
+	// with guard.WithBlock(Flags.Block).
+	ByIPBlock
+)
+
+// Parse defines -addr (defaultAddr unless given), -failure-policy and the
+// flags keys calls for, then parses the command line with the flags the
+// example defined itself. A bad value ends the program with the usage
+// text, as the flag package does.
+func Parse(defaultAddr string, keys Keys) Flags {
+	f, err := parse(flag.CommandLine, os.Args[1:], defaultAddr, keys)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		flag.Usage()
@@ -52,13 +70,16 @@ func Parse(defaultAddr string, keyedByIP bool) Flags {
 	return f
 }
 
-func parse(fs *flag.FlagSet, args []string, defaultAddr string, keyedByIP bool) (Flags, error) {
+func parse(fs *flag.FlagSet, args []string, defaultAddr string, keys Keys) (Flags, error) {
 	f := Flags{ClientIP: keyfunc.ClientIP()}
 	fs.StringVar(&f.Addr, "addr", defaultAddr, "address to listen on")
 	failure := fs.String("failure-policy", "local", "how limiters decide while Redis fails: local (each instance limits on its own), open (admit) or closed (refuse with 503)")
-	var proxy *string
-	if keyedByIP {
+	var proxy, block *string
+	if keys >= ByIP {
 		proxy = fs.String("trusted-proxy", "", "CIDRs of the reverse proxies in front of this server, comma-separated (e.g. 10.0.0.0/8): the client address is read from the X-Forwarded-For they append")
+	}
+	if keys == ByIPBlock {
+		block = fs.String("block", "", "CIDRs of clients refused with 403 Forbidden before any limit, comma-separated (e.g. 203.0.113.0/24)")
 	}
 	if fs.ErrorHandling() != flag.ExitOnError {
 		fs.SetOutput(io.Discard)
@@ -76,12 +97,21 @@ func parse(fs *flag.FlagSet, args []string, defaultAddr string, keyedByIP bool) 
 	default:
 		return Flags{}, fmt.Errorf("-failure-policy %q: want local, open or closed", *failure)
 	}
+	var ipOpts []keyfunc.IPOption
 	if proxy != nil && *proxy != "" {
 		trusted, err := keyfunc.ParseTrustedProxies(strings.Split(*proxy, ",")...)
 		if err != nil {
 			return Flags{}, fmt.Errorf("-trusted-proxy: %w", err)
 		}
-		f.ClientIP = keyfunc.ClientIP(keyfunc.TrustedPrefixes(trusted...))
+		ipOpts = append(ipOpts, keyfunc.TrustedPrefixes(trusted...))
+		f.ClientIP = keyfunc.ClientIP(ipOpts...)
+	}
+	if block != nil && *block != "" {
+		denied, err := keyfunc.ParseTrustedProxies(strings.Split(*block, ",")...)
+		if err != nil {
+			return Flags{}, fmt.Errorf("-block: %w", err)
+		}
+		f.Block = keyfunc.InNetworks(denied, ipOpts...)
 	}
 	if fs.NArg() > 0 {
 		return Flags{}, errors.New("unexpected arguments: " + strings.Join(fs.Args(), " "))

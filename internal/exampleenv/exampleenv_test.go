@@ -18,25 +18,26 @@ func TestParse(t *testing.T) {
 		return keyfunc.FromHTTP(r, "")
 	}
 	tests := []struct {
-		args      []string
-		keyedByIP bool
-		addr      string
-		failure   core.FailurePolicy
-		key       string // the client-IP key of a request from 10.1.2.3 forwarding 203.0.113.7
-		err       string
+		args    []string
+		keys    Keys
+		addr    string
+		failure core.FailurePolicy
+		key     string // the client-IP key of a request from 10.1.2.3 forwarding 203.0.113.7
+		err     string
 	}{
-		{nil, true, "127.0.0.1:9", core.FailLocal, "10.1.2.3", ""},
-		{[]string{"-addr", ":7", "-failure-policy", "closed"}, true, ":7", core.FailClosed, "10.1.2.3", ""},
-		{[]string{"-failure-policy", "open", "-trusted-proxy", "10.0.0.0/8, 192.168.0.0/16"}, true, "127.0.0.1:9", core.FailOpen, "203.0.113.7", ""},
-		{[]string{"-failure-policy", "local"}, false, "127.0.0.1:9", core.FailLocal, "10.1.2.3", ""},
-		{[]string{"-failure-policy", "shut"}, true, "", 0, "", `-failure-policy "shut"`},
-		{[]string{"-trusted-proxy", "10.0.0.0/33"}, true, "", 0, "", "-trusted-proxy"},
-		{[]string{"-trusted-proxy", "10.0.0.0/8"}, false, "", 0, "", "not defined: -trusted-proxy"},
-		{[]string{"stray"}, true, "", 0, "", "unexpected arguments: stray"},
+		{nil, ByIP, "127.0.0.1:9", core.FailLocal, "10.1.2.3", ""},
+		{[]string{"-addr", ":7", "-failure-policy", "closed"}, ByIP, ":7", core.FailClosed, "10.1.2.3", ""},
+		{[]string{"-failure-policy", "open", "-trusted-proxy", "10.0.0.0/8, 192.168.0.0/16"}, ByIP, "127.0.0.1:9", core.FailOpen, "203.0.113.7", ""},
+		{[]string{"-failure-policy", "local"}, NotByIP, "127.0.0.1:9", core.FailLocal, "10.1.2.3", ""},
+		{[]string{"-failure-policy", "shut"}, ByIP, "", 0, "", `-failure-policy "shut"`},
+		{[]string{"-trusted-proxy", "10.0.0.0/33"}, ByIP, "", 0, "", "-trusted-proxy"},
+		{[]string{"-trusted-proxy", "10.0.0.0/8"}, NotByIP, "", 0, "", "not defined: -trusted-proxy"},
+		{[]string{"stray"}, ByIP, "", 0, "", "unexpected arguments: stray"},
+		{[]string{"-block", "10.0.0.0/8"}, ByIP, "", 0, "", "not defined: -block"},
 	}
 	for _, tc := range tests {
 		fs := flag.NewFlagSet("example", flag.ContinueOnError)
-		f, err := parse(fs, tc.args, "127.0.0.1:9", tc.keyedByIP)
+		f, err := parse(fs, tc.args, "127.0.0.1:9", tc.keys)
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("parse(%q) error = %v, want one saying %q", tc.args, err, tc.err)
@@ -53,6 +54,42 @@ func TestParse(t *testing.T) {
 		}
 		if len(f.Options()) != 1 {
 			t.Errorf("parse(%q).Options() = %d options, want the failure policy", tc.args, len(f.Options()))
+		}
+	}
+}
+
+func TestParseBlock(t *testing.T) {
+	// A request from 10.1.2.3 forwarding 203.0.113.7.
+	r, _ := http.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = "10.1.2.3:5000"
+	r.Header.Set("X-Forwarded-For", "203.0.113.7")
+	req := keyfunc.FromHTTP(r, "")
+	for _, tc := range []struct {
+		args    []string
+		blocked bool
+		err     string
+	}{
+		{nil, false, ""},
+		{[]string{"-block", "203.0.113.0/24"}, false, ""},                                // no trusted proxy: the client is the peer
+		{[]string{"-block", "10.0.0.0/8"}, true, ""},                                     // the peer
+		{[]string{"-trusted-proxy", "10.0.0.0/8", "-block", "203.0.113.0/24"}, true, ""}, // the forwarded client
+		{[]string{"-trusted-proxy", "10.0.0.0/8", "-block", "10.0.0.0/8"}, false, ""},    // never the proxy
+		{[]string{"-block", "10.0.0.0/33"}, false, "-block"},
+	} {
+		fs := flag.NewFlagSet("example", flag.ContinueOnError)
+		f, err := parse(fs, tc.args, "127.0.0.1:9", ByIPBlock)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("parse(%q) error = %v, want one saying %q", tc.args, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("parse(%q): %v", tc.args, err)
+			continue
+		}
+		if got := f.Block != nil && f.Block(req); got != tc.blocked {
+			t.Errorf("parse(%q): Block = %v, want %v", tc.args, got, tc.blocked)
 		}
 	}
 }
