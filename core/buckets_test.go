@@ -3,35 +3,12 @@ package core_test
 import (
 	"context"
 	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
 )
-
-// fakeClock is a clock tests step by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // TestSlidingBucketsPrecision drives random traffic through a
 // SlidingBuckets limiter on a stepped clock and checks every decision
@@ -46,7 +23,7 @@ func TestSlidingBucketsPrecision(t *testing.T) {
 		buckets = 10
 	)
 	g := window / buckets
-	clock := newFakeClock()
+	clock := newTestClock()
 	l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{
 		Name:      "quota",
 		Algorithm: core.SlidingBuckets,
@@ -74,7 +51,7 @@ func TestSlidingBucketsPrecision(t *testing.T) {
 	ctx := context.Background()
 	denied := 0
 	for i := range 5000 {
-		clock.Advance(time.Duration(rng.IntN(60)) * time.Millisecond)
+		clock.Add(time.Duration(rng.IntN(60)) * time.Millisecond)
 		now := clock.Now()
 		n := int64(1 + rng.IntN(3))
 		d, err := l.AllowN(ctx, "k", n)
@@ -111,7 +88,7 @@ func TestSlidingBucketsPrecision(t *testing.T) {
 // TestSlidingBucketsRetryAfter checks that a denial's RetryAfter is the
 // moment the request fits: denied just before, admitted at it.
 func TestSlidingBucketsRetryAfter(t *testing.T) {
-	clock := newFakeClock()
+	clock := newTestClock()
 	l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{
 		Name:      "quota",
 		Algorithm: core.SlidingBuckets,
@@ -122,7 +99,7 @@ func TestSlidingBucketsRetryAfter(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	clock.Advance(500 * time.Millisecond) // mid-bucket
+	clock.Add(500 * time.Millisecond) // mid-bucket
 	for range 2 {
 		if d, _ := l.Allow(ctx, "k"); !d.Allowed {
 			t.Fatalf("first requests denied: %+v", d)
@@ -137,11 +114,11 @@ func TestSlidingBucketsRetryAfter(t *testing.T) {
 	if want := 4500 * time.Millisecond; d.RetryAfter != want {
 		t.Fatalf("RetryAfter = %v, want %v", d.RetryAfter, want)
 	}
-	clock.Advance(d.RetryAfter - time.Microsecond)
+	clock.Add(d.RetryAfter - time.Microsecond)
 	if d, _ := l.Allow(ctx, "k"); d.Allowed {
 		t.Fatal("admitted 1 µs before RetryAfter")
 	}
-	clock.Advance(time.Microsecond)
+	clock.Add(time.Microsecond)
 	if d, _ := l.Allow(ctx, "k"); !d.Allowed {
 		t.Fatalf("denied at RetryAfter: %+v", d)
 	}
@@ -163,7 +140,7 @@ func TestSlidingBucketsRetryAfterBound(t *testing.T) {
 	const window = time.Minute
 	for name, newStore := range stores {
 		t.Run(name, func(t *testing.T) {
-			clock := newFakeClock() // on a whole second: a bucket start
+			clock := newTestClock() // on a whole second: a bucket start
 			l, err := core.NewLimiter(newStore(), core.Policy{
 				Name:      "bound-" + name,
 				Algorithm: core.SlidingBuckets, // 60 buckets of 1 s
@@ -176,7 +153,7 @@ func TestSlidingBucketsRetryAfterBound(t *testing.T) {
 			if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
 				t.Fatalf("first unit: %+v, %v", d, err)
 			}
-			clock.Advance(500 * time.Millisecond) // the middle of the bucket
+			clock.Add(500 * time.Millisecond) // the middle of the bucket
 			if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
 				t.Fatalf("second unit: %+v, %v", d, err)
 			}
@@ -193,7 +170,7 @@ func TestSlidingBucketsRetryAfterBound(t *testing.T) {
 			if d2, _ := l.Allow(ctx, "k2"); !d2.Allowed {
 				t.Fatal("k2 denied")
 			}
-			clock.Advance(500 * time.Millisecond) // the start of the next bucket
+			clock.Add(500 * time.Millisecond) // the start of the next bucket
 			for range 2 {
 				if d, err := l.Allow(ctx, "k3"); err != nil || !d.Allowed {
 					t.Fatalf("k3: %+v, %v", d, err)
@@ -206,11 +183,11 @@ func TestSlidingBucketsRetryAfterBound(t *testing.T) {
 			if want := window + time.Second; d.RetryAfter != want {
 				t.Fatalf("RetryAfter at a bucket start = %v, want the bound %v (window + window/60)", d.RetryAfter, want)
 			}
-			clock.Advance(d.RetryAfter - time.Microsecond)
+			clock.Add(d.RetryAfter - time.Microsecond)
 			if d, _ := l.Allow(ctx, "k3"); d.Allowed {
 				t.Fatal("admitted 1 µs before RetryAfter")
 			}
-			clock.Advance(time.Microsecond)
+			clock.Add(time.Microsecond)
 			if d, _ := l.Allow(ctx, "k3"); !d.Allowed {
 				t.Fatalf("denied at RetryAfter: %+v", d)
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/storetest"
 )
 
 // zoneWithMidnightAt returns a fixed zone whose midnight falls at the
@@ -117,7 +118,7 @@ func TestRedisCalendarKeyBounded(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	store := core.NewRedisStore(rdb)
-	clk := &testClock{now: time.Now().Add(time.Hour)}
+	clk := storetest.NewClock(time.Now().Add(time.Hour))
 	l := mustLimit(t, store, core.Policy{Name: "bounded",
 		Rules: []core.Rule{{Limit: 100, Calendar: core.Day}, {Limit: 1000, Calendar: core.Month}}}, core.WithClock(clk.Now))
 	ck := store.Key("bounded", "k") + ":c"
@@ -143,7 +144,7 @@ func TestRedisCalendarKeyBounded(t *testing.T) {
 func TestCalendarTiers(t *testing.T) {
 	paris, tokyo := mustZone(t, "Europe/Paris"), mustZone(t, "Asia/Tokyo")
 	// 20:00 UTC on 31 January: 21:00 in Paris, already 1 February in Tokyo.
-	clk := &testClock{now: time.Date(2024, 1, 31, 20, 0, 0, 0, time.UTC)}
+	clk := storetest.NewClock(time.Date(2024, 1, 31, 20, 0, 0, 0, time.UTC))
 	p := &plans{tier: map[string]string{"fr": "pro/Europe/Paris", "jp": "pro/Asia/Tokyo"}}
 	tiers := map[string][]core.Rule{
 		"pro/Europe/Paris": {{Limit: 100, Window: time.Second}, {Limit: 1000, Calendar: core.Month, Location: paris}},

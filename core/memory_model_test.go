@@ -14,7 +14,7 @@ import (
 // refunds and clock steps (some backwards) and checks every answer against
 // a brute-force sliding log.
 func TestMemoryStoreMatchesModel(t *testing.T) {
-	clock := newFakeClock()
+	clock := newTestClock()
 	store := core.NewMemoryStore()
 	rules := []core.Rule{{Limit: 7, Window: 300 * time.Millisecond}, {Limit: 20, Window: 2 * time.Second}}
 	type unit struct {
@@ -31,9 +31,9 @@ func TestMemoryStoreMatchesModel(t *testing.T) {
 	for step := range 4000 {
 		switch r := rng.IntN(100); {
 		case r < 5:
-			clock.Advance(-time.Duration(rng.IntN(3000)) * time.Microsecond)
+			clock.Add(-time.Duration(rng.IntN(3000)) * time.Microsecond)
 		default:
-			clock.Advance(time.Duration(rng.IntN(40000)) * time.Microsecond)
+			clock.Add(time.Duration(rng.IntN(40000)) * time.Microsecond)
 		}
 		now := clock.Now().UnixMicro()
 		if rng.IntN(10) == 0 && len(admitted) > 0 {

@@ -17,35 +17,9 @@ func TestMemoryStore(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) core.Store { return core.NewMemoryStore() })
 }
 
-// testClock is a clock that moves only when told; safe for concurrent use.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newTestClock() *testClock {
-	return &testClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-// Now returns the clock's time.
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Set moves the clock to start + d.
-func (c *testClock) Set(start time.Time, d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = start.Add(d)
-}
-
-// Add moves the clock forward by d.
-func (c *testClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
+// newTestClock returns a clock tests move by hand.
+func newTestClock() *storetest.Clock {
+	return storetest.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 }
 
 // step is one request at a time offset on a fake clock, with the decision
@@ -73,7 +47,7 @@ func runSteps(t *testing.T, rules []core.Rule, steps []step) {
 		t.Fatal(err)
 	}
 	for i, s := range steps {
-		clock.Set(start, s.at)
+		clock.Set(start.Add(s.at))
 		d, err := l.AllowN(context.Background(), "k", s.n)
 		if err != nil {
 			t.Fatalf("step %d: AllowN(k, %d) at %v: %v", i, s.n, s.at, err)

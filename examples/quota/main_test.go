@@ -17,6 +17,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/storetest"
 )
 
 const adminToken = "test-admin-token"
@@ -374,25 +375,6 @@ func TestUpgradeOnEveryInstance(t *testing.T) {
 	}
 }
 
-// clock is a clock the test steps by hand.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) add(d time.Duration) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-	return c.t
-}
-
 var epoch = time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 
 // TestNeverOverAdmits: with a small plan (5 per minute, 20 per day) and a
@@ -419,14 +401,14 @@ func TestNeverOverAdmits(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			clk := &clock{t: epoch}
-			a := newTestApp(t, tc.store(t), small(core.WithClock(clk.now)))
+			clk := storetest.NewClock(epoch)
+			a := newTestApp(t, tc.store(t), small(core.WithClock(clk.Now)))
 			ctx := context.Background()
 
 			var admitted []time.Time
 			step := func(from, to time.Duration) {
-				for clk.now().Before(epoch.Add(to)) {
-					now := clk.add(3 * time.Second)
+				for clk.Now().Before(epoch.Add(to)) {
+					now := clk.Add(3 * time.Second)
 					if now.Before(epoch.Add(from)) {
 						continue
 					}
@@ -445,7 +427,7 @@ func TestNeverOverAdmits(t *testing.T) {
 			if len(admitted) != 20 {
 				t.Errorf("first 10 minutes: %d admitted, want the daily 20", len(admitted))
 			}
-			clk.add(24*time.Hour - 15*time.Minute)
+			clk.Add(24*time.Hour - 15*time.Minute)
 			step(24*time.Hour-5*time.Minute, 24*time.Hour+30*time.Minute)
 			for i, at := range admitted {
 				var minute, day int
@@ -500,9 +482,9 @@ func TestNeverOverAdmits(t *testing.T) {
 func TestRedisMemoryBounded(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	clk := &clock{t: epoch}
+	clk := storetest.NewClock(epoch)
 	store := core.NewRedisStore(srv.Client(t))
-	a := newTestApp(t, store, testConfig(core.WithClock(clk.now)))
+	a := newTestApp(t, store, testConfig(core.WithClock(clk.Now)))
 	ctx := context.Background()
 	key := store.Key("api", "k-pro") + ":b"
 
@@ -510,7 +492,7 @@ func TestRedisMemoryBounded(t *testing.T) {
 	step := 24 * time.Hour / n // 4.32 s
 	var peak int64
 	for i := 1; i <= n; i++ {
-		clk.add(step)
+		clk.Add(step)
 		d, err := a.quota.Allow(ctx, "k-pro")
 		if err != nil || !d.Allowed || d.Source != core.SourceStore {
 			t.Fatalf("request %d: %+v, %v; want admitted by the store", i, d, err)
@@ -519,7 +501,7 @@ func TestRedisMemoryBounded(t *testing.T) {
 			mem, _ := srv.Do(t, "MEMORY", "USAGE", key, "SAMPLES", "0").(int64)
 			fields, _ := srv.Do(t, "HLEN", key).(int64)
 			peak = max(peak, mem)
-			t.Logf("after %6d admissions (%5.1f h): MEMORY USAGE %d bytes, %d hash fields", i, clk.now().Sub(epoch).Hours(), mem, fields)
+			t.Logf("after %6d admissions (%5.1f h): MEMORY USAGE %d bytes, %d hash fields", i, clk.Now().Sub(epoch).Hours(), mem, fields)
 		}
 	}
 	if peak == 0 || peak >= 4096 {
@@ -534,7 +516,7 @@ func TestRedisMemoryBounded(t *testing.T) {
 	// rule, plus 17 fields remembering recent call IDs); its encoding, and
 	// so its size, depends on the server's hash-max-listpack-entries.
 	for range 2 * 61 {
-		clk.add(time.Second)
+		clk.Add(time.Second)
 		if d, err := a.quota.AllowN(ctx, "k-pro", 10); err != nil || !d.Allowed {
 			t.Fatalf("busy key: %+v, %v", d, err)
 		}
@@ -557,21 +539,21 @@ func BenchmarkRedisQuota(b *testing.B) {
 	srv := redistest.Start(b)
 	for _, used := range []int{0, 10_000, 50_000, 90_000} {
 		b.Run("used="+strconv.Itoa(used), func(b *testing.B) {
-			clk := &clock{t: epoch}
+			clk := storetest.NewClock(epoch)
 			store := core.NewRedisStore(srv.Client(b), core.WithPrefix("bench"+strconv.Itoa(used)))
-			a := newTestApp(b, store, testConfig(core.WithDenyCache(0), core.WithClock(clk.now)))
+			a := newTestApp(b, store, testConfig(core.WithDenyCache(0), core.WithClock(clk.Now)))
 			ctx := context.Background()
 			for range used / 1000 {
 				// 1000 units a minute, the pro plan's per-minute limit.
-				clk.add(time.Minute + time.Second)
+				clk.Add(time.Minute + time.Second)
 				if d, err := a.quota.AllowN(ctx, "k-pro", 1000); err != nil || !d.Allowed {
 					b.Fatalf("preload: %+v, %v", d, err)
 				}
 			}
-			clk.add(time.Minute + time.Second)
+			clk.Add(time.Minute + time.Second)
 			b.ReportAllocs()
 			for b.Loop() {
-				clk.add(60 * time.Millisecond) // 1000 a minute
+				clk.Add(60 * time.Millisecond) // 1000 a minute
 				if _, err := a.quota.Allow(ctx, "k-pro"); err != nil {
 					b.Fatal(err)
 				}

@@ -17,6 +17,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/storetest"
 	"github.com/ratekit/ratekit/keyfunc/personal"
 )
 
@@ -209,24 +210,6 @@ func TestFormatsShareOneKey(t *testing.T) {
 	}
 }
 
-// clock is a clock the test steps by hand.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // decisions keeps the last decision of each policy.
 type decisions struct {
 	mu   sync.Mutex
@@ -270,18 +253,18 @@ func TestDailyRule(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			clk := &clock{t: start}
+			clk := storetest.NewClock(start)
 			seen := &decisions{}
 			s := &recorder{}
-			a := newTestApp(t, tc.store(t), s, testConfig(core.WithObserver(seen), core.WithClock(clk.now)))
+			a := newTestApp(t, tc.store(t), s, testConfig(core.WithObserver(seen), core.WithClock(clk.Now)))
 			for i := range 10 {
 				if i > 0 {
-					clk.add(step)
+					clk.Add(step)
 				}
 				wantAnswer(t, "send "+strconv.Itoa(i+1), send(t, a, "192.0.2.7", formats[i%len(formats)]), http.StatusAccepted, "")
 			}
-			clk.add(step)
-			want := start.Add(24 * time.Hour).Sub(clk.now()) // 21h48m46.54322s
+			clk.Add(step)
+			want := start.Add(24 * time.Hour).Sub(clk.Now()) // 21h48m46.54322s
 			ans := send(t, a, "192.0.2.7", formats[0])
 			wantAnswer(t, "send 11", ans, http.StatusTooManyRequests, "sms-phone-86400s")
 			if got := ans.retryAfter; got != strconv.FormatInt(guard.Seconds(want), 10) {

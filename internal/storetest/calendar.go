@@ -61,7 +61,7 @@ func testCalendarPeriods(t *testing.T, s *suite) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			algorithms(t, func(t *testing.T, algo core.Algorithm) {
-				clk := newStepClock(tc.start)
+				clk := NewClock(tc.start)
 				l, _ := s.policyLimiter(t, core.Policy{
 					Rules:     []core.Rule{{Limit: 3, Window: time.Minute}, {Limit: 5, Calendar: tc.cal, Location: tc.loc}},
 					Algorithm: algo,
@@ -222,7 +222,7 @@ func boolInt(b bool) int64 {
 // counted them (not to a later one), and Reset forgets every period.
 func testCalendarRefundReset(t *testing.T, s *suite) {
 	algorithms(t, func(t *testing.T, algo core.Algorithm) {
-		clk := newStepClock(time.Date(2024, 1, 31, 23, 0, 0, 0, time.UTC))
+		clk := NewClock(time.Date(2024, 1, 31, 23, 0, 0, 0, time.UTC))
 		l, _ := s.policyLimiter(t, core.Policy{Rules: []core.Rule{{Limit: 2, Calendar: core.Month}}, Algorithm: algo},
 			core.WithClock(clk.Now))
 		jan := allow(t, l, "k")

@@ -1,39 +1,12 @@
 package storetest
 
 import (
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ratekit/ratekit/core"
 )
-
-// stepClock is a clock a test steps by hand; safe for concurrent use.
-type stepClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newStepClock(t time.Time) *stepClock { return &stepClock{t: t} }
-
-func (c *stepClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *stepClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-func (c *stepClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
 
 // policyLimiter returns a limiter for p, named afresh, on a new store,
 // with the suite's options before opts.
@@ -63,7 +36,7 @@ var lockoutStart = time.Date(2024, 1, 10, 12, 0, 0, 0, time.UTC)
 // running exactly to the lockout's end; then the key is admitted again.
 func testLockout(t *testing.T, s *suite) {
 	algorithms(t, func(t *testing.T, algo core.Algorithm) {
-		clk := newStepClock(lockoutStart)
+		clk := NewClock(lockoutStart)
 		l, _ := s.policyLimiter(t, core.Policy{
 			Rules:     []core.Rule{{Limit: 3, Window: time.Minute}},
 			Algorithm: algo,
@@ -122,7 +95,7 @@ func testLockout(t *testing.T, s *suite) {
 // ended.
 func testLockoutGrowth(t *testing.T, s *suite) {
 	algorithms(t, func(t *testing.T, algo core.Algorithm) {
-		clk := newStepClock(lockoutStart)
+		clk := NewClock(lockoutStart)
 		l, _ := s.policyLimiter(t, core.Policy{
 			Rules:     []core.Rule{{Limit: 1, Window: time.Second}},
 			Algorithm: algo,
@@ -234,7 +207,7 @@ func testLockoutConcurrent(t *testing.T, s *suite) {
 // testLockoutPeekRefundReset: a Peek of a full key starts no lockout, a
 // refund does not lift one, Reset does (on every instance).
 func testLockoutPeekRefundReset(t *testing.T, s *suite) {
-	clk := newStepClock(lockoutStart)
+	clk := NewClock(lockoutStart)
 	st := s.store(t)
 	p := core.Policy{Name: s.name(), Rules: []core.Rule{{Limit: 2, Window: time.Minute}}, Lockout: core.Lockout{For: time.Hour}}
 	a, err := core.NewLimiter(st, p, s.options(core.WithClock(clk.Now))...)
