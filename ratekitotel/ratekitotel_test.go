@@ -2,11 +2,8 @@ package ratekitotel_test
 
 import (
 	"context"
-	"errors"
-	"net/http/httptest"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,23 +12,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/guard"
-	"github.com/ratekit/ratekit/keyfunc"
+	"github.com/ratekit/ratekit/internal/observertest"
 	"github.com/ratekit/ratekit/ratekitotel"
 )
-
-// flakyStore is a MemoryStore whose Take fails while fail is set.
-type flakyStore struct {
-	*core.MemoryStore
-	fail atomic.Bool
-}
-
-func (s *flakyStore) Take(ctx context.Context, q core.Query) (core.Result, error) {
-	if s.fail.Load() {
-		return core.Result{}, errors.New("store down")
-	}
-	return s.MemoryStore.Take(ctx, q)
-}
 
 // series names a data point: "name{k=v,...}" with sorted attributes.
 func series(name string, set attribute.Set) string {
@@ -75,38 +58,6 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) map[string]float64 {
 	return out
 }
 
-// userKey keys by X-User: absent is no key (skipped), "!" is malformed.
-func userKey(r keyfunc.Request) (string, error) {
-	switch u := r.Header("X-User"); u {
-	case "":
-		return "", keyfunc.ErrNoKey
-	case "!":
-		return "", errors.New("malformed user")
-	default:
-		return u, nil
-	}
-}
-
-// check runs g on a request with the X-User header (none for "-").
-func check(g *guard.Guard, user string) guard.Verdict {
-	r := httptest.NewRequest("GET", "/", nil)
-	if user != "-" {
-		r.Header.Set("X-User", user)
-	}
-	v := g.Admit(r.Context(), keyfunc.FromHTTP(r, "/"))
-	v.Finish(r.Context(), 200)
-	return v
-}
-
-func newLimiter(t *testing.T, store core.Store, name string, limit int64, opts ...core.Option) *core.Limiter {
-	t.Helper()
-	l, err := core.NewLimiter(store, core.Policy{Name: name, Rules: []core.Rule{{Limit: limit, Window: time.Minute}}}, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
 func TestMetrics(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
@@ -115,58 +66,11 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-
-	login := guard.New(newLimiter(t, remote{core.NewMemoryStore()}, "login", 2, core.WithObserver(obs)), guard.WithKey(userKey), guard.WithObserver(obs))
-	for i, step := range []struct {
-		user string
-		want guard.Outcome
-	}{
-		{"alice", guard.OutcomeAllow}, {"alice", guard.OutcomeAllow}, {"alice", guard.OutcomeDeny}, {"alice", guard.OutcomeDeny},
-		{"-", guard.OutcomeSkip}, {"!", guard.OutcomeInvalid},
-	} {
-		if v := check(login, step.user); v.Outcome != step.want {
-			t.Fatalf("login request %d (%s): outcome %v, want %v", i+1, step.user, v.Outcome, step.want)
+	observertest.Run(t, obs, func() {
+		if got := collect(t, reader)["ratekit.breaker.open{ratekit.policy=flaky}"]; got != 1 {
+			t.Errorf("ratekit.breaker.open{flaky} = %v while open, want 1", got)
 		}
-	}
-	dry := guard.New(newLimiter(t, core.NewMemoryStore(), "dry", 1, core.WithObserver(obs)), guard.WithKey(userKey), guard.WithDryRun(true), guard.WithObserver(obs))
-	for i := range 2 {
-		if v := check(dry, "bob"); v.Outcome != guard.OutcomeAllow {
-			t.Fatalf("dry request %d: outcome %v, want allow", i+1, v.Outcome)
-		}
-	}
-	store := &flakyStore{MemoryStore: core.NewMemoryStore()}
-	store.fail.Store(true)
-	flaky := newLimiter(t, store, "flaky", 100, core.WithObserver(obs), core.WithBreaker(2, 30*time.Millisecond))
-	for i := range 3 {
-		if d, err := flaky.Allow(ctx, "carol"); err != nil || d.Source != core.SourceLocal {
-			t.Fatalf("flaky call %d = %+v, %v; want a local fallback", i+1, d, err)
-		}
-	}
-	if got := collect(t, reader)["ratekit.breaker.open{ratekit.policy=flaky}"]; got != 1 {
-		t.Errorf("ratekit.breaker.open{flaky} = %v while open, want 1", got)
-	}
-	store.fail.Store(false)
-	time.Sleep(60 * time.Millisecond)
-	if d, err := flaky.Allow(ctx, "carol"); err != nil || d.Source != core.SourceStore {
-		t.Fatalf("flaky probe = %+v, %v; want a store decision", d, err)
-	}
-
-	// A request a block rule refused (guard.WithBlock).
-	obs.Observe(ctx, core.Event{Kind: core.EventBlock, Policy: "login"})
-
-	// ban locks a key out after its limit: one admission, then two
-	// denials of the locked key (the first one starts the lockout).
-	ban, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "ban",
-		Rules: []core.Rule{{Limit: 1, Window: time.Minute}}, Lockout: core.Lockout{For: time.Hour}}, core.WithObserver(obs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 3 {
-		if d, err := ban.Allow(ctx, "mallory"); err != nil || d.Allowed != (i == 0) || d.Locked != (i > 0) {
-			t.Fatalf("ban call %d = %+v, %v; want allowed, then locked out", i+1, d, err)
-		}
-	}
+	})
 
 	got := collect(t, reader)
 	tests := []struct {
@@ -278,7 +182,3 @@ func BenchmarkObserve(b *testing.B) {
 		obs.Observe(ctx, e)
 	}
 }
-
-// remote hides that a store is a MemoryStore, so that the limiter treats
-// it as a remote store, with a deny cache.
-type remote struct{ core.Store }

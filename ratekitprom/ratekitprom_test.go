@@ -2,13 +2,10 @@ package ratekitprom_test
 
 import (
 	"context"
-	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,73 +16,9 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/guard"
-	"github.com/ratekit/ratekit/keyfunc"
-	"github.com/ratekit/ratekit/nethttp"
+	"github.com/ratekit/ratekit/internal/observertest"
 	"github.com/ratekit/ratekit/ratekitprom"
 )
-
-// flakyStore is a MemoryStore whose Take and Peek fail while fail is set.
-type flakyStore struct {
-	*core.MemoryStore
-	fail atomic.Bool
-}
-
-var errDown = errors.New("store down")
-
-func (s *flakyStore) Take(ctx context.Context, q core.Query) (core.Result, error) {
-	if s.fail.Load() {
-		return core.Result{}, errDown
-	}
-	return s.MemoryStore.Take(ctx, q)
-}
-
-func (s *flakyStore) Peek(ctx context.Context, q core.Query) (core.Result, error) {
-	if s.fail.Load() {
-		return core.Result{}, errDown
-	}
-	return s.MemoryStore.Peek(ctx, q)
-}
-
-// userKey keys by X-User: absent is no key (skipped), "!" is malformed.
-func userKey(r keyfunc.Request) (string, error) {
-	switch u := r.Header("X-User"); u {
-	case "":
-		return "", keyfunc.ErrNoKey
-	case "!":
-		return "", errors.New("malformed user")
-	default:
-		return u, nil
-	}
-}
-
-func newLimiter(t *testing.T, store core.Store, name string, limit int64, opts ...core.Option) *core.Limiter {
-	t.Helper()
-	l, err := core.NewLimiter(store, core.Policy{Name: name, Rules: []core.Rule{{Limit: limit, Window: time.Minute}}}, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
-// get sends GET / with the X-User header (none when user is "-").
-func get(t *testing.T, url, user string) int {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if user != "-" {
-		req.Header.Set("X-User", user)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
-	return resp.StatusCode
-}
 
 // scrape fetches url and parses it with the Prometheus text parser.
 func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
@@ -143,71 +76,11 @@ func TestMetricsScrape(t *testing.T) {
 	metrics := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	defer metrics.Close()
 
-	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
-	login := newLimiter(t, remote{core.NewMemoryStore()}, "login", 2, core.WithObserver(obs))
-	dry := newLimiter(t, core.NewMemoryStore(), "dry", 1, core.WithObserver(obs))
-	mux := http.NewServeMux()
-	mux.Handle("GET /login", nethttp.New(login, guard.WithKey(userKey), guard.WithObserver(obs))(ok))
-	mux.Handle("GET /dry", nethttp.New(dry, guard.WithKey(userKey), guard.WithDryRun(true), guard.WithObserver(obs))(ok))
-	app := httptest.NewServer(mux)
-	defer app.Close()
-
-	// login: two admissions, a denial by the store, a denial from the deny
-	// cache, a request without key, a malformed key.
-	for i, step := range []struct {
-		user string
-		want int
-	}{
-		{"alice", 200}, {"alice", 200}, {"alice", 429}, {"alice", 429}, {"-", 200}, {"!", 400},
-	} {
-		if got := get(t, app.URL+"/login", step.user); got != step.want {
-			t.Fatalf("login request %d (%s): status %d, want %d", i+1, step.user, got, step.want)
+	observertest.Run(t, obs, func() {
+		if v, _ := value(scrape(t, metrics.URL), "ratekit_breaker_open", "policy=flaky"); v != 1 {
+			t.Errorf("ratekit_breaker_open{policy=flaky} = %v while open, want 1", v)
 		}
-	}
-	// dry: one admission, one denial let through.
-	for i := range 2 {
-		if got := get(t, app.URL+"/dry", "bob"); got != 200 {
-			t.Fatalf("dry request %d: status %d, want 200", i+1, got)
-		}
-	}
-	// flaky: the limiter reports itself (core.WithObserver). Two store
-	// failures open the breaker; the third call does not reach the store;
-	// after the cool-down a successful probe closes it.
-	store := &flakyStore{MemoryStore: core.NewMemoryStore()}
-	store.fail.Store(true)
-	flaky := newLimiter(t, store, "flaky", 100, core.WithObserver(obs), core.WithBreaker(2, 30*time.Millisecond))
-	ctx := context.Background()
-	for i := range 3 {
-		d, err := flaky.Allow(ctx, "carol")
-		if err != nil || d.Source != core.SourceLocal {
-			t.Fatalf("flaky call %d = %+v, %v; want a local fallback", i+1, d, err)
-		}
-	}
-	mid := scrape(t, metrics.URL)
-	if v, _ := value(mid, "ratekit_breaker_open", "policy=flaky"); v != 1 {
-		t.Errorf("ratekit_breaker_open{policy=flaky} = %v while open, want 1", v)
-	}
-	store.fail.Store(false)
-	time.Sleep(60 * time.Millisecond)
-	if d, err := flaky.Allow(ctx, "carol"); err != nil || d.Source != core.SourceStore {
-		t.Fatalf("flaky probe = %+v, %v; want a store decision", d, err)
-	}
-
-	// A request a block rule refused (guard.WithBlock).
-	obs.Observe(ctx, core.Event{Kind: core.EventBlock, Policy: "login"})
-
-	// ban locks a key out after its limit: one admission, then two
-	// denials of the locked key (the first one starts the lockout).
-	ban, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "ban",
-		Rules: []core.Rule{{Limit: 1, Window: time.Minute}}, Lockout: core.Lockout{For: time.Hour}}, core.WithObserver(obs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 3 {
-		if d, err := ban.Allow(ctx, "mallory"); err != nil || d.Allowed != (i == 0) || d.Locked != (i > 0) {
-			t.Fatalf("ban call %d = %+v, %v; want allowed, then locked out", i+1, d, err)
-		}
-	}
+	})
 
 	fams := scrape(t, metrics.URL)
 	tests := []struct {
@@ -320,7 +193,3 @@ func BenchmarkObserve(b *testing.B) {
 		obs.Observe(ctx, e)
 	}
 }
-
-// remote hides that a store is a MemoryStore, so that the limiter treats
-// it as a remote store, with a deny cache.
-type remote struct{ core.Store }

@@ -1,0 +1,141 @@
+// Package observertest drives one scenario of events through a
+// core.Observer, the same for every metrics backend (ratekitprom,
+// ratekitotel), so that a backend's test checks only how it shows them.
+package observertest
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/guard"
+	"github.com/ratekit/ratekit/keyfunc"
+)
+
+// Run drives obs, as the observer of every limiter and guard below,
+// through:
+//
+//   - policy "login" (2 a minute, keyed by user, on a store the limiter
+//     treats as remote so that it keeps a deny cache): two admissions, a
+//     denial by the store, a denial from the deny cache, a request
+//     without a key (skipped) and one with a malformed key;
+//   - policy "dry" (1 a minute, dry run): an admission and a denial let
+//     through;
+//   - policy "flaky" (a store that fails, breaker after 2 failures, 30 ms
+//     cool-down): three local fallbacks, two store errors, the breaker
+//     opening; whileOpen runs then; after the cool-down a store decision
+//     closes it;
+//   - one core.EventBlock for "login";
+//   - policy "ban" (1 a minute, Lockout of an hour): an admission, then
+//     two denials that each report a lockout.
+//
+// No key ("alice", "bob", "carol", "mallory") may appear in a metric.
+func Run(t *testing.T, obs core.Observer, whileOpen func()) {
+	t.Helper()
+	ctx := context.Background()
+
+	login := guard.New(newLimiter(t, remote{core.NewMemoryStore()}, "login", 2, core.WithObserver(obs)),
+		guard.WithKey(userKey), guard.WithObserver(obs))
+	for i, step := range []struct {
+		user string
+		want guard.Outcome
+	}{
+		{"alice", guard.OutcomeAllow}, {"alice", guard.OutcomeAllow}, {"alice", guard.OutcomeDeny}, {"alice", guard.OutcomeDeny},
+		{"-", guard.OutcomeSkip}, {"!", guard.OutcomeInvalid},
+	} {
+		if v := admit(login, step.user); v.Outcome != step.want {
+			t.Fatalf("login request %d (%s): outcome %v, want %v", i+1, step.user, v.Outcome, step.want)
+		}
+	}
+
+	dry := guard.New(newLimiter(t, core.NewMemoryStore(), "dry", 1, core.WithObserver(obs)),
+		guard.WithKey(userKey), guard.WithDryRun(true), guard.WithObserver(obs))
+	for i := range 2 {
+		if v := admit(dry, "bob"); v.Outcome != guard.OutcomeAllow {
+			t.Fatalf("dry request %d: outcome %v, want allow", i+1, v.Outcome)
+		}
+	}
+
+	store := &flakyStore{MemoryStore: core.NewMemoryStore()}
+	store.fail.Store(true)
+	flaky := newLimiter(t, store, "flaky", 100, core.WithObserver(obs), core.WithBreaker(2, 30*time.Millisecond))
+	for i := range 3 {
+		if d, err := flaky.Allow(ctx, "carol"); err != nil || d.Source != core.SourceLocal {
+			t.Fatalf("flaky call %d = %+v, %v; want a local fallback", i+1, d, err)
+		}
+	}
+	if whileOpen != nil {
+		whileOpen()
+	}
+	store.fail.Store(false)
+	time.Sleep(60 * time.Millisecond)
+	if d, err := flaky.Allow(ctx, "carol"); err != nil || d.Source != core.SourceStore {
+		t.Fatalf("flaky probe = %+v, %v; want a store decision", d, err)
+	}
+
+	obs.Observe(ctx, core.Event{Kind: core.EventBlock, Policy: "login"})
+
+	ban, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "ban",
+		Rules: []core.Rule{{Limit: 1, Window: time.Minute}}, Lockout: core.Lockout{For: time.Hour}}, core.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if d, err := ban.Allow(ctx, "mallory"); err != nil || d.Allowed != (i == 0) || d.Locked != (i > 0) {
+			t.Fatalf("ban call %d = %+v, %v; want allowed, then locked out", i+1, d, err)
+		}
+	}
+}
+
+// userKey keys by X-User: absent is no key (skipped), "!" is malformed.
+func userKey(r keyfunc.Request) (string, error) {
+	switch u := r.Header("X-User"); u {
+	case "":
+		return "", keyfunc.ErrNoKey
+	case "!":
+		return "", errors.New("malformed user")
+	default:
+		return u, nil
+	}
+}
+
+// admit runs g on a request with the X-User header (none for "-").
+func admit(g *guard.Guard, user string) guard.Verdict {
+	r := httptest.NewRequest("GET", "/", nil)
+	if user != "-" {
+		r.Header.Set("X-User", user)
+	}
+	v := g.Admit(r.Context(), keyfunc.FromHTTP(r, "/"))
+	v.Finish(r.Context(), 200)
+	return v
+}
+
+func newLimiter(t *testing.T, store core.Store, name string, limit int64, opts ...core.Option) *core.Limiter {
+	t.Helper()
+	l, err := core.NewLimiter(store, core.Policy{Name: name, Rules: []core.Rule{{Limit: limit, Window: time.Minute}}}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// flakyStore is a MemoryStore whose Take fails while fail is set.
+type flakyStore struct {
+	*core.MemoryStore
+	fail atomic.Bool
+}
+
+func (s *flakyStore) Take(ctx context.Context, q core.Query) (core.Result, error) {
+	if s.fail.Load() {
+		return core.Result{}, errors.New("store down")
+	}
+	return s.MemoryStore.Take(ctx, q)
+}
+
+// remote hides that a store is a MemoryStore, so that the limiter treats
+// it as a remote store, with a deny cache.
+type remote struct{ core.Store }
