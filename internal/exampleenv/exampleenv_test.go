@@ -10,13 +10,34 @@ import (
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
-func TestParse(t *testing.T) {
-	fromProxy := func() keyfunc.Request {
-		r, _ := http.NewRequest(http.MethodGet, "/", nil)
-		r.RemoteAddr = "10.1.2.3:5000"
-		r.Header.Set("X-Forwarded-For", "203.0.113.7")
-		return keyfunc.FromHTTP(r, "")
+// fromProxy is a request from 10.1.2.3 forwarding 203.0.113.7.
+func fromProxy() keyfunc.Request {
+	r, _ := http.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = "10.1.2.3:5000"
+	r.Header.Set("X-Forwarded-For", "203.0.113.7")
+	return keyfunc.FromHTTP(r, "")
+}
+
+// parseCase parses args for an example that offers keys and checks the
+// error against wantErr, a part of its text ("" for none); it reports
+// whether there are flags left to check.
+func parseCase(t *testing.T, args []string, keys Keys, wantErr string) (Flags, bool) {
+	t.Helper()
+	f, err := parse(flag.NewFlagSet("example", flag.ContinueOnError), args, "127.0.0.1:9", keys)
+	switch {
+	case wantErr != "":
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("parse(%q) error = %v, want one saying %q", args, err, wantErr)
+		}
+		return f, false
+	case err != nil:
+		t.Errorf("parse(%q): %v", args, err)
+		return f, false
 	}
+	return f, true
+}
+
+func TestParse(t *testing.T) {
 	tests := []struct {
 		args    []string
 		keys    Keys
@@ -36,16 +57,8 @@ func TestParse(t *testing.T) {
 		{[]string{"-block", "10.0.0.0/8"}, ByIP, "", 0, "", "not defined: -block"},
 	}
 	for _, tc := range tests {
-		fs := flag.NewFlagSet("example", flag.ContinueOnError)
-		f, err := parse(fs, tc.args, "127.0.0.1:9", tc.keys)
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("parse(%q) error = %v, want one saying %q", tc.args, err, tc.err)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("parse(%q): %v", tc.args, err)
+		f, ok := parseCase(t, tc.args, tc.keys, tc.err)
+		if !ok {
 			continue
 		}
 		key, err := f.ClientIP(fromProxy())
@@ -59,11 +72,6 @@ func TestParse(t *testing.T) {
 }
 
 func TestParseBlock(t *testing.T) {
-	// A request from 10.1.2.3 forwarding 203.0.113.7.
-	r, _ := http.NewRequest(http.MethodGet, "/", nil)
-	r.RemoteAddr = "10.1.2.3:5000"
-	r.Header.Set("X-Forwarded-For", "203.0.113.7")
-	req := keyfunc.FromHTTP(r, "")
 	for _, tc := range []struct {
 		args    []string
 		blocked bool
@@ -76,19 +84,11 @@ func TestParseBlock(t *testing.T) {
 		{[]string{"-trusted-proxy", "10.0.0.0/8", "-block", "10.0.0.0/8"}, false, ""},    // never the proxy
 		{[]string{"-block", "10.0.0.0/33"}, false, "-block"},
 	} {
-		fs := flag.NewFlagSet("example", flag.ContinueOnError)
-		f, err := parse(fs, tc.args, "127.0.0.1:9", ByIPBlock)
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("parse(%q) error = %v, want one saying %q", tc.args, err, tc.err)
-			}
+		f, ok := parseCase(t, tc.args, ByIPBlock, tc.err)
+		if !ok {
 			continue
 		}
-		if err != nil {
-			t.Errorf("parse(%q): %v", tc.args, err)
-			continue
-		}
-		if got := f.Block != nil && f.Block(req); got != tc.blocked {
+		if got := f.Block != nil && f.Block(fromProxy()); got != tc.blocked {
 			t.Errorf("parse(%q): Block = %v, want %v", tc.args, got, tc.blocked)
 		}
 	}
