@@ -35,6 +35,18 @@ func (b *breaker) allow(now time.Time) (ok, probe bool) {
 	return false, false
 }
 
+// look reports whether a peek may call the store now: when the breaker
+// is closed or its cool-down has ended. A peek is not a decision and says
+// nothing of the store's health, so it never takes the probe's place: a
+// peek holding the probe would keep the breaker from ever closing.
+func (b *breaker) look(now time.Time) bool {
+	if b.threshold == 0 {
+		return true
+	}
+	until := b.openUntil.Load()
+	return until == 0 || now.UnixNano() >= until
+}
+
 // abandon releases the probe of a call whose caller gave up before the
 // store answered. That says nothing about the store, so the breaker stays
 // open, but the next call after the cool-down must be free to probe:

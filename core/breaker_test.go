@@ -216,3 +216,42 @@ func TestBreakerProbeAbandonedByCaller(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestBreakerPeekIsNoProbe: a peek after the cool-down (an operator's
+// look at a key) reads the store without taking the probe's place, and
+// says nothing of its health: the next decision still probes, and closes
+// the breaker once the store is back.
+func TestBreakerPeekIsNoProbe(t *testing.T) {
+	const cooldown = 20 * time.Millisecond
+	store := newFaultyStore()
+	l, err := core.NewLimiter(store, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1000, Window: time.Minute}}},
+		core.WithBreaker(1, cooldown), core.WithTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	store.mode.Store(modeFail)
+	if d, _ := l.Allow(ctx, "k"); d.Source != core.SourceLocal {
+		t.Fatalf("Allow with the store failing = %+v, want Source local", d)
+	}
+	if d, err := l.Peek(ctx, "k"); err != nil || d.Source != core.SourceLocal {
+		t.Fatalf("Peek while the breaker is open = %+v, %v; want Source local (no store call)", d, err)
+	}
+	store.mode.Store(modePass)
+	time.Sleep(cooldown + 10*time.Millisecond)
+
+	before := store.calls.Load()
+	for i := range 3 {
+		if d, err := l.Peek(ctx, "k"); err != nil || d.Source != core.SourceStore {
+			t.Fatalf("Peek #%d after the cool-down = %+v, %v; want Source store", i+1, d, err)
+		}
+	}
+	if got := store.calls.Load() - before; got != 3 {
+		t.Errorf("3 peeks after the cool-down made %d store calls, want 3", got)
+	}
+	for i := range 3 {
+		if d, err := l.Allow(ctx, "k"); err != nil || d.Source != core.SourceStore {
+			t.Fatalf("Allow #%d after the peeks = %+v, %v; want Source store (the probe closes the breaker)", i+1, d, err)
+		}
+	}
+}

@@ -230,14 +230,12 @@ func (l *Limiter) peekLease(ctx context.Context, key string) (Decision, error) {
 		return ls.decision(used < ls.limit, used, SourceStore), nil
 	}
 	br := l.breakerOf(key)
-	if ok, probe := br.allow(time.Now()); ok {
+	// A peek is not a decision: it says nothing of the store's health, and
+	// takes no probe's place.
+	if br.look(time.Now()) {
 		sctx, cancel := context.WithTimeout(ctx, l.timeout)
 		allowed, used, err := l.redis.leaseOp(sctx, l.policy.Name, key, opPeek, ls, 0, 1, l.leaseNow())
 		cancel()
-		if probe {
-			// A peek is not a decision: it says nothing of the store's health.
-			br.abandon()
-		}
 		if err == nil {
 			return ls.decision(allowed, used, SourceStore), nil
 		}

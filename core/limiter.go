@@ -354,7 +354,13 @@ func (l *Limiter) decide(ctx context.Context, q Query, shard int, now time.Time,
 	take := op == opTake
 	start := time.Now()
 	br := l.breakerOf(q.Key)
-	if ok, probe := br.allow(start); ok {
+	var ok, probe bool
+	if take {
+		ok, probe = br.allow(start)
+	} else {
+		ok = br.look(start)
+	}
+	if ok {
 		var gen uint64
 		if take && l.deny != nil {
 			gen = l.deny.generation(q.Key)
