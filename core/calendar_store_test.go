@@ -225,3 +225,40 @@ func mustZone(t *testing.T, name string) *time.Location {
 	}
 	return loc
 }
+
+// TestCalendarFailurePolicyWindow: when the store fails, a FailOpen or
+// FailClosed answer of a calendar-only policy gives the length of the
+// period that holds now as its Window, as the store's answers do (23 h
+// on the day Paris moves its clocks forward), never 0.
+func TestCalendarFailurePolicyWindow(t *testing.T) {
+	paris := mustZone(t, "Europe/Paris")
+	clk := storetest.NewClock(time.Date(2026, 3, 29, 15, 0, 0, 0, paris))
+	for _, tc := range []struct {
+		failure     core.FailurePolicy
+		wantAllowed bool
+		wantSource  core.Source
+	}{
+		{core.FailOpen, true, core.SourceOpen},
+		{core.FailClosed, false, core.SourceClosed},
+	} {
+		t.Run(tc.failure.String(), func(t *testing.T) {
+			store := newFaultyStore()
+			store.mode.Store(modeFail)
+			l, err := core.NewLimiter(store, core.Policy{Name: "billing", Rules: []core.Rule{
+				{Limit: 1000, Calendar: core.Day, Location: paris},
+				{Limit: 20000, Calendar: core.Month, Location: paris},
+			}}, core.WithFailurePolicy(tc.failure), core.WithClock(clk.Now))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := l.Allow(context.Background(), "acme")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed != tc.wantAllowed || d.Source != tc.wantSource || d.Rule != 0 || d.Limit != 1000 || d.Window != 23*time.Hour {
+				t.Errorf("Allow with the store failing = allowed %v, source %v, rule %d, limit %d, window %v; want %v, %v, 0, 1000, 23h0m0s",
+					d.Allowed, d.Source, d.Rule, d.Limit, d.Window, tc.wantAllowed, tc.wantSource)
+			}
+		})
+	}
+}

@@ -447,10 +447,10 @@ func (l *Limiter) fallback(ctx context.Context, q Query, shard int, take bool, b
 	switch l.failure {
 	case FailOpen:
 		r := l.minRule()
-		return Decision{Allowed: true, Limit: l.minLimit, Window: l.policy.Rules[r].Window, Remaining: l.minLimit, Rule: r, Source: SourceOpen}
+		return Decision{Allowed: true, Limit: l.minLimit, Window: l.window(r), Remaining: l.minLimit, Rule: r, Source: SourceOpen}
 	case FailClosed:
 		r := l.minRule()
-		return Decision{Limit: l.minLimit, Window: l.policy.Rules[r].Window, RetryAfter: br.retryAfter(time.Now()), Rule: r, Source: SourceClosed}
+		return Decision{Limit: l.minLimit, Window: l.window(r), RetryAfter: br.retryAfter(time.Now()), Rule: r, Source: SourceClosed}
 	}
 	// The local store works without the store timeout: it never blocks.
 	var d Decision
@@ -473,6 +473,17 @@ func (l *Limiter) breakerOf(key string) *breaker {
 		return &l.breakers[0]
 	}
 	return &l.breakers[int(crc16(key)%16384)*len(l.breakers)/16384]
+}
+
+// window returns the window of the policy's rule r, as a store's answer
+// gives it: for a calendar rule, the length of the period that holds now.
+func (l *Limiter) window(r int) time.Duration {
+	rule := l.policy.Rules[r]
+	if rule.Calendar == 0 {
+		return rule.Window
+	}
+	start, end := rule.Calendar.period(rule.Location, l.now().UnixMicro())
+	return time.Duration(end-start) * time.Microsecond
 }
 
 func (l *Limiter) minRule() int {
