@@ -63,6 +63,13 @@ func TestLockoutAndCalendar(t *testing.T) {
 	code, stdout, _ = exec(t, url, args...)
 	want(t, args, code, 0, stdout, "a request now: allowed", "rule 1000000/month@Europe/Paris: used 7, remaining 999993, period ends in ")
 
+	args = []string{"policies"}
+	code, stdout, _ = exec(t, url, args...)
+	want(t, args, code, 0, stdout,
+		"POLICY                     SLIDINGLOG      BUCKETS     CALENDAR     LOCKOUTS     INFLIGHT",
+		"api                                 1            0            1            0            0",
+		"login-ip                            1            0            0            1            0")
+
 	// The app caches the lockout; the CLI's reset reaches it.
 	deadline := time.Now().Add(time.Second)
 	for d, _ := login.Allow(ctx, "192.0.2.1"); d.Source != core.SourceCache; d, _ = login.Allow(ctx, "192.0.2.1") {

@@ -40,7 +40,8 @@ commands:
         and calendar counts), and say how many Redis keys were deleted ("not
         found" when there were none)
   policies [-max N]
-        policy names found in Redis, with their number of keys
+        policy names found in Redis, with their number of Redis keys of each
+        kind: sliding log, buckets, calendar counts, lockouts, in-flight leases
 
 KEY is the key as the app's key function returned it, unless a key flag
 says it is an identifier from which to derive it, as package
@@ -629,26 +630,21 @@ func policies(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer done()
-	type counts struct{ log, buckets int }
-	found := map[string]*counts{}
+	found := map[string]*[len(keyKinds)]int{}
 	scanned := 0
 	iter := rdb.Scan(ctx, 0, escapeGlob(c.prefix)+":*", 1000).Iterator()
 	for scanned < *maxKeys && iter.Next(ctx) {
 		scanned++
-		name, buckets, ok := parseKey(c.prefix, iter.Val())
+		name, kind, ok := parseKey(c.prefix, iter.Val())
 		if !ok {
 			continue
 		}
 		n := found[name]
 		if n == nil {
-			n = &counts{}
+			n = new([len(keyKinds)]int)
 			found[name] = n
 		}
-		if buckets {
-			n.buckets++
-		} else {
-			n.log++
-		}
+		n[kind]++
 	}
 	if err := iter.Err(); err != nil {
 		return fmt.Errorf("redis at %s: %w", rdb.Options().Addr, err)
@@ -658,9 +654,17 @@ func policies(ctx context.Context, args []string, getenv func(string) string, st
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	fmt.Fprintf(stdout, "%-24s %12s %12s\n", "POLICY", "SLIDINGLOG", "BUCKETS")
+	fmt.Fprintf(stdout, "%-24s", "POLICY")
+	for _, k := range keyKinds {
+		fmt.Fprintf(stdout, " %12s", k.column)
+	}
+	fmt.Fprintln(stdout)
 	for _, name := range names {
-		fmt.Fprintf(stdout, "%-24s %12d %12d\n", name, found[name].log, found[name].buckets)
+		fmt.Fprintf(stdout, "%-24s", name)
+		for _, n := range found[name] {
+			fmt.Fprintf(stdout, " %12d", n)
+		}
+		fmt.Fprintln(stdout)
 	}
 	if scanned >= *maxKeys {
 		fmt.Fprintf(stdout, "(stopped after %d keys: counts are partial; raise -max)\n", scanned)
@@ -668,21 +672,36 @@ func policies(ctx context.Context, args []string, getenv func(string) string, st
 	return nil
 }
 
-// parseKey splits a RedisStore key, <prefix>:<policy>:{<key>} with ":b"
-// appended under SlidingBuckets.
-func parseKey(prefix, k string) (policy string, buckets, ok bool) {
+// keyKinds are the Redis keys a policy keeps per key, by the suffix
+// after <prefix>:<policy>:{<key>} (core.RedisStore.Key), as policies
+// counts them.
+var keyKinds = [...]struct{ suffix, column string }{
+	{"", "SLIDINGLOG"}, {":b", "BUCKETS"}, {":c", "CALENDAR"}, {":l", "LOCKOUTS"}, {":lease", "INFLIGHT"},
+}
+
+// parseKey splits a RedisStore key, <prefix>:<policy>:{<key>} with the
+// suffix of its kind, an index in keyKinds.
+func parseKey(prefix, k string) (policy string, kind int, ok bool) {
 	rest, ok := strings.CutPrefix(k, prefix+":")
 	if !ok {
-		return "", false, false
+		return "", 0, false
 	}
-	if rest, buckets = strings.CutSuffix(rest, ":b"); !strings.HasSuffix(rest, "}") {
-		return "", false, false
+	// A key ends with its suffix; only the sliding log's has none, and
+	// ends with "}", as no suffix does.
+	for i, kk := range keyKinds {
+		if r, found := strings.CutSuffix(rest, kk.suffix); found && strings.HasSuffix(r, "}") {
+			rest, kind = r, i
+			break
+		}
+	}
+	if !strings.HasSuffix(rest, "}") {
+		return "", 0, false
 	}
 	i := strings.Index(rest, ":{")
 	if i <= 0 {
-		return "", false, false
+		return "", 0, false
 	}
-	return rest[:i], buckets, true
+	return rest[:i], kind, true
 }
 
 // escapeGlob escapes the glob characters of SCAN MATCH.

@@ -178,22 +178,31 @@ func TestParseRules(t *testing.T) {
 
 func TestParseKey(t *testing.T) {
 	tests := []struct {
-		key     string
-		policy  string
-		buckets bool
-		ok      bool
+		key    string
+		policy string
+		kind   string // its column
+		ok     bool
 	}{
-		{"ratekit:login:{alice}", "login", false, true},
-		{"ratekit:quota:{app:{1}}:b", "quota", true, true},
-		{"ratekit:a:b:{k}", "a:b", false, true},
-		{"other:login:{alice}", "", false, false},
-		{"ratekit:login", "", false, false},
-		{"ratekit::{x}", "", false, false},
+		{"ratekit:login:{alice}", "login", "SLIDINGLOG", true},
+		{"ratekit:quota:{app:{1}}:b", "quota", "BUCKETS", true},
+		{"ratekit:api:{app-42}:c", "api", "CALENDAR", true},
+		{"ratekit:login-ip:{192.0.2.1}:l", "login-ip", "LOCKOUTS", true},
+		{"ratekit:export:{key-1}:lease", "export", "INFLIGHT", true},
+		{"ratekit:login:{a}:b}", "login", "SLIDINGLOG", true}, // the key "a}:b"
+		{"ratekit:a:b:{k}", "a:b", "SLIDINGLOG", true},
+		{"other:login:{alice}", "", "", false},
+		{"ratekit:login", "", "", false},
+		{"ratekit::{x}", "", "", false},
+		{"ratekit:login:{alice}:x", "", "", false},
 	}
 	for _, tc := range tests {
-		p, b, ok := parseKey("ratekit", tc.key)
-		if p != tc.policy || b != tc.buckets || ok != tc.ok {
-			t.Errorf("parseKey(%q) = %q, %v, %v; want %q, %v, %v", tc.key, p, b, ok, tc.policy, tc.buckets, tc.ok)
+		p, kind, ok := parseKey("ratekit", tc.key)
+		col := ""
+		if ok {
+			col = keyKinds[kind].column
+		}
+		if p != tc.policy || col != tc.kind || ok != tc.ok {
+			t.Errorf("parseKey(%q) = %q, %s, %v; want %q, %s, %v", tc.key, p, col, ok, tc.policy, tc.kind, tc.ok)
 		}
 	}
 }
