@@ -92,10 +92,18 @@ type deadlineCtx struct {
 	deadline time.Time
 
 	mu    sync.Mutex
-	ch    chan struct{} // closed at the deadline while armed; nil once closed
+	ch    chan struct{} // closed at the deadline while armed: then closedChan
 	timer *time.Timer   // runs expire
 	armed bool          // the timer runs for this use
 }
+
+// closedChan is the Done of a deadlineCtx whose deadline has passed, for
+// every ask until the use ends.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // Deadline returns the deadline.
 func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
@@ -105,7 +113,7 @@ func (c *deadlineCtx) Done() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.armed {
-		if c.ch == nil {
+		if c.ch == nil || c.ch == closedChan {
 			c.ch = make(chan struct{})
 		}
 		d := time.Until(c.deadline)
@@ -124,14 +132,15 @@ func (c *deadlineCtx) Done() <-chan struct{} {
 func (c *deadlineCtx) expire() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.armed && c.ch != nil && !time.Now().Before(c.deadline) {
+	if c.armed && c.ch != closedChan && !time.Now().Before(c.deadline) {
 		close(c.ch)
-		c.ch = nil
+		c.ch = closedChan
 	}
 }
 
 // disarm ends a use: the timer stops, and a channel that did not close
-// is kept for the next use.
+// is kept for the next use (a closed one is replaced when it is asked
+// for).
 func (c *deadlineCtx) disarm() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
