@@ -142,21 +142,29 @@ func TestBreakerOpensSkipsStoreAndCloses(t *testing.T) {
 	}
 }
 
+// openBreaker returns a limiter on a failing store whose breaker (one
+// failure, cooldown) one decision has just opened.
+func openBreaker(t *testing.T, cooldown, timeout time.Duration) (*faultyStore, *core.Limiter) {
+	t.Helper()
+	store := newFaultyStore()
+	l, err := core.NewLimiter(store, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1000, Window: time.Minute}}},
+		core.WithBreaker(1, cooldown), core.WithTimeout(timeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.mode.Store(modeFail)
+	if d, err := l.Allow(context.Background(), "k"); err != nil || d.Source != core.SourceLocal {
+		t.Fatalf("Allow with the store failing = %+v, %v; want Source local", d, err)
+	}
+	return store, l
+}
+
 // TestBreakerOneProbeAtATime: when the cool-down ends, concurrent requests
 // do not all hit a store that may still be down.
 func TestBreakerOneProbeAtATime(t *testing.T) {
 	const cooldown = 20 * time.Millisecond
-	store := newFaultyStore()
-	l, err := core.NewLimiter(store, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1000, Window: time.Minute}}},
-		core.WithBreaker(1, cooldown), core.WithTimeout(200*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, l := openBreaker(t, cooldown, 200*time.Millisecond)
 	ctx := context.Background()
-	store.mode.Store(modeFail)
-	if d, err := l.Allow(ctx, "k"); err != nil || d.Source != core.SourceLocal {
-		t.Fatalf("Allow with the store failing = %+v, %v; want Source local", d, err)
-	}
 	store.mode.Store(modeHang)
 	time.Sleep(cooldown + 10*time.Millisecond)
 	before := store.calls.Load()
@@ -179,22 +187,13 @@ func TestBreakerOneProbeAtATime(t *testing.T) {
 // again and close once the store is back.
 func TestBreakerProbeAbandonedByCaller(t *testing.T) {
 	const cooldown = 20 * time.Millisecond
-	store := newFaultyStore()
-	l, err := core.NewLimiter(store, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1000, Window: time.Minute}}},
-		core.WithBreaker(1, cooldown), core.WithTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	store.mode.Store(modeFail)
-	if d, _ := l.Allow(context.Background(), "k"); d.Source != core.SourceLocal {
-		t.Fatalf("Allow with the store failing = %+v, want Source local", d)
-	}
+	store, l := openBreaker(t, cooldown, time.Second)
 	time.Sleep(cooldown + 10*time.Millisecond)
 
 	// The probe hangs and its caller gives up first.
 	store.mode.Store(modeHang)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-	_, err = l.Allow(ctx, "k")
+	_, err := l.Allow(ctx, "k")
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Allow whose context ended during the store call: error %v, want context.DeadlineExceeded", err)
@@ -223,17 +222,8 @@ func TestBreakerProbeAbandonedByCaller(t *testing.T) {
 // the breaker once the store is back.
 func TestBreakerPeekIsNoProbe(t *testing.T) {
 	const cooldown = 20 * time.Millisecond
-	store := newFaultyStore()
-	l, err := core.NewLimiter(store, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1000, Window: time.Minute}}},
-		core.WithBreaker(1, cooldown), core.WithTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, l := openBreaker(t, cooldown, time.Second)
 	ctx := context.Background()
-	store.mode.Store(modeFail)
-	if d, _ := l.Allow(ctx, "k"); d.Source != core.SourceLocal {
-		t.Fatalf("Allow with the store failing = %+v, want Source local", d)
-	}
 	if d, err := l.Peek(ctx, "k"); err != nil || d.Source != core.SourceLocal {
 		t.Fatalf("Peek while the breaker is open = %+v, %v; want Source local (no store call)", d, err)
 	}
