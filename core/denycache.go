@@ -12,8 +12,9 @@ import (
 // more units before r passes: entries only leave the window at known
 // times, and other requests only add entries. So a hit is a denial the
 // store would give too, provided the clocks agree: entries end 0.1% early
-// to absorb drift between the store's clock and this one. (A refund elsewhere can free units early; the
-// cache then denies a little longer than needed, never admits too much.)
+// to absorb drift between the store's clock and this one. (A refund
+// elsewhere can free units early; the cache then denies a little longer
+// than needed, never admits too much.)
 //
 // A refund or reset frees units, so it removes the key's entry. So that a
 // denial decided by a store call in flight meanwhile is not cached after

@@ -83,10 +83,11 @@ func (c Calendar) String() string {
 // they are held, even those to be refunded: a "count only failures"
 // middleware reserves one per request in flight, so more concurrent
 // requests from a key than its limit lock it out, whatever they turn out
-// to be. Give such a policy a limit above what one key sends at once. While it lasts,
-// every request of the key is denied with [Decision.Locked] set and a
-// RetryAfter that runs to the end of the lockout (or later, if a rule is
-// full longer), whatever its cost and whatever room the rules have.
+// to be: give such a policy a limit above what one key sends at once.
+// While it lasts, every request of the key is denied with
+// [Decision.Locked] set and a RetryAfter that runs to the end of the
+// lockout (or later, if a rule is full longer), whatever its cost and
+// whatever room the rules have.
 type Lockout struct {
 	// For is how long a key stays refused after a denial; 0 (the
 	// default) means no lockout. At least 1 ms, in whole microseconds.
