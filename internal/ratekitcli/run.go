@@ -592,16 +592,16 @@ func reset(ctx context.Context, args []string, getenv func(string) string, stdou
 	return nil
 }
 
-// count returns how many of the Redis keys, each with SlidingLog's name,
-// SlidingBuckets' (":b"), its lockout's (":l") and its calendar counts'
-// (":c"), exist.
+// count returns how many of the Redis keys exist, each under the name of
+// every kind a policy keeps (keyKinds: sliding log, buckets, calendar
+// counts, lockout, leases).
 func count(ctx context.Context, rdb *redis.Client, keys ...string) (int64, error) {
 	cmds, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, k := range keys {
 			// One key per EXISTS: the names of a key whose hash tag is
 			// empty are in different Cluster slots.
-			for _, suffix := range []string{"", ":b", ":l", ":c"} {
-				p.Exists(ctx, k+suffix)
+			for _, kk := range keyKinds {
+				p.Exists(ctx, k+kk.suffix)
 			}
 		}
 		return nil

@@ -245,7 +245,11 @@ func TestResetCounts(t *testing.T) {
 	login := mustLimiter(t, store, core.Policy{Name: "login", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}})
 	quota := mustLimiter(t, store, core.Policy{Name: "quota", Rules: []core.Rule{{Limit: 1000, Window: time.Hour}}, Algorithm: core.SlidingBuckets})
 	capped := mustLimiter(t, store, core.Policy{Name: "global", Rules: []core.Rule{{Limit: 8, Window: time.Hour}}, Shards: 4})
+	exports := mustLimiter(t, store, core.Policy{Name: "export", InFlight: 2})
 	lockOut(t, login, "alice")
+	if d, err := exports.Allow(ctx, "app-1"); err != nil || !d.Allowed {
+		t.Fatalf("export Allow = %+v, %v", d, err)
+	}
 	if _, err := quota.AllowN(ctx, "app-1", 5); err != nil {
 		t.Fatal(err)
 	}
@@ -266,6 +270,8 @@ func TestResetCounts(t *testing.T) {
 			[]string{`reset login "alice": deleted 1 Redis key`, `reset login "nobody": not found, nothing deleted`}, nil},
 		{[]string{"reset", "-policy", "login", "alice"}, []string{`reset login "alice": not found, nothing deleted`}, nil},
 		{[]string{"reset", "-policy", "quota", "app-1"}, []string{`reset quota "app-1": deleted 1 Redis key`}, nil},
+		// An InFlight policy's leases are one Redis key too.
+		{[]string{"reset", "-policy", "export", "app-1"}, []string{`reset export "app-1": deleted 1 Redis key`}, nil},
 		// Without -shards the sharded keys are not the key's: say so.
 		{[]string{"reset", "-policy", "global", "all"}, []string{`reset global "all": not found, nothing deleted`},
 			[]string{"ratekit:global:{all#0} exists", "-shards"}},
