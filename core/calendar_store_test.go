@@ -12,16 +12,6 @@ import (
 	"github.com/ratekit/ratekit/internal/storetest"
 )
 
-// zoneWithMidnightAt returns a fixed zone whose midnight falls at the
-// whole second at.
-func zoneWithMidnightAt(at time.Time) *time.Location {
-	off := (86400 - int(at.Unix()%86400)) % 86400
-	if off > 43200 {
-		off -= 86400
-	}
-	return time.FixedZone(fmt.Sprintf("midnight-at-%d", at.Unix()), off)
-}
-
 // TestRedisCalendarExactness: instances sharing one Redis admit exactly
 // a calendar rule's limit, next to a sliding rule, under both algorithms;
 // the count lives in one hash field.
@@ -34,7 +24,7 @@ func TestRedisCalendarExactness(t *testing.T) {
 	)
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	noon := zoneWithMidnightAt(time.Now().Truncate(time.Second).Add(12 * time.Hour))
+	noon := storetest.ZoneWithMidnightAt(time.Now().Truncate(time.Second).Add(12 * time.Hour))
 	for _, algo := range []core.Algorithm{core.SlidingLog, core.SlidingBuckets} {
 		t.Run(algo.String(), func(t *testing.T) {
 			p := core.Policy{Name: "billing-" + algo.String(), Algorithm: algo,
@@ -81,7 +71,7 @@ func TestRedisCalendarClientClockOff(t *testing.T) {
 			// machine's): the client believes otherwise for some seconds.
 			midnight := time.Now().Truncate(time.Second).Add(2 * time.Second)
 			q := core.Query{Policy: "off" + fmt.Sprint(int(off.Seconds())), Key: "k", N: 1,
-				Rules: []core.Rule{{Limit: 1, Calendar: core.Day, Location: zoneWithMidnightAt(midnight)}}}
+				Rules: []core.Rule{{Limit: 1, Calendar: core.Day, Location: storetest.ZoneWithMidnightAt(midnight)}}}
 			ctx := context.Background()
 			var last core.Result
 			for {
@@ -142,7 +132,7 @@ func TestRedisCalendarKeyBounded(t *testing.T) {
 // TestCalendarTiers: a tier carries its customer's time zone; tiers must
 // keep the policy's periods, with limits and locations of their own.
 func TestCalendarTiers(t *testing.T) {
-	paris, tokyo := mustZone(t, "Europe/Paris"), mustZone(t, "Asia/Tokyo")
+	paris, tokyo := storetest.Zone(t, "Europe/Paris"), storetest.Zone(t, "Asia/Tokyo")
 	// 20:00 UTC on 31 January: 21:00 in Paris, already 1 February in Tokyo.
 	clk := storetest.NewClock(time.Date(2024, 1, 31, 20, 0, 0, 0, time.UTC))
 	p := &plans{tier: map[string]string{"fr": "pro/Europe/Paris", "jp": "pro/Asia/Tokyo"}}
@@ -196,7 +186,7 @@ func TestCalendarTiers(t *testing.T) {
 // together they admit exactly the limit.
 func TestCalendarShards(t *testing.T) {
 	srv := redistest.Start(t)
-	noon := zoneWithMidnightAt(time.Now().Truncate(time.Second).Add(12 * time.Hour))
+	noon := storetest.ZoneWithMidnightAt(time.Now().Truncate(time.Second).Add(12 * time.Hour))
 	for _, store := range []core.Store{core.NewMemoryStore(), core.NewRedisStore(srv.Client(t))} {
 		l := mustLimit(t, store, core.Policy{Name: "global", Shards: 4,
 			Rules: []core.Rule{{Limit: 1000, Window: time.Minute}, {Limit: 30, Calendar: core.Day, Location: noon}}},
@@ -217,21 +207,12 @@ func TestCalendarShards(t *testing.T) {
 	}
 }
 
-func mustZone(t *testing.T, name string) *time.Location {
-	t.Helper()
-	loc, err := time.LoadLocation(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return loc
-}
-
 // TestCalendarFailurePolicyWindow: when the store fails, a FailOpen or
 // FailClosed answer of a calendar-only policy gives the length of the
 // period that holds now as its Window, as the store's answers do (23 h
 // on the day Paris moves its clocks forward), never 0.
 func TestCalendarFailurePolicyWindow(t *testing.T) {
-	paris := mustZone(t, "Europe/Paris")
+	paris := storetest.Zone(t, "Europe/Paris")
 	clk := storetest.NewClock(time.Date(2026, 3, 29, 15, 0, 0, 0, paris))
 	for _, tc := range []struct {
 		failure     core.FailurePolicy

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/storetest"
 )
 
 // TestLockoutAndCalendar: peek shows a lockout and calendar usage; reset
@@ -31,7 +32,7 @@ func TestLockoutAndCalendar(t *testing.T) {
 		}
 	}
 	api := mustLimiter(t, store, core.Policy{Name: "api", Rules: []core.Rule{{Limit: 10, Window: time.Second},
-		{Limit: 1_000_000, Calendar: core.Month, Location: mustZone(t, "Europe/Paris")}}})
+		{Limit: 1_000_000, Calendar: core.Month, Location: storetest.Zone(t, "Europe/Paris")}}})
 	if _, err := api.AllowN(ctx, "app-42", 7); err != nil {
 		t.Fatal(err)
 	}
@@ -97,13 +98,4 @@ func TestLockoutAndCalendar(t *testing.T) {
 		code, _, stderr = exec(t, url, args...)
 		want(t, args, code, 2, stderr, bad)
 	}
-}
-
-func mustZone(t *testing.T, name string) *time.Location {
-	t.Helper()
-	loc, err := time.LoadLocation(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return loc
 }

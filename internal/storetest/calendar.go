@@ -9,8 +9,8 @@ import (
 	"github.com/ratekit/ratekit/core"
 )
 
-// location loads a time zone or fails t.
-func location(t *testing.T, name string) *time.Location {
+// Zone loads the time zone name or fails t.
+func Zone(t testing.TB, name string) *time.Location {
 	t.Helper()
 	loc, err := time.LoadLocation(name)
 	if err != nil {
@@ -19,9 +19,10 @@ func location(t *testing.T, name string) *time.Location {
 	return loc
 }
 
-// zoneWithMidnightAt returns a fixed zone whose midnight falls at the
-// whole second at (UTC).
-func zoneWithMidnightAt(at time.Time) *time.Location {
+// ZoneWithMidnightAt returns a fixed zone whose midnight falls at the
+// whole second at, so that a test can put a calendar day's end where it
+// needs it.
+func ZoneWithMidnightAt(at time.Time) *time.Location {
 	off := (86400 - int(at.Unix()%86400)) % 86400
 	if off > 43200 {
 		off -= 86400
@@ -35,8 +36,8 @@ func zoneWithMidnightAt(at time.Time) *time.Location {
 // days of 23 and 25 hours, a day whose midnight is skipped, an ISO week),
 // and a fresh count from the first microsecond of the next period.
 func testCalendarPeriods(t *testing.T, s *suite) {
-	paris := location(t, "Europe/Paris")
-	havana := location(t, "America/Havana")
+	paris := Zone(t, "Europe/Paris")
+	havana := Zone(t, "America/Havana")
 	const day = 24 * time.Hour
 	for _, tc := range []struct {
 		name       string
@@ -132,7 +133,7 @@ func testCalendarConcurrent(t *testing.T, s *suite) {
 		goroutines = 16
 		each       = 16
 	)
-	noon := zoneWithMidnightAt(time.Now().Truncate(time.Second).Add(12 * time.Hour))
+	noon := ZoneWithMidnightAt(time.Now().Truncate(time.Second).Add(12 * time.Hour))
 	algorithms(t, func(t *testing.T, algo core.Algorithm) {
 		st := s.store(t)
 		p := core.Policy{Name: s.name(), Algorithm: algo,
@@ -166,7 +167,7 @@ func testCalendarBoundary(t *testing.T, s *suite) {
 			boundary := time.Now().Truncate(time.Second).Add(2 * time.Second)
 			b := boundary.UnixMicro()
 			q := core.Query{Policy: s.name(), Key: key, Algorithm: algo, Buckets: 60, N: 1, Keep: limit,
-				Rules: []core.Rule{{Limit: limit, Calendar: core.Day, Location: zoneWithMidnightAt(boundary)}}}
+				Rules: []core.Rule{{Limit: limit, Calendar: core.Day, Location: ZoneWithMidnightAt(boundary)}}}
 			used := map[bool]int64{} // by "after the boundary"
 			before := 0
 			for i := 0; ; i++ {
