@@ -29,11 +29,11 @@
 // headers are ignored and every client behind the proxy shares one limit.
 // Flags: -addr (127.0.0.1:8081), -trusted-proxy and -failure-policy
 // local|open|closed, as in every example, and -block CIDR[,CIDR]: clients
-// refused with 403 before any limit (a deny list). Set LOGIN_KEY_SECRET (the same
-// on every instance) to key the account hashes with a secret of your own;
-// without it a fixed public key is used, which keeps names out of a Redis
-// dump but lets a name be tested against it. Limits live in memory; set
-// REDIS_URL to keep them in Redis.
+// refused with 403 before any limit (a deny list). Set LOGIN_KEY_SECRET
+// (the same on every instance) to key the account hashes with a secret of
+// your own; without it a fixed public key is used, which keeps names out
+// of a Redis dump but lets a name be tested against it. Limits live in
+// memory; set REDIS_URL to keep them in Redis.
 //
 // Support staff unlock an account with the ratekit command (Redis mode),
 // given the app's secret and the user name; the reset reaches every
