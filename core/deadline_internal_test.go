@@ -3,6 +3,9 @@ package core
 import (
 	"context"
 	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -55,4 +58,98 @@ func TestDeadlineCtxDone(t *testing.T) {
 	default:
 	}
 	dc.disarm()
+}
+
+// TestAwaitTakesAnswerThere: an answer that is there when the caller's
+// context ends is taken, not dropped for a timeout, however the select
+// picks among its ready cases.
+func TestAwaitTakesAnswerThere(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 1000 {
+		c := &rcall{done: make(chan struct{}, 1)}
+		c.done <- struct{}{}
+		if err := c.await(ctx); err != nil {
+			t.Fatalf("try %d: await with the answer there and the context done = %v, want nil", i, err)
+		}
+	}
+	c := &rcall{done: make(chan struct{}, 1)}
+	if err := c.await(ctx); !errors.Is(err, context.Canceled) || !c.gaveUp.Load() {
+		t.Fatalf("await without an answer = %v (gave up: %v), want Canceled and the call given up", err, c.gaveUp.Load())
+	}
+}
+
+// TestCallCtxTimesOut: in a responsive process a call's context is done
+// at its timeout, not later, and reports DeadlineExceeded; its Deadline
+// is the latest it could be, maxStarved later. A context reused for
+// another call starts afresh.
+func TestCallCtxTimesOut(t *testing.T) {
+	const timeout = 20 * time.Millisecond
+	for use := range 3 {
+		start := time.Now()
+		c := newCallCtx(context.Background(), start, timeout)
+		if d, _ := c.Deadline(); !d.Equal(start.Add(timeout + maxStarved)) {
+			t.Errorf("use %d: Deadline() = %v after start, want %v", use, d.Sub(start), timeout+maxStarved)
+		}
+		if err := c.Err(); err != nil {
+			t.Fatalf("use %d: Err() = %v before the timeout", use, err)
+		}
+		select {
+		case <-c.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("use %d: Done not closed 5 s after a %v timeout", use, timeout)
+		}
+		if took := time.Since(start); took < timeout {
+			t.Errorf("use %d: Done closed after %v, before the %v timeout", use, took, timeout)
+		}
+		if err := c.Err(); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("use %d: Err() = %v after the timeout, want DeadlineExceeded", use, err)
+		}
+		c.release()
+	}
+	// The caller's earlier deadline bounds both.
+	parent, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	c := newCallCtx(parent, time.Now(), time.Hour)
+	defer c.release()
+	pd, _ := parent.Deadline()
+	if d, _ := c.Deadline(); !d.Equal(pd) {
+		t.Errorf("Deadline() = %v, want the caller's %v", d, pd)
+	}
+	select {
+	case <-c.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done not closed 5 s after the caller's 1 ms deadline")
+	}
+}
+
+// TestStarvationSeen: a goroutine that yields in a process whose CPU is
+// saturated waits behind every runnable goroutine: starvation reports
+// that wait, and reports next to nothing in an idle process.
+func TestStarvationSeen(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	const limit = 5 * time.Millisecond
+	idle := starvation(0, limit)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for !stop.Load() {
+			}
+		})
+	}
+	time.Sleep(20 * time.Millisecond) // every spinner running
+	var busy time.Duration
+	for range 5 {
+		busy = max(busy, starvation(0, limit))
+	}
+	stop.Store(true)
+	wg.Wait()
+	t.Logf("yield came back after %v idle, %v with 8 spinners on 2 Ps", idle, busy)
+	if busy < limit {
+		t.Errorf("starvation with 8 spinners on 2 Ps = %v, want at least %v", busy, limit)
+	}
+	if late := starvation(2*limit, limit); late != 2*limit {
+		t.Errorf("starvation(late %v) = %v, want the lateness itself", 2*limit, late)
+	}
 }

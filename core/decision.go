@@ -144,4 +144,7 @@ type ticket struct {
 	at    int64
 	n     int64
 	local bool // recorded by the local fallback store
+	// mirror is the local time at which the local fallback store
+	// recorded the units the store admitted (FailLocal); 0: none.
+	mirror int64
 }

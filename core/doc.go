@@ -42,15 +42,24 @@
 //
 // # When the store fails
 //
-// Every store call is bounded by a timeout (20 ms by default). When the
-// store errs or times out, the [FailurePolicy] decides: [FailLocal] (the
-// default) decides with an in-process store so the service stays up and
-// protected, [FailOpen] admits, [FailClosed] denies (adapters answer 503).
-// A circuit breaker stops calling a failing store for a cool-down, so a
+// Every store call is bounded by a timeout (20 ms by default). A timeout
+// means the store did not answer, not that this process was too busy to
+// read its answer: while the process is starved of CPU the wait goes on
+// (see [WithTimeout]), so a saturated app on a healthy Redis stays exact.
+// When the store errs or times out, the [FailurePolicy] decides:
+// [FailLocal] (the default) decides with an in-process store so the
+// service stays up and protected, [FailOpen] admits, [FailClosed] denies
+// (adapters answer 503). Under FailLocal each instance starts from what it
+// learned through the store (its own admissions in the current windows,
+// the lockouts it saw) and admits its share of each limit, the limit
+// divided by the instances that use the policy (see [WithLocalShare]). A
+// circuit breaker stops calling a failing store for a cool-down, so a
 // dead Redis does not add a timeout to every request, and a deny cache
 // answers floods from a denied key locally until its RetryAfter. The
-// [Decision]'s Source tells a fallback from a normal decision; failures go
-// to the [Observer].
+// [Decision]'s Source tells a fallback from a normal decision; failures
+// go to the [Observer], and a limiter that starts or stops deciding by its
+// failure policy says so once ([EventFallbackStart], [EventFallbackEnd]),
+// through log/slog when it has no observer.
 //
 // # Concurrency limits
 //

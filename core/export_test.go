@@ -27,3 +27,12 @@ func RedisClientOf(s *RedisStore) redis.UniversalClient { return s.client }
 // time.Now's, when the server's clock decides: a client whose clock is
 // off.
 func SetWall(s *RedisStore, wall func() time.Time) { s.wall = wall }
+
+// Instances returns how many instances l's store counted for its policy
+// (1 on a store that does not count them).
+func Instances(l *Limiter) int {
+	if l.fleet == nil {
+		return 1
+	}
+	return l.fleet()
+}

@@ -30,17 +30,38 @@ import (
 // for its keys and no maxmemory.
 var ErrUnsafeEviction = errors.New("eviction policy can drop live limiter keys")
 
-// Check reports whether the Redis server keeps limiter keys until they
-// expire. It returns an error wrapping [ErrUnsafeEviction], naming the
-// server and its maxmemory-policy, when the policy is anything but
-// noeviction (see ErrUnsafeEviction for why). On a Redis Cluster it checks
-// every master.
+// ErrMisconfigured is wrapped by the error a store's Check returns when
+// the store is configured so that no decision can succeed until someone
+// changes its configuration: for Redis a wrong password or ACL user, a
+// database index the server does not have, an ACL that forbids the
+// commands the store sends (its Lua functions or scripts, PUBLISH on its
+// invalidation channel), a server that runs no Lua, or a key the store
+// keeps holding a value of another type. Such a store is not down and will
+// not come back by itself: report it and stop, rather than wait for it as
+// for a store that does not answer yet (whose error wraps neither this
+// nor [ErrUnsafeEviction]).
+var ErrMisconfigured = errors.New("store misconfigured")
+
+// Check reports whether the store can work and keeps limiter keys until
+// they expire. On a Redis Cluster it checks every master.
 //
-// It reads CONFIG GET maxmemory-policy and, where CONFIG is renamed or not
-// permitted (as on many managed services), the maxmemory_policy field of
-// INFO memory. When neither answers, or the server cannot be reached, it
-// returns that error, which does not wrap ErrUnsafeEviction. Check
-// returns by ctx's deadline. Call it once at start-up, or call
+// First it runs what decisions need on the server: a connection (the
+// password, ACL user and database of the client's options), the store's
+// Lua library (loaded if missing) and lease script, a PUBLISH on its
+// invalidation channel, and the type of the keys that count the instances
+// of the policies its limiters use. An answer that no retry can change
+// returns an error wrapping [ErrMisconfigured] that names the server and
+// the reason. A server that cannot be reached, or answers LOADING, returns
+// that error, which wraps neither: it does not answer yet.
+//
+// Then it reads the eviction policy, with CONFIG GET maxmemory-policy or,
+// where CONFIG is renamed or not permitted (as on many managed services),
+// the maxmemory_policy field of INFO memory, and returns an error wrapping
+// [ErrUnsafeEviction], naming the server and its policy, when it is
+// anything but noeviction (see ErrUnsafeEviction for why); when neither
+// answers, that error.
+//
+// Check returns by ctx's deadline. Call it once at start-up, or call
 // [Limiter.Check] to report the result to the limiter's observers too.
 func (s *RedisStore) Check(ctx context.Context) error {
 	var (
@@ -76,13 +97,97 @@ func (s *RedisStore) checkNode(ctx context.Context, c redis.UniversalClient) err
 	if n, ok := c.(*redis.Client); ok {
 		addr = n.Options().Addr
 	}
-	e, err := bounded(ctx, s.honorsCtx, func() (eviction, error) {
+	e, err := bounded(ctx, func(ctx context.Context) (eviction, error) {
+		if err := s.usable(ctx, c); err != nil {
+			return eviction{}, err
+		}
 		return readEviction(ctx, c)
 	})
-	if err != nil {
+	switch {
+	case err != nil && misconfigured(err):
+		return fmt.Errorf("ratekit: redis store: %s cannot be used: %w: %w", addr, ErrMisconfigured, err)
+	case err != nil:
 		return fmt.Errorf("ratekit: redis store: check %s: %w", addr, err)
 	}
 	return e.check(addr)
+}
+
+// usable runs on the server c talks to what the store's decisions need:
+// a connection, the Lua library, the lease script, a PUBLISH on the
+// invalidation channel; and checks that the fleet keys of the policies
+// joined hold sorted sets.
+func (s *RedisStore) usable(ctx context.Context, c redis.UniversalClient) error {
+	if err := c.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("PING: %w", err)
+	}
+	if err := s.runLibrary(ctx, c); err != nil {
+		return err
+	}
+	if err := c.Eval(ctx, leaseSource, []string{}, "").Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("the lease script: %w", err)
+	}
+	if err := c.Publish(ctx, s.watch.channel, "").Err(); err != nil {
+		return fmt.Errorf("PUBLISH %s: %w", s.watch.channel, err)
+	}
+	s.watch.mu.Lock()
+	policies := make([]string, 0, len(s.watch.fleet))
+	for p := range s.watch.fleet {
+		policies = append(policies, p)
+	}
+	s.watch.mu.Unlock()
+	for _, p := range policies {
+		k := s.fleetKey(p)
+		typ, err := c.Type(ctx, k).Result()
+		if err != nil {
+			return fmt.Errorf("TYPE %s: %w", k, err)
+		}
+		if typ != "zset" && typ != "none" {
+			return fmt.Errorf("key %s holds a %s, where the store counts the instances of policy %q in a sorted set: %w",
+				k, typ, p, errWrongType)
+		}
+	}
+	return nil
+}
+
+// errWrongType is the error of a key the store keeps holding a value of
+// another type.
+var errWrongType = errors.New("WRONGTYPE")
+
+// runLibrary calls the store's Lua library on no keys: as a function,
+// loading it if it is missing, or where the server has no functions as a
+// script.
+func (s *RedisStore) runLibrary(ctx context.Context, c redis.UniversalClient) error {
+	err := c.FCall(ctx, fnLog, []string{}, "").Err()
+	if redis.HasErrorPrefix(err, "Function not found") {
+		if lerr := s.loadLibrary(ctx, c); lerr != nil {
+			return fmt.Errorf("FUNCTION LOAD: %w", lerr)
+		}
+		err = c.FCall(ctx, fnLog, []string{}, "").Err()
+	}
+	if isUnknownCommand(err) || redis.HasErrorPrefix(err, "NOPERM") {
+		// Decisions run it as a script where FCALL is missing or not
+		// permitted.
+		err = c.Eval(ctx, logSource, []string{}, "").Err()
+	}
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("the Lua library: %w", err)
+	}
+	return nil
+}
+
+// misconfigured reports an error that no retry can change: the server
+// refused the client's credentials, database or commands.
+func misconfigured(err error) bool {
+	if errors.Is(err, errWrongType) {
+		return true
+	}
+	for _, p := range []string{"WRONGPASS", "NOAUTH", "NOPERM", "WRONGTYPE", "DB index", "invalid DB index",
+		"unknown command", "AUTH", "invalid password", "Client sent AUTH", "invalid username"} {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // eviction is a server's maxmemory-policy and maxmemory (bytes; 0 means

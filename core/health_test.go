@@ -243,10 +243,17 @@ func TestRedisEviction(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// The window is forgotten: admitted as if new, by the store, or
-			// by the failure policy when the full Redis refuses the write.
-			if tc.evicted && (!d.Allowed || d.Remaining != limit-1 || d.Source != core.SourceStore && d.Source != core.SourceLocal) {
+			// The store forgot the window: it admits as if new. When the
+			// full Redis refuses the write, the failure policy decides,
+			// from the admissions this instance made through the store.
+			switch {
+			case !tc.evicted:
+			case d.Source == core.SourceStore && (!d.Allowed || d.Remaining != limit-1):
 				t.Errorf("Allow(victim) after its key was evicted = %+v, want admitted as if new (Remaining %d)", d, limit-1)
+			case d.Source == core.SourceLocal && d.Allowed:
+				t.Errorf("Allow(victim) decided locally after its key was evicted = %+v, want denied: the instance admitted %d", d, limit)
+			case d.Source != core.SourceStore && d.Source != core.SourceLocal:
+				t.Errorf("Allow(victim) after its key was evicted = %+v, want a decision of the store or the local fallback", d)
 			}
 			if !tc.evicted && (d.Allowed || d.Source != core.SourceStore) {
 				t.Errorf("Allow(victim) under noeviction = %+v, want still denied by the store", d)
@@ -270,4 +277,105 @@ func evictedKeys(t *testing.T, rdb *redis.Client) int64 {
 	}
 	t.Fatal("INFO stats has no evicted_keys")
 	return 0
+}
+
+// TestRedisCheckMisconfigured: a store configured so that no decision
+// can succeed is reported by Check as ErrMisconfigured, naming the
+// reason, not as a Redis that does not answer yet; a Redis that is down
+// is neither.
+func TestRedisCheckMisconfigured(t *testing.T) {
+	if testing.Short() {
+		t.Skip("Redis-backed")
+	}
+	ctx := context.Background()
+	p := core.Policy{Name: "mis", Rules: []core.Rule{{Limit: 1, Window: time.Minute}}}
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		client func(srv *redistest.Server) *redis.Options
+		setup  func(t *testing.T, srv *redistest.Server)
+		want   string // in the error
+	}{
+		{name: "no password", setup: requirePass,
+			client: func(srv *redistest.Server) *redis.Options { return &redis.Options{Addr: srv.Addr()} },
+			want:   "NOAUTH"},
+		{name: "wrong password", setup: requirePass,
+			client: func(srv *redistest.Server) *redis.Options {
+				return &redis.Options{Addr: srv.Addr(), Password: "guess"}
+			},
+			want: "WRONGPASS"},
+		{name: "database out of range",
+			client: func(srv *redistest.Server) *redis.Options { return &redis.Options{Addr: srv.Addr(), DB: 99} },
+			want:   "DB index"},
+		{name: "ACL without scripting",
+			setup: func(t *testing.T, srv *redistest.Server) {
+				srv.Do(t, "ACL", "SETUSER", "limited", "on", ">pw", "~*", "&*", "+@all", "-@scripting")
+			},
+			client: func(srv *redistest.Server) *redis.Options {
+				return &redis.Options{Addr: srv.Addr(), Username: "limited", Password: "pw"}
+			},
+			want: "NOPERM"},
+		{name: "ACL without the channel",
+			setup: func(t *testing.T, srv *redistest.Server) {
+				srv.Do(t, "ACL", "SETUSER", "nopub", "on", ">pw", "~*", "resetchannels", "+@all")
+			},
+			client: func(srv *redistest.Server) *redis.Options {
+				return &redis.Options{Addr: srv.Addr(), Username: "nopub", Password: "pw"}
+			},
+			want: "PUBLISH"},
+		{name: "no Lua", args: []string{"--rename-command", "EVAL", "", "--rename-command", "EVALSHA", "", "--rename-command", "FCALL", ""},
+			client: func(srv *redistest.Server) *redis.Options { return &redis.Options{Addr: srv.Addr()} },
+			want:   "unknown command"},
+		{name: "fleet key of another type",
+			setup:  func(t *testing.T, srv *redistest.Server) { srv.Do(t, "SET", "ratekit:mis:fleet", "not a sorted set") },
+			client: func(srv *redistest.Server) *redis.Options { return &redis.Options{Addr: srv.Addr()} },
+			want:   "holds a string"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t, redistest.WithArgs(tc.args...))
+			if tc.setup != nil {
+				tc.setup(t, srv)
+			}
+			rdb := redis.NewClient(tc.client(srv))
+			t.Cleanup(func() { _ = rdb.Close() })
+			store := core.NewRedisStore(rdb)
+			l := mustLimit(t, store, p)
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			err := l.Check(cctx)
+			if !errors.Is(err, core.ErrMisconfigured) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Check() = %v, want ErrMisconfigured naming %q", err, tc.want)
+			}
+			if errors.Is(err, core.ErrUnsafeEviction) {
+				t.Errorf("Check() = %v, wraps ErrUnsafeEviction too", err)
+			}
+			t.Logf("Check() = %v", err)
+		})
+	}
+	t.Run("down", func(t *testing.T) {
+		srv := redistest.Start(t)
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		t.Cleanup(func() { _ = rdb.Close() })
+		store := core.NewRedisStore(rdb)
+		srv.Stop()
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		err := store.Check(cctx)
+		if err == nil || errors.Is(err, core.ErrMisconfigured) || errors.Is(err, core.ErrUnsafeEviction) {
+			t.Fatalf("Check() on a stopped Redis = %v, want an error that is neither misconfigured nor unsafe", err)
+		}
+	})
+	t.Run("ok", func(t *testing.T) {
+		srv := redistest.Start(t)
+		store := core.NewRedisStore(srv.Client(t))
+		mustLimit(t, store, p)
+		if err := store.Check(ctx); err != nil {
+			t.Fatalf("Check() on a Redis that fits = %v, want nil", err)
+		}
+	})
+}
+
+// requirePass makes srv ask its new connections for a password.
+func requirePass(t *testing.T, srv *redistest.Server) {
+	srv.Do(t, "CONFIG", "SET", "requirepass", "s3cret")
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -178,19 +179,25 @@ func (l *Limiter) acquire(ctx context.Context, key string, n int64) (Decision, e
 	}
 	start := time.Now()
 	br := l.breakerOf(key)
+	var cause error
 	if ok, probe := br.allow(start); ok {
-		sctx, cancel := context.WithTimeout(ctx, l.timeout)
-		allowed, used, err := l.redis.leaseOp(sctx, l.policy.Name, key, opTake, ls, seq, n, l.leaseNow())
-		cancel()
+		cc := newCallCtx(ctx, start, l.timeout)
+		allowed, used, err := l.redis.leaseOp(cc, l.policy.Name, key, opTake, ls, seq, n, l.leaseNow())
+		cc.release()
 		lat := time.Since(start)
 		if err == nil {
 			if br.success() {
 				l.emit(ctx, Event{Kind: EventBreakerClose})
 			}
+			l.answered(ctx, start)
 			d := ls.decision(allowed, used, SourceStore)
 			if allowed {
 				d.ticket = ticket{owner: l, key: key, at: seq, n: n}
 				ls.keep(l, seq, &heldLease{key: key, n: n})
+				if ls.local != nil {
+					// Mirrored, so that a fallback counts it.
+					ls.local.take(key, leaseID{ls.owner, seq}, n, math.MaxInt64)
+				}
 			}
 			l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d, Latency: lat})
 			return d, nil
@@ -201,7 +208,7 @@ func (l *Limiter) acquire(ctx context.Context, key string, n int64) (Decision, e
 			// are released in the background, not left until their TTL.
 			ls.keep(l, seq, &heldLease{key: key, n: n, release: true, since: time.Now()})
 		}
-		if cerr := ctx.Err(); cerr != nil {
+		if cerr := callerErr(ctx, time.Now()); cerr != nil {
 			// The caller gave up: that says nothing about the store.
 			if probe {
 				br.abandon()
@@ -216,8 +223,10 @@ func (l *Limiter) acquire(ctx context.Context, key string, n int64) (Decision, e
 			defer l.emit(ctx, Event{Kind: EventBreakerOpen, Err: err})
 		}
 		l.emit(ctx, Event{Kind: EventStoreError, Key: key, Cost: n, Err: err, Latency: lat})
+		cause = err
 	}
 	d := l.leaseFallback(key, seq, n, true, br)
+	l.fellBack(ctx, cause)
 	l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d})
 	return d, nil
 }
@@ -232,14 +241,14 @@ func (l *Limiter) peekLease(ctx context.Context, key string) (Decision, error) {
 	br := l.breakerOf(key)
 	// A peek is not a decision: it says nothing of the store's health, and
 	// takes no probe's place.
-	if br.look(time.Now()) {
-		sctx, cancel := context.WithTimeout(ctx, l.timeout)
-		allowed, used, err := l.redis.leaseOp(sctx, l.policy.Name, key, opPeek, ls, 0, 1, l.leaseNow())
-		cancel()
+	if start := time.Now(); br.look(start) {
+		cc := newCallCtx(ctx, start, l.timeout)
+		allowed, used, err := l.redis.leaseOp(cc, l.policy.Name, key, opPeek, ls, 0, 1, l.leaseNow())
+		cc.release()
 		if err == nil {
 			return ls.decision(allowed, used, SourceStore), nil
 		}
-		if cerr := ctx.Err(); cerr != nil {
+		if cerr := callerErr(ctx, time.Now()); cerr != nil {
 			return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, cerr)
 		}
 	}
@@ -255,12 +264,17 @@ func (l *Limiter) leaseFallback(key string, seq, n int64, take bool, br *breaker
 	case FailClosed:
 		return Decision{Limit: ls.limit, RetryAfter: br.retryAfter(time.Now()), Source: SourceClosed}
 	}
+	var buf [1]Rule
+	limit := l.shareOf(ls.rules, buf[:0])[0].Limit
 	if !take {
 		used := ls.local.count(key)
-		return ls.decision(used < ls.limit, used, SourceLocal)
+		d := ls.decision(used < limit, used, SourceLocal)
+		d.Limit, d.Remaining = limit, max(0, limit-used)
+		return d
 	}
-	used, ok := ls.local.take(key, leaseID{ls.owner, seq}, n, ls.limit)
+	used, ok := ls.local.take(key, leaseID{ls.owner, seq}, n, limit)
 	d := ls.decision(ok, used, SourceLocal)
+	d.Limit, d.Remaining = limit, max(0, limit-used)
 	if ok {
 		d.ticket = ticket{owner: l, key: key, at: seq, n: n, local: true}
 	}
@@ -281,9 +295,12 @@ func (l *Limiter) release(ctx context.Context, t ticket) error {
 	// No renewal from now on: one still in flight finds the lease gone,
 	// or is undone by this release, since a renewal never adds units.
 	ls.drop(t.at)
-	sctx, cancel := context.WithTimeout(ctx, l.timeout)
-	_, _, err := l.redis.leaseOp(sctx, l.policy.Name, t.key, opRefund, ls, t.at, t.n, l.leaseNow())
-	cancel()
+	if ls.local != nil {
+		ls.local.release(t.key, leaseID{ls.owner, t.at}) // the mirror
+	}
+	cc := newCallCtx(ctx, time.Now(), l.timeout)
+	_, _, err := l.redis.leaseOp(cc, l.policy.Name, t.key, opRefund, ls, t.at, t.n, l.leaseNow())
+	cc.release()
 	if err != nil {
 		// Tried again with the renewals, until it succeeds or the lease
 		// has expired anyway.
@@ -397,6 +414,9 @@ func (l *Limiter) renewLeases(ctx context.Context) {
 			case !c.allowed && mine:
 				delete(ls.held, it.seq)
 				lost = append(lost, it)
+				if ls.local != nil {
+					ls.local.release(it.h.key, leaseID{ls.owner, it.seq})
+				}
 			}
 			putCall(c)
 		}
@@ -444,10 +464,9 @@ func (s *RedisStore) leaseOp(ctx context.Context, policy, key string, op byte, l
 		return false, 0, fmt.Errorf("ratekit: redis store: %w", err)
 	}
 	c := s.leaseCall(policy, key, op, ls, seq, n, now)
-	deadline, _ := ctx.Deadline()
 	if op == opTake && s.waitReplicas > 0 {
 		s.runAndWait(ctx, c)
-	} else if err := s.batch.do(ctx, deadline, c); err != nil {
+	} else if err := s.batch.do(ctx, c); err != nil {
 		// The caller gave up; the flight still owns c.
 		return false, 0, fmt.Errorf("ratekit: redis store: %w", err)
 	}

@@ -57,6 +57,7 @@ type options struct {
 	tierCacheTTL  time.Duration
 	clock         func() time.Time
 	keep          int64 // the largest limit of every tier (set by the tiers' parent)
+	wholeLimit    bool  // WithLocalShare(false)
 }
 
 // fallbackMaxKeys bounds the local store of FailLocal.
@@ -65,6 +66,17 @@ const fallbackMaxKeys = 100_000
 // WithTimeout bounds every store call; 20 ms ([DefaultTimeout]) by default.
 // It must be positive. The bound holds whatever the go-redis client's own
 // options are.
+//
+// The timeout means that the store did not answer, not that this process
+// was too busy to read an answer that came: when the timeout falls due
+// while the process is starved of CPU (the timeout noticed late, or the
+// scheduler slow to run a goroutine that yields, by an eighth of the
+// timeout or more), the call waits on, for as long again as the process
+// was held up and at least the timeout, and is judged anew, up to a
+// second past the timeout. A login server whose CPU an attack of
+// password guesses saturates thus stays exact on a healthy Redis, while
+// a Redis that is paused, stopped or cut off costs a responsive process
+// no more than the timeout.
 func WithTimeout(d time.Duration) Option {
 	return func(o *options) { o.timeout = d }
 }
@@ -147,6 +159,10 @@ type Limiter struct {
 	clock    func() time.Time
 	waits    waitQueues // callers of WaitN, unless the store is a MemoryStore
 	leases   *leaseSet  // nil unless Policy.InFlight > 0
+
+	fleet      func() int // the instances using the policy, on a Fleet store
+	wholeLimit bool       // WithLocalShare(false)
+	fb         fallbackState
 }
 
 // NewLimiter returns a limiter for policy on store. It returns an error
@@ -192,6 +208,8 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		observer: o.observer,
 		shards:   newShardSet(policy),
 		clock:    o.clock,
+
+		wholeLimit: o.wholeLimit,
 	}
 	l.keep = max(o.keep, policy.maxLimit())
 	l.redis, _ = store.(redisOps)
@@ -212,6 +230,9 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	}
 	if o.failure == FailLocal && l.memp == nil {
 		l.local = NewMemoryStore(WithMaxKeys(fallbackMaxKeys))
+		if f, ok := store.(Fleet); ok {
+			l.fleet = f.Join(policy.Name)
+		}
 	}
 	if o.denyCacheSize > 0 && l.memp == nil {
 		l.deny = newDenyCache(o.denyCacheSize)
@@ -360,107 +381,105 @@ func (l *Limiter) decide(ctx context.Context, q Query, shard int, now time.Time,
 	} else {
 		ok = br.look(start)
 	}
+	var cause error
 	if ok {
 		var gen uint64
 		if take && l.deny != nil {
 			gen = l.deny.generation(q.Key)
 		}
-		var (
-			d       Decision
-			allowed bool
-			at      int64
-			err     error
-		)
-		if l.redis != nil {
-			// The Redis store keeps the timeout without a context of
-			// its own: no allocation for it.
-			// Values in and out, not pointers: through the interface a
-			// pointer would move q and d to the heap.
-			allowed, at, d.states, err = l.redis.decideValue(ctx, start.Add(l.timeout), q, op)
-		} else {
-			sctx, cancel := context.WithTimeout(ctx, l.timeout)
-			var res Result
-			if take {
-				res, err = l.store.Take(sctx, q)
-			} else {
-				res, err = l.store.Peek(sctx, q)
-			}
-			cancel()
-			allowed, at = res.Allowed, res.At
-			d.states.set(res.Rules)
-			d.states.lock = res.LockedFor
-		}
+		var d Decision
+		allowed, at, err := l.ask(ctx, start, &q, op, &d)
 		lat := time.Since(start)
 		if err == nil {
-			if !take {
+			if take {
+				l.stored(ctx, &q, shard, now, gen, br, allowed, at, lat, &d)
+			} else {
 				l.bind(&d, allowed, SourceStore)
-				return d, nil
 			}
-			if br.success() {
-				l.emit(ctx, Event{Kind: EventBreakerClose})
-			}
-			l.bind(&d, allowed, SourceStore)
-			if allowed {
-				d.ticket = ticket{owner: l, key: q.Key, shard: shard, at: at, n: q.N}
-			} else if l.deny != nil {
-				l.deny.put(q.Key, q.N, now, d, gen)
-			}
-			l.emit(ctx, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d, Latency: lat})
 			return d, nil
 		}
-		if cerr := ctx.Err(); cerr != nil {
-			// The caller gave up: that says nothing about the store.
-			if probe {
-				br.abandon()
-			}
-			return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, cerr)
+		if cerr := l.storeFailed(ctx, &q, take, probe, br, err, lat); cerr != nil {
+			return Decision{}, cerr
 		}
-		var kerr *keyError
-		if !take || errors.As(err, &kerr) {
-			// A peek is not a decision, and one key's failure (a key
-			// holding another type) says nothing of the store's health.
-			if probe {
-				br.abandon()
-			}
-		} else if br.failure(time.Now()) {
-			defer l.emit(ctx, Event{Kind: EventBreakerOpen, Err: err})
-		}
-		l.emit(ctx, Event{Kind: EventStoreError, Key: q.Key, Cost: q.N, Err: err, Latency: lat})
+		cause = err
 	}
-	if take && l.deny != nil {
-		// A denial cached before the store failed still holds.
-		var d Decision
-		if l.deny.get(q.Key, q.N, now, true, &d) {
-			l.emit(ctx, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d})
-			return d, nil
-		}
+	var d Decision
+	if !take || l.deny == nil || !l.deny.get(q.Key, q.N, now, true, &d) {
+		// A denial cached before the store failed still holds; else
+		// the failure policy decides.
+		d = l.fallback(q, shard, take, br)
 	}
-	d := l.fallback(ctx, q, shard, take, br)
 	if take {
+		l.fellBack(ctx, cause)
 		l.emit(ctx, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d})
 	}
 	return d, nil
 }
 
-// fallback decides without the store.
-func (l *Limiter) fallback(ctx context.Context, q Query, shard int, take bool, br *breaker) Decision {
-	switch l.failure {
-	case FailOpen:
-		r := l.minRule()
-		return Decision{Allowed: true, Limit: l.minLimit, Window: l.window(r), Remaining: l.minLimit, Rule: r, Source: SourceOpen}
-	case FailClosed:
-		r := l.minRule()
-		return Decision{Limit: l.minLimit, Window: l.window(r), RetryAfter: br.retryAfter(time.Now()), Rule: r, Source: SourceClosed}
+// ask makes one store call of op for q under the limiter's timeout (see
+// callCtx), writing the rule states to d.
+func (l *Limiter) ask(ctx context.Context, start time.Time, q *Query, op byte, d *Decision) (allowed bool, at int64, err error) {
+	cc := newCallCtx(ctx, start, l.timeout)
+	defer cc.release()
+	if l.redis != nil {
+		// Values in and out, not pointers: through the interface a
+		// pointer would move q and d to the heap.
+		allowed, at, d.states, err = l.redis.decideValue(cc, *q, op)
+		return allowed, at, err
 	}
-	// The local store works without the store timeout: it never blocks.
-	var d Decision
-	allowed, at := l.local.policy(q.Policy).decide(&q, take, &d.states)
-	l.bind(&d, allowed, SourceLocal)
-	if take && allowed {
-		d.ticket = ticket{owner: l, key: q.Key, shard: shard, at: at, n: q.N, local: true}
+	var res Result
+	if op == opTake {
+		res, err = l.store.Take(cc, *q)
+	} else {
+		res, err = l.store.Peek(cc, *q)
 	}
-	_ = ctx
-	return d
+	d.states.set(res.Rules)
+	d.states.lock = res.LockedFor
+	return res.Allowed, res.At, err
+}
+
+// stored completes d, the store's answer to a take of q decided at now,
+// and remembers what it teaches: the deny cache a denial, the local
+// fallback store an admission or a lockout.
+func (l *Limiter) stored(ctx context.Context, q *Query, shard int, now time.Time, gen uint64, br *breaker, allowed bool, at int64, lat time.Duration, d *Decision) {
+	if br.success() {
+		l.emit(ctx, Event{Kind: EventBreakerClose})
+	}
+	l.answered(ctx, now)
+	l.bind(d, allowed, SourceStore)
+	if allowed {
+		d.ticket = ticket{owner: l, key: q.Key, shard: shard, at: at, n: q.N, mirror: l.mirror(q)}
+	} else {
+		if l.deny != nil {
+			l.deny.put(q.Key, q.N, now, *d, gen)
+		}
+		l.mirrorLock(q, d.states.lock)
+	}
+	l.emit(ctx, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: *d, Latency: lat})
+}
+
+// storeFailed handles a failed store call of q: the breaker and the
+// observers learn of it. It returns the error of a caller that gave up.
+func (l *Limiter) storeFailed(ctx context.Context, q *Query, take, probe bool, br *breaker, err error, lat time.Duration) error {
+	if cerr := callerErr(ctx, time.Now()); cerr != nil {
+		// The caller gave up: that says nothing about the store.
+		if probe {
+			br.abandon()
+		}
+		return fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, cerr)
+	}
+	var kerr *keyError
+	if !take || errors.As(err, &kerr) {
+		// A peek is not a decision, and one key's failure (a key
+		// holding another type) says nothing of the store's health.
+		if probe {
+			br.abandon()
+		}
+	} else if br.failure(time.Now()) {
+		defer l.emit(ctx, Event{Kind: EventBreakerOpen, Err: err})
+	}
+	l.emit(ctx, Event{Kind: EventStoreError, Key: q.Key, Cost: q.N, Err: err, Latency: lat})
+	return nil
 }
 
 // breakerGroups is the number of circuit breakers of a limiter on a
@@ -577,9 +596,9 @@ func (l *Limiter) resetKey(ctx context.Context, key string, shard int) error {
 	if l.local != nil {
 		_ = l.local.Reset(context.WithoutCancel(ctx), q)
 	}
-	sctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	if err := l.store.Reset(sctx, q); err != nil {
+	cc := newCallCtx(ctx, time.Now(), l.timeout)
+	defer cc.release()
+	if err := l.store.Reset(cc, q); err != nil {
 		err = fmt.Errorf("ratekit: policy %q: reset: %w", l.policy.Name, err)
 		l.emit(ctx, Event{Kind: EventStoreError, Key: key, Err: err})
 		return err
@@ -620,9 +639,12 @@ func (l *Limiter) refund(ctx context.Context, t ticket) error {
 		l.memp.refund(&q, t.at)
 		return nil
 	}
-	sctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	if err := l.store.Refund(sctx, q, t.at); err != nil {
+	if t.mirror != 0 {
+		l.local.policy(q.Policy).refund(&q, t.mirror)
+	}
+	cc := newCallCtx(ctx, time.Now(), l.timeout)
+	defer cc.release()
+	if err := l.store.Refund(cc, q, t.at); err != nil {
 		err = fmt.Errorf("ratekit: policy %q: refund: %w", l.policy.Name, err)
 		l.emit(ctx, Event{Kind: EventStoreError, Key: t.key, Cost: t.n, Err: err})
 		return err

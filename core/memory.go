@@ -948,3 +948,79 @@ func lockoutFor(lo Lockout, offences int64) int64 {
 	}
 	return d
 }
+
+// record adds q.N units to q.Key's windows and calendar periods at the
+// store's time, whatever the rules say, and returns that time: the units
+// a shared store admitted, mirrored in a limiter's fallback store so that
+// a fallback starts from them. The store admitted them within the rules,
+// so the key never holds more live units than a rule's limit.
+func (p *memPolicy) record(q *Query) int64 {
+	now := p.store.now()
+	sh := p.shard(q.Key)
+	sh.mu.Lock()
+	lg := sh.m[q.Key]
+	if lg != nil && lg.used > now {
+		now = lg.used // keep the key's times in order (see decide)
+	}
+	if lg == nil {
+		lg = p.insert(sh, q.Key, now)
+	}
+	lg.used = now
+	var maxW, maxG int64
+	for i, r := range q.Rules {
+		if r.Calendar != 0 {
+			start, end := r.Calendar.period(r.Location, now)
+			lg.periodAdd(lg.periodUsed(start, end), now, end, time.Duration(end-start)*time.Microsecond, q.N)
+			lg.expires = max(lg.expires, end)
+			continue
+		}
+		maxW = max(maxW, r.Window.Microseconds())
+		if q.Algorithm != SlidingBuckets {
+			continue
+		}
+		g := q.bucketWidth(r)
+		maxG = max(maxG, g)
+		if !sharesWidth(q, i, g) {
+			j := lg.bucketsOf(g, true)
+			b := lg.bk[j].b
+			k := 0
+			for k < len(b) && b[k].at < (now-longestOfWidth(q, g))/g {
+				k++ // out of every window of this width
+			}
+			lg.bk[j].b = bucketAdd(append(b[:0], b[k:]...), now/g, q.N)
+		}
+	}
+	if q.Algorithm == SlidingLog && maxW > 0 {
+		// Drop what left the longest window, as an evaluation would.
+		if c := lg.head + after(lg.ev[lg.head:], now-maxW); c > lg.head {
+			lg.head = c
+			lg.compact()
+		}
+		lg.add(now, q.N)
+	}
+	lg.expires = max(lg.expires, now+maxW+maxG)
+	swept := sh.sweep(now)
+	sh.mu.Unlock()
+	if swept > 0 {
+		p.store.keys.Add(int64(-swept))
+	}
+	return now
+}
+
+// lockFor locks q.Key out for d from now, unless it is locked out longer
+// already: a lockout a shared store reported, mirrored in a limiter's
+// fallback store.
+func (p *memPolicy) lockFor(q *Query, d time.Duration) {
+	now := p.store.now()
+	sh := p.shard(q.Key)
+	sh.mu.Lock()
+	lg := sh.m[q.Key]
+	if lg == nil {
+		lg = p.insert(sh, q.Key, now)
+		lg.used = now
+	}
+	lg.lock = max(lg.lock, now+d.Microseconds())
+	lg.lockKeep = max(lg.lockKeep, lg.lock)
+	lg.expires = max(lg.expires, lg.lock)
+	sh.mu.Unlock()
+}

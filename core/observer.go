@@ -39,6 +39,18 @@ const (
 	// EventBlock reports a request a middleware refused without a
 	// decision because a block rule matched it (403 Forbidden).
 	EventBlock
+	// EventFallbackStart reports that the limiter began deciding by its
+	// failure policy because the store failed: once per episode, not per
+	// decision. Event.Err holds the failure that began it (nil when an
+	// open circuit breaker did). A limiter without observers logs it
+	// through log/slog's default logger instead.
+	EventFallbackStart
+	// EventFallbackEnd reports that decisions come from the store again,
+	// a second after the last one made by the failure policy;
+	// Event.Fallbacks holds how many were made in the episode. A limiter
+	// without observers logs it through log/slog's default logger
+	// instead.
+	EventFallbackEnd
 )
 
 // String returns the kind's name.
@@ -62,6 +74,10 @@ func (k EventKind) String() string {
 		return "dry_run"
 	case EventBlock:
 		return "block"
+	case EventFallbackStart:
+		return "fallback_start"
+	case EventFallbackEnd:
+		return "fallback_end"
 	}
 	return "unknown"
 }
@@ -86,6 +102,9 @@ type Event struct {
 	// EventStoreError made by a store across the network (not a
 	// MemoryStore, whose decisions are not timed).
 	Latency time.Duration
+	// Fallbacks is, for EventFallbackEnd, the number of decisions the
+	// failure policy made in the episode.
+	Fallbacks int64
 }
 
 // Observer sees the events of a [Limiter] ([WithObserver]) or of a

@@ -188,6 +188,9 @@ type Policy struct {
 	LeaseTTL time.Duration
 }
 
+// maxRules is the most rules a policy may have.
+const maxRules = 16
+
 // maxLogLimit is the largest Limit of a SlidingLog rule.
 const maxLogLimit = 100_000
 
@@ -268,8 +271,8 @@ func (p Policy) Validate() error {
 	if len(p.Rules) == 0 {
 		return fmt.Errorf("ratekit: policy %q has no Rules: %w", p.Name, ErrInvalidPolicy)
 	}
-	if len(p.Rules) > 16 {
-		return fmt.Errorf("ratekit: policy %q has %d Rules, at most 16 are allowed: %w", p.Name, len(p.Rules), ErrInvalidPolicy)
+	if len(p.Rules) > maxRules {
+		return fmt.Errorf("ratekit: policy %q has %d Rules, at most %d are allowed: %w", p.Name, len(p.Rules), maxRules, ErrInvalidPolicy)
 	}
 	if p.Algorithm != SlidingLog && p.Algorithm != SlidingBuckets {
 		return fmt.Errorf("ratekit: policy %q: unknown Algorithm %d: %w", p.Name, int(p.Algorithm), ErrInvalidPolicy)

@@ -80,11 +80,13 @@ const defaultBatch = 64
 // failover, a cluster that is down or loading) are tried again while the
 // caller's deadline allows.
 //
-// go-redis ignores context deadlines unless the client was built with
-// ContextTimeoutEnabled; RedisStore then still returns by the caller's
-// deadline, so a paused Redis costs a request no more than the
-// [Limiter]'s timeout. A RedisStore is safe for concurrent use. It does
-// not close the client: the caller owns it.
+// A caller waits for its answer on its own context, while the decision's
+// reply is read by a goroutine of the store whatever the caller's
+// timeout: so a paused Redis costs a request no more than the
+// [Limiter]'s timeout, whatever the client's options (ContextTimeoutEnabled
+// or not), and a reply that came while the process was too busy to read it
+// is not lost (see [WithTimeout]). A RedisStore is safe for concurrent
+// use. It does not close the client: the caller owns it.
 type RedisStore struct {
 	client    redis.UniversalClient
 	cluster   bool // slot by slot
@@ -253,7 +255,7 @@ func (s *RedisStore) Peek(ctx context.Context, q Query) (Result, error) {
 
 func (s *RedisStore) result(ctx context.Context, q *Query, op byte) (Result, error) {
 	var st states
-	allowed, at, err := s.decide(ctx, time.Time{}, q, op, 0, &st)
+	allowed, at, err := s.decide(ctx, q, op, 0, &st)
 	if err != nil {
 		return Result{}, err
 	}
@@ -262,13 +264,13 @@ func (s *RedisStore) result(ctx context.Context, q *Query, op byte) (Result, err
 
 // Refund implements [Store].
 func (s *RedisStore) Refund(ctx context.Context, q Query, at int64) error {
-	_, _, err := s.decide(ctx, time.Time{}, &q, opRefund, at, nil)
+	_, _, err := s.decide(ctx, &q, opRefund, at, nil)
 	return err
 }
 
-// decide runs one operation of q by deadline (zero: ctx's alone) and
-// writes the rule states to st (nil for a refund).
-func (s *RedisStore) decide(ctx context.Context, deadline time.Time, q *Query, op byte, at int64, st *states) (allowed bool, when int64, err error) {
+// decide runs one operation of q, waiting for its answer until ctx ends,
+// and writes the rule states to st (nil for a refund).
+func (s *RedisStore) decide(ctx context.Context, q *Query, op byte, at int64, st *states) (allowed bool, when int64, err error) {
 	if q.Algorithm != SlidingLog && q.Algorithm != SlidingBuckets {
 		return false, 0, fmt.Errorf("ratekit: redis store: algorithm %v: %w", q.Algorithm, ErrInvalidPolicy)
 	}
@@ -314,18 +316,9 @@ func (s *RedisStore) decide(ctx context.Context, deadline time.Time, q *Query, o
 	if s.cluster {
 		c.slot = slotOf(c.key)
 	}
-	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
-		deadline = d
-	}
 	if op == opTake && s.waitReplicas > 0 {
-		wctx := ctx
-		if !deadline.IsZero() {
-			var cancel context.CancelFunc
-			wctx, cancel = context.WithDeadline(ctx, deadline)
-			defer cancel()
-		}
-		s.runAndWait(wctx, c)
-	} else if err := s.batch.do(ctx, deadline, c); err != nil {
+		s.runAndWait(ctx, c)
+	} else if err := s.batch.do(ctx, c); err != nil {
 		// The caller gave up; the flight still owns c.
 		return false, 0, fmt.Errorf("ratekit: redis store: %w", err)
 	}
@@ -343,7 +336,7 @@ func (s *RedisStore) decide(ctx context.Context, deadline time.Time, q *Query, o
 // Reset implements [Store].
 func (s *RedisStore) Reset(ctx context.Context, q Query) error {
 	k := s.redisKey(q.Policy, q.Key)
-	_, err := bounded(ctx, s.honorsCtx, func() (struct{}, error) {
+	_, err := bounded(ctx, func(ctx context.Context) (struct{}, error) {
 		// Then every instance forgets its cached denials of the key.
 		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			p.Del(ctx, k, k+":b", k+":l", k+":c", k+":lease")
@@ -369,6 +362,9 @@ func (noRetry) NoRetry() bool { return true }
 func (s *RedisStore) flight(ctx context.Context, calls []*rcall) {
 	cmds := s.commands(ctx, calls)
 	_ = s.exec(ctx, cmds, s.client) // each command carries its own error
+	for _, c := range calls {
+		c.replied.Store(true)
+	}
 	for i := range cmds {
 		cmds[i].answer()
 	}
@@ -408,8 +404,9 @@ func (s *RedisStore) exec(ctx context.Context, cmds []batchCmd, c processor) err
 				// script is refused only when it writes, so that denials
 				// are still decided by the store.
 				cmds[i].script = true
-			case isUnknownCommand(e):
-				// A server before Redis 7: scripts from now on.
+			case isUnknownCommand(e) || redis.HasErrorPrefix(e, "NOPERM") && !cmds[i].script && !s.scripts.Load():
+				// A server before Redis 7, or an ACL that does not permit
+				// FCALL: scripts from now on.
 				s.scripts.Store(true)
 			case refusedBeforeRunning(e):
 				pause = true
@@ -730,11 +727,10 @@ func (e *keyError) Error() string { return "script: " + e.msg }
 func (s *RedisStore) runAndWait(ctx context.Context, c *rcall) {
 	// The work runs on a copy of c: a client that ignores ctx may still
 	// be writing the copy's answer after bounded has returned.
-	w := &rcall{}
-	*w = *c
 	// Nor does the copy share the buffers c takes back to the pool.
-	w.args, w.blob, w.dctx = nil, blob{}, nil
-	done, _ := bounded(ctx, s.honorsCtx, func() (*rcall, error) {
+	w := &rcall{op: c.op, key: c.key, slot: c.slot, algo: c.algo, n: c.n, cap: c.cap, now: c.now, at: c.at,
+		rules: c.rules, bw: c.bw, lease: c.lease, more: c.more, lock: c.lock, cal: c.cal}
+	done, _ := bounded(ctx, func(ctx context.Context) (*rcall, error) {
 		c := w
 		var node *redis.Client
 		switch cl := s.client.(type) {
@@ -787,13 +783,26 @@ func (s *RedisStore) runAndWait(ctx context.Context, c *rcall) {
 	}
 }
 
-// bounded runs f, returning by ctx's deadline even when the client ignores
-// it. A call abandoned that way finishes in the background within the
-// client's own read timeout; the Limiter's circuit breaker keeps such calls
-// few while Redis is unreachable.
-func bounded[T any](ctx context.Context, honorsCtx bool, f func() (T, error)) (T, error) {
-	if honorsCtx || ctx.Done() == nil {
-		return f()
+// bounded runs f on a goroutine of its own and returns by the end of
+// ctx, even when the client ignores ctx: the caller waits on ctx, f's I/O
+// is bounded by ctx's deadline alone, so that a reply that came while the
+// process was too busy to read it is not lost to the caller's timeout.
+// An answer there when ctx ends is taken. A call abandoned when ctx ends
+// finishes in the background within that deadline (or the client's own
+// read timeout); the Limiter's circuit breaker keeps such calls few while
+// Redis is unreachable. f's context carries the values of the caller's
+// context, not its cancellation.
+func bounded[T any](ctx context.Context, f func(ctx context.Context) (T, error)) (T, error) {
+	if ctx.Done() == nil {
+		return f(ctx)
+	}
+	parent := ctx
+	if c, ok := ctx.(*callCtx); ok {
+		parent = c.Context // a callCtx is reused once the call returns
+	}
+	wctx, cancel := context.WithoutCancel(parent), context.CancelFunc(func() {})
+	if dl, ok := ctx.Deadline(); ok {
+		wctx, cancel = context.WithDeadline(wctx, dl)
 	}
 	type reply struct {
 		v   T
@@ -801,13 +810,19 @@ func bounded[T any](ctx context.Context, honorsCtx bool, f func() (T, error)) (T
 	}
 	ch := make(chan reply, 1)
 	go func() {
-		v, err := f()
+		defer cancel()
+		v, err := f(wctx)
 		ch <- reply{v, err}
 	}()
 	select {
 	case r := <-ch:
 		return r.v, r.err
 	case <-ctx.Done():
+		select {
+		case r := <-ch:
+			return r.v, r.err
+		default:
+		}
 		var zero T
 		return zero, ctx.Err()
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,23 +34,20 @@ type rcall struct {
 	err     error
 
 	done     chan struct{} // receives once when the answer is in
-	deadline time.Time     // the caller's deadline; zero: none
-	timer    *time.Timer   // the caller's wait for deadline; stopped
+	deadline time.Time     // the latest the caller waits; zero: no bound
+	gaveUp   atomic.Bool   // the caller stopped waiting: the call is not sent
+	replied  atomic.Bool   // Redis's reply is in: the answer is being decoded
 
 	// The memory of the script call this call leads (the first call of
 	// its flight or group), kept from one use to the next so that a
 	// decision allocates none of it.
 	args []any
 	blob blob
-	self [1]*rcall    // the call, as a flight of one
-	one  [1]batchCmd  // its command, for a flight of one
-	dctx *deadlineCtx // its deadline, for a flight of one; made on first use
+	one  [1]batchCmd // its command, for a flight of one
 }
 
 var rcallPool = sync.Pool{New: func() any {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return &rcall{done: make(chan struct{}, 1), timer: t}
+	return &rcall{done: make(chan struct{}, 1)}
 }}
 
 func getCall() *rcall { return rcallPool.Get().(*rcall) }
@@ -59,13 +57,12 @@ const maxKeptBlob = 4096
 
 // putCall returns a call the caller has received the answer of.
 func putCall(c *rcall) {
-	done, timer, args, b := c.done, c.timer, c.args, c.blob.b
-	dctx := c.dctx // disarmed by the flight
+	done, args, b := c.done, c.args, c.blob.b
 	clear(args)
 	if cap(b) > maxKeptBlob {
 		b = nil
 	}
-	*c = rcall{done: done, timer: timer, args: args[:0], blob: blob{b[:0]}, dctx: dctx}
+	*c = rcall{done: done, args: args[:0], blob: blob{b[:0]}}
 	rcallPool.Put(c)
 }
 
@@ -78,7 +75,7 @@ type blob struct{ b []byte }
 func (b *blob) MarshalBinary() ([]byte, error) { return b.b, nil }
 
 // deadlineCtx is a context with an earlier deadline than its parent,
-// reused from call to call so that a decision allocates none of what
+// reused from flight to flight so that a flight allocates none of what
 // context.WithDeadline costs (a timer, a channel, four allocations). The
 // client's I/O deadlines come from Deadline; Done closes at the deadline
 // once asked for (go-redis asks when it waits for a free connection) by a
@@ -186,21 +183,23 @@ const (
 	opMore = 8
 )
 
-// batcher sends the calls of a RedisStore. A call arriving while fewer
-// than maxDirect flights are in the air and none waits is sent at once on
-// its caller's goroutine: a lone caller pays no hand-off. Others queue,
+// batcher sends the calls of a RedisStore: callers queue their calls,
 // and up to maxFlushers flusher goroutines each take what has queued, up
 // to maxBatch calls, into one round trip: one script call per Cluster
 // slot deciding all of them. Flushers end after a second without work.
+//
+// A caller waits for its answer on its own context, not on the flight's
+// I/O: the reply is read by a flusher whatever the caller's timeout, so
+// a reply that came while the process was too busy to read it is not
+// lost to a socket deadline, and a caller whose context ends while its
+// answer is there takes the answer.
 type batcher struct {
 	s           *RedisStore
 	maxBatch    int
-	maxDirect   int
 	maxFlushers int
 
 	mu       sync.Mutex
 	queue    []*rcall
-	direct   int // direct flights in the air
 	flushers int // flusher goroutines alive
 	waiting  int // flushers waiting for work
 	work     chan struct{}
@@ -215,54 +214,47 @@ const maxQueue = 10000
 var errBusy = errors.New("too many calls waiting for Redis")
 
 func newBatcher(s *RedisStore, maxBatch int) *batcher {
-	b := &batcher{s: s, maxBatch: maxBatch, maxDirect: 1, maxFlushers: 2}
+	b := &batcher{s: s, maxBatch: maxBatch, maxFlushers: 2}
 	b.work = make(chan struct{}, b.maxFlushers)
 	return b
 }
 
-// do sends c and waits for its answer, the end of ctx or deadline (zero:
-// none). If the answer did not come, it returns why: c then belongs to
-// the flight that carries it and must not be reused.
-func (b *batcher) do(ctx context.Context, deadline time.Time, c *rcall) error {
+// do sends c and waits for its answer or the end of ctx. If the answer
+// did not come, it returns why: c then belongs to the flight that
+// carries it and must not be reused.
+func (b *batcher) do(ctx context.Context, c *rcall) error {
+	c.deadline, _ = ctx.Deadline()
 	b.mu.Lock()
-	if b.s.honorsCtx && b.direct < b.maxDirect && len(b.queue) == 0 {
-		b.direct++
-		b.mu.Unlock()
-		c.self[0] = c
-		if c.dctx == nil {
-			c.dctx = new(deadlineCtx)
-		}
-		b.s.flight(withDeadline(ctx, deadline, c.dctx), c.self[:])
-		c.dctx.disarm()
-		b.mu.Lock()
-		b.direct--
-		b.kick()
-		b.mu.Unlock()
-		return nil
-	}
 	if len(b.queue) >= maxQueue {
 		b.mu.Unlock()
 		c.err = errBusy
 		return nil
 	}
-	c.deadline = deadline
 	b.queue = append(b.queue, c)
 	b.kick()
 	b.mu.Unlock()
-	var timeout <-chan time.Time
-	if !deadline.IsZero() {
-		c.timer.Reset(time.Until(deadline))
-		timeout = c.timer.C
-	}
+	return c.await(ctx)
+}
+
+// await waits for c's answer or the end of ctx. An answer that is there
+// when ctx ends is taken, not dropped: one decoded already, or one whose
+// reply Redis has sent and the flight has read.
+func (c *rcall) await(ctx context.Context) error {
 	select {
 	case <-c.done:
-		c.timer.Stop()
 		return nil
 	case <-ctx.Done():
-		c.timer.Stop()
+		if c.replied.Load() {
+			<-c.done // Redis answered: the answer is on its way
+			return nil
+		}
+		select {
+		case <-c.done:
+			return nil
+		default:
+		}
+		c.gaveUp.Store(true)
 		return ctx.Err()
-	case <-timeout:
-		return context.DeadlineExceeded
 	}
 }
 
@@ -320,9 +312,10 @@ func (b *batcher) flush() {
 	}
 }
 
-// send runs one flight for batch, bounded by the latest deadline of its
-// callers (each caller still waits only until its own), and hands every
-// caller its answer. dc is the flusher's, reused from flight to flight.
+// send runs one flight for batch, its I/O bounded by the latest of its
+// callers' deadlines (each caller still waits only as its own context
+// says), and hands every caller its answer. dc is the flusher's, reused
+// from flight to flight.
 func (b *batcher) send(batch []*rcall, dc *deadlineCtx) {
 	var deadline time.Time
 	for _, c := range batch {
@@ -337,14 +330,14 @@ func (b *batcher) send(batch []*rcall, dc *deadlineCtx) {
 	ctx := context.Background()
 	if b.s.honorsCtx {
 		// A client that ignores ctx keeps to its own timeouts; the
-		// callers wait by their own deadlines either way.
+		// callers wait by their own contexts either way.
 		ctx = withDeadline(ctx, deadline, dc)
 	}
 	// Calls whose callers have given up are not sent.
 	now := time.Now()
 	live := batch[:0]
 	for _, c := range batch {
-		if !c.deadline.IsZero() && !now.Before(c.deadline) {
+		if c.gaveUp.Load() || !c.deadline.IsZero() && !now.Before(c.deadline) {
 			c.err = context.DeadlineExceeded
 			c.done <- struct{}{}
 			continue

@@ -3,6 +3,9 @@ package core
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,17 +33,21 @@ type watcher struct {
 	epoch   atomic.Uint64 // subscriptions: denials cached before the last may be stale
 
 	mu     sync.Mutex
-	caches map[string][]*denyCache // by policy name
-	tiers  map[string][]*tierSet   // by policy name
+	caches map[string][]*denyCache  // by policy name
+	tiers  map[string][]*tierSet    // by policy name
+	fleet  map[string]*atomic.Int64 // instances by policy name (Join)
 	start  sync.Once
+
+	instance string    // this process's name in the fleet keys
+	beat     time.Time // when the fleet was last announced
 }
 
 // tierSuffix ends the message of a tier invalidation.
 const tierSuffix = ":tier"
 
 func newWatcher(s *RedisStore) *watcher {
-	return &watcher{s: s, channel: s.prefix + ":invalidate",
-		caches: make(map[string][]*denyCache), tiers: make(map[string][]*tierSet)}
+	return &watcher{s: s, channel: s.prefix + ":invalidate", instance: strconv.FormatUint(rand.Uint64(), 36),
+		caches: make(map[string][]*denyCache), tiers: make(map[string][]*tierSet), fleet: make(map[string]*atomic.Int64)}
 }
 
 // add registers a limiter's deny cache for policy, starting the
@@ -66,23 +73,31 @@ func (w *watcher) addTiers(policy string, ts *tierSet) {
 // bounded key under policy.
 func (s *RedisStore) publishTier(ctx context.Context, policy, key string) error {
 	msg := s.redisKey(policy, key) + tierSuffix
-	_, err := bounded(ctx, s.honorsCtx, func() (int64, error) {
+	_, err := bounded(ctx, func(ctx context.Context) (int64, error) {
 		return s.client.Publish(ctx, s.watch.channel, msg).Result()
 	})
 	return err
 }
 
-// run receives invalidations until the client is closed.
+// run receives invalidations, and announces the fleet every fleetBeat,
+// until the client is closed.
 func (w *watcher) run() {
 	ctx := context.Background()
 	ps := w.s.client.Subscribe(ctx, w.channel)
 	defer ps.Close()
 	backoff := 10 * time.Millisecond
 	for {
-		msg, err := ps.Receive(ctx)
+		msg, err := ps.ReceiveTimeout(ctx, w.untilBeat())
+		if w.beatDue() {
+			w.announceAll()
+		}
 		if err != nil {
 			if errors.Is(err, redis.ErrClosed) {
 				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue // time to announce
 			}
 			// go-redis reconnects and subscribes again on the next
 			// Receive; until then cached denials stay silent.
@@ -91,39 +106,133 @@ func (w *watcher) run() {
 			continue
 		}
 		backoff = 10 * time.Millisecond
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				// Invalidations sent before now may have been missed.
-				w.mu.Lock()
-				for _, tss := range w.tiers {
-					for _, ts := range tss {
-						ts.forgetAll()
-					}
+		w.handle(msg)
+	}
+}
+
+// handle acts on one message of the subscription.
+func (w *watcher) handle(msg any) {
+	switch m := msg.(type) {
+	case *redis.Subscription:
+		if m.Kind == "subscribe" {
+			// Invalidations sent before now may have been missed.
+			w.mu.Lock()
+			for _, tss := range w.tiers {
+				for _, ts := range tss {
+					ts.forgetAll()
 				}
-				w.mu.Unlock()
-				w.epoch.Add(1)
-				w.live.Store(true)
 			}
-		case *redis.Message:
-			if rk, ok := strings.CutSuffix(m.Payload, tierSuffix); ok {
-				if policy, key, ok := w.s.parseKey(rk); ok {
-					w.mu.Lock()
-					tss := w.tiers[policy]
-					w.mu.Unlock()
-					for _, ts := range tss {
-						ts.forget(key)
-					}
-				}
-			} else if policy, key, ok := w.s.parseKey(m.Payload); ok {
+			w.mu.Unlock()
+			w.epoch.Add(1)
+			w.live.Store(true)
+		}
+	case *redis.Message:
+		if rk, ok := strings.CutSuffix(m.Payload, tierSuffix); ok {
+			if policy, key, ok := w.s.parseKey(rk); ok {
 				w.mu.Lock()
-				cs := w.caches[policy]
+				tss := w.tiers[policy]
 				w.mu.Unlock()
-				for _, c := range cs {
-					c.remove(key)
+				for _, ts := range tss {
+					ts.forget(key)
 				}
+			}
+		} else if policy, key, ok := w.s.parseKey(m.Payload); ok {
+			w.mu.Lock()
+			cs := w.caches[policy]
+			w.mu.Unlock()
+			for _, c := range cs {
+				c.remove(key)
 			}
 		}
+	}
+}
+
+// fleetBeat is how often a RedisStore announces its instance for every
+// policy its limiters joined, and fleetTTL how long an announcement
+// counts: an instance that stops is no longer counted after at most
+// fleetTTL.
+const (
+	fleetBeat = 2 * time.Second
+	fleetTTL  = 3 * fleetBeat
+)
+
+// fleetScript announces instance ARGV[1] in the sorted set KEYS[1] until
+// ARGV[2] ms from now by the server's clock, forgets the instances whose
+// announcement has expired, and returns how many are left.
+var fleetScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('PEXPIRE', KEYS[1], ttl)
+return redis.call('ZCARD', KEYS[1])
+`)
+
+// Join implements [Fleet]: the store's subscription goroutine announces
+// this instance for policy every two seconds, in a sorted set named
+// <prefix>:<policy>:fleet, and an announcement counts for six seconds.
+func (s *RedisStore) Join(policy string) func() int {
+	w := s.watch
+	w.mu.Lock()
+	n := w.fleet[policy]
+	fresh := n == nil
+	if fresh {
+		n = new(atomic.Int64)
+		w.fleet[policy] = n
+	}
+	w.mu.Unlock()
+	if fresh {
+		// Counted at once, not at the next beat.
+		go w.announce(policy, n)
+	}
+	w.start.Do(func() { go w.run() })
+	return func() int { return int(max(1, n.Load())) }
+}
+
+// fleetKey names the sorted set of the instances that use policy.
+func (s *RedisStore) fleetKey(policy string) string { return s.prefix + ":" + policy + ":fleet" }
+
+// announce announces this instance for policy and stores the count.
+func (w *watcher) announce(policy string, n *atomic.Int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), fleetBeat/2)
+	defer cancel()
+	c, err := fleetScript.Run(ctx, w.s.client, []string{w.s.fleetKey(policy)}, w.instance, fleetTTL.Milliseconds()).Int64()
+	if err == nil {
+		n.Store(c)
+	}
+}
+
+// untilBeat returns how long the subscription may wait for a message
+// before the fleet is due to be announced; 0 (no limit) when no policy
+// joined it.
+func (w *watcher) untilBeat() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.fleet) == 0 {
+		return 0
+	}
+	return max(time.Millisecond, time.Until(w.beat.Add(fleetBeat)))
+}
+
+// beatDue reports whether the fleet is due to be announced.
+func (w *watcher) beatDue() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.fleet) > 0 && time.Since(w.beat) >= fleetBeat
+}
+
+// announceAll announces this instance for every policy it joined.
+func (w *watcher) announceAll() {
+	w.mu.Lock()
+	w.beat = time.Now()
+	policies := make(map[string]*atomic.Int64, len(w.fleet))
+	for p, n := range w.fleet {
+		policies[p] = n
+	}
+	w.mu.Unlock()
+	for p, n := range policies {
+		w.announce(p, n)
 	}
 }
 
@@ -148,7 +257,7 @@ func (s *RedisStore) parseKey(rk string) (policy, key string, ok bool) {
 // *RedisStore, so that a program that never makes a RedisStore does not
 // link the Redis client.
 type redisOps interface {
-	decideValue(ctx context.Context, deadline time.Time, q Query, op byte) (allowed bool, when int64, st states, err error)
+	decideValue(ctx context.Context, q Query, op byte) (allowed bool, when int64, st states, err error)
 	leaseOp(ctx context.Context, policy, key string, op byte, ls *leaseSet, seq, n, now int64) (allowed bool, used int64, err error)
 	leaseCall(policy, key string, op byte, ls *leaseSet, seq, n, now int64) *rcall
 	flight(ctx context.Context, calls []*rcall)
@@ -162,8 +271,8 @@ func (s *RedisStore) isCluster() bool { return s.cluster }
 
 // decideValue is decide for a Limiter, with the query and the states
 // passed by value.
-func (s *RedisStore) decideValue(ctx context.Context, deadline time.Time, q Query, op byte) (allowed bool, when int64, st states, err error) {
-	allowed, when, err = s.decide(ctx, deadline, &q, op, 0, &st)
+func (s *RedisStore) decideValue(ctx context.Context, q Query, op byte) (allowed bool, when int64, st states, err error) {
+	allowed, when, err = s.decide(ctx, &q, op, 0, &st)
 	return allowed, when, st, err
 }
 

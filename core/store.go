@@ -12,7 +12,15 @@ import (
 // and keep calendar rules ([Rule].Calendar) and lockouts ([Query].Lockout)
 // as these two do.
 //
-// Every method takes a context that carries the [Limiter]'s timeout.
+// Every method takes a context that carries the [Limiter]'s timeout. Its
+// Done closes when the limiter stops waiting for the answer: at the
+// timeout while the process is responsive, and later only while the
+// process itself is starved of CPU, when the answer may have come with no
+// goroutine free to read it (up to a second later; its Deadline is that
+// latest time). A store waits for its answer until Done closes and takes
+// an answer that is there by then, bounds its I/O by Deadline rather
+// than by the timeout, and does not use the context after the method
+// returns.
 type Store interface {
 	// Take admits q.N units for q.Key when every rule has room for them
 	// and records them at the decision's time (Result.At); otherwise it
@@ -113,3 +121,19 @@ func (q *Query) bucketWidth(r Rule) int64 {
 
 // Remaining returns the units left in the rule's window.
 func (s RuleState) Remaining() int64 { return max(0, s.Limit-s.Used) }
+
+// Fleet is an optional capability of a [Store] shared by several app
+// instances, such as [RedisStore]: it counts the instances that use each
+// policy, so that under [FailLocal] each instance admits only its share
+// of a limit while the store fails (see [WithLocalShare]). A [Limiter]
+// finds it by a type assertion when it is built; on a store without it,
+// every instance counts itself alone.
+type Fleet interface {
+	// Join announces this process as an instance that uses policy, for as
+	// long as the store is used, and returns a function that reports how
+	// many instances have announced the policy lately, as the store last
+	// said: at least 1, and 1 until the store has answered. The function
+	// must not block: a limiter calls it when the store fails. Joining a
+	// policy twice counts once.
+	Join(policy string) (instances func() int)
+}

@@ -236,9 +236,9 @@ func (l *Limiter) InvalidateTier(ctx context.Context, key string) error {
 	if l.redis == nil {
 		return nil
 	}
-	sctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	if err := l.redis.publishTier(sctx, l.policy.Name, bounded); err != nil {
+	cc := newCallCtx(ctx, time.Now(), l.timeout)
+	defer cc.release()
+	if err := l.redis.publishTier(cc, l.policy.Name, bounded); err != nil {
 		err = fmt.Errorf("ratekit: policy %q: invalidate tier: %w", l.policy.Name, err)
 		l.emit(ctx, Event{Kind: EventStoreError, Key: bounded, Err: err})
 		return err

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -320,6 +321,9 @@ func TestHostileHugeKeys(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		keys = slices.DeleteFunc(keys, func(k string) bool {
+			return strings.HasSuffix(k, ":fleet") // a policy's count of instances, not a key's
+		})
 		longest := 0
 		for _, k := range keys {
 			longest = max(longest, len(k))

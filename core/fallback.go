@@ -1,0 +1,156 @@
+package core
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+)
+
+// What a limiter does while its store fails, and how it gets ready for
+// it while the store answers.
+//
+// Under FailLocal a limiter on a shared store keeps a local MemoryStore
+// that mirrors what the store told it: every admission it made through
+// the store (so a fallback window starts from this instance's own recent
+// admissions, not from zero) and every lockout it saw. When the store
+// fails, the local store decides with each rule's share of the limit:
+// ⌊Limit / N⌋, at least 1, where N is the number of instances the store
+// counted for the policy ([Fleet]), so the fleet as a whole admits about
+// the limit rather than N times it. [WithLocalShare] (false) gives each
+// instance the whole limit instead.
+//
+// A limiter that starts deciding by its failure policy says so once, and
+// once again when the store answers, with the number of decisions made
+// meanwhile ([EventFallbackStart], [EventFallbackEnd]); without an
+// observer it logs both through log/slog's default logger.
+
+// WithLocalShare says what each instance admits on its own under
+// [FailLocal] while a shared store fails: true (the default) gives each
+// instance its share of every limit, ⌊Limit / N⌋ and at least 1, where N
+// is the number of instances that use the policy, as the store last
+// counted them ([Fleet]: a RedisStore counts them; until it has, and on a
+// store that does not, N is 1). During an outage that starts from empty
+// windows the fleet then admits at most N × max(1, ⌊Limit/N⌋) units per
+// window: the limit, or N when the limit is below N. false gives every
+// instance the whole limit, so that N instances admit up to N × Limit.
+// Either way each instance's local window starts with the admissions it
+// made through the store in the current windows, and the lockouts it
+// learned of hold.
+func WithLocalShare(share bool) Option {
+	return func(o *options) { o.wholeLimit = !share }
+}
+
+// fallbackQuiet is how long a limiter must go without a fallback decision
+// before a decision of the store ends its fallback episode: a store that
+// fails one call in ten does not start and end an episode every few
+// calls.
+const fallbackQuiet = time.Second
+
+// fallbackState tracks a limiter's fallback episodes.
+type fallbackState struct {
+	on    atomic.Bool
+	count atomic.Int64 // fallback decisions in the episode
+	last  atomic.Int64 // unix nanoseconds of the latest
+}
+
+// fellBack records a decision made by the failure policy because the
+// store failed (cause; nil when the breaker was open), reporting the
+// start of an episode.
+func (l *Limiter) fellBack(ctx context.Context, cause error) {
+	l.fb.count.Add(1)
+	l.fb.last.Store(time.Now().UnixNano())
+	if l.fb.on.CompareAndSwap(false, true) {
+		l.notice(ctx, Event{Kind: EventFallbackStart, Err: cause})
+	}
+}
+
+// answered records a decision of the store at now, reporting the end of
+// a fallback episode.
+func (l *Limiter) answered(ctx context.Context, now time.Time) {
+	if !l.fb.on.Load() || now.UnixNano()-l.fb.last.Load() < int64(fallbackQuiet) {
+		return
+	}
+	if l.fb.on.CompareAndSwap(true, false) {
+		l.notice(ctx, Event{Kind: EventFallbackEnd, Fallbacks: l.fb.count.Swap(0)})
+	}
+}
+
+// notice reports an event that must never go unseen: to the observers,
+// or, when the limiter has none, through log/slog's default logger.
+func (l *Limiter) notice(ctx context.Context, e Event) {
+	if l.observer != nil {
+		l.emit(ctx, e)
+		return
+	}
+	switch e.Kind {
+	case EventFallbackStart:
+		why := "circuit breaker open"
+		if e.Err != nil {
+			why = e.Err.Error()
+		}
+		slog.Default().WarnContext(ctx, "ratekit: store failed; deciding by the failure policy until it answers",
+			"policy", l.policy.Name, "failure_policy", l.failure.String(), "error", why)
+	case EventFallbackEnd:
+		slog.Default().InfoContext(ctx, "ratekit: store answers again; decisions come from it",
+			"policy", l.policy.Name, "fallback_decisions", e.Fallbacks)
+	}
+}
+
+// fallback decides without the store.
+func (l *Limiter) fallback(q Query, shard int, take bool, br *breaker) Decision {
+	switch l.failure {
+	case FailOpen:
+		r := l.minRule()
+		return Decision{Allowed: true, Limit: l.minLimit, Window: l.window(r), Remaining: l.minLimit, Rule: r, Source: SourceOpen}
+	case FailClosed:
+		r := l.minRule()
+		return Decision{Limit: l.minLimit, Window: l.window(r), RetryAfter: br.retryAfter(time.Now()), Rule: r, Source: SourceClosed}
+	}
+	// The local store works without the store timeout: it never blocks.
+	var buf [maxRules]Rule
+	q.Rules = l.shareOf(q.Rules, buf[:0])
+	var d Decision
+	allowed, at := l.local.policy(q.Policy).decide(&q, take, &d.states)
+	l.bind(&d, allowed, SourceLocal)
+	if take && allowed {
+		d.ticket = ticket{owner: l, key: q.Key, shard: shard, at: at, n: q.N, local: true}
+	}
+	return d
+}
+
+// shareOf returns rules with the limits this instance admits on its own
+// while the store fails (see WithLocalShare), appended to buf, or rules
+// itself when they are whole.
+func (l *Limiter) shareOf(rules, buf []Rule) []Rule {
+	n := 1
+	if l.fleet != nil && !l.wholeLimit {
+		n = l.fleet()
+	}
+	if n <= 1 {
+		return rules
+	}
+	for _, r := range rules {
+		r.Limit = max(1, r.Limit/int64(n))
+		buf = append(buf, r)
+	}
+	return buf
+}
+
+// mirror records in the local fallback store the units the store
+// admitted for q, and returns their local time for a refund; 0 when the
+// limiter has no local store.
+func (l *Limiter) mirror(q *Query) int64 {
+	if l.local == nil {
+		return 0
+	}
+	return l.local.policy(q.Policy).record(q)
+}
+
+// mirrorLock records in the local fallback store that the store locked
+// q.Key out for d.
+func (l *Limiter) mirrorLock(q *Query, d time.Duration) {
+	if l.local != nil && d > 0 {
+		l.local.policy(q.Policy).lockFor(q, d)
+	}
+}
