@@ -1,5 +1,6 @@
-// Package ratekitslog logs ratekit's store failures and circuit-breaker
-// changes through log/slog, rate-limited so that an outage does not flood
+// Package ratekitslog logs ratekit's store failures, circuit-breaker
+// changes and the start and end of decisions by the failure policy
+// through log/slog, rate-limited so that an outage does not flood
 // the log: per policy, at most one line per interval for each kind of
 // event, carrying the number of events left out since the previous line.
 //

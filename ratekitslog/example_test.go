@@ -34,12 +34,14 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	// A hundred requests during the outage log two lines: the first store
-	// failure and the breaker opening. The rest are counted, not logged.
+	// A hundred requests during the outage log three lines: the first
+	// store failure, the start of the decisions by the failure policy and
+	// the breaker opening. The rest are counted, not logged.
 	for range 100 {
 		_, _ = l.Allow(context.Background(), "alice")
 	}
 	// Output:
 	// level=WARN msg="ratekit: store call failed; the failure policy decided" policy=login error="connection refused" suppressed=0
+	// level=WARN msg="ratekit: store failed; deciding by the failure policy until it answers" policy=login error="connection refused" suppressed=0
 	// level=ERROR msg="ratekit: circuit breaker opened; store calls stop for the cool-down" policy=login error="connection refused" suppressed=0
 }

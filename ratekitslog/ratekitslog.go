@@ -18,10 +18,14 @@ const (
 	MsgStoreError   = "ratekit: store call failed; the failure policy decided"
 	MsgBreakerOpen  = "ratekit: circuit breaker opened; store calls stop for the cool-down"
 	MsgBreakerClose = "ratekit: circuit breaker closed; store calls resume"
+	MsgFallback     = "ratekit: store failed; deciding by the failure policy until it answers"
+	MsgFallbackEnd  = "ratekit: store answers again; decisions come from it"
 )
 
 // Observer logs store failures (warning), breaker openings (error) and
-// closings (info) of every limiter or guard it is attached to. It is safe
+// closings (info), and the start (warning) and end (info) of every
+// episode of decisions made by the failure policy, of every limiter or
+// guard it is attached to. It is safe
 // for concurrent use, and costs nothing on decisions.
 type Observer struct {
 	logger *slog.Logger
@@ -72,6 +76,10 @@ func (o *Observer) Observe(ctx context.Context, e core.Event) {
 		level, msg = slog.LevelError, MsgBreakerOpen
 	case core.EventBreakerClose:
 		level, msg = slog.LevelInfo, MsgBreakerClose
+	case core.EventFallbackStart:
+		level, msg = slog.LevelWarn, MsgFallback
+	case core.EventFallbackEnd:
+		level, msg = slog.LevelInfo, MsgFallbackEnd
 	default:
 		return
 	}
@@ -91,6 +99,9 @@ func (o *Observer) Observe(ctx context.Context, e core.Event) {
 		attrs = append(attrs, slog.Duration("latency", e.Latency))
 	}
 	attrs = append(attrs, slog.Int64("suppressed", suppressed))
+	if e.Kind == core.EventFallbackEnd {
+		attrs = append(attrs, slog.Int64("fallback_decisions", e.Fallbacks))
+	}
 	if e.Kind == core.EventBreakerClose {
 		// Store errors left out during the outage, so that they are not
 		// lost when the outage ends.

@@ -155,7 +155,8 @@ func TestNewDefaults(t *testing.T) {
 }
 
 // TestWithLimiter attaches the observer to a limiter whose store fails:
-// a burst of failures logs one store-error line and one breaker line.
+// a burst of failures logs one store-error line, one line for the start
+// of the fallback episode and one breaker line.
 func TestWithLimiter(t *testing.T) {
 	h := &capture{}
 	obs := New(slog.New(h), time.Minute)
@@ -169,8 +170,9 @@ func TestWithLimiter(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if len(h.lines) != 2 || !strings.Contains(h.lines[0], MsgStoreError) || !strings.Contains(h.lines[1], MsgBreakerOpen) {
-		t.Errorf("logged %d lines, want a store error and a breaker opening:\n%s", len(h.lines), strings.Join(h.lines, "\n"))
+	if len(h.lines) != 3 || !strings.Contains(h.lines[0], MsgStoreError) || !strings.Contains(h.lines[1], MsgFallback) ||
+		!strings.Contains(h.lines[2], MsgBreakerOpen) {
+		t.Errorf("logged %d lines, want a store error, a fallback start and a breaker opening:\n%s", len(h.lines), strings.Join(h.lines, "\n"))
 	}
 }
 

@@ -42,7 +42,8 @@ import (
 
 func main() {
 	flags := exampleenv.Parse("127.0.0.1:8087", exampleenv.ByIP)
-	h, err := newHandler(exampleenv.Store(), slog.Default(), os.Getenv("ADMIN_TOKEN"), flags.ClientIP, flags.Options()...)
+	// This example attaches its log observer itself, in newHandler.
+	h, err := newHandler(exampleenv.Store(), slog.Default(), os.Getenv("ADMIN_TOKEN"), flags.ClientIP, core.WithFailurePolicy(flags.Failure))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func newHandler(store core.Store, logger *slog.Logger, adminToken string, client
 		Rules: []core.Rule{{Limit: 5, Window: 10 * time.Second}},
 	}, append(opts,
 		core.WithObserver(metrics),                                 // decisions, store failures, breaker changes
-		core.WithObserver(ratekitslog.New(logger, 10*time.Second)), // store failures, at most one line per 10 s
+		core.WithObserver(ratekitslog.New(logger, 10*time.Second)), // store failures and fallbacks, at most one line per 10 s
 	)...)
 	if err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/keyfunc"
+	"github.com/ratekit/ratekit/ratekitslog"
 )
 
 // Flags are the command-line flags every example server takes.
@@ -37,9 +39,15 @@ type Flags struct {
 	Block func(keyfunc.Request) bool
 }
 
-// Options returns the limiter options the flags choose.
+// Options returns the limiter options the flags choose, and an observer
+// that logs store failures, breaker changes and fallback episodes through
+// log/slog (at most one line per kind and policy every 10 s), so that no
+// switch to the failure policy goes unseen.
 func (f Flags) Options() []core.Option {
-	return []core.Option{core.WithFailurePolicy(f.Failure)}
+	return []core.Option{
+		core.WithFailurePolicy(f.Failure),
+		core.WithObserver(ratekitslog.New(slog.Default(), 10*time.Second)),
+	}
 }
 
 // Keys says what an example's limits key by, which decides the flags it
@@ -122,10 +130,13 @@ func parse(fs *flag.FlagSet, args []string, defaultAddr string, keys Keys) (Flag
 // Store returns the store an example program limits with: a
 // [core.RedisStore] on REDIS_URL (for example redis://localhost:6379/0)
 // when it is set, so that several instances share their limits, else a
-// [core.MemoryStore]. It logs which one it chose and exits the program if
-// REDIS_URL does not parse. A Redis that does not answer yet is not fatal:
-// limiters follow their failure policy (-failure-policy) until it does.
-// The Redis client lives as long as the program.
+// [core.MemoryStore]. It logs which one it chose, and exits the program
+// with the reason if REDIS_URL does not parse or names a Redis that
+// cannot be used as configured ([core.ErrMisconfigured]: a wrong
+// password or database, an ACL that forbids ratekit's commands). A Redis
+// that does not answer yet is not fatal: limiters follow their failure
+// policy (-failure-policy) until it does. The Redis client lives as long
+// as the program.
 func Store() core.Store {
 	url := os.Getenv("REDIS_URL")
 	if url == "" {
@@ -136,16 +147,20 @@ func Store() core.Store {
 	if err != nil {
 		log.Fatal("REDIS_URL is not a valid redis:// URL") // it may hold a password: do not print it
 	}
-	opt.ContextTimeoutEnabled = true // so the limiter's store timeout holds
-	rdb := redis.NewClient(opt)
+	store := core.NewRedisStore(redis.NewClient(opt))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
+	switch err := store.Check(ctx); {
+	case errors.Is(err, core.ErrMisconfigured):
+		log.Fatalf("store: %v", err)
+	case errors.Is(err, core.ErrUnsafeEviction):
+		log.Printf("store: Redis at %s: %v", opt.Addr, err)
+	case err != nil:
 		log.Printf("store: Redis at %s does not answer yet (%v); until it does, limiters follow -failure-policy", opt.Addr, err)
-	} else {
+	default:
 		log.Printf("store: Redis at %s", opt.Addr)
 	}
-	return core.NewRedisStore(rdb)
+	return store
 }
 
 // Secret returns the key-hashing secret in the environment variable env,

@@ -65,8 +65,8 @@ func TestParse(t *testing.T) {
 		if f.Addr != tc.addr || f.Failure != tc.failure || key != tc.key || err != nil {
 			t.Errorf("parse(%q) = addr %q, failure %v, key %q (%v); want %q, %v, %q", tc.args, f.Addr, f.Failure, key, err, tc.addr, tc.failure, tc.key)
 		}
-		if len(f.Options()) != 1 {
-			t.Errorf("parse(%q).Options() = %d options, want the failure policy", tc.args, len(f.Options()))
+		if len(f.Options()) != 2 {
+			t.Errorf("parse(%q).Options() = %d options, want the failure policy and the log observer", tc.args, len(f.Options()))
 		}
 	}
 }
