@@ -244,9 +244,9 @@ func (hs *headerSet) end(name string, n int) {
 	hs.n++
 }
 
-// int appends field name with the value x.
+// int appends field name with the value x (see appendInt).
 func (hs *headerSet) int(buf []byte, name string, x int64) []byte {
-	buf = strconv.AppendInt(buf, x, 10)
+	buf = appendInt(buf, x)
 	hs.end(name, len(buf))
 	return buf
 }
@@ -297,14 +297,14 @@ func (v *Verdict) ietf(hs *headerSet, buf []byte) []byte {
 		name := strconv.Quote(v.by.name)
 		buf = append(buf, name...)
 		buf = append(buf, ";q="...)
-		buf = strconv.AppendInt(buf, d.Limit, 10)
+		buf = appendInt(buf, d.Limit)
 		buf = append(buf, `;qu="concurrent-requests";pk=:`...)
 		buf = append(buf, pk[:]...)
 		buf = append(buf, ':')
 		hs.end(HeaderPolicy, len(buf))
 		buf = append(buf, name...)
 		buf = append(buf, ";r="...)
-		buf = strconv.AppendInt(buf, d.Remaining, 10)
+		buf = appendInt(buf, d.Remaining)
 		buf = append(buf, ";pk=:"...)
 		buf = append(buf, pk[:]...)
 		buf = append(buf, ':')
@@ -324,18 +324,18 @@ func (v *Verdict) ietf(hs *headerSet, buf []byte) []byte {
 			buf = strconv.AppendQuote(buf, itemName(v.by.name, r.Window, r.Calendar, multi))
 			if pass == 0 {
 				buf = append(buf, ";q="...)
-				buf = strconv.AppendInt(buf, r.Limit, 10)
+				buf = appendInt(buf, r.Limit)
 				buf = append(buf, ";w="...)
-				buf = strconv.AppendInt(buf, Seconds(r.Window), 10)
+				buf = appendInt(buf, Seconds(r.Window))
 			} else {
 				left, reset := r.Remaining(), r.ResetAfter
 				if d.Locked {
 					left, reset = 0, max(reset, d.RetryAfter)
 				}
 				buf = append(buf, ";r="...)
-				buf = strconv.AppendInt(buf, left, 10)
+				buf = appendInt(buf, left)
 				buf = append(buf, ";t="...)
-				buf = strconv.AppendInt(buf, Seconds(reset), 10)
+				buf = appendInt(buf, Seconds(reset))
 			}
 			buf = append(buf, ";pk=:"...)
 			buf = append(buf, pk[:]...)
@@ -391,12 +391,28 @@ func partitionKey(dst []byte, policy, key string) {
 }
 
 // Seconds returns d in whole seconds, rounded up: the delta-seconds of
-// Retry-After and the reset fields.
+// Retry-After and the reset fields. It is 0 for d <= 0 and never
+// overflows: the longest duration, a "forever" lockout, is 9223372037.
 func Seconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
-	return int64((d + time.Second - 1) / time.Second)
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
+}
+
+// maxSFInteger is the largest integer of an HTTP structured field
+// (RFC 9651: at most 15 digits).
+const maxSFInteger = 999_999_999_999_999
+
+// appendInt appends x to buf as a valid non-negative integer of a header
+// field: negative values as 0, values beyond a structured-field integer
+// as its largest.
+func appendInt(buf []byte, x int64) []byte {
+	return strconv.AppendInt(buf, min(max(x, 0), maxSFInteger), 10)
 }
 
 // Answer sets the content headers of an answer that does not proceed
