@@ -43,8 +43,12 @@ func newEcho(t *testing.T, l *core.Limiter, o adaptertest.Options) *echo.Echo {
 	e.HideBanner, e.HidePort = true, true
 	e.Use(recoverPanics)
 	mw := echolimit.New(l, opts...)
-	e.GET(adaptertest.Path, handler, mw)
-	e.POST(adaptertest.Path, handler, mw)
+	if o.AnyMethod {
+		e.Any(adaptertest.Path, handler, mw)
+	} else {
+		e.GET(adaptertest.Path, handler, mw)
+		e.POST(adaptertest.Path, handler, mw)
+	}
 	return e
 }
 

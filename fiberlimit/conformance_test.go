@@ -41,8 +41,12 @@ func newApp(t *testing.T, l *core.Limiter, o adaptertest.Options, cfg ...fiber.C
 	app := fiber.New(cfg...)
 	app.Use(recover.New())
 	mw := fiberlimit.New(l, opts...)
-	app.Get(adaptertest.Path, mw, handler)
-	app.Post(adaptertest.Path, mw, handler)
+	if o.AnyMethod {
+		app.All(adaptertest.Path, mw, handler)
+	} else {
+		app.Get(adaptertest.Path, mw, handler)
+		app.Post(adaptertest.Path, mw, handler)
+	}
 	return app
 }
 

@@ -40,8 +40,12 @@ func newServer(t *testing.T, l *core.Limiter, o adaptertest.Options) string {
 		c.AbortWithStatus(http.StatusInternalServerError)
 	}))
 	mw := ginlimit.New(l, opts...)
-	r.GET(adaptertest.Path, mw, handler)
-	r.POST(adaptertest.Path, mw, handler)
+	if o.AnyMethod {
+		r.Any(adaptertest.Path, mw, handler)
+	} else {
+		r.GET(adaptertest.Path, mw, handler)
+		r.POST(adaptertest.Path, mw, handler)
+	}
 	var h http.Handler = r
 	if o.Decompress {
 		h = adaptertest.Gunzip(h)

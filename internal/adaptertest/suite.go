@@ -315,6 +315,34 @@ var cases = []testCase{
 		}
 	}},
 
+	{"route key: one bucket whatever the method", func(t *testing.T, newServer NewServer) {
+		// A route registered for every method is one route: a client
+		// choosing methods, standard or made up, gets no extra buckets.
+		l := limiter(t, "route", core.Rule{Limit: 3, Window: hour})
+		base := start(t, newServer, l, Options{Key: keyfunc.Join(keyfunc.ClientIP(), keyfunc.Route()), AnyMethod: true})
+		admitted := 0
+		var got []string
+		for _, m := range []string{"GET", "POST", "PUT", "DELETE", "PATCH", "A1", "A2", "A3", "A19", "get"} {
+			res := do(t, base, request{method: m})
+			got = append(got, m+"="+strconv.Itoa(res.status))
+			switch res.status {
+			case http.StatusOK:
+				admitted++
+			case http.StatusTooManyRequests, http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusNotImplemented, http.StatusBadRequest:
+				// Refused by the limit, or by the framework's router
+				// before the limiter for a method it does not route.
+			default:
+				t.Errorf("method %s: got %v", m, res)
+			}
+		}
+		if admitted != 3 {
+			t.Errorf("limit 3 per route and client: %d requests admitted across methods, want 3: %v", admitted, got)
+		}
+		if !slices.Contains(got, "PUT=429") && !slices.Contains(got, "DELETE=429") && !slices.Contains(got, "PATCH=429") {
+			t.Errorf("no standard method was refused by the limit: %v", got)
+		}
+	}},
+
 	{"skip predicate", func(t *testing.T, newServer NewServer) {
 		skip := func(r keyfunc.Request) bool { return r.Header("X-Skip") == "1" }
 		base := start(t, newServer, limiter(t, "skip", core.Rule{Limit: 1, Window: hour}), Options{Skip: skip})
