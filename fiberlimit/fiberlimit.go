@@ -50,7 +50,7 @@ func New(l *core.Limiter, opts ...guard.Option) fiber.Handler {
 		}
 		ctx := c.UserContext()
 		v := g.Admit(ctx, request{c})
-		v.WriteHeaders(c.Set)
+		v.WriteHeaderFields(c.Set, c.Response().Header.Add)
 		if !v.Proceed() {
 			if deny != nil && v.Outcome == guard.OutcomeDeny {
 				d := v // only denials pay for the copy the handler may keep
@@ -90,7 +90,7 @@ func nextAndFinish(ctx context.Context, c *fiber.Ctx, v *guard.Verdict) error {
 }
 
 // Write writes the guard's answer for a request that does not proceed:
-// status, content type and fixed body. Headers from v.WriteHeaders must be
+// status, content type and fixed body. Headers from v.WriteHeaderFields must be
 // set before. Deny handlers may call it to fall back to the default answer.
 func Write(c *fiber.Ctx, v *guard.Verdict) error {
 	status, body := v.Answer(c.Set)

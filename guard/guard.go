@@ -102,7 +102,8 @@ func WithResetIf(reset func(status int) bool) Option {
 // order, each in its own store call, so they may live in different Redis
 // Cluster slots. A request with no key for one limit is not limited by
 // that one; the others still decide. A denial is answered with the
-// denying limit's headers and body. A limit whose policy has a Lockout
+// denying limit's headers and body; an admission shows the guard's own
+// limit in the X-RateLimit fields and every limit in the IETF fields. A limit whose policy has a Lockout
 // locks out its own key only, when it denies: a request it refuses while
 // locked out consumes nothing from the others, and a request another
 // limit denies is refunded to it without counting as its offence. WithAlso

@@ -82,6 +82,16 @@ type Options struct {
 	// Otherwise it is registered for GET and POST (net/http: for any
 	// method all the same).
 	AnyMethod bool
+	// Outer, when set, is a second middleware of the adapter on the same
+	// route, in front of (outside) the case's own: Outer.Limiter with the
+	// guard options of Outer.Options (whose other fields are ignored).
+	Outer *Outer
+}
+
+// Outer is a middleware stacked in front of a case's own (Options.Outer).
+type Outer struct {
+	Limiter *core.Limiter
+	Options Options
 }
 
 // Also is one limit added with WithAlso: Limiter keyed by Key.

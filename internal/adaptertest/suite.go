@@ -871,6 +871,11 @@ var cases = []testCase{
 		res = do(t, base, as("carol", "t2"))
 		wantStatus(t, "carol at t2", res, http.StatusOK)
 		wantHeaders(t, "carol at t2", res, guard.HeaderLimit, "2", guard.HeaderRemaining, "1")
+		// Every limit that applies is advertised, the guard's own first.
+		checkIETF(t, "carol at t2", res, []ietfItem{
+			{name: "main", q: 2, w: 3600, r: 1, t: 3600},
+			{name: "added", q: 3, w: 3600, r: 2, t: 3600, part: 1},
+		})
 		wantUsed(t, main, "carol", 1)
 		wantUsed(t, added, "t2", 1)
 
@@ -878,6 +883,37 @@ var cases = []testCase{
 		res = do(t, base, as("dave", ""))
 		wantStatus(t, "dave without a tenant", res, http.StatusOK)
 		wantHeaders(t, "dave without a tenant", res, guard.HeaderLimit, "2", guard.HeaderRemaining, "1")
+		checkIETF(t, "dave without a tenant", res, []ietfItem{{name: "main", q: 2, w: 3600, r: 1, t: 3600}})
+	}},
+
+	{"stacked middlewares: every limit in the IETF fields", func(t *testing.T, newServer NewServer) {
+		// Per client outside, a global cap inside, each a middleware of
+		// its own: the answer lists both, neither erases the other.
+		ietf := new(guard.HeadersIETF)
+		perClient := limiter(t, "per-client", core.Rule{Limit: 3, Window: hour})
+		global := limiter(t, "global", core.Rule{Limit: 2, Window: hour}, core.Rule{Limit: 10, Window: 24 * hour})
+		everyone := func(keyfunc.Request) (string, error) { return "all", nil }
+		base := start(t, newServer, global, Options{Key: everyone, Headers: ietf,
+			Outer: &Outer{Limiter: perClient, Options: Options{Key: userKey, Headers: ietf}}})
+		alice := request{header: hdr("X-User", "alice")}
+		for i := range 2 {
+			res := do(t, base, alice)
+			what := "alice " + strconv.Itoa(i+1)
+			wantStatus(t, what, res, http.StatusOK)
+			checkIETF(t, what, res, []ietfItem{
+				{name: "per-client", q: 3, w: 3600, r: 2 - int64(i), t: 3600},
+				{name: "global-3600s", q: 2, w: 3600, r: 1 - int64(i), t: 3600, part: 1},
+				{name: "global-86400s", q: 10, w: 86400, r: 9 - int64(i), t: 86400, part: 1},
+			})
+		}
+		// Denied inside: the outer limit's item stays beside the denial's.
+		res := do(t, base, request{header: hdr("X-User", "bob")})
+		wantStatus(t, "bob, the global cap full", res, http.StatusTooManyRequests)
+		checkIETF(t, "bob, the global cap full", res, []ietfItem{
+			{name: "per-client", q: 3, w: 3600, r: 2, t: 3600},
+			{name: "global-3600s", q: 2, w: 3600, r: 0, t: 3600, part: 1},
+			{name: "global-86400s", q: 10, w: 86400, r: 8, t: 86400, part: 1},
+		})
 	}},
 
 	{"WithAlso with count-if and reset-if", func(t *testing.T, newServer NewServer) {
@@ -1078,6 +1114,9 @@ type ietfItem struct {
 	name       string
 	q, w, r, t int64
 	qu         string // the quota unit; "" for none (requests), and then w and t are present
+	// part numbers the partition (one limit and key): items of one part
+	// share their pk, items of different parts have different ones.
+	part int
 }
 
 // checkIETF parses the IETF fields back as structured-field lists.
@@ -1095,7 +1134,7 @@ func checkIETF(t *testing.T, what string, res response, want []ietfItem) {
 		t.Fatalf("%s: %d policy and %d limit items, want %d: %q / %q", what, len(pol), len(cur), len(want),
 			res.header.Values(guard.HeaderPolicy), res.header.Values(guard.HeaderRateLimit))
 	}
-	var pk []byte
+	pks := map[int][]byte{}
 	for i, w := range want {
 		p, ok1 := pol[i].(httpsfv.Item)
 		c, ok2 := cur[i].(httpsfv.Item)
@@ -1125,9 +1164,11 @@ func checkIETF(t *testing.T, what string, res response, want []ietfItem) {
 		if !ok1 || !ok2 || len(ppk) == 0 || !bytes.Equal(ppk, cpk) {
 			t.Errorf("%s: item %d pk %v / %v, want one non-empty byte sequence", what, i, param(p.Params, "pk"), param(c.Params, "pk"))
 		}
-		if i > 0 && !bytes.Equal(pk, ppk) {
-			t.Errorf("%s: item %d pk differs from item 0's: one key, one partition", what, i)
+		for part, pk := range pks {
+			if (part == w.part) != bytes.Equal(pk, ppk) {
+				t.Errorf("%s: item %d (partition %d) pk %v, partition %d's %v: one limit and key, one partition", what, i, w.part, ppk, part, pk)
+			}
 		}
-		pk = ppk
+		pks[w.part] = ppk
 	}
 }
