@@ -2,6 +2,7 @@ package fiberlimit
 
 import (
 	"context"
+	"sync"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -85,7 +86,32 @@ func nextAndFinish(ctx context.Context, c *fiber.Ctx, v *guard.Verdict) error {
 		}
 	}
 	done = true
-	v.Finish(ctx, c.Response().StatusCode())
+	status := c.Response().StatusCode()
+	if c.Response().IsBodyStream() || c.Context().Hijacked() {
+		// The body is written (or the hijacked connection served) after
+		// the chain returns: the request is in flight until then.
+		// fasthttp closes a request's values that are io.Closers once it
+		// has written the response, or the hijack handler has returned,
+		// or the connection has failed.
+		a := &afterBody{ctx: ctx, v: *v, status: status}
+		c.Context().SetUserValue(a, a)
+		return nil
+	}
+	v.Finish(ctx, status)
+	return nil
+}
+
+// afterBody finishes a verdict when fasthttp lets go of its request.
+type afterBody struct {
+	ctx    context.Context
+	v      guard.Verdict
+	status int
+	once   sync.Once
+}
+
+// Close finishes the verdict, once.
+func (a *afterBody) Close() error {
+	a.once.Do(func() { a.v.Finish(a.ctx, a.status) })
 	return nil
 }
 
