@@ -56,6 +56,11 @@ func (r request) Query(name string) string {
 	return string(r.c.Context().QueryArgs().Peek(name))
 }
 
+// RawQuery implements keyfunc.RawQuerier: the query string as sent.
+func (r request) RawQuery() string {
+	return string(r.c.Request().URI().QueryString())
+}
+
 // RemoteAddr is the TCP peer, not c.IP(): fiber's ProxyHeader setting
 // would trust a forwarding header from anyone, while keyfunc.ClientIP
 // honours them only from trusted proxies.

@@ -109,6 +109,14 @@ func (h *HTTPRequest) Query(name string) string {
 	return lookupQuery(h.r.URL.RawQuery, name)
 }
 
+// RawQuery implements [RawQuerier]: r.URL.RawQuery.
+func (h *HTTPRequest) RawQuery() string {
+	if h.r.URL == nil {
+		return ""
+	}
+	return h.r.URL.RawQuery
+}
+
 // Value implements [Request].
 func (h *HTTPRequest) Value(key any) any {
 	if h.values != nil {

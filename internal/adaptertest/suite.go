@@ -343,6 +343,31 @@ var cases = []testCase{
 		}
 	}},
 
+	{"personal keys: sources that disagree are a 400", func(t *testing.T, newServer NewServer) {
+		// The handler may read the query, the form or either value of a
+		// repeated parameter: the request is refused, never keyed by one.
+		phone := personal.Phone(personal.DefaultRegion("CN"))
+		base := start(t, newServer, limiter(t, "phone-conflict", core.Rule{Limit: 5, Window: hour}), Options{Key: phone})
+		const conflict = "bad request: conflicting phone numbers in request\n"
+		form := hdr("Content-Type", "application/x-www-form-urlencoded")
+		for _, tc := range []struct {
+			name string
+			rq   request
+		}{
+			{"query and form", request{method: http.MethodPost, query: "phone=13800138000", header: form, body: "phone=%2B12025550143"}},
+			{"query repeated", request{query: "phone=13800138000&phone=%2B12025550143"}},
+			{"query in two cases", request{query: "phone=13800138000&PHONE=%2B12025550143"}},
+			{"form repeated", request{method: http.MethodPost, header: form, body: "phone=13800138000&phone=%2B12025550143"}},
+		} {
+			res := do(t, base, tc.rq)
+			wantStatus(t, tc.name, res, http.StatusBadRequest)
+			if res.body != conflict {
+				t.Errorf("%s: body %q, want %q", tc.name, res.body, conflict)
+			}
+		}
+		wantStatus(t, "one number twice", do(t, base, request{query: "phone=13800138000&phone=8613800138000"}), http.StatusOK)
+	}},
+
 	{"skip predicate", func(t *testing.T, newServer NewServer) {
 		skip := func(r keyfunc.Request) bool { return r.Header("X-Skip") == "1" }
 		base := start(t, newServer, limiter(t, "skip", core.Rule{Limit: 1, Window: hour}), Options{Skip: skip})

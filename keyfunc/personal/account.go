@@ -35,20 +35,25 @@ var account = &target{
 // so "  Alice@Example.COM " and "alice@example.com" are one account, and
 // the key is its [Pseudonym] unless [Cleartext] is set.
 //
-// By default the name is read from [Field]("username"), then
+// By default the name is read from [Field]("username") and
 // [Field]("email"): those fields of a JSON object body, of a form body, or
-// the query. [Header], [JSON], [Form], [Query] and [Field] choose other
-// sources; [DefaultRegion] is ignored. Bodies are read through
-// [keyfunc.Request.Body], which leaves them readable for the handler, up
-// to [MaxBody] bytes.
+// the query. A request that names one account in "username" and another
+// in "email" is refused, since an app that logs in by email never reads
+// "username" and the other way round: for a form that carries both and
+// means different things by them (a sign-up), name the one the login
+// reads with [Field]. [Header], [JSON], [Form], [Query] and [Field]
+// choose other sources; [DefaultRegion] is ignored. Bodies are read
+// through [keyfunc.Request.Body], which leaves them readable for the
+// handler, up to [MaxBody] bytes.
 //
 // No name anywhere, with an empty body, is [keyfunc.ErrNoKey]. A name
 // longer than [MaxAccountLen] bytes or not UTF-8, a body that is not empty
 // but holds no name where a body source looks (with no name in any other
-// source either), a JSON body and a form or query source naming different
-// accounts, an oversized or malformed body and a multipart body are errors
-// wrapping [keyfunc.ErrInvalidKey], whose messages never quote the input.
-// Account panics only for invalid options, at construction.
+// source either), two sources, fields or values naming different accounts
+// (see the package documentation), an oversized or malformed body and a
+// multipart body are errors wrapping [keyfunc.ErrInvalidKey], whose
+// messages never quote the input. Account panics only for invalid
+// options, at construction.
 func Account(opts ...Option) keyfunc.Func {
 	c := newConfig(opts, "username", "email")
 	return func(r keyfunc.Request) (string, error) { return c.key(r, account) }

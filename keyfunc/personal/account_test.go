@@ -22,7 +22,9 @@ func TestAccount(t *testing.T) {
 	}{
 		{"json username", nil, req{ctype: jsonType, body: `{"username":"Alice@Example.com"}`}, alice},
 		{"json email fallback", nil, req{ctype: jsonType, body: `{"email":"  ALICE@example.COM  "}`}, alice},
-		{"json username before email", nil, req{ctype: jsonType, body: `{"email":"bob@example.com","username":"alice@example.com"}`}, alice},
+		{"json username and email differ", nil, req{ctype: jsonType, body: `{"email":"bob@example.com","username":"alice@example.com"}`},
+			want{err: keyfunc.ErrInvalidKey, reason: "conflicting account names in request"}},
+		{"json username and email agree", nil, req{ctype: jsonType, body: `{"email":"alice@example.com","username":"ALICE@example.com"}`}, alice},
 		{"form", nil, req{ctype: "application/x-www-form-urlencoded", body: "username=alice%40EXAMPLE.com&password=x"}, alice},
 		{"fullwidth folded by NFKC", nil, req{ctype: jsonType, body: `{"username":"ａｌｉｃｅ@example.com"}`}, alice},
 		{"json number", personal.Account(personal.Cleartext(true)), req{ctype: jsonType, body: `{"username":1234}`}, want{key: "1234"}},
