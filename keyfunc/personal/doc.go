@@ -9,7 +9,8 @@
 //
 // Phone numbers and account names are personal data, so the key is by
 // default a [Pseudonym] of the normalised value (the E.164 number, the
-// NFKC-normalised, trimmed, case-folded name): an HMAC, so that a dump of
+// NFKC-normalised, trimmed, case-folded name without invisible,
+// default-ignorable code points): an HMAC, so that a dump of
 // the store reveals no numbers or names. Set an app secret with [Secret],
 // the same on every instance, so that keys cannot be tested against
 // guesses either; [Cleartext] turns pseudonyms off. [PhoneKey] and
