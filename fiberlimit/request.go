@@ -23,7 +23,10 @@ import (
 // request in stores and caches.
 type request struct{ c *fiber.Ctx }
 
-var _ keyfunc.Request = request{}
+var (
+	_ keyfunc.Request    = request{}
+	_ keyfunc.RawQuerier = request{}
+)
 
 func (r request) Context() context.Context { return r.c.UserContext() }
 
