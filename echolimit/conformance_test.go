@@ -42,9 +42,17 @@ func newEcho(t *testing.T, l *core.Limiter, o adaptertest.Options) *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.Use(recoverPanics)
-	mw := echolimit.New(l, opts...)
-	e.GET(adaptertest.Path, handler, mw)
-	e.POST(adaptertest.Path, handler, mw)
+	mws := []echo.MiddlewareFunc{echolimit.New(l, opts...)}
+	if o.Outer != nil {
+		// The first middleware of a route is the outermost.
+		mws = append([]echo.MiddlewareFunc{echolimit.New(o.Outer.Limiter, o.Outer.Options.GuardOptions()...)}, mws...)
+	}
+	if o.AnyMethod {
+		e.Any(adaptertest.Path, handler, mws...)
+	} else {
+		e.GET(adaptertest.Path, handler, mws...)
+		e.POST(adaptertest.Path, handler, mws...)
+	}
 	return e
 }
 

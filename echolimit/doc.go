@@ -40,4 +40,15 @@
 // Without guard.WithKey the key is the peer address: behind a reverse proxy
 // that puts every client in one bucket, so configure
 // keyfunc.TrustedProxies. echo's IPExtractor (c.RealIP) is not used.
+//
+// # In flight
+//
+// Under a concurrency limit (core.Policy.InFlight) a request is in flight
+// from its admission until the rest of the chain returns and its error, if
+// any, is rendered; its lease is released then, however it ends. echo
+// writes the body while the handler runs (c.Stream too), so it has left
+// by then but for what net/http still buffers. A hijacked connection (a
+// WebSocket upgrade) counts until the handler returns, not until the
+// connection closes: a handler that hands the connection to another
+// goroutine and returns ends its request.
 package echolimit

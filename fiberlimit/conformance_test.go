@@ -40,9 +40,16 @@ func newApp(t *testing.T, l *core.Limiter, o adaptertest.Options, cfg ...fiber.C
 	}
 	app := fiber.New(cfg...)
 	app.Use(recover.New())
-	mw := fiberlimit.New(l, opts...)
-	app.Get(adaptertest.Path, mw, handler)
-	app.Post(adaptertest.Path, mw, handler)
+	chain := []fiber.Handler{fiberlimit.New(l, opts...), handler}
+	if o.Outer != nil {
+		chain = append([]fiber.Handler{fiberlimit.New(o.Outer.Limiter, o.Outer.Options.GuardOptions()...)}, chain...)
+	}
+	if o.AnyMethod {
+		app.All(adaptertest.Path, chain...)
+	} else {
+		app.Get(adaptertest.Path, chain...)
+		app.Post(adaptertest.Path, chain...)
+	}
 	return app
 }
 

@@ -49,4 +49,22 @@
 // Without guard.WithKey the key is the peer address: behind a reverse proxy
 // that puts every client in one bucket, so configure
 // keyfunc.TrustedProxies.
+//
+// # In flight
+//
+// Under a concurrency limit (core.Policy.InFlight) a request is in flight
+// from its admission until its response has left, and its lease is
+// released then, however it ends:
+//   - a body in memory (c.SendString, c.JSON, ...): until the handler
+//     chain returns, fasthttp writing it at once after;
+//   - a streamed body (c.Context().SetBodyStreamWriter, c.SendStream,
+//     c.SendFile), which fasthttp writes after the chain returns: until
+//     it is written in full, or the connection fails (a client gone
+//     mid-body);
+//   - a hijacked connection (c.Context().Hijack): until the hijack
+//     handler returns.
+//
+// The middleware hands fasthttp a request value (RequestCtx.SetUserValue)
+// whose Close finishes the verdict: fasthttp closes such values when it
+// lets go of the request, after the response or the hijack.
 package fiberlimit

@@ -2,6 +2,7 @@ package fiberlimit
 
 import (
 	"context"
+	"sync"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -50,7 +51,7 @@ func New(l *core.Limiter, opts ...guard.Option) fiber.Handler {
 		}
 		ctx := c.UserContext()
 		v := g.Admit(ctx, request{c})
-		v.WriteHeaders(c.Set)
+		v.WriteHeaderFields(c.Set, c.Response().Header.Add)
 		if !v.Proceed() {
 			if deny != nil && v.Outcome == guard.OutcomeDeny {
 				d := v // only denials pay for the copy the handler may keep
@@ -85,12 +86,37 @@ func nextAndFinish(ctx context.Context, c *fiber.Ctx, v *guard.Verdict) error {
 		}
 	}
 	done = true
-	v.Finish(ctx, c.Response().StatusCode())
+	status := c.Response().StatusCode()
+	if c.Response().IsBodyStream() || c.Context().Hijacked() {
+		// The body is written (or the hijacked connection served) after
+		// the chain returns: the request is in flight until then.
+		// fasthttp closes a request's values that are io.Closers once it
+		// has written the response, or the hijack handler has returned,
+		// or the connection has failed.
+		a := &afterBody{ctx: ctx, v: *v, status: status}
+		c.Context().SetUserValue(a, a)
+		return nil
+	}
+	v.Finish(ctx, status)
+	return nil
+}
+
+// afterBody finishes a verdict when fasthttp lets go of its request.
+type afterBody struct {
+	ctx    context.Context
+	v      guard.Verdict
+	status int
+	once   sync.Once
+}
+
+// Close finishes the verdict, once.
+func (a *afterBody) Close() error {
+	a.once.Do(func() { a.v.Finish(a.ctx, a.status) })
 	return nil
 }
 
 // Write writes the guard's answer for a request that does not proceed:
-// status, content type and fixed body. Headers from v.WriteHeaders must be
+// status, content type and fixed body. Headers from v.WriteHeaderFields must be
 // set before. Deny handlers may call it to fall back to the default answer.
 func Write(c *fiber.Ctx, v *guard.Verdict) error {
 	status, body := v.Answer(c.Set)

@@ -23,7 +23,10 @@ import (
 // request in stores and caches.
 type request struct{ c *fiber.Ctx }
 
-var _ keyfunc.Request = request{}
+var (
+	_ keyfunc.Request    = request{}
+	_ keyfunc.RawQuerier = request{}
+)
 
 func (r request) Context() context.Context { return r.c.UserContext() }
 
@@ -54,6 +57,11 @@ func (r request) Values(name string) []string {
 
 func (r request) Query(name string) string {
 	return string(r.c.Context().QueryArgs().Peek(name))
+}
+
+// RawQuery implements keyfunc.RawQuerier: the query string as sent.
+func (r request) RawQuery() string {
+	return string(r.c.Request().URI().QueryString())
 }
 
 // RemoteAddr is the TCP peer, not c.IP(): fiber's ProxyHeader setting

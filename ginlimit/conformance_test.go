@@ -39,9 +39,16 @@ func newServer(t *testing.T, l *core.Limiter, o adaptertest.Options) string {
 	r.Use(gin.CustomRecoveryWithWriter(io.Discard, func(c *gin.Context, _ any) {
 		c.AbortWithStatus(http.StatusInternalServerError)
 	}))
-	mw := ginlimit.New(l, opts...)
-	r.GET(adaptertest.Path, mw, handler)
-	r.POST(adaptertest.Path, mw, handler)
+	chain := []gin.HandlerFunc{ginlimit.New(l, opts...), handler}
+	if o.Outer != nil {
+		chain = append([]gin.HandlerFunc{ginlimit.New(o.Outer.Limiter, o.Outer.Options.GuardOptions()...)}, chain...)
+	}
+	if o.AnyMethod {
+		r.Any(adaptertest.Path, chain...)
+	} else {
+		r.GET(adaptertest.Path, chain...)
+		r.POST(adaptertest.Path, chain...)
+	}
 	var h http.Handler = r
 	if o.Decompress {
 		h = adaptertest.Gunzip(h)

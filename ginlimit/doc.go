@@ -26,4 +26,15 @@
 // that puts every client in one bucket, so configure
 // keyfunc.TrustedProxies. gin's own trusted-proxy settings (c.ClientIP)
 // are not used.
+//
+// # In flight
+//
+// Under a concurrency limit (core.Policy.InFlight) a request is in flight
+// from its admission until the rest of the chain returns (c.Next), however
+// it ends; its lease is released then. gin writes the body while the
+// handler runs (c.Stream too), so the body has left by then but for what
+// net/http still buffers. A hijacked connection (a WebSocket upgrade)
+// counts until the handler returns, not until the connection closes: a
+// handler that hands the connection to another goroutine and returns
+// ends its request.
 package ginlimit

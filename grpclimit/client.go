@@ -39,20 +39,25 @@ const (
 // whose Route and Path are the full method, whose Header and Values read
 // the outgoing metadata, and whose RemoteAddr is ""; Body finds no key.
 // [WithMethods] limits only the named methods. The guard options that
-// apply are WithKey, WithSkip, WithCost, WithAlso, WithNoKey, WithKeyError,
-// WithDryRun and WithObserver.
+// apply are WithKey, WithBlock, WithSkip, WithCost, WithAlso, WithNoKey,
+// WithKeyError, WithDryRun and WithObserver. With WithAlso every limit
+// holds when the call goes on: no unit is kept while another limit is
+// waited for (see [guard.Guard.Wait]).
 //
 // A call that cannot be admitted fails without reaching the server, with
 // an error that wraps the cause and carries a gRPC status (status.Code):
 // codes.DeadlineExceeded when the wait would end after the call's deadline
 // (returned at once) or the deadline passed, codes.Canceled when the call
-// was canceled, codes.ResourceExhausted when its cost can never fit, and
+// was canceled, codes.ResourceExhausted when its cost can never fit,
+// codes.PermissionDenied when the block predicate refuses it
+// (guard.WithBlock; the error wraps guard.ErrBlocked), and
 // codes.InvalidArgument for a malformed key source or cost. See
 // [guard.Guard.Wait].
 //
-// The interceptor is safe for concurrent use. It panics if l is nil, or
-// on WithCountIf, WithResetIf or WithDenyHandler, which apply to servers:
-// programmer errors caught at start-up.
+// The interceptor is safe for concurrent use. It panics if l is nil, on
+// WithDenyHandler, which applies to servers, and on what outgoing calls
+// cannot honour (guard.Guard.CheckOutbound: WithCountIf, WithResetIf, an
+// InFlight policy), naming it: programmer errors caught at start-up.
 func UnaryClientInterceptor(l *core.Limiter, opts ...guard.Option) grpc.UnaryClientInterceptor {
 	c := newClient("UnaryClientInterceptor", l, opts)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
@@ -91,8 +96,11 @@ func newClient(fn string, l *core.Limiter, opts []guard.Option) *client {
 	}
 	g := guard.New(l, append([]guard.Option{guard.WithKey(targetKey)}, opts...)...)
 	cfg := newConfig(fn, g)
-	if g.NeedsFinish() || cfg.deny != nil {
-		panic("grpclimit: " + fn + ": WithCountIf, WithResetIf and WithDenyHandler apply to server interceptors")
+	if cfg.deny != nil {
+		panic("grpclimit: " + fn + ": WithDenyHandler applies to server interceptors, not to outgoing calls")
+	}
+	if err := g.CheckOutbound(); err != nil {
+		panic("grpclimit: " + fn + ": " + err.Error())
 	}
 	return &client{g: g, methods: cfg.methods}
 }
@@ -117,6 +125,8 @@ func (c *client) wait(ctx context.Context, method string, cc *grpc.ClientConn) e
 	switch {
 	case v.Outcome == guard.OutcomeInvalid:
 		st = status.New(codes.InvalidArgument, msgWaitInvalid)
+	case v.Outcome == guard.OutcomeBlocked:
+		st = status.New(codes.PermissionDenied, msgBlocked)
 	case v.Outcome == guard.OutcomeDeny:
 		st = status.New(codes.ResourceExhausted, msgWaitNever)
 	case errors.Is(v.Err, context.Canceled):

@@ -3,7 +3,10 @@ package grpclimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -263,24 +266,123 @@ func TestClientMethods(t *testing.T) {
 	}
 }
 
+// TestClientPanics: what an outgoing call cannot honour is refused when
+// the interceptor is built, by a panic naming it, never at call time.
 func TestClientPanics(t *testing.T) {
 	l := newLimiter(t, "panics", perMinute(1))
-	for name, f := range map[string]func(){
-		"nil limiter": func() { grpclimit.UnaryClientInterceptor(nil) },
-		"WithCountIf": func() {
+	conc, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "conc", InFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		f    func()
+		want string // in the panic's message
+	}{
+		"nil limiter": {func() { grpclimit.UnaryClientInterceptor(nil) }, "nil"},
+		"WithCountIf": {func() {
 			grpclimit.StreamClientInterceptor(l, grpclimit.WithCountIf(func(codes.Code) bool { return true }))
-		},
-		"WithDenyHandler": func() {
+		}, "WithCountIf"},
+		"WithResetIf": {func() {
+			grpclimit.UnaryClientInterceptor(l, grpclimit.WithResetIf(func(codes.Code) bool { return true }))
+		}, "WithResetIf"},
+		"InFlight": {func() { grpclimit.UnaryClientInterceptor(conc) }, `InFlight policy "conc"`},
+		"WithDenyHandler": {func() {
 			grpclimit.UnaryClientInterceptor(l, grpclimit.WithDenyHandler(func(context.Context, *guard.Verdict) error { return nil }))
-		},
+		}, "WithDenyHandler"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
-				if recover() == nil {
-					t.Errorf("client interceptor with %s did not panic", name)
+				p := recover()
+				if msg := fmt.Sprint(p); p == nil || !strings.Contains(msg, tc.want) || !strings.Contains(msg, "ClientInterceptor") {
+					t.Errorf("client interceptor with %s: panic %v, want one naming %q", name, p, tc.want)
 				}
 			}()
-			f()
+			tc.f()
 		})
+	}
+}
+
+// TestClientBlock: WithBlock refuses a call before it waits or reaches
+// the server, with PermissionDenied and an error wrapping
+// guard.ErrBlocked.
+func TestClientBlock(t *testing.T) {
+	p := newPartner(t)
+	banned := func(r keyfunc.Request) bool { return r.Header("x-tenant") == "banned" }
+	c := p.dial(t, newLimiter(t, "block", perMinute(5)), guard.WithBlock(banned))
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-tenant", "banned")
+	if _, err := c.UnaryCall(ctx, simpleRequest()); status.Code(err) != codes.PermissionDenied || !errors.Is(err, guard.ErrBlocked) {
+		t.Errorf("blocked UnaryCall = %v, want PermissionDenied wrapping guard.ErrBlocked", err)
+	}
+	if _, err := c.UnaryCall(context.Background(), simpleRequest()); err != nil {
+		t.Errorf("UnaryCall = %v, want nil", err)
+	}
+	if n := p.calls.Load(); n != 1 {
+		t.Errorf("%d calls reached the server, want 1", n)
+	}
+}
+
+// TestClientAlsoHoldsWhenSent: with WithAlso, every limit holds when a
+// call goes on. A limit of 3 per 200 ms and another of 12 per second,
+// full at first: 18 concurrent calls never send more than 3 within
+// 200 ms, although the second limit frees 12 at once.
+func TestClientAlsoHoldsWhenSent(t *testing.T) {
+	t.Parallel()
+	p := newPartner(t)
+	store := core.NewMemoryStore()
+	per, err := core.NewLimiter(store, core.Policy{Name: "per", Rules: []core.Rule{{Limit: 3, Window: 200 * time.Millisecond}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	global, err := core.NewLimiter(store, core.Policy{Name: "global", Rules: []core.Rule{{Limit: 12, Window: time.Second}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := global.AllowN(context.Background(), "all", 12); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		times []time.Time
+	)
+	cc, err := grpc.NewClient(p.target,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(
+			grpclimit.UnaryClientInterceptor(per, guard.WithAlso(global, func(keyfunc.Request) (string, error) { return "all", nil })),
+			// After the limit: when the call leaves.
+			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				mu.Lock()
+				times = append(times, time.Now())
+				mu.Unlock()
+				return invoker(ctx, method, req, reply, cc, opts...)
+			}),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	c := testpb.NewTestServiceClient(cc)
+	var wg sync.WaitGroup
+	for range 18 {
+		wg.Go(func() {
+			if _, err := c.UnaryCall(context.Background(), simpleRequest()); err != nil {
+				t.Errorf("UnaryCall = %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	for i := range times {
+		n := 0
+		for j := i; j < len(times) && times[j].Sub(times[i]) < 180*time.Millisecond; j++ {
+			n++
+		}
+		if n > 3 {
+			t.Fatalf("%d calls left within 180 ms; the first limit allows 3 per 200 ms", n)
+		}
+	}
+	if len(times) != 18 {
+		t.Errorf("%d calls left, want 18", len(times))
 	}
 }

@@ -63,6 +63,15 @@
 // messages it carries are not counted. A refused stream ends with its
 // status before any message: the client sees it on its first Recv.
 //
+// # In flight
+//
+// Under a concurrency limit (core.Policy.InFlight) a unary call is in
+// flight from its admission until its handler returns, and a stream from
+// its opening until its handler returns, which ends the stream, however
+// long it runs and however many messages it carries; the lease is
+// released then, however the call ends (an error, a panic, a cancelled
+// context).
+//
 // # Clients
 //
 // [UnaryClientInterceptor] and [StreamClientInterceptor] throttle the

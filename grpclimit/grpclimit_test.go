@@ -820,3 +820,51 @@ func TestWithAlso(t *testing.T) {
 		}
 	}
 }
+
+// TestStackedIETF: two interceptors on one call (per user outside, a
+// global cap inside) and a limit added with WithAlso: the IETF fields
+// list every limit that applies, none erased by another, for unary
+// calls and streams.
+func TestStackedIETF(t *testing.T) {
+	ietf := guard.WithHeaders(guard.HeadersIETF)
+	everyone := func(keyfunc.Request) (string, error) { return "all", nil }
+	perUser := newLimiter(t, "per-user", perMinute(5))
+	global := newLimiter(t, "global", perMinute(50))
+	tenant := newLimiter(t, "tenant", perMinute(20))
+	c := serveBufconn(t,
+		grpc.ChainUnaryInterceptor(
+			grpclimit.UnaryServerInterceptor(perUser, guard.WithKey(userKey), ietf),
+			grpclimit.UnaryServerInterceptor(global, guard.WithKey(everyone), guard.WithAlso(tenant, everyone), ietf)),
+		grpc.ChainStreamInterceptor(
+			grpclimit.StreamServerInterceptor(perUser, guard.WithKey(userKey), ietf),
+			grpclimit.StreamServerInterceptor(global, guard.WithKey(everyone), guard.WithAlso(tenant, everyone), ietf)))
+	names := func(md metadata.MD, key string) []string {
+		var out []string
+		for _, v := range md.Get(key) {
+			for _, item := range strings.Split(v, ", ") {
+				name, _, _ := strings.Cut(item, ";")
+				out = append(out, name)
+			}
+		}
+		return out
+	}
+	want := []string{`"per-user"`, `"global"`, `"tenant"`}
+	hdr, err := callEmpty(c, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"ratelimit-policy", "ratelimit"} {
+		if got := names(hdr, key); !slices.Equal(got, want) {
+			t.Errorf("unary call: %s items %v, want %v (%q)", key, got, want, hdr.Get(key))
+		}
+	}
+	hdr, _, err = openStream(c, "alice", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"ratelimit-policy", "ratelimit"} {
+		if got := names(hdr, key); !slices.Equal(got, want) {
+			t.Errorf("stream: %s items %v, want %v (%q)", key, got, want, hdr.Get(key))
+		}
+	}
+}

@@ -23,11 +23,17 @@ const (
 	// HeadersXRateLimit writes X-RateLimit-Limit, X-RateLimit-Remaining
 	// and X-RateLimit-Reset (delta-seconds until the binding rule's window
 	// is empty, or its calendar period ends, or the key's lockout ends).
-	// It is the default.
+	// They describe one limit: the decision the answer shows (the guard's
+	// own on an admission, the denying limit's on a denial), replacing
+	// those of an outer middleware. It is the default.
 	HeadersXRateLimit HeaderStyle = 1 << iota
 	// HeadersIETF writes the IETF draft-10 structured fields
 	// RateLimit-Policy and RateLimit, one item per rule, each with a
-	// hashed partition key (pk).
+	// hashed partition key (pk): on an admission, the items of every
+	// limit that admitted the request (the guard's own, then those added
+	// with [WithAlso]); on a denial, the denying limit's. The fields are
+	// lists, added to those of other ratekit middlewares on the same
+	// response (see [Verdict.WriteHeaderFields]).
 	HeadersIETF
 	// HeadersNone writes no rate-limit header fields (Retry-After is still
 	// sent on denials).
@@ -122,8 +128,23 @@ func (v *Verdict) Status() int {
 // WriteHeaders calls set for every header field of the answer: the
 // rate-limit fields of the selected style on decided requests (allowed or
 // denied), and Retry-After on denials and FailClosed refusals. The values
-// share one allocation.
+// share one allocation. It is WriteHeaderFields(set, set): for a
+// response that another ratekit middleware may have written its IETF
+// fields to, use [Verdict.WriteHeaderFields].
 func (v *Verdict) WriteHeaders(set func(name, value string)) {
+	v.WriteHeaderFields(set, set)
+}
+
+// WriteHeaderFields is [Verdict.WriteHeaders] for a response that other
+// middleware may have written rate-limit fields to: the IETF fields
+// (RateLimit-Policy, RateLimit) are lists, and their values go to add,
+// which must add a value to those the response holds (http.Header.Add,
+// fasthttp's ResponseHeader.Add), so that the items of stacked
+// middlewares (per client outside, a global cap inside) add up rather
+// than replace each other, as draft-10 lists do; every other field goes
+// to set, which replaces (the X-RateLimit fields describe one limit: the
+// innermost middleware's that decided).
+func (v *Verdict) WriteHeaderFields(set, add func(name, value string)) {
 	var (
 		hs    headerSet
 		stack [128]byte
@@ -134,13 +155,24 @@ func (v *Verdict) WriteHeaders(set func(name, value string)) {
 	}
 	all := string(buf)
 	for i := range hs.n {
-		set(hs.names[i], all[hs.start(i):hs.ends[i]])
+		name := hs.names[i]
+		if isList(name) {
+			add(name, all[hs.start(i):hs.ends[i]])
+		} else {
+			set(name, all[hs.start(i):hs.ends[i]])
+		}
 	}
 }
 
-// WriteHTTPHeaders sets the header fields of [Verdict.WriteHeaders] in h,
-// replacing values h has for them, in a single allocation for the usual
-// X-RateLimit fields: what the net/http, gin and echo adapters use.
+// isList reports whether a field of the answers is a list, whose values
+// add up across middlewares.
+func isList(name string) bool { return name == HeaderPolicy || name == HeaderRateLimit }
+
+// WriteHTTPHeaders writes the header fields of [Verdict.WriteHeaders] to
+// h as [Verdict.WriteHeaderFields] says: adding to the IETF fields h
+// holds, replacing its values of the others; in a single allocation for
+// the usual X-RateLimit fields. It is what the net/http, gin and echo
+// adapters use.
 func (v *Verdict) WriteHTTPHeaders(h http.Header) {
 	var (
 		hs    headerSet
@@ -171,7 +203,8 @@ func (v *Verdict) Metadata() map[string][]string {
 }
 
 // fill sets the fields of hs, whose values are in buf, in m: under their
-// names, or their lowercase names when lower is set.
+// names, or their lowercase names when lower is set. The values of the
+// IETF list fields are added to those m holds.
 func fill(m map[string][]string, hs *headerSet, buf []byte, lower bool) {
 	// The values and the slices m holds them in share one block; m keeps
 	// it alive as long as it keeps any of them. The block's bytes are
@@ -189,6 +222,10 @@ func fill(m map[string][]string, hs *headerSet, buf []byte, lower bool) {
 		name := hs.names[i]
 		if lower {
 			name = lowerName(name)
+		}
+		if old := m[name]; len(old) > 0 && isList(hs.names[i]) {
+			m[name] = append(old[:len(old):len(old)], b.vals[i])
+			continue
 		}
 		m[name] = b.vals[i : i+1 : i+1]
 	}
@@ -244,9 +281,9 @@ func (hs *headerSet) end(name string, n int) {
 	hs.n++
 }
 
-// int appends field name with the value x.
+// int appends field name with the value x (see appendInt).
 func (hs *headerSet) int(buf []byte, name string, x int64) []byte {
-	buf = strconv.AppendInt(buf, x, 10)
+	buf = appendInt(buf, x)
 	hs.end(name, len(buf))
 	return buf
 }
@@ -256,19 +293,17 @@ func (hs *headerSet) int(buf []byte, name string, x int64) []byte {
 func (v *Verdict) collect(hs *headerSet, buf []byte) []byte {
 	d := &v.Decision
 	decided := v.Outcome == OutcomeAllow && !v.DryRun || v.Outcome == OutcomeDeny
-	if decided && d.Limit > 0 && d.Source != core.SourceOpen && d.Source != core.SourceClosed {
-		st := v.g.cfg.headers
-		if st&HeadersXRateLimit != 0 {
-			buf = hs.int(buf, HeaderLimit, d.Limit)
-			buf = hs.int(buf, HeaderRemaining, d.Remaining)
-			if !v.by.inFlight {
-				// Requests in flight have no window to reset.
-				buf = hs.int(buf, HeaderReset, Seconds(d.ResetAfter))
-			}
+	st := v.g.cfg.headers
+	if decided && st&HeadersXRateLimit != 0 && advertised(d) {
+		buf = hs.int(buf, HeaderLimit, d.Limit)
+		buf = hs.int(buf, HeaderRemaining, d.Remaining)
+		if !v.by.inFlight {
+			// Requests in flight have no window to reset.
+			buf = hs.int(buf, HeaderReset, Seconds(d.ResetAfter))
 		}
-		if st&HeadersIETF != 0 {
-			buf = v.ietf(hs, buf)
-		}
+	}
+	if decided && st&HeadersIETF != 0 {
+		buf = v.ietf(hs, buf)
 	}
 	switch v.Outcome {
 	case OutcomeDeny:
@@ -283,65 +318,98 @@ func (v *Verdict) collect(hs *headerSet, buf []byte) []byte {
 	return buf
 }
 
-// ietf appends the RateLimit-Policy and RateLimit fields: one item per
-// rule, named by the policy (and the window or calendar period when there
-// are several rules). A calendar rule's w is the length of its current
-// period. While the key is locked out (core.Decision.Locked) no item has
-// any quota left until the lockout ends. An InFlight policy is one item
-// of quota unit "concurrent-requests", without a window or a reset time.
+// advertised reports whether a decision has limits to show: one the
+// store (or the local fallback) made, not a FailOpen or FailClosed
+// answer.
+func advertised(d *core.Decision) bool {
+	return d.Limit > 0 && d.Source != core.SourceOpen && d.Source != core.SourceClosed
+}
+
+// ietf appends the RateLimit-Policy and RateLimit fields: the items of
+// every limit that applies to the request, the decision the answer shows
+// first: on a denial the denying limit's, on an admission the guard's own
+// and then those of the limits added with WithAlso that admitted it. Each
+// field is a list, so the items of stacked middlewares add up (see
+// [Verdict.WriteHeaderFields]).
 func (v *Verdict) ietf(hs *headerSet, buf []byte) []byte {
-	d := &v.Decision
+	for pass, name := range [2]string{HeaderPolicy, HeaderRateLimit} {
+		n := 0
+		if advertised(&v.Decision) {
+			buf = appendItems(buf, pass, v.by, v.Key, &v.Decision, &n)
+		}
+		if v.Outcome == OutcomeAllow {
+			for i := range v.more {
+				if h := &v.more[i]; advertised(&h.d) {
+					buf = appendItems(buf, pass, h.lim, h.key, &h.d, &n)
+				}
+			}
+		}
+		if n == 0 {
+			return buf
+		}
+		hs.end(name, len(buf))
+	}
+	return buf
+}
+
+// appendItems appends the items of lim's decision d for key to buf, those
+// of RateLimit-Policy on pass 0 and of RateLimit on pass 1; *n counts the
+// items of the field so far. One item per rule, named by the policy (and
+// the window or calendar period when there are several rules). A
+// calendar rule's w is the length of its current period. While the key
+// is locked out (core.Decision.Locked) no item has any quota left until
+// the lockout ends. An InFlight policy is one item of quota unit
+// "concurrent-requests", without a window or a reset time.
+func appendItems(buf []byte, pass int, lim *limit, key string, d *core.Decision, n *int) []byte {
 	var pk [12]byte // base64 of 9 bytes
-	partitionKey(pk[:], v.by.name, v.Key)
-	if v.by.inFlight {
-		name := strconv.Quote(v.by.name)
-		buf = append(buf, name...)
-		buf = append(buf, ";q="...)
-		buf = strconv.AppendInt(buf, d.Limit, 10)
-		buf = append(buf, `;qu="concurrent-requests";pk=:`...)
-		buf = append(buf, pk[:]...)
-		buf = append(buf, ':')
-		hs.end(HeaderPolicy, len(buf))
-		buf = append(buf, name...)
-		buf = append(buf, ";r="...)
-		buf = strconv.AppendInt(buf, d.Remaining, 10)
+	partitionKey(pk[:], lim.name, key)
+	if *n > 0 {
+		buf = append(buf, ", "...)
+	}
+	if lim.inFlight {
+		*n++
+		buf = strconv.AppendQuote(buf, lim.name)
+		if pass == 0 {
+			buf = append(buf, ";q="...)
+			buf = appendInt(buf, d.Limit)
+			buf = append(buf, `;qu="concurrent-requests"`...)
+		} else {
+			buf = append(buf, ";r="...)
+			buf = appendInt(buf, d.Remaining)
+		}
 		buf = append(buf, ";pk=:"...)
 		buf = append(buf, pk[:]...)
-		buf = append(buf, ':')
-		hs.end(HeaderRateLimit, len(buf))
-		return buf
+		return append(buf, ':')
 	}
 	items := d.Rules()
 	if len(items) == 0 {
 		items = []core.RuleState{{Limit: d.Limit, Window: d.Window, Used: d.Limit - d.Remaining, ResetAfter: d.ResetAfter}}
 	}
 	multi := len(items) > 1
-	for pass, name := range [2]string{HeaderPolicy, HeaderRateLimit} {
-		for i, r := range items {
-			if i > 0 {
-				buf = append(buf, ", "...)
-			}
-			buf = strconv.AppendQuote(buf, itemName(v.by.name, r.Window, r.Calendar, multi))
-			if pass == 0 {
-				buf = append(buf, ";q="...)
-				buf = strconv.AppendInt(buf, r.Limit, 10)
-				buf = append(buf, ";w="...)
-				buf = strconv.AppendInt(buf, Seconds(r.Window), 10)
-			} else {
-				left, reset := r.Remaining(), r.ResetAfter
-				if d.Locked {
-					left, reset = 0, max(reset, d.RetryAfter)
-				}
-				buf = append(buf, ";r="...)
-				buf = strconv.AppendInt(buf, left, 10)
-				buf = append(buf, ";t="...)
-				buf = strconv.AppendInt(buf, Seconds(reset), 10)
-			}
-			buf = append(buf, ";pk=:"...)
-			buf = append(buf, pk[:]...)
-			buf = append(buf, ':')
+	for i, r := range items {
+		*n++
+		if i > 0 {
+			buf = append(buf, ", "...)
 		}
-		hs.end(name, len(buf))
+		buf = strconv.AppendQuote(buf, itemName(lim.name, r.Window, r.Calendar, multi))
+		if pass == 0 {
+			buf = append(buf, ";q="...)
+			buf = appendInt(buf, r.Limit)
+			buf = append(buf, ";w="...)
+			buf = appendInt(buf, Seconds(r.Window))
+		} else {
+			left, reset := r.Remaining(), r.ResetAfter
+			if d.Locked {
+				left, reset = 0, max(reset, d.RetryAfter)
+			}
+			buf = append(buf, ";r="...)
+			buf = appendInt(buf, left)
+			buf = append(buf, ";t="...)
+			buf = appendInt(buf, Seconds(reset))
+		}
+		buf = append(buf, ";pk=:"...)
+		buf = append(buf, pk[:]...)
+		buf = append(buf, ':')
 	}
 	return buf
 }
@@ -391,12 +459,28 @@ func partitionKey(dst []byte, policy, key string) {
 }
 
 // Seconds returns d in whole seconds, rounded up: the delta-seconds of
-// Retry-After and the reset fields.
+// Retry-After and the reset fields. It is 0 for d <= 0 and never
+// overflows: the longest duration, a "forever" lockout, is 9223372037.
 func Seconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
-	return int64((d + time.Second - 1) / time.Second)
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
+}
+
+// maxSFInteger is the largest integer of an HTTP structured field
+// (RFC 9651: at most 15 digits).
+const maxSFInteger = 999_999_999_999_999
+
+// appendInt appends x to buf as a valid non-negative integer of a header
+// field: negative values as 0, values beyond a structured-field integer
+// as its largest.
+func appendInt(buf []byte, x int64) []byte {
+	return strconv.AppendInt(buf, min(max(x, 0), maxSFInteger), 10)
 }
 
 // Answer sets the content headers of an answer that does not proceed

@@ -102,7 +102,8 @@ func WithResetIf(reset func(status int) bool) Option {
 // order, each in its own store call, so they may live in different Redis
 // Cluster slots. A request with no key for one limit is not limited by
 // that one; the others still decide. A denial is answered with the
-// denying limit's headers and body. A limit whose policy has a Lockout
+// denying limit's headers and body; an admission shows the guard's own
+// limit in the X-RateLimit fields and every limit in the IETF fields. A limit whose policy has a Lockout
 // locks out its own key only, when it denies: a request it refuses while
 // locked out consumes nothing from the others, and a request another
 // limit denies is refunded to it without counting as its offence. WithAlso
@@ -274,23 +275,8 @@ func (g *Guard) NeedsFinish() bool { return g.cfg.countIf != nil || g.cfg.resetI
 // failure is resolved by the limiter's failure policy.
 func (g *Guard) Admit(ctx context.Context, r keyfunc.Request) Verdict {
 	v := Verdict{g: g, by: &g.own}
-	if g.cfg.block != nil && g.cfg.block(r) {
-		v.Outcome = OutcomeBlocked
-		g.emit(ctx, &g.own, core.Event{Kind: core.EventBlock})
+	if !g.prelude(ctx, &v, r) {
 		return v
-	}
-	if g.cfg.skip != nil && g.cfg.skip(r) {
-		v.Outcome = OutcomeSkip
-		g.emit(ctx, &g.own, core.Event{Kind: core.EventSkip})
-		return v
-	}
-	v.Cost = 1
-	if g.cfg.cost != nil {
-		if v.Cost = g.cfg.cost(r); v.Cost < 1 {
-			v.Outcome, v.Err = OutcomeInvalid, errInvalidCost
-			g.emit(ctx, &g.own, core.Event{Kind: core.EventKeyError, Cost: v.Cost, Err: errInvalidCost})
-			return v
-		}
 	}
 	if !g.decide(ctx, &v, &g.own, r) {
 		return v
@@ -300,12 +286,67 @@ func (g *Guard) Admit(ctx context.Context, r keyfunc.Request) Verdict {
 			return v
 		}
 	}
-	if v.Outcome == OutcomeSkip && v.nheld > 0 {
-		// The guard's own limit had no key, an added one decided.
-		v.Outcome = OutcomeAllow
-	}
 	return v
 }
+
+// prelude runs what [Guard.Admit] and [Guard.Wait] do before any
+// decision: the block and skip predicates, then the cost. It reports
+// whether the pipeline goes on, with v.Cost set and v.Outcome
+// OutcomeSkip until a limit admits the request.
+func (g *Guard) prelude(ctx context.Context, v *Verdict, r keyfunc.Request) bool {
+	switch {
+	case g.cfg.block != nil && g.cfg.block(r):
+		v.Outcome, v.Err = OutcomeBlocked, ErrBlocked
+		g.emit(ctx, &g.own, core.Event{Kind: core.EventBlock})
+		return false
+	case g.cfg.skip != nil && g.cfg.skip(r):
+		v.Outcome = OutcomeSkip
+		g.emit(ctx, &g.own, core.Event{Kind: core.EventSkip})
+		return false
+	}
+	v.Cost = 1
+	if g.cfg.cost != nil {
+		if v.Cost = g.cfg.cost(r); v.Cost < 1 {
+			v.Outcome, v.Err = OutcomeInvalid, errInvalidCost
+			g.emit(ctx, &g.own, core.Event{Kind: core.EventKeyError, Cost: v.Cost, Err: errInvalidCost})
+			return false
+		}
+	}
+	v.Outcome = OutcomeSkip
+	return true
+}
+
+// keyOf returns the key of r for lim, as [WithNoKey] and [WithKeyError]
+// say: ok is false when lim does not decide r, because r has no key or a
+// malformed one for it; the request is then refused (v.Outcome
+// OutcomeInvalid) or goes on without lim.
+func (g *Guard) keyOf(ctx context.Context, v *Verdict, lim *limit, r keyfunc.Request) (key string, ok bool) {
+	key, err := lim.key(r)
+	switch {
+	case err == nil:
+		return key, true
+	case errors.Is(err, keyfunc.ErrNoKey):
+		switch g.cfg.noKey {
+		case NoKeyShared:
+			return SharedKey, true
+		case NoKeyReject:
+			g.refuse(ctx, v, lim, OutcomeInvalid, err, core.EventKeyError)
+			return "", false
+		}
+		g.emit(ctx, lim, core.Event{Kind: core.EventSkip, Err: err})
+		return "", false // no key for this limit only
+	case g.cfg.keyErr == KeyErrorSkip:
+		g.emit(ctx, lim, core.Event{Kind: core.EventKeyError, Err: err})
+		return "", false
+	}
+	g.refuse(ctx, v, lim, OutcomeInvalid, err, core.EventKeyError)
+	return "", false
+}
+
+// ErrBlocked is the error of a verdict refused by the block predicate
+// ([WithBlock]); nethttp.Transport and the gRPC client interceptors
+// return errors wrapping it.
+var ErrBlocked = errors.New("ratekit: request blocked (WithBlock)")
 
 // AdmitHTTP is [Guard.Admit] for an *http.Request, seen by key functions
 // as keyfunc.FromHTTPWithValues(r, route, values) shows it, through a
@@ -328,58 +369,20 @@ var errInvalidCost = errors.New("ratekit: request cost below 1")
 // decide keys r for lim and decides it, folding the result into v; it
 // reports whether the pipeline goes on.
 func (g *Guard) decide(ctx context.Context, v *Verdict, lim *limit, r keyfunc.Request) bool {
-	key, err := lim.key(r)
-	if err != nil {
-		if errors.Is(err, keyfunc.ErrNoKey) {
-			switch g.cfg.noKey {
-			case NoKeyShared:
-				key = SharedKey
-			case NoKeyReject:
-				return g.refuse(ctx, v, lim, OutcomeInvalid, err, core.EventKeyError)
-			default:
-				g.emit(ctx, lim, core.Event{Kind: core.EventSkip, Err: err})
-				if v.nheld == 0 {
-					v.Outcome = OutcomeSkip
-				}
-				return true // no key for this limit only
-			}
-		} else {
-			if g.cfg.keyErr == KeyErrorSkip {
-				g.emit(ctx, lim, core.Event{Kind: core.EventKeyError, Err: err})
-				if v.nheld == 0 {
-					v.Outcome = OutcomeSkip
-				}
-				return true
-			}
-			return g.refuse(ctx, v, lim, OutcomeInvalid, err, core.EventKeyError)
-		}
+	key, ok := g.keyOf(ctx, v, lim, r)
+	if !ok {
+		return v.Outcome != OutcomeInvalid
 	}
 	d, err := lim.l.AllowN(ctx, key, v.Cost)
 	switch {
-	case errors.Is(err, core.ErrInvalidCost):
-		// The cost can never fit this limit.
-		v.refundAll(ctx)
-		v.Outcome, v.Err, v.Key, v.by = OutcomeDeny, err, key, lim
-		v.Decision = core.Decision{}
-		return false
 	case err != nil:
-		v.refundAll(ctx)
-		v.Outcome, v.Err, v.Key, v.by = OutcomeUnavailable, err, key, lim
+		g.fail(ctx, v, lim, key, err)
 		return false
 	case d.Allowed:
-		if v.nheld == 0 {
-			// The first admission is the one the headers show.
-			v.Decision, v.Key, v.by = d, key, lim
-		}
-		v.hold(held{lim: lim, key: key, d: d})
-		v.Outcome = OutcomeAllow
+		v.admit(lim, key, d)
 		return true
 	case g.cfg.dryRun:
-		g.emit(ctx, lim, core.Event{Kind: core.EventDryRun, Key: key, Cost: v.Cost, Decision: d})
-		if v.nheld == 0 && !v.DryRun {
-			v.Decision, v.Key, v.by = d, key, lim
-		}
-		v.Outcome, v.DryRun = OutcomeAllow, true
+		g.letThrough(ctx, v, lim, key, d)
 		return true
 	}
 	v.refundAll(ctx)
@@ -390,6 +393,27 @@ func (g *Guard) decide(ctx context.Context, v *Verdict, lim *limit, r keyfunc.Re
 		v.Outcome = OutcomeDeny
 	}
 	return false
+}
+
+// fail ends the pipeline for an error of lim's limiter: a cost that can
+// never fit (OutcomeDeny, with no decision to show), or a context that
+// ended (OutcomeUnavailable). The units taken are given back.
+func (g *Guard) fail(ctx context.Context, v *Verdict, lim *limit, key string, err error) {
+	v.refundAll(ctx)
+	v.Outcome, v.Err, v.Key, v.by = OutcomeUnavailable, err, key, lim
+	v.Decision = core.Decision{}
+	if errors.Is(err, core.ErrInvalidCost) {
+		v.Outcome = OutcomeDeny
+	}
+}
+
+// letThrough lets a denial by lim through in dry-run mode, reporting it.
+func (g *Guard) letThrough(ctx context.Context, v *Verdict, lim *limit, key string, d core.Decision) {
+	g.emit(ctx, lim, core.Event{Kind: core.EventDryRun, Key: key, Cost: v.Cost, Decision: d})
+	if v.nheld == 0 && !v.DryRun {
+		v.Decision, v.Key, v.by = d, key, lim
+	}
+	v.Outcome, v.DryRun = OutcomeAllow, true
 }
 
 // errClosed is the error of a verdict refused by a FailClosed fallback.

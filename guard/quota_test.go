@@ -3,7 +3,10 @@ package guard_test
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,5 +139,46 @@ func TestLockoutAlso(t *testing.T) {
 	}
 	if d, _ := ip.Peek(ctx, "192.0.2.9"); d.Remaining != 2 {
 		t.Errorf("ip 192.0.2.9 after a's locked-out request: Remaining %d, want 2", d.Remaining)
+	}
+}
+
+// TestForeverLockoutAnswer: a lockout near the longest duration (a
+// "forever" ban) is answered with valid non-negative integers in every
+// field, never a negative wrapped one.
+func TestForeverLockoutAnswer(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	forever := time.Duration(math.MaxInt64).Truncate(time.Microsecond)
+	l := stepped(t, core.Policy{Name: "ban", Rules: []core.Rule{{Limit: 1, Window: time.Minute}},
+		Lockout: core.Lockout{For: forever}}, &now)
+	g := guard.New(l, guard.WithHeaders(guard.HeadersXRateLimit|guard.HeadersIETF), guard.WithBody(guard.BodyProblem))
+	g.Admit(ctx, req())
+	v := g.Admit(ctx, req()) // denied: locked out "forever"
+	if v.Outcome != guard.OutcomeDeny || !v.Decision.Locked {
+		t.Fatalf("second request = %v %+v, want denied, locked out", v.Outcome, v.Decision)
+	}
+	h := headers(&v)
+	for _, name := range []string{guard.HeaderRetryAfter, guard.HeaderReset} {
+		n, err := strconv.ParseInt(h[name], 10, 64)
+		if err != nil || n < 1 {
+			t.Errorf("%s = %q, want a positive integer", name, h[name])
+		}
+	}
+	for _, name := range []string{guard.HeaderPolicy, guard.HeaderRateLimit} {
+		if strings.Contains(h[name], "=-") {
+			t.Errorf("%s = %q holds a negative integer", name, h[name])
+		}
+	}
+	_, body := v.Answer(func(string, string) {})
+	var doc struct {
+		Retry int64 `json:"retry-after"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil || doc.Retry < 1 {
+		t.Errorf("problem body %s: %v, want a positive retry-after", body, err)
+	}
+	for _, d := range []time.Duration{math.MaxInt64, math.MaxInt64 - time.Second + 2, -time.Second, math.MinInt64} {
+		if s := guard.Seconds(d); s < 0 || d > 0 && s < int64(d/time.Second) {
+			t.Errorf("Seconds(%d) = %d, want the delta-seconds of d, rounded up, never negative", int64(d), s)
+		}
 	}
 }

@@ -92,12 +92,17 @@ func (v *Verdict) Proceed() bool {
 	return v.Outcome == OutcomeAllow || v.Outcome == OutcomeSkip
 }
 
-// hold keeps an admission for Finish or a later refund.
-func (v *Verdict) hold(h held) {
-	if v.nheld > 0 {
-		v.more = append(v.more, h)
+// admit records the admission d of lim under key: the first is the
+// decision the answer shows; every one is kept for Finish or a later
+// refund.
+func (v *Verdict) admit(lim *limit, key string, d core.Decision) {
+	if v.nheld == 0 {
+		v.Decision, v.Key, v.by = d, key, lim
+	} else {
+		v.more = append(v.more, held{lim: lim, key: key, d: d})
 	}
 	v.nheld++
+	v.Outcome = OutcomeAllow
 }
 
 // refundAll gives back every unit the request's admissions took. A failed

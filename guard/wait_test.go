@@ -3,6 +3,9 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -81,8 +84,8 @@ func TestWait(t *testing.T) {
 	}
 }
 
-// TestWaitAlso: limits added with WithAlso are waited for in order; when
-// one cannot be, the units of the others are given back.
+// TestWaitAlso: limits added with WithAlso are waited for too; when one
+// cannot be, the units of the others are given back.
 func TestWaitAlso(t *testing.T) {
 	ctx := context.Background()
 	store := core.NewMemoryStore()
@@ -92,7 +95,7 @@ func TestWaitAlso(t *testing.T) {
 	g := guard.New(own, guard.WithKey(user), guard.WithAlso(global, everyone))
 
 	for i := range 2 {
-		// The second waits for the global limit's window, holding its own unit.
+		// The second waits for the global limit's window, holding nothing.
 		v := g.Wait(ctx, req().with("X-User", "alice"))
 		if v.Outcome != guard.OutcomeAllow || v.Limiter() != own || v.Decision.Remaining != int64(4-i) {
 			t.Fatalf("Wait #%d = %v by %s, remaining %d; want allowed by own with %d remaining", i+1, v.Outcome, v.Limiter().Policy().Name, v.Decision.Remaining, 4-i)
@@ -115,5 +118,113 @@ func TestWaitAlso(t *testing.T) {
 	}
 	if got := used(t, own, "bob"); got != 1 {
 		t.Errorf("own holds %d units of bob, want 1: the refused request's unit is refunded", got)
+	}
+}
+
+// TestWaitBlock: the outgoing pipeline honours WithBlock as Admit does:
+// a blocked request is refused before the skip predicate and any wait,
+// takes no units, and its error says why.
+func TestWaitBlock(t *testing.T) {
+	ctx := context.Background()
+	obs := &recorder{}
+	l := limiter(t, core.NewMemoryStore(), "out-block", perHour(1))
+	blocked := func(r keyfunc.Request) bool { return r.Header("X-User") == "mallory" }
+	g := guard.New(l, guard.WithKey(user), guard.WithBlock(blocked), guard.WithObserver(obs),
+		guard.WithSkip(func(r keyfunc.Request) bool { return r.Header("X-Skip") != "" }))
+	v := g.Wait(ctx, req().with("X-User", "mallory", "X-Skip", "1"))
+	if v.Outcome != guard.OutcomeBlocked || v.Proceed() || !errors.Is(v.Err, guard.ErrBlocked) {
+		t.Errorf("Wait(mallory) = %v (err %v), want blocked with ErrBlocked", v.Outcome, v.Err)
+	}
+	if got := used(t, l, "mallory"); got != 0 {
+		t.Errorf("a blocked request took %d units", got)
+	}
+	if n := obs.count(core.EventBlock); n != 1 {
+		t.Errorf("observer saw %d blocks, want 1", n)
+	}
+	if v := g.Wait(ctx, req().with("X-User", "alice")); v.Outcome != guard.OutcomeAllow {
+		t.Errorf("Wait(alice) = %v, want allowed", v.Outcome)
+	}
+}
+
+// TestCheckOutbound: what the outgoing pipeline cannot honour is named,
+// so that adapters refuse it at construction.
+func TestCheckOutbound(t *testing.T) {
+	rate := limiter(t, core.NewMemoryStore(), "out-check", perHour(1))
+	conc := inFlight(t, core.NewMemoryStore(), "out-conc", 1)
+	for _, tc := range []struct {
+		name string
+		g    *guard.Guard
+		want string // "" means no error
+	}{
+		{"plain", guard.New(rate), ""},
+		{"every option that applies", guard.New(rate, guard.WithKey(user), guard.WithSkip(func(keyfunc.Request) bool { return false }),
+			guard.WithBlock(func(keyfunc.Request) bool { return false }), guard.WithCost(cost), guard.WithNoKey(guard.NoKeyShared),
+			guard.WithKeyError(guard.KeyErrorSkip), guard.WithDryRun(true), guard.WithObserver(&recorder{}),
+			guard.WithAlso(limiter(t, core.NewMemoryStore(), "out-also", perHour(1)), user)), ""},
+		{"count-if", guard.New(rate, guard.WithCountIf(guard.StatusAuthFailure)), "WithCountIf"},
+		{"reset-if", guard.New(rate, guard.WithResetIf(guard.StatusSuccess)), "WithResetIf"},
+		{"in flight", guard.New(conc), `InFlight policy "out-conc"`},
+		{"in flight added", guard.New(rate, guard.WithAlso(conc, user)), `InFlight policy "out-conc"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.g.CheckOutbound()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("CheckOutbound() = %v, want nil", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("CheckOutbound() = %v, want an error naming %s", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestWaitAlsoHoldsWhenSent: with WithAlso, the units of every limit are
+// taken together, when the request goes on: a unit of the first limit is
+// never kept while the next one is waited for. The guard's own limit (5
+// per 200 ms) admits at most 5 requests within any 200 ms of their
+// return from Wait, although the added limit, full at first, frees 20
+// at once.
+func TestWaitAlsoHoldsWhenSent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := core.NewMemoryStore()
+	own := limiter(t, store, "own-200ms", core.Rule{Limit: 5, Window: 200 * time.Millisecond})
+	global := limiter(t, store, "global-1s", core.Rule{Limit: 20, Window: time.Second})
+	if _, err := global.AllowN(ctx, "all", 20); err != nil {
+		t.Fatal(err)
+	}
+	everyone := func(keyfunc.Request) (string, error) { return "all", nil }
+	g := guard.New(own, guard.WithKey(user), guard.WithAlso(global, everyone))
+	var (
+		mu    sync.Mutex
+		times []time.Time
+		wg    sync.WaitGroup
+	)
+	for range 30 {
+		wg.Go(func() {
+			v := g.Wait(ctx, req().with("X-User", "alice"))
+			now := time.Now()
+			if v.Outcome != guard.OutcomeAllow {
+				t.Errorf("Wait = %v (%v), want allowed", v.Outcome, v.Err)
+				return
+			}
+			mu.Lock()
+			times = append(times, now)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	for i := range times {
+		n := 0
+		for j := i; j < len(times) && times[j].Sub(times[i]) < 180*time.Millisecond; j++ {
+			n++
+		}
+		if n > 5 {
+			t.Fatalf("%d admissions within 180 ms from the %dth; the own limit allows 5 per 200 ms", n, i+1)
+		}
+	}
+	if got := used(t, own, "alice"); got > 5 {
+		t.Errorf("own holds %d units of alice, want at most 5", got)
 	}
 }

@@ -16,7 +16,8 @@
 //     normalised to E.164, for SMS and verification-code throttling, and
 //     the account a login names, for login anti-bruteforce.
 //   - [Header], [Query], [Route]: a header, a query parameter, or the
-//     endpoint itself (its route pattern, never the raw path).
+//     endpoint itself (its route pattern as registered, never the raw
+//     path, nor a method the client chose).
 //   - [Join]: several of these at once, such as the client IP per route.
 //
 // A request without a key (an anonymous user when keying by user ID) is

@@ -107,5 +107,5 @@ func ExampleJoin() {
 	k, _ := key(keyfunc.FromHTTP(r, "/users/:id"))
 	fmt.Println(k)
 	// Output:
-	// 203.0.113.9|GET /users/:id
+	// 203.0.113.9|/users/:id
 }

@@ -109,6 +109,16 @@ func (h *HTTPRequest) Query(name string) string {
 	return lookupQuery(h.r.URL.RawQuery, name)
 }
 
+var _ RawQuerier = (*HTTPRequest)(nil)
+
+// RawQuery implements [RawQuerier]: r.URL.RawQuery.
+func (h *HTTPRequest) RawQuery() string {
+	if h.r.URL == nil {
+		return ""
+	}
+	return h.r.URL.RawQuery
+}
+
 // Value implements [Request].
 func (h *HTTPRequest) Value(key any) any {
 	if h.values != nil {

@@ -164,11 +164,18 @@ var errNoRoute = errors.New("keyfunc: route: the request has no route pattern, o
 	"(a limiter outside the router, or no route matched)")
 
 // Route keys requests by endpoint, to limit an endpoint as a whole: the
-// route pattern with the request method, such as "GET /users/:id". A
-// net/http ServeMux pattern that names its method, such as
-// "GET /users/{id}", is the key as it is, so the method is not repeated;
-// such a pattern also matches HEAD requests, which share its key. Combine
-// Route with [Join] to limit each client per endpoint.
+// route pattern as it was registered, such as "/users/:id". The request
+// method is never added to it, so a client cannot pick its bucket by its
+// choice of method: a route that accepts several methods (a net/http
+// ServeMux pattern without a method such as "/login", which takes any
+// method token, made-up ones included; gin Any, echo Any, fiber All) is
+// one bucket whatever method is sent. A ServeMux pattern that names its
+// method, such as "POST /login" or "GET /users/{id}" (which also matches
+// HEAD requests, under the same key), is the key as it is. Routes of
+// one pattern registered separately for different methods (gin
+// r.GET("/x") and r.POST("/x")) share their key under one limiter:
+// give each its own limiter, or join a key of your own, to limit them
+// apart. Combine Route with [Join] to limit each client per endpoint.
 //
 // The key is never the request path: keyed by "/users/7", every ID would
 // have a bucket of its own, and a client could dodge the limit by changing
@@ -183,22 +190,11 @@ var errNoRoute = errors.New("keyfunc: route: the request has no route pattern, o
 func Route() Func {
 	return func(r Request) (string, error) {
 		route := r.Route()
-		switch {
-		case route == "":
+		if route == "" {
 			return "", errNoRoute
-		case patternHasMethod(route):
-			return route, nil
 		}
-		return r.Method() + " " + route, nil
+		return route, nil
 	}
-}
-
-// patternHasMethod reports whether route starts with a method, as a
-// net/http ServeMux pattern may ("GET /users/{id}", "POST example.com/"):
-// a first word without "/", followed by a space or tab.
-func patternHasMethod(route string) bool {
-	i := strings.IndexAny(route, " \t")
-	return i > 0 && strings.IndexByte(route[:i], '/') < 0
 }
 
 // Join keys requests by several key functions at once, for example the

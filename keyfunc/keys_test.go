@@ -173,15 +173,15 @@ func TestRoute(t *testing.T) {
 	tests := []struct {
 		name, method, target, route, want string
 	}{
-		{name: "pattern", method: "GET", target: "/users/7", route: "/users/:id", want: "GET /users/:id"},
+		{name: "pattern", method: "GET", target: "/users/7", route: "/users/:id", want: "/users/:id"},
 		{name: "servemux pattern with method", method: "GET", target: "/users/7", route: "GET /users/{id}", want: "GET /users/{id}"},
 		{name: "servemux pattern with method matching HEAD", method: "HEAD", target: "/users/7", route: "GET /users/{id}", want: "GET /users/{id}"},
 		{name: "servemux pattern with tab", method: "POST", target: "/login", route: "POST\t/login", want: "POST\t/login"},
 		{name: "servemux pattern with method and host", method: "POST", target: "/login", route: "POST example.com/login", want: "POST example.com/login"},
-		{name: "servemux pattern without method", method: "DELETE", target: "/users/7", route: "/users/{id}", want: "DELETE /users/{id}"},
-		{name: "servemux pattern with host only", method: "GET", target: "/users/7", route: "example.com/users/{id}", want: "GET example.com/users/{id}"},
-		{name: "pattern with a space in the path", method: "GET", target: "/a%20b", route: "/a b", want: "GET /a b"},
-		{name: "grpc full method", method: "POST", target: "/auth.v1.Auth/Login", route: "/auth.v1.Auth/Login", want: "POST /auth.v1.Auth/Login"},
+		{name: "servemux pattern without method", method: "DELETE", target: "/users/7", route: "/users/{id}", want: "/users/{id}"},
+		{name: "servemux pattern with host only", method: "GET", target: "/users/7", route: "example.com/users/{id}", want: "example.com/users/{id}"},
+		{name: "pattern with a space in the path", method: "GET", target: "/a%20b", route: "/a b", want: "/a b"},
+		{name: "grpc full method", method: "POST", target: "/auth.v1.Auth/Login", route: "/auth.v1.Auth/Login", want: "/auth.v1.Auth/Login"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -191,6 +191,29 @@ func TestRoute(t *testing.T) {
 				t.Errorf("Route() = %q, %v; want %q", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestRouteMethodNotChosen: a client cannot pick its bucket by its
+// choice of method. A pattern that accepts any method ("/login" on a
+// ServeMux, which takes any token as a method; gin Any, echo Any, fiber
+// All) is one key whatever method is sent, made-up ones included.
+func TestRouteMethodNotChosen(t *testing.T) {
+	t.Parallel()
+	key := keyfunc.Join(keyfunc.ClientIP(), keyfunc.Route())
+	for _, route := range []string{"/login", "POST /login"} {
+		seen := map[string]bool{}
+		for _, m := range []string{"GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "A1", "A2", "A19", "post"} {
+			r := httptest.NewRequest(m, "/login", nil)
+			k, err := key(keyfunc.FromHTTP(r, route))
+			if err != nil {
+				t.Fatalf("route %q, method %s: %v", route, m, err)
+			}
+			seen[k] = true
+		}
+		if len(seen) != 1 {
+			t.Errorf("route %q: %d keys for one route, one per method: %v", route, len(seen), seen)
+		}
 	}
 }
 
@@ -325,7 +348,7 @@ func TestJoin(t *testing.T) {
 	t.Run("client ip per route", func(t *testing.T) {
 		req := keyfunc.FromHTTP(httptest.NewRequest("POST", "/login", nil), "/login")
 		got, err := keyfunc.Join(keyfunc.ClientIP(), keyfunc.Route())(req)
-		if want := "192.0.2.1|POST /login"; err != nil || got != want {
+		if want := "192.0.2.1|/login"; err != nil || got != want {
 			t.Errorf("Join(ClientIP, Route) = %q, %v; want %q", got, err, want)
 		}
 	})

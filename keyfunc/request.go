@@ -68,3 +68,14 @@ type Request interface {
 	// Repeated calls return the same bytes, which callers must not modify.
 	Body(max int64) ([]byte, error)
 }
+
+// RawQuerier is an optional interface of a [Request]: RawQuery returns the
+// request's whole query string as sent, still URL-encoded ("" for none),
+// for key functions that must see every parameter rather than the first
+// value of one, such as those of package keyfunc/personal, which refuse a
+// request whose parameters name different values. The views of
+// ratekit's HTTP adapters and [FromHTTP] implement it; a key function
+// that finds a view without it falls back to [Request.Query].
+type RawQuerier interface {
+	RawQuery() string
+}

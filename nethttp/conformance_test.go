@@ -34,14 +34,18 @@ func newServer(t *testing.T, l *core.Limiter, o adaptertest.Options) string {
 		}))
 	}
 	mux := http.NewServeMux()
-	mux.Handle(adaptertest.Path, nethttp.New(l, opts...)(http.HandlerFunc(handler)))
-	h := adaptertest.Recover(mux)
-	if o.Decompress {
-		h = adaptertest.Gunzip(h)
+	h := nethttp.New(l, opts...)(http.HandlerFunc(handler))
+	if o.Outer != nil {
+		h = nethttp.New(o.Outer.Limiter, o.Outer.Options.GuardOptions()...)(h)
 	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return srv.URL
+	mux.Handle(adaptertest.Path, h)
+	srv := adaptertest.Recover(mux)
+	if o.Decompress {
+		srv = adaptertest.Gunzip(srv)
+	}
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	return ts.URL
 }
 
 func TestConformance(t *testing.T) { adaptertest.Run(t, newServer) }

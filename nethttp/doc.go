@@ -43,6 +43,16 @@
 // included) is finished as 500, and the panic goes on to the recovery
 // middleware or the server.
 //
+// # In flight
+//
+// Under a concurrency limit (core.Policy.InFlight) a request is in flight
+// from its admission until the handler returns (next.ServeHTTP), however
+// it ends; its lease is released then. net/http writes the body while the
+// handler runs, so it has left by then but for what net/http still
+// buffers. A hijacked connection (a WebSocket upgrade) counts until the
+// handler returns, not until the connection closes: a handler that hands
+// the connection to another goroutine and returns ends its request.
+//
 // # Outgoing requests
 //
 // [Transport] throttles the requests an app sends rather than those it

@@ -18,8 +18,10 @@ import (
 // app sends through base (http.DefaultTransport when nil), such as calls
 // to an SMS provider that allows so many per second across the whole
 // fleet: each request waits with [core.Limiter.WaitN] until it fits l,
-// then goes to base unchanged. On a core.RedisStore every instance's
-// requests wait for the same windows.
+// and every limit added with guard.WithAlso, then goes to base unchanged.
+// Every limit holds when the request goes to base: no unit is kept while
+// another limit is waited for (see [guard.Guard.Wait]). On a
+// core.RedisStore every instance's requests wait for the same windows.
 //
 //	client := &http.Client{Transport: nethttp.Transport(provider, nil)}
 //
@@ -30,22 +32,25 @@ import (
 // keyfunc.FromHTTP with an empty route and peer address, and a body read
 // from a copy made by r.GetBody (a key function reading the body of a
 // request without GetBody fails): the request is never modified, and
-// nothing is cloned. The guard options that apply are WithKey, WithSkip,
-// WithCost, WithAlso, WithNoKey, WithKeyError, WithDryRun and
+// nothing is cloned. The guard options that apply are WithKey, WithBlock,
+// WithSkip, WithCost, WithAlso, WithNoKey, WithKeyError, WithDryRun and
 // WithObserver; the answer options (headers, body) have no effect.
 //
 // A request waits under its own context. It fails, without reaching base
 // and with its body closed, when the wait would end after the context's
 // deadline (an error wrapping context.DeadlineExceeded, returned at once),
 // when the context ends (its error), when its cost can never fit
-// (core.ErrInvalidCost), or when its key source is malformed; see
+// (core.ErrInvalidCost), when the block predicate refuses it
+// (guard.ErrBlocked), or when its key source is malformed; see
 // [guard.Guard.Wait]. Every request that went to base counts, whatever
 // its answer.
 //
 // The RoundTripper is safe for concurrent use, and its
-// CloseIdleConnections reaches base. Transport panics if l is nil, or on
-// guard.WithCountIf, guard.WithResetIf or an option of this package's
-// middleware: programmer errors caught at start-up.
+// CloseIdleConnections reaches base. Transport panics if l is nil, on an
+// option of this package's middleware, and on what outgoing requests
+// cannot honour (guard.Guard.CheckOutbound: guard.WithCountIf,
+// guard.WithResetIf, an InFlight policy), naming it: programmer errors
+// caught at start-up.
 func Transport(l *core.Limiter, base http.RoundTripper, opts ...guard.Option) http.RoundTripper {
 	if l == nil {
 		panic("nethttp: Transport: nil *core.Limiter")
@@ -55,8 +60,8 @@ func Transport(l *core.Limiter, base http.RoundTripper, opts ...guard.Option) ht
 	}
 	g := guard.New(l, append([]guard.Option{guard.WithKey(hostKey)}, opts...)...)
 	g.ReadNatives("nethttp.Transport")
-	if g.NeedsFinish() {
-		panic("nethttp: Transport: WithCountIf and WithResetIf apply to handlers, not to outgoing requests")
+	if err := g.CheckOutbound(); err != nil {
+		panic("nethttp: Transport: " + err.Error())
 	}
 	return &transport{g: g, base: base}
 }

@@ -3,9 +3,11 @@ package nethttp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -293,21 +295,123 @@ func TestTransportCloseIdleConnections(t *testing.T) {
 	}
 }
 
+// TestTransportPanics: what an outgoing request cannot honour is refused
+// when the Transport is built, by a panic naming it, never at request
+// time.
 func TestTransportPanics(t *testing.T) {
-	for name, f := range map[string]func(){
-		"nil limiter": func() { nethttp.Transport(nil, nil) },
-		"WithCountIf": func() { nethttp.Transport(newLimiter(t, 1), nil, guard.WithCountIf(guard.StatusSuccess)) },
-		"WithRoute": func() {
+	conc := mustLimiter(t, core.NewMemoryStore(), core.Policy{Name: "conc", InFlight: 1})
+	for name, tc := range map[string]struct {
+		f    func()
+		want string // in the panic's message
+	}{
+		"nil limiter": {func() { nethttp.Transport(nil, nil) }, "nil"},
+		"WithCountIf": {func() { nethttp.Transport(newLimiter(t, 1), nil, guard.WithCountIf(guard.StatusSuccess)) }, "WithCountIf"},
+		"WithResetIf": {func() { nethttp.Transport(newLimiter(t, 1), nil, guard.WithResetIf(guard.StatusSuccess)) }, "WithResetIf"},
+		"InFlight":    {func() { nethttp.Transport(conc, nil) }, `InFlight policy "conc"`},
+		"InFlight added": {func() {
+			nethttp.Transport(newLimiter(t, 1), nil, guard.WithAlso(conc, keyfunc.Header("X-User")))
+		}, `InFlight policy "conc"`},
+		"WithRoute": {func() {
 			nethttp.Transport(newLimiter(t, 1), nil, nethttp.WithRoute(func(*http.Request) string { return "" }))
-		},
+		}, "another adapter"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
-				if recover() == nil {
-					t.Errorf("Transport with %s did not panic", name)
+				p := recover()
+				if msg := fmt.Sprint(p); p == nil || !strings.Contains(msg, tc.want) || !strings.Contains(msg, "Transport") {
+					t.Errorf("Transport with %s: panic %v, want one of Transport naming %q", name, p, tc.want)
 				}
 			}()
-			f()
+			tc.f()
 		})
+	}
+}
+
+// TestTransportBlock: WithBlock refuses an outgoing request before it
+// waits or reaches base, with an error wrapping guard.ErrBlocked.
+func TestTransportBlock(t *testing.T) {
+	p := newProvider(t)
+	banned := func(r keyfunc.Request) bool { return strings.Contains(r.Path(), "/banned") }
+	c := &http.Client{Transport: nethttp.Transport(newLimiter(t, 5), nil, guard.WithBlock(banned))}
+	if _, err := post(context.Background(), c, p.URL+"/banned", "{}"); !errors.Is(err, guard.ErrBlocked) {
+		t.Errorf("post to a blocked path = %v, want an error wrapping guard.ErrBlocked", err)
+	}
+	if status, err := post(context.Background(), c, p.URL+"/ok", "{}"); err != nil || status != http.StatusAccepted {
+		t.Errorf("post = %d, %v; want 202", status, err)
+	}
+	if n := p.hits.Load(); n != 1 {
+		t.Errorf("%d requests reached the provider, want 1", n)
+	}
+}
+
+// sendTimes is a RoundTripper that records when each request leaves, and
+// answers 202 without a network.
+type sendTimes struct {
+	mu    sync.Mutex
+	times []time.Time
+}
+
+func (s *sendTimes) RoundTrip(r *http.Request) (*http.Response, error) {
+	s.mu.Lock()
+	s.times = append(s.times, time.Now())
+	s.mu.Unlock()
+	return &http.Response{StatusCode: http.StatusAccepted, Body: http.NoBody, Request: r}, nil
+}
+
+// maxIn returns the most times that lie within any span of d.
+func maxIn(times []time.Time, d time.Duration) int {
+	ts := slices.Clone(times)
+	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+	most := 0
+	for i := range ts {
+		j := i
+		for j < len(ts) && ts[j].Sub(ts[i]) < d {
+			j++
+		}
+		most = max(most, j-i)
+	}
+	return most
+}
+
+// TestTransportAlsoHoldsWhenSent: with WithAlso, every limit holds at the
+// moment a request leaves. A per-host limit of 5 per 200 ms and a global
+// cap of 20 per second, full when the requests start: 30 requests never
+// send more than 5 to the host within 200 ms, although the global cap
+// frees 20 at once. (A unit of the per-host limit kept while waiting for
+// the global one would be dated when taken, and 20 requests holding such
+// units would leave together.)
+func TestTransportAlsoHoldsWhenSent(t *testing.T) {
+	t.Parallel()
+	store := core.NewMemoryStore()
+	host := mustLimiter(t, store, core.Policy{Name: "host", Rules: []core.Rule{{Limit: 5, Window: 200 * time.Millisecond}}})
+	global := mustLimiter(t, store, core.Policy{Name: "global", Rules: []core.Rule{{Limit: 20, Window: time.Second}}})
+	everyone := func(keyfunc.Request) (string, error) { return "all", nil }
+	ctx := context.Background()
+	if _, err := global.AllowN(ctx, "all", 20); err != nil {
+		t.Fatal(err)
+	}
+	sent := &sendTimes{}
+	c := &http.Client{Transport: nethttp.Transport(host, sent, guard.WithAlso(global, everyone))}
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range 30 {
+		wg.Go(func() {
+			if status, err := post(ctx, c, "http://provider.example/sms", "{}"); err != nil || status != http.StatusAccepted {
+				failed.Add(1)
+				t.Errorf("post = %d, %v", status, err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := len(sent.times); n != 30 || failed.Load() != 0 {
+		t.Fatalf("%d requests sent, %d failed; want 30 sent", n, failed.Load())
+	}
+	// 180 ms rather than 200: scheduling may delay a request's departure
+	// after its admission by a few milliseconds.
+	if most := maxIn(sent.times, 180*time.Millisecond); most > 5 {
+		t.Errorf("%d requests left within 180 ms; the per-host limit allows 5 per 200 ms", most)
+	}
+	if most := maxIn(sent.times, 900*time.Millisecond); most > 20 {
+		t.Errorf("%d requests left within 900 ms; the global cap allows 20 per second", most)
 	}
 }

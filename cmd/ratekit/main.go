@@ -25,7 +25,13 @@
 // It connects to REDIS_URL (redis://[[user]:password@]host:port/db), and
 // says where on stderr first, with the password hidden. reset refuses to
 // run without REDIS_URL; peek and policies default to
-// redis://127.0.0.1:6379/0. It has no registry of the app's limiters, so
+// redis://127.0.0.1:6379/0. As the library runs on Redis Cluster and
+// Sentinel, so does the command: REDIS_URL may name any node of a Cluster
+// (it asks the node, then works on the whole Cluster: a key held by
+// another node is read and reset there, and policies scans every master);
+// for Sentinel it names a sentinel, with ?master_name=NAME (go-redis's
+// ParseFailoverURL), which may be left out when the sentinel monitors one
+// master only. It has no registry of the app's limiters, so
 // peek takes the policy's rules on the command line: Redis keeps
 // admission times, and the rules say how to count them, so they must be
 // the app's. policies lists the policy names found in Redis by scanning

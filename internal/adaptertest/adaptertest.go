@@ -75,6 +75,23 @@ type Options struct {
 	// net/http, gin and echo servers wrap their handler in [Gunzip];
 	// fiber decodes by itself (c.Body()) and ignores it.
 	Decompress bool
+	// AnyMethod asks for the route on [Path] to be registered for every
+	// method the framework can register at once, as one route: net/http
+	// a ServeMux pattern without a method (it is so by default: any
+	// method, made-up ones included), gin Any, echo Any, fiber All.
+	// Otherwise it is registered for GET and POST (net/http: for any
+	// method all the same).
+	AnyMethod bool
+	// Outer, when set, is a second middleware of the adapter on the same
+	// route, in front of (outside) the case's own: Outer.Limiter with the
+	// guard options of Outer.Options (whose other fields are ignored).
+	Outer *Outer
+}
+
+// Outer is a middleware stacked in front of a case's own (Options.Outer).
+type Outer struct {
+	Limiter *core.Limiter
+	Options Options
 }
 
 // Also is one limit added with WithAlso: Limiter keyed by Key.

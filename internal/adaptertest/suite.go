@@ -315,6 +315,59 @@ var cases = []testCase{
 		}
 	}},
 
+	{"route key: one bucket whatever the method", func(t *testing.T, newServer NewServer) {
+		// A route registered for every method is one route: a client
+		// choosing methods, standard or made up, gets no extra buckets.
+		l := limiter(t, "route", core.Rule{Limit: 3, Window: hour})
+		base := start(t, newServer, l, Options{Key: keyfunc.Join(keyfunc.ClientIP(), keyfunc.Route()), AnyMethod: true})
+		admitted := 0
+		var got []string
+		for _, m := range []string{"GET", "POST", "PUT", "DELETE", "PATCH", "A1", "A2", "A3", "A19", "get"} {
+			res := do(t, base, request{method: m})
+			got = append(got, m+"="+strconv.Itoa(res.status))
+			switch res.status {
+			case http.StatusOK:
+				admitted++
+			case http.StatusTooManyRequests, http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusNotImplemented, http.StatusBadRequest:
+				// Refused by the limit, or by the framework's router
+				// before the limiter for a method it does not route.
+			default:
+				t.Errorf("method %s: got %v", m, res)
+			}
+		}
+		if admitted != 3 {
+			t.Errorf("limit 3 per route and client: %d requests admitted across methods, want 3: %v", admitted, got)
+		}
+		if !slices.Contains(got, "PUT=429") && !slices.Contains(got, "DELETE=429") && !slices.Contains(got, "PATCH=429") {
+			t.Errorf("no standard method was refused by the limit: %v", got)
+		}
+	}},
+
+	{"personal keys: sources that disagree are a 400", func(t *testing.T, newServer NewServer) {
+		// The handler may read the query, the form or either value of a
+		// repeated parameter: the request is refused, never keyed by one.
+		phone := personal.Phone(personal.DefaultRegion("CN"))
+		base := start(t, newServer, limiter(t, "phone-conflict", core.Rule{Limit: 5, Window: hour}), Options{Key: phone})
+		const conflict = "bad request: conflicting phone numbers in request\n"
+		form := hdr("Content-Type", "application/x-www-form-urlencoded")
+		for _, tc := range []struct {
+			name string
+			rq   request
+		}{
+			{"query and form", request{method: http.MethodPost, query: "phone=13800138000", header: form, body: "phone=%2B12025550143"}},
+			{"query repeated", request{query: "phone=13800138000&phone=%2B12025550143"}},
+			{"query in two cases", request{query: "phone=13800138000&PHONE=%2B12025550143"}},
+			{"form repeated", request{method: http.MethodPost, header: form, body: "phone=13800138000&phone=%2B12025550143"}},
+		} {
+			res := do(t, base, tc.rq)
+			wantStatus(t, tc.name, res, http.StatusBadRequest)
+			if res.body != conflict {
+				t.Errorf("%s: body %q, want %q", tc.name, res.body, conflict)
+			}
+		}
+		wantStatus(t, "one number twice", do(t, base, request{query: "phone=13800138000&phone=8613800138000"}), http.StatusOK)
+	}},
+
 	{"skip predicate", func(t *testing.T, newServer NewServer) {
 		skip := func(r keyfunc.Request) bool { return r.Header("X-Skip") == "1" }
 		base := start(t, newServer, limiter(t, "skip", core.Rule{Limit: 1, Window: hour}), Options{Skip: skip})
@@ -843,6 +896,11 @@ var cases = []testCase{
 		res = do(t, base, as("carol", "t2"))
 		wantStatus(t, "carol at t2", res, http.StatusOK)
 		wantHeaders(t, "carol at t2", res, guard.HeaderLimit, "2", guard.HeaderRemaining, "1")
+		// Every limit that applies is advertised, the guard's own first.
+		checkIETF(t, "carol at t2", res, []ietfItem{
+			{name: "main", q: 2, w: 3600, r: 1, t: 3600},
+			{name: "added", q: 3, w: 3600, r: 2, t: 3600, part: 1},
+		})
 		wantUsed(t, main, "carol", 1)
 		wantUsed(t, added, "t2", 1)
 
@@ -850,6 +908,37 @@ var cases = []testCase{
 		res = do(t, base, as("dave", ""))
 		wantStatus(t, "dave without a tenant", res, http.StatusOK)
 		wantHeaders(t, "dave without a tenant", res, guard.HeaderLimit, "2", guard.HeaderRemaining, "1")
+		checkIETF(t, "dave without a tenant", res, []ietfItem{{name: "main", q: 2, w: 3600, r: 1, t: 3600}})
+	}},
+
+	{"stacked middlewares: every limit in the IETF fields", func(t *testing.T, newServer NewServer) {
+		// Per client outside, a global cap inside, each a middleware of
+		// its own: the answer lists both, neither erases the other.
+		ietf := new(guard.HeadersIETF)
+		perClient := limiter(t, "per-client", core.Rule{Limit: 3, Window: hour})
+		global := limiter(t, "global", core.Rule{Limit: 2, Window: hour}, core.Rule{Limit: 10, Window: 24 * hour})
+		everyone := func(keyfunc.Request) (string, error) { return "all", nil }
+		base := start(t, newServer, global, Options{Key: everyone, Headers: ietf,
+			Outer: &Outer{Limiter: perClient, Options: Options{Key: userKey, Headers: ietf}}})
+		alice := request{header: hdr("X-User", "alice")}
+		for i := range 2 {
+			res := do(t, base, alice)
+			what := "alice " + strconv.Itoa(i+1)
+			wantStatus(t, what, res, http.StatusOK)
+			checkIETF(t, what, res, []ietfItem{
+				{name: "per-client", q: 3, w: 3600, r: 2 - int64(i), t: 3600},
+				{name: "global-3600s", q: 2, w: 3600, r: 1 - int64(i), t: 3600, part: 1},
+				{name: "global-86400s", q: 10, w: 86400, r: 9 - int64(i), t: 86400, part: 1},
+			})
+		}
+		// Denied inside: the outer limit's item stays beside the denial's.
+		res := do(t, base, request{header: hdr("X-User", "bob")})
+		wantStatus(t, "bob, the global cap full", res, http.StatusTooManyRequests)
+		checkIETF(t, "bob, the global cap full", res, []ietfItem{
+			{name: "per-client", q: 3, w: 3600, r: 2, t: 3600},
+			{name: "global-3600s", q: 2, w: 3600, r: 0, t: 3600, part: 1},
+			{name: "global-86400s", q: 10, w: 86400, r: 8, t: 86400, part: 1},
+		})
 	}},
 
 	{"WithAlso with count-if and reset-if", func(t *testing.T, newServer NewServer) {
@@ -1050,6 +1139,9 @@ type ietfItem struct {
 	name       string
 	q, w, r, t int64
 	qu         string // the quota unit; "" for none (requests), and then w and t are present
+	// part numbers the partition (one limit and key): items of one part
+	// share their pk, items of different parts have different ones.
+	part int
 }
 
 // checkIETF parses the IETF fields back as structured-field lists.
@@ -1067,7 +1159,7 @@ func checkIETF(t *testing.T, what string, res response, want []ietfItem) {
 		t.Fatalf("%s: %d policy and %d limit items, want %d: %q / %q", what, len(pol), len(cur), len(want),
 			res.header.Values(guard.HeaderPolicy), res.header.Values(guard.HeaderRateLimit))
 	}
-	var pk []byte
+	pks := map[int][]byte{}
 	for i, w := range want {
 		p, ok1 := pol[i].(httpsfv.Item)
 		c, ok2 := cur[i].(httpsfv.Item)
@@ -1097,9 +1189,11 @@ func checkIETF(t *testing.T, what string, res response, want []ietfItem) {
 		if !ok1 || !ok2 || len(ppk) == 0 || !bytes.Equal(ppk, cpk) {
 			t.Errorf("%s: item %d pk %v / %v, want one non-empty byte sequence", what, i, param(p.Params, "pk"), param(c.Params, "pk"))
 		}
-		if i > 0 && !bytes.Equal(pk, ppk) {
-			t.Errorf("%s: item %d pk differs from item 0's: one key, one partition", what, i)
+		for part, pk := range pks {
+			if (part == w.part) != bytes.Equal(pk, ppk) {
+				t.Errorf("%s: item %d (partition %d) pk %v, partition %d's %v: one limit and key, one partition", what, i, w.part, ppk, part, pk)
+			}
 		}
-		pk = ppk
+		pks[w.part] = ppk
 	}
 }

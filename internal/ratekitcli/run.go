@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nyaruka/phonenumbers"
@@ -68,6 +69,13 @@ or a calendar period, day, week or month, in UTC or @ a time zone:
 Redis is REDIS_URL (redis://[[user]:password@]host:port/db). reset needs
 it; peek and policies default to redis://127.0.0.1:6379/0. Each command
 first says on stderr where it connects, without the password.
+REDIS_URL may name any node of a Redis Cluster: the commands then work on
+the whole Cluster (more seed nodes as &addr=host:port). For Redis
+Sentinel, name a sentinel and the master:
+redis://sentinel:26379?master_name=NAME (as go-redis's ParseFailoverURL
+reads it: the URL's credentials are the sentinels', &password= the
+master's; more sentinels as &addr=); master_name may be left out when the
+sentinel monitors one master only.
 `
 
 // Exit codes.
@@ -195,33 +203,184 @@ func redisURL(getenv func(string) string, required bool) (raw, shown string, err
 	return raw, u.Redacted() + " (" + from + ")", nil
 }
 
+// conn is the Redis a command works on: one server, a Sentinel-managed
+// master or a Cluster.
+type conn struct {
+	rdb redis.UniversalClient
+	// cluster is rdb when it is a Cluster, whose every master a scan
+	// must visit.
+	cluster *redis.ClusterClient
+	// addr is where REDIS_URL points (a node of a Cluster, a sentinel),
+	// for messages.
+	addr string
+}
+
 // open connects to Redis (REDIS_URL; required refuses the default), after
 // saying where on stderr, and bounds the command by -timeout; done
 // releases both. It dials once, so that a Redis that cannot be reached is
 // reported as such and at once. Errors never show the URL: it may hold a
 // password.
-func (c *common) open(ctx context.Context, getenv func(string) string, stderr io.Writer, required bool) (rdb *redis.Client, _ context.Context, done func(), _ error) {
+//
+// REDIS_URL names one server, a node of a Cluster or a sentinel, as the
+// app's go-redis client would take it: a Cluster node is found by asking
+// the server (INFO server), and the command then works on the whole
+// Cluster (redis.ParseClusterURL; more seed nodes as addr= parameters); a
+// sentinel is named by a master_name= parameter (redis.ParseFailoverURL:
+// the credentials of the URL are the sentinels', password= the master's;
+// more sentinels as addr=), or found by asking the server, when the
+// sentinel monitors one master only.
+func (c *common) open(ctx context.Context, getenv func(string) string, stderr io.Writer, required bool) (_ *conn, _ context.Context, done func(), _ error) {
 	raw, shown, err := redisURL(getenv, required)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	opt, err := redis.ParseURL(raw)
+	u, err := url.Parse(raw)
 	if err != nil {
 		return nil, nil, nil, errors.New("REDIS_URL is not a valid redis:// URL")
 	}
 	fmt.Fprintf(stderr, "ratekit %s: connecting to %s\n", c.cmd, shown)
-	opt.ContextTimeoutEnabled = true
-	opt.MaxRetries = -1
-	opt.DialerRetries = 1
-	opt.DialTimeout = c.timeout
-	rdb = redis.NewClient(opt)
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	done = func() { cancel(); _ = rdb.Close() }
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		done()
-		return nil, nil, nil, unreachable(err, opt.Addr, c.timeout)
+	var cn *conn
+	if u.Query().Has("master_name") {
+		cn, err = c.sentinel(raw)
+	} else {
+		cn, err = c.probe(ctx, u)
 	}
-	return rdb, ctx, done, nil
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	done = func() { cancel(); _ = cn.rdb.Close() }
+	if err := cn.rdb.Ping(ctx).Err(); err != nil {
+		done()
+		return nil, nil, nil, unreachable(err, cn.addr, c.timeout)
+	}
+	return cn, ctx, done, nil
+}
+
+// probe connects to the server of REDIS_URL u and asks what it is: a
+// standalone server is the command's Redis; a Cluster node or a sentinel
+// leads to the Cluster or the master.
+func (c *common) probe(ctx context.Context, u *url.URL) (*conn, error) {
+	// The seeds (addr=) are the Cluster's or the sentinels', not options
+	// of one server.
+	q := u.Query()
+	seeds := q.Has("addr")
+	q.Del("addr")
+	one := *u
+	one.RawQuery = q.Encode()
+	opt, err := redis.ParseURL(one.String())
+	if err != nil {
+		return nil, errors.New("REDIS_URL is not a valid redis:// URL")
+	}
+	c.tune(&opt.ContextTimeoutEnabled, &opt.MaxRetries, &opt.DialerRetries, &opt.DialTimeout)
+	rdb := redis.NewClient(opt)
+	info, err := rdb.Info(ctx, "server").Result()
+	var refused redis.Error
+	switch {
+	case errors.As(err, &refused):
+		// INFO not permitted (an ACL, a renamed command): a server of
+		// its own, as before the command asked.
+		info = ""
+	case err != nil:
+		_ = rdb.Close()
+		return nil, unreachable(err, opt.Addr, c.timeout)
+	}
+	switch mode := infoField(info, "redis_mode"); mode {
+	case "cluster":
+		_ = rdb.Close()
+		return c.clusterOf(u.String(), opt.Addr)
+	case "sentinel":
+		masters, err := rdb.Do(ctx, "SENTINEL", "MASTERS").Slice()
+		_ = rdb.Close()
+		if err != nil {
+			return nil, fmt.Errorf("sentinel at %s: %w", opt.Addr, err)
+		}
+		names := masterNames(masters)
+		if len(names) != 1 {
+			return nil, fmt.Errorf("the sentinel at %s monitors %d masters (%s): name one with ?master_name=NAME in REDIS_URL",
+				opt.Addr, len(names), strings.Join(names, ", "))
+		}
+		q := u.Query()
+		q.Set("master_name", names[0])
+		withName := *u
+		withName.RawQuery = q.Encode()
+		return c.sentinel(withName.String())
+	default:
+		if seeds {
+			_ = rdb.Close()
+			return nil, fmt.Errorf("%w: REDIS_URL has addr= parameters, but the Redis at %s is neither a Cluster node nor a sentinel", errUsage, opt.Addr)
+		}
+		return &conn{rdb: rdb, addr: opt.Addr}, nil
+	}
+}
+
+// clusterOf returns the Cluster whose node raw names.
+func (c *common) clusterOf(raw, addr string) (*conn, error) {
+	opt, err := redis.ParseClusterURL(raw)
+	if err != nil {
+		return nil, errors.New("REDIS_URL is not a valid redis:// URL for a Redis Cluster")
+	}
+	c.tune(&opt.ContextTimeoutEnabled, &opt.MaxRetries, &opt.DialerRetries, &opt.DialTimeout)
+	cc := redis.NewClusterClient(opt)
+	return &conn{rdb: cc, cluster: cc, addr: addr + " (Redis Cluster)"}, nil
+}
+
+// sentinel returns the master that the sentinels of raw (with its
+// master_name parameter) name.
+func (c *common) sentinel(raw string) (*conn, error) {
+	opt, err := redis.ParseFailoverURL(raw)
+	if err != nil {
+		return nil, errors.New("REDIS_URL is not a valid redis:// URL for Redis Sentinel")
+	}
+	c.tune(&opt.ContextTimeoutEnabled, &opt.MaxRetries, &opt.DialerRetries, &opt.DialTimeout)
+	rdb := redis.NewFailoverClient(opt)
+	return &conn{rdb: rdb, addr: fmt.Sprintf("master %q of the sentinel at %s", opt.MasterName, opt.SentinelAddrs[0])}, nil
+}
+
+// tune sets the client options every connection of the command shares:
+// bounded by -timeout, no retries, so that a failure shows at once.
+func (c *common) tune(ctxTimeout *bool, retries, dialRetries *int, dialTimeout *time.Duration) {
+	*ctxTimeout = true
+	*retries = -1
+	*dialRetries = 1
+	*dialTimeout = c.timeout
+}
+
+// infoField returns the value of field name in an INFO reply.
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// masterNames returns the names in a SENTINEL MASTERS reply.
+func masterNames(masters []any) []string {
+	var names []string
+	for _, m := range masters {
+		var fields []any
+		switch m := m.(type) {
+		case []any:
+			fields = m
+		case map[any]any: // RESP3
+			if n, ok := m["name"].(string); ok {
+				names = append(names, n)
+			}
+			continue
+		}
+		for i := 0; i+1 < len(fields); i += 2 {
+			if k, _ := fields[i].(string); k == "name" {
+				if n, ok := fields[i+1].(string); ok {
+					names = append(names, n)
+				}
+			}
+		}
+	}
+	sort.Strings(names)
+	return names
 }
 
 // unreachable describes a failed first contact with the Redis at addr:
@@ -388,12 +547,12 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 		return err
 	}
 	t := targets[0]
-	rdb, ctx, done, err := c.open(ctx, getenv, stderr, false)
+	cn, ctx, done, err := c.open(ctx, getenv, stderr, false)
 	if err != nil {
 		return err
 	}
 	defer done()
-	store := core.NewRedisStore(rdb, core.WithPrefix(c.prefix))
+	store := core.NewRedisStore(cn.rdb, core.WithPrefix(c.prefix))
 	l, failed, err := limiter(store, p)
 	if err != nil {
 		return err
@@ -403,7 +562,7 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 		err = *failed
 	}
 	if err != nil {
-		return fmt.Errorf("redis at %s: %w", rdb.Options().Addr, err)
+		return fmt.Errorf("redis at %s: %w", cn.addr, err)
 	}
 	res := core.Result{Allowed: d.Allowed, Rules: d.Rules()}
 	var until time.Time
@@ -550,24 +709,24 @@ func reset(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
-	rdb, ctx, done, err := c.open(ctx, getenv, stderr, true)
+	cn, ctx, done, err := c.open(ctx, getenv, stderr, true)
 	if err != nil {
 		return err
 	}
 	defer done()
-	store := core.NewRedisStore(rdb, core.WithPrefix(c.prefix))
+	store := core.NewRedisStore(cn.rdb, core.WithPrefix(c.prefix))
 	l, _, err := limiter(store, p)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	for _, t := range targets {
 		keys := redisKeys(store, p.Name, t.key, p.Shards)
-		n, err := count(ctx, rdb, keys...)
+		n, err := count(ctx, cn.rdb, keys...)
 		if err == nil {
 			err = l.Reset(ctx, t.key)
 		}
 		if err != nil {
-			return fmt.Errorf("redis at %s: %w", rdb.Options().Addr, err)
+			return fmt.Errorf("redis at %s: %w", cn.addr, err)
 		}
 		name := strconv.Quote(t.key)
 		if kind != "key" {
@@ -584,7 +743,7 @@ func reset(ctx context.Context, args []string, getenv func(string) string, stdou
 		if n == 0 && p.Shards <= 1 {
 			// The policy may have shards that -shards did not name.
 			shard0 := redisKeys(store, p.Name, t.key, 2)[0]
-			if m, err := count(ctx, rdb, shard0); err == nil && m > 0 {
+			if m, err := count(ctx, cn.rdb, shard0); err == nil && m > 0 {
 				fmt.Fprintf(stderr, "ratekit reset: %s exists: the policy has Shards; reset again with -shards N\n", shard0)
 			}
 		}
@@ -594,8 +753,9 @@ func reset(ctx context.Context, args []string, getenv func(string) string, stdou
 
 // count returns how many of the Redis keys exist, each under the name of
 // every kind a policy keeps (keyKinds: sliding log, buckets, calendar
-// counts, lockout, leases).
-func count(ctx context.Context, rdb *redis.Client, keys ...string) (int64, error) {
+// counts, lockout, leases). On a Cluster go-redis sends each EXISTS to the
+// node of its slot.
+func count(ctx context.Context, rdb redis.UniversalClient, keys ...string) (int64, error) {
 	cmds, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, k := range keys {
 			// One key per EXISTS: the names of a key whose hash tag is
@@ -625,29 +785,48 @@ func policies(ctx context.Context, args []string, getenv func(string) string, st
 	if fs.NArg() != 0 {
 		return fmt.Errorf("%w: policies takes no arguments", errUsage)
 	}
-	rdb, ctx, done, err := c.open(ctx, getenv, stderr, false)
+	cn, ctx, done, err := c.open(ctx, getenv, stderr, false)
 	if err != nil {
 		return err
 	}
 	defer done()
 	found := map[string]*[len(keyKinds)]int{}
 	scanned := 0
-	iter := rdb.Scan(ctx, 0, escapeGlob(c.prefix)+":*", 1000).Iterator()
-	for scanned < *maxKeys && iter.Next(ctx) {
-		scanned++
-		name, kind, ok := parseKey(c.prefix, iter.Val())
-		if !ok {
-			continue
+	var mu sync.Mutex // the masters of a Cluster are scanned at once
+	scan := func(ctx context.Context, node redis.Cmdable) error {
+		iter := node.Scan(ctx, 0, escapeGlob(c.prefix)+":*", 1000).Iterator()
+		for iter.Next(ctx) {
+			mu.Lock()
+			if scanned >= *maxKeys {
+				mu.Unlock()
+				return nil
+			}
+			scanned++
+			if name, kind, ok := parseKey(c.prefix, iter.Val()); ok {
+				n := found[name]
+				if n == nil {
+					n = new([len(keyKinds)]int)
+					found[name] = n
+				}
+				n[kind]++
+			}
+			mu.Unlock()
 		}
-		n := found[name]
-		if n == nil {
-			n = new([len(keyKinds)]int)
-			found[name] = n
-		}
-		n[kind]++
+		return iter.Err()
 	}
-	if err := iter.Err(); err != nil {
-		return fmt.Errorf("redis at %s: %w", rdb.Options().Addr, err)
+	if cn.cluster != nil {
+		// Every master holds its slots' keys; replicas hold copies.
+		err = cn.cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			if err := scan(ctx, node); err != nil {
+				return fmt.Errorf("node %s: %w", node.Options().Addr, err)
+			}
+			return nil
+		})
+	} else {
+		err = scan(ctx, cn.rdb)
+	}
+	if err != nil {
+		return fmt.Errorf("redis at %s: %w", cn.addr, err)
 	}
 	names := make([]string, 0, len(found))
 	for name := range found {

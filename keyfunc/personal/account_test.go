@@ -22,7 +22,9 @@ func TestAccount(t *testing.T) {
 	}{
 		{"json username", nil, req{ctype: jsonType, body: `{"username":"Alice@Example.com"}`}, alice},
 		{"json email fallback", nil, req{ctype: jsonType, body: `{"email":"  ALICE@example.COM  "}`}, alice},
-		{"json username before email", nil, req{ctype: jsonType, body: `{"email":"bob@example.com","username":"alice@example.com"}`}, alice},
+		{"json username and email differ", nil, req{ctype: jsonType, body: `{"email":"bob@example.com","username":"alice@example.com"}`},
+			want{err: keyfunc.ErrInvalidKey, reason: "conflicting account names in request"}},
+		{"json username and email agree", nil, req{ctype: jsonType, body: `{"email":"alice@example.com","username":"ALICE@example.com"}`}, alice},
 		{"form", nil, req{ctype: "application/x-www-form-urlencoded", body: "username=alice%40EXAMPLE.com&password=x"}, alice},
 		{"fullwidth folded by NFKC", nil, req{ctype: jsonType, body: `{"username":"ａｌｉｃｅ@example.com"}`}, alice},
 		{"json number", personal.Account(personal.Cleartext(true)), req{ctype: jsonType, body: `{"username":1234}`}, want{key: "1234"}},
@@ -115,5 +117,52 @@ func TestPseudonym(t *testing.T) {
 		if got := personal.Pseudonym(tc.secret, tc.value); got != tc.want {
 			t.Errorf("Pseudonym(%q, %q) = %q, want %q", tc.secret, tc.value, got, tc.want)
 		}
+	}
+}
+
+// TestAccountIgnorables: default-ignorable code points (Unicode's
+// Default_Ignorable_Code_Point, which NFKC_Casefold drops) are invisible,
+// so a name holding them is the name without them: one test per class.
+func TestAccountIgnorables(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ class, name string }{
+		{"soft hyphen U+00AD", "al\u00adice"},
+		{"combining grapheme joiner U+034F", "al\u034fice"},
+		{"arabic letter mark U+061C", "al\u061cice"},
+		{"hangul fillers U+115F U+1160 U+3164 U+FFA0", "\u115fal\u1160i\u3164c\uffa0e"},
+		{"khmer inherent vowels U+17B4 U+17B5", "al\u17b4i\u17b5ce"},
+		{"mongolian variation selectors and vowel separator U+180B..U+180F", "a\u180bl\u180ci\u180dc\u180ee\u180f"},
+		{"zero width space U+200B", "al\u200bice"},
+		{"zero width non-joiner and joiner U+200C U+200D", "al\u200ci\u200dce"},
+		{"directional marks U+200E U+200F", "\u200ealice\u200f"},
+		{"bidi embeddings and overrides U+202A..U+202E", "\u202aal\u202bi\u202cc\u202de\u202e"},
+		{"word joiner U+2060", "al\u2060ice"},
+		{"invisible operators U+2061..U+2064", "a\u2061l\u2062i\u2063c\u2064e"},
+		{"bidi isolates U+2066..U+2069", "\u2066al\u2067i\u2068c\u2069e"},
+		{"deprecated format characters U+206A..U+206F", "a\u206al\u206fice"},
+		{"variation selectors U+FE00..U+FE0F", "al\ufe00ic\ufe0fe"},
+		{"zero width no-break space U+FEFF", "\ufeffalice"},
+		{"shorthand format controls U+1BCA0..U+1BCA3", "al\U0001bca0ice\U0001bca3"},
+		{"musical symbol format controls U+1D173..U+1D17A", "al\U0001d173ice\U0001d17a"},
+		{"tags U+E0001 U+E0020..U+E007F", "alice\U000e0001\U000e0041\U000e007f"},
+		{"variation selectors supplement U+E0100..U+E01EF", "al\U000e0100ice\U000e01ef"},
+		{"reserved default ignorables U+2065 U+FFF0 U+E0000", "al\u2065i\ufff0ce\U000e0000"},
+	} {
+		t.Run(tc.class, func(t *testing.T) {
+			t.Parallel()
+			got, err := personal.AccountKey(tc.name, personal.Cleartext(true))
+			if err != nil || got != "alice" {
+				t.Errorf("AccountKey(%+q) = %q, %v; want \"alice\"", tc.name, got, err)
+			}
+		})
+	}
+	// Only invisible characters: no name at all.
+	if got, err := personal.AccountKey("\u200b\u00ad\ufeff", personal.Cleartext(true)); !errors.Is(err, keyfunc.ErrInvalidKey) {
+		t.Errorf("AccountKey(invisible only) = %q, %v; want an error wrapping ErrInvalidKey", got, err)
+	}
+	// Visible characters that look alike stay apart: only what is
+	// invisible goes.
+	if got, _ := personal.AccountKey("al-ice", personal.Cleartext(true)); got != "al-ice" {
+		t.Errorf("AccountKey(\"al-ice\") = %q, want \"al-ice\"", got)
 	}
 }

@@ -9,7 +9,8 @@
 //
 // Phone numbers and account names are personal data, so the key is by
 // default a [Pseudonym] of the normalised value (the E.164 number, the
-// NFKC-normalised, trimmed, case-folded name): an HMAC, so that a dump of
+// NFKC-normalised, trimmed, case-folded name without invisible,
+// default-ignorable code points): an HMAC, so that a dump of
 // the store reveals no numbers or names. Set an app secret with [Secret],
 // the same on every instance, so that keys cannot be tested against
 // guesses either; [Cleartext] turns pseudonyms off. [PhoneKey] and
@@ -38,12 +39,17 @@
 //     number in request" or "no account name in request"): the value may
 //     be in the body in a shape this package does not read, and skipping
 //     the limit would let it through. Multipart bodies are refused too.
-//   - Sources are tried in the order given and the first that holds a
-//     value gives the key. But a JSON decoder sees only the JSON body and
-//     a form parser only the form body and the query: when the first value
-//     comes from one of these and a later source seen by the other names a
-//     different value, the request is refused, as different handlers would
-//     act on different values.
+//   - Every source is read, and every value found must name the same
+//     number or account once normalised: in two sources (a JSON body and
+//     the query, a header and a form), in two fields (Account's
+//     "username" and "email"), in a field repeated ("phone=A&phone=B") or
+//     spelt in another case ("PHONE="). Otherwise the request is refused
+//     with an error wrapping [keyfunc.ErrInvalidKey] (reason "conflicting
+//     phone numbers in request" or "conflicting account names in
+//     request"): a handler reads the field it was written to read, a
+//     JSON decoder only the JSON body, a form parser the form body and
+//     the query, so keying by one value would let a handler that acts on
+//     another through, in a bucket the client picked.
 //
 // Messages of these errors never quote the input, and [keyfunc.Reason]
 // gives a fixed text that may be shown to the client.

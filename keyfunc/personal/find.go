@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"slices"
 	"strings"
 
 	"github.com/ratekit/ratekit/keyfunc"
@@ -31,23 +30,47 @@ var (
 	errMultipart = withReason(fmt.Errorf("personal: multipart bodies are not supported: %w", keyfunc.ErrInvalidKey), "unsupported request body")
 )
 
-// key returns the key for the value t finds in r.
+// key returns the key for the value t finds in r: every source is read,
+// and every value found, in any source, in any field that a binder would
+// take for the one named, and every repetition of it, must name the same
+// thing once normalised; otherwise the request is refused with
+// t.errConflict, since a handler may read any of them. A request with no
+// value anywhere is [keyfunc.ErrNoKey], or t.errNone when its body is not
+// empty and a body source read it: the value may be in the body in a
+// shape that this package does not read, and skipping the limit then
+// would let it be bypassed.
 func (c *config) key(r keyfunc.Request, t *target) (string, error) {
 	l := lookup{c: c, t: t, r: r}
-	raw, other, err := l.find()
-	if err != nil {
-		return "", err
-	}
-	v, err := t.normalize(c, raw)
-	if err != nil {
-		return "", err
-	}
-	if other != "" && other != raw {
-		if o, err := t.normalize(c, other); err != nil || o != v {
-			return "", t.errConflict
+	var first, norm string // the first value found, and its normal form
+	for _, s := range c.sources {
+		vals, err := l.values(s)
+		if err != nil {
+			return "", err
+		}
+		for _, v := range vals {
+			v = strings.TrimSpace(v)
+			switch {
+			case v == "" || v == first:
+				continue
+			case first == "":
+				if norm, err = t.normalize(c, v); err != nil {
+					return "", err
+				}
+				first = v
+				continue
+			}
+			if n, err := t.normalize(c, v); err != nil || n != norm {
+				return "", t.errConflict
+			}
 		}
 	}
-	return c.finish(v), nil
+	if first == "" {
+		if len(l.text) > 0 {
+			return "", t.errNone
+		}
+		return "", keyfunc.ErrNoKey
+	}
+	return c.finish(norm), nil
 }
 
 // finish turns a normalised value into the key.
@@ -56,26 +79,6 @@ func (c *config) finish(v string) string {
 		return v
 	}
 	return Pseudonym(c.secret, v)
-}
-
-// Which handlers see a source. JSON decoders (json.NewDecoder(r.Body),
-// gin's ShouldBindJSON) see JSON fields and nothing else; form parsers
-// (r.FormValue, gin's and echo's form binders) see form fields and the
-// query; headers are read only by code written to read them.
-const (
-	famHeader = iota
-	famJSON
-	famForm
-)
-
-func (s source) family() int {
-	switch s.kind {
-	case srcJSON:
-		return famJSON
-	case srcForm, srcQuery:
-		return famForm
-	}
-	return famHeader
 }
 
 // lookup is one key function call's view of a request. The body is read
@@ -109,64 +112,35 @@ type formPair struct{ key, value string }
 // jsonSpace is white space as JSON defines it.
 const jsonSpace = " \t\r\n"
 
-// find returns the trimmed value of the first source that holds one and,
-// when that source is seen only by JSON decoders or only by form parsers,
-// the first value that a later source seen by the other kind of handler
-// holds ("" if none): a handler sees one or the other, so the caller
-// refuses the request unless the two name the same thing.
-//
-// With no value anywhere, find returns t.errNone when the body is not
-// empty and a body source was read, else [keyfunc.ErrNoKey]: the value may
-// be in the body in a shape that this package does not read, and skipping
-// the limit then would let it be bypassed.
-func (l *lookup) find() (val, other string, err error) {
-	srcs := l.c.sources
-	i := 0
-	for ; i < len(srcs); i++ {
-		v, err := l.value(srcs[i])
-		if err != nil {
-			return "", "", err
-		}
-		if val = strings.TrimSpace(v); val != "" {
-			break
-		}
-	}
-	if val == "" {
-		if len(l.text) > 0 {
-			return "", "", l.t.errNone
-		}
-		return "", "", keyfunc.ErrNoKey
-	}
-	fam := srcs[i].family()
-	if fam == famHeader {
-		return val, "", nil
-	}
-	for _, s := range srcs[i+1:] {
-		if f := s.family(); f == famHeader || f == fam {
-			continue
-		}
-		v, err := l.value(s)
-		if err != nil {
-			return "", "", err
-		}
-		if v = strings.TrimSpace(v); v != "" {
-			return val, v, nil
-		}
-	}
-	return val, "", nil
-}
-
-// value returns the raw value of one source, "" when it has none.
-func (l *lookup) value(s source) (string, error) {
+// values returns the raw values of one source: every value that a
+// handler reading it might take.
+func (l *lookup) values(s source) ([]string, error) {
 	switch s.kind {
 	case srcHeader:
-		return l.r.Header(s.name), nil
+		return l.r.Values(s.name), nil
 	case srcQuery:
-		return l.r.Query(s.name), nil
+		return l.queryValues(s.name), nil
 	case srcJSON:
-		return l.jsonValue(s.name)
+		return l.jsonValues(s.name)
 	}
-	return l.formValue(s.name)
+	return l.formValues(s.name)
+}
+
+// queryValues returns the values of query parameter name: the first, as
+// the framework parses the query (Request.Query), and every parameter
+// whose name is name in any case (echo's binder falls back to one), as
+// url.ParseQuery parses the whole query string when the view gives it
+// (keyfunc.RawQuerier).
+func (l *lookup) queryValues(name string) []string {
+	vals := []string{l.r.Query(name)}
+	if rq, ok := l.r.(keyfunc.RawQuerier); ok {
+		for _, p := range parseForm(rq.RawQuery()) {
+			if strings.EqualFold(p.key, name) {
+				vals = append(vals, p.value)
+			}
+		}
+	}
+	return vals
 }
 
 // readBody reads the body once. A body the request cannot provide (gRPC,
@@ -189,79 +163,63 @@ func (l *lookup) readBody() error {
 	return nil
 }
 
-// jsonValue returns the value of field name in a JSON object body.
-func (l *lookup) jsonValue(name string) (string, error) {
+// jsonValues returns the values of field name in a JSON object body.
+func (l *lookup) jsonValues(name string) ([]string, error) {
 	if err := l.readBody(); err != nil {
-		return "", err
+		return nil, err
 	}
 	switch {
 	case len(l.text) == 0:
-		return "", nil
+		return nil, nil
 	case isMultipart(l.mt):
 		// A multipart body may open with a preamble that looks like
 		// JSON; its parts are what form parsers see.
-		return "", errMultipart
+		return nil, errMultipart
 	case l.text[0] != '{':
 		if isJSONType(l.mt) {
-			return "", errJSON
+			return nil, errJSON
 		}
-		return "", nil
+		return nil, nil
 	}
 	if !l.jsonDone {
 		l.jsonDone = true
 		l.jsonKV, l.jsonErr = parseJSONObject(l.text)
 	}
 	if l.jsonErr != nil {
-		return "", l.jsonErr
+		return nil, l.jsonErr
 	}
-	return jsonField(l.jsonKV, name)
+	return jsonFields(l.jsonKV, name)
 }
 
-// formValue returns the value of field name in a form body.
-func (l *lookup) formValue(name string) (string, error) {
+// formValues returns the values of field name in a form body: every
+// field whose name is name in any case (echo's binder falls back to one
+// when the exact name is missing), each repetition.
+func (l *lookup) formValues(name string) ([]string, error) {
 	if err := l.readBody(); err != nil {
-		return "", err
+		return nil, err
 	}
 	switch {
 	case len(l.text) == 0:
-		return "", nil
+		return nil, nil
 	case isMultipart(l.mt):
-		return "", errMultipart
+		return nil, errMultipart
 	case !strings.EqualFold(l.mt, "application/x-www-form-urlencoded"):
-		return "", nil
+		return nil, nil
 	}
 	// A form-labelled body is parsed as a form even when it also reads
 	// as a JSON object: form parsers go by the label, and what they see
-	// must agree with what the JSON source sees (see find).
+	// must agree with what the JSON source sees.
 	if !l.formDone {
 		l.formDone = true
 		l.formKV = parseForm(string(l.body))
 	}
+	var vals []string
 	for _, p := range l.formKV {
-		if p.key == name {
-			return p.value, nil
+		if strings.EqualFold(p.key, name) {
+			vals = append(vals, p.value)
 		}
 	}
-	// Form parsers add the query after the body: there the exact name
-	// comes before a body field spelt in another case.
-	if strings.TrimSpace(l.r.Query(name)) != "" {
-		return "", nil
-	}
-	// echo's binder falls back to a field whose name differs only in
-	// case, picking any one of them: their first values must agree.
-	var keys []string // the fields matched so far
-	var v string
-	for _, p := range l.formKV {
-		if !strings.EqualFold(p.key, name) || slices.Contains(keys, p.key) {
-			continue
-		}
-		if len(keys) > 0 && p.value != v {
-			return "", l.t.errConflict
-		}
-		keys = append(keys, p.key)
-		v = p.value
-	}
-	return v, nil
+	return vals, nil
 }
 
 // parseForm splits a URL-encoded form as url.ParseQuery does, dropping
@@ -316,29 +274,31 @@ func parseJSONObject(body []byte) ([]jsonPair, error) {
 	return kv, nil
 }
 
-// jsonField returns the value encoding/json would decode into a string
-// field called name: every member whose key matches, exactly or
-// case-insensitively, overwrites it, and null leaves it unchanged. A
-// number counts as its text.
-func jsonField(kv []jsonPair, name string) (string, error) {
-	var v string
+// jsonFields returns the values of every member of kv whose key is name,
+// exactly or in another case: encoding/json decodes any of them into a
+// string field called name (the last one wins), and another decoder may
+// take another. null is no value; a number counts as its text.
+func jsonFields(kv []jsonPair, name string) ([]string, error) {
+	var vals []string
 	for _, p := range kv {
 		if p.key != name && !strings.EqualFold(p.key, name) {
 			continue
 		}
 		switch c := p.raw[0]; {
 		case c == '"':
+			var v string
 			if err := json.Unmarshal(p.raw, &v); err != nil {
-				return "", errJSON
+				return nil, errJSON
 			}
+			vals = append(vals, v)
 		case c == '-' || '0' <= c && c <= '9':
-			v = string(p.raw)
+			vals = append(vals, string(p.raw))
 		case c == 'n':
 		default:
-			return "", errJSONType
+			return nil, errJSONType
 		}
 	}
-	return v, nil
+	return vals, nil
 }
 
 // mediaType returns the media type of a Content-Type value, without

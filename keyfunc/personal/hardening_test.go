@@ -50,8 +50,8 @@ func TestJSONBodyWhateverContentType(t *testing.T) {
 }
 
 // TestFormFieldAnyCase: echo's binder fills a "phone" field from
-// "PHONE=", so form fields match in any case; an exact match, in the body
-// or then in the query, comes first, as form parsers see it first.
+// "PHONE=", so form fields match in any case; every field that matches
+// must name the same number.
 func TestFormFieldAnyCase(t *testing.T) {
 	t.Parallel()
 	phone := personal.Phone(personal.Cleartext(true), personal.DefaultRegion("CN"))
@@ -70,9 +70,10 @@ func TestFormFieldAnyCase(t *testing.T) {
 			req{ctype: formType, body: "MOBILE=13800138000"}, want{key: "+8613800138000"}},
 		{"account username", account, req{ctype: formType, body: "USERNAME=Alice&password=x"}, want{key: "alice"}},
 		{"account email", account, req{ctype: formType, body: "Email=Alice%40example.com&password=x"}, want{key: "alice@example.com"}},
-		{"exact name first", phone, req{ctype: formType, body: "PHONE=%2B12025550143&phone=13800138000"}, want{key: "+8613800138000"}},
-		{"exact name in query first", phone, req{target: "/?phone=13800138000", ctype: formType, body: "PHONE=%2B12025550143"}, want{key: "+8613800138000"}},
-		{"one field repeated", phone, req{ctype: formType, body: "PHONE=13800138000&PHONE=%2B12025550143"}, want{key: "+8613800138000"}},
+		{"exact name and another spelling", phone, req{ctype: formType, body: "PHONE=%2B12025550143&phone=13800138000"}, conflict},
+		{"exact name in query and another spelling", phone, req{target: "/?phone=13800138000", ctype: formType, body: "PHONE=%2B12025550143"}, conflict},
+		{"one field repeated", phone, req{ctype: formType, body: "PHONE=13800138000&PHONE=%2B12025550143"}, conflict},
+		{"one field repeated, one number", phone, req{ctype: formType, body: "phone=13800138000&phone=%2B86%20138%200013%208000"}, want{key: "+8613800138000"}},
 		{"spellings agree", phone, req{ctype: formType, body: "PHONE=13800138000&Phone=13800138000"}, want{key: "+8613800138000"}},
 		{"spellings disagree", phone, req{ctype: formType, body: "PHONE=13800138000&Phone=%2B12025550143"}, conflict},
 	}
@@ -161,9 +162,11 @@ func TestBodyWithoutValueRefused(t *testing.T) {
 }
 
 // TestConflictingSourcesRefused: a JSON decoder sees only the JSON body, a
-// form parser only the form body and the query. When they would see
-// different values the request is refused: keying by either lets the
-// other through.
+// form parser the form body and the query, and a handler reads the
+// field it was written to read, which may be any of the sources. When two
+// sources, two fields or two values of one field name different values
+// the request is refused: keying by one lets a handler that reads another
+// through.
 func TestConflictingSourcesRefused(t *testing.T) {
 	t.Parallel()
 	phone := personal.Phone(personal.Cleartext(true), personal.DefaultRegion("CN"))
@@ -185,8 +188,27 @@ func TestConflictingSourcesRefused(t *testing.T) {
 		{"json email and query username", account, req{target: "/login?username=mallory", ctype: jsonType, body: `{"email":"alice@example.com"}`}, accountConflict},
 		{"json username and query email", account, req{target: "/login?email=mallory", ctype: jsonType, body: `{"username":"alice"}`}, accountConflict},
 		{"json and query name one account", account, req{target: "/login?username=ALICE", ctype: jsonType, body: `{"username":" Alice "}`}, want{key: "alice"}},
-		{"header wins over both", personal.Phone(personal.Cleartext(true), personal.Header("X-Phone"), personal.Field("phone"), personal.DefaultRegion("CN")),
-			req{target: "/?phone=%2B12025550143", ctype: jsonType, body: `{"phone":"+44 20 7946 0958"}`, headers: []string{"X-Phone", "13800138000"}}, want{key: "+8613800138000"}},
+		{"header and both others", personal.Phone(personal.Cleartext(true), personal.Header("X-Phone"), personal.Field("phone"), personal.DefaultRegion("CN")),
+			req{target: "/?phone=%2B12025550143", ctype: jsonType, body: `{"phone":"+44 20 7946 0958"}`, headers: []string{"X-Phone", "13800138000"}}, phoneConflict},
+		{"header and body agree", personal.Phone(personal.Cleartext(true), personal.Header("X-Phone"), personal.Field("phone"), personal.DefaultRegion("CN")),
+			req{ctype: jsonType, body: `{"phone":"+86 138 0013 8000"}`, headers: []string{"X-Phone", "13800138000"}}, want{key: "+8613800138000"}},
+		{"header repeated", personal.Phone(personal.Header("X-Phone"), personal.DefaultRegion("CN")),
+			req{headers: []string{"X-Phone", "13800138000", "X-Phone", "+12025550143"}}, phoneConflict},
+
+		// Issue 20, item 7: an app that reads one field never sees the
+		// other, so the other must not pick the bucket.
+		{"json email and username", account, req{ctype: jsonType, body: `{"email":"alice@example.com","username":"x1"}`}, accountConflict},
+		{"json username and email", account, req{ctype: jsonType, body: `{"username":"x2","email":"alice@example.com"}`}, accountConflict},
+		{"form email and username", account, req{ctype: formType, body: "email=alice%40example.com&username=x1&password=guess"}, accountConflict},
+		{"json email and username agree", account, req{ctype: jsonType, body: `{"email":"Alice@example.com","username":"alice@example.com"}`}, want{key: "alice@example.com"}},
+		{"json field repeated", phone, req{ctype: jsonType, body: `{"phone":"13800138000","phone":"+12025550143"}`}, phoneConflict},
+		{"json field in two cases", phone, req{ctype: jsonType, body: `{"phone":"13800138000","PHONE":"+12025550143"}`}, phoneConflict},
+		{"json field null beside a number", phone, req{ctype: jsonType, body: `{"phone":"13800138000","Phone":null}`}, want{key: "+8613800138000"}},
+		{"query and form", phone, req{target: "/sms?phone=13800138000", ctype: formType, body: "phone=%2B12025550143"}, phoneConflict},
+		{"query repeated", phone, req{target: "/sms?phone=13800138000&phone=%2B12025550143"}, phoneConflict},
+		{"query in two cases", phone, req{target: "/sms?phone=13800138000&Phone=%2B12025550143"}, phoneConflict},
+		{"query repeated, one number", phone, req{target: "/sms?phone=13800138000&phone=8613800138000"}, want{key: "+8613800138000"}},
+		{"query and form agree", phone, req{target: "/sms?phone=13800138000", ctype: formType, body: "phone=%2B8613800138000"}, want{key: "+8613800138000"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -53,45 +53,50 @@ type source struct {
 	name string
 }
 
-// Header adds a request header as a source. Sources are tried in the
-// order given and the first that holds a value is used; giving any source
-// replaces the defaults (see [Phone] and [Account]).
+// Header adds a request header as a source: every value of it (a
+// repeated header line is a second value). Every source given is read,
+// and all the values they hold must name one number or account (see the
+// package documentation); giving any source replaces the defaults (see
+// [Phone] and [Account]).
 func Header(name string) Option {
 	name = textproto.CanonicalMIMEHeaderKey(name)
 	return func(c *config) { c.sources = append(c.sources, source{srcHeader, name}) }
 }
 
 // JSON adds a top-level field of a JSON object body as a source. The
-// value may be a string or a number. The field name is matched as
-// encoding/json matches struct fields: exactly or else case-insensitively,
-// the last match winning. A body that is a JSON object is read whatever
-// its Content-Type (application/json, text/plain, a form type or none),
-// because json.NewDecoder(r.Body) ignores the header; a body labelled as
-// JSON that is not an object is an error wrapping [keyfunc.ErrInvalidKey].
-// Sources are tried in the order given; giving any source replaces the
-// defaults.
+// value may be a string or a number; null is none. The field name is
+// matched as encoding/json matches struct fields, exactly or
+// case-insensitively, and every member that matches counts (encoding/json
+// keeps the last, another decoder may keep the first): all must agree. A
+// body that is a JSON object is read whatever its Content-Type
+// (application/json, text/plain, a form type or none), because
+// json.NewDecoder(r.Body) ignores the header; a body labelled as JSON
+// that is not an object is an error wrapping [keyfunc.ErrInvalidKey].
+// Giving any source replaces the defaults.
 func JSON(field string) Option {
 	return func(c *config) { c.sources = append(c.sources, source{srcJSON, field}) }
 }
 
 // Form adds a field of an application/x-www-form-urlencoded body as a
-// source, read as the form parsers of net/http, gin and echo read it: the
-// first value of the field; failing an exact match, a field whose name
-// differs only in case (echo's binder fills a "phone" field from
-// "PHONE="), unless the query holds the exact name, which those parsers
-// see first. A body is parsed as a form when, and only when, its
+// source: every value of every field whose name is the name given in
+// any case (net/http and gin read the first value of the exact name,
+// echo's binder falls back to a field in another case, "PHONE="), which
+// must all agree. A body is parsed as a form when, and only when, its
 // Content-Type says so, as form parsers go by the label; if such a body
 // also reads as a JSON object, the two readings must not name different
-// values (see the package documentation). A multipart/form-data body is not supported and is an error
-// wrapping [keyfunc.ErrInvalidKey], so that it cannot be used to slip past
-// the limit. Sources are tried in the order given; giving any source
-// replaces the defaults.
+// values (see the package documentation). A multipart/form-data body is
+// not supported and is an error wrapping [keyfunc.ErrInvalidKey], so that
+// it cannot be used to slip past the limit. Giving any source replaces
+// the defaults.
 func Form(field string) Option {
 	return func(c *config) { c.sources = append(c.sources, source{srcForm, field}) }
 }
 
-// Query adds a query parameter as a source. Sources are tried in the
-// order given; giving any source replaces the defaults.
+// Query adds a query parameter as a source: every value of every
+// parameter whose name is the name given in any case, which must all
+// agree (the whole query is read where the request view gives it,
+// keyfunc.RawQuerier, as every ratekit adapter's does). Giving any source
+// replaces the defaults.
 func Query(name string) Option {
 	return func(c *config) { c.sources = append(c.sources, source{srcQuery, name}) }
 }
@@ -99,8 +104,7 @@ func Query(name string) Option {
 // Field adds [JSON](name), [Form](name) and [Query](name), in that order:
 // the places where common binders look for a field (gin's ShouldBind,
 // echo's Bind, json.NewDecoder(r.Body), [net/http.Request.FormValue]).
-// Sources are tried in the order given; giving any source replaces the
-// defaults.
+// Giving any source replaces the defaults.
 func Field(name string) Option {
 	return func(c *config) {
 		c.sources = append(c.sources, source{srcJSON, name}, source{srcForm, name}, source{srcQuery, name})

@@ -48,7 +48,9 @@ var phone = &target{
 //     ([phonenumbers.IsValidNumber]);
 //   - a body that is not empty but holds no number where a body source
 //     looks, with no number in any other source either;
-//   - a JSON body and a form or query source naming different numbers;
+//   - two sources, fields or values naming different numbers: a JSON body
+//     and the query, the query and a form body, "phone=A&phone=B" (see the
+//     package documentation);
 //   - an oversized or malformed body, and a multipart body.
 //
 // Phone panics only for invalid options, at construction.

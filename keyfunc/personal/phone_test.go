@@ -103,6 +103,7 @@ func TestPhoneSources(t *testing.T) {
 	invalid := want{err: keyfunc.ErrInvalidKey}
 	noNumber := want{err: keyfunc.ErrInvalidKey, reason: "no phone number in request"}
 	malformed := want{err: keyfunc.ErrInvalidKey, reason: "malformed request body"}
+	conflict := want{err: keyfunc.ErrInvalidKey, reason: "conflicting phone numbers in request"}
 	region := personal.DefaultRegion("CN")
 	clear := personal.Cleartext(true)
 	const (
@@ -123,7 +124,8 @@ func TestPhoneSources(t *testing.T) {
 		{"default json sent as text/plain", nil, req{ctype: "text/plain", body: "\n{\"phone\":\"13800138000\"}"}, ok},
 		{"default json number", nil, req{ctype: jsonType, body: `{"phone":8613800138000}`}, ok},
 		{"default json field case-insensitive", nil, req{ctype: jsonType, body: `{"PHONE":"13800138000"}`}, ok},
-		{"default json last match wins", nil, req{ctype: jsonType, body: `{"phone":"+1 202-555-0143","Phone":"13800138000"}`}, ok},
+		{"default json matches disagree", nil, req{ctype: jsonType, body: `{"phone":"+1 202-555-0143","Phone":"13800138000"}`}, conflict},
+		{"default json matches agree", nil, req{ctype: jsonType, body: `{"phone":"+86 138 0013 8000","Phone":"13800138000"}`}, ok},
 		{"default json null ignored", nil, req{ctype: jsonType, body: `{"phone":"13800138000","phone":null}`}, ok},
 		{"default json nested ignored", nil, req{ctype: jsonType, body: `{"user":{"phone":"+1 202-555-0143"},"phone":"13800138000"}`}, ok},
 		{"default json escaped", nil, req{ctype: jsonType, body: `{"phone":"\u002b86 138 0013 8000"}`}, ok},
@@ -138,9 +140,9 @@ func TestPhoneSources(t *testing.T) {
 		{"default json bool", nil, req{ctype: jsonType, body: `{"phone":true}`}, malformed},
 		{"default json invalid number", nil, req{ctype: jsonType, body: `{"phone":"12345"}`}, want{err: keyfunc.ErrInvalidKey, reason: "invalid phone number"}},
 		{"default form", nil, req{ctype: formType, body: "name=x&phone=%2B86+138-0013-8000"}, ok},
-		{"default form first value", nil, req{ctype: formType, body: "phone=13800138000&phone=bad"}, ok},
+		{"default form second value bad", nil, req{ctype: formType, body: "phone=13800138000&phone=bad"}, conflict},
 		{"default form missing uses query", nil, req{target: "/?phone=13800138000", ctype: formType, body: "name=x"}, ok},
-		{"default form body wins over query", nil, req{target: "/?phone=%2B12025550143", ctype: formType, body: "phone=13800138000"}, ok},
+		{"default form body and query disagree", nil, req{target: "/?phone=%2B12025550143", ctype: formType, body: "phone=13800138000"}, conflict},
 		{"default form bad pairs skipped", nil, req{ctype: formType, body: "a=%zz&b;c=1&phone=13800138000"}, ok},
 		{"default multipart refused", nil, req{ctype: "multipart/form-data; boundary=x", body: "--x\r\n"}, want{err: keyfunc.ErrInvalidKey, reason: "unsupported request body"}},
 		{"default query", nil, req{target: "/?phone=13800138000"}, ok},
@@ -158,8 +160,9 @@ func TestPhoneSources(t *testing.T) {
 		{"json field", personal.Phone(clear, personal.JSON("mobile"), region), req{ctype: jsonType, body: `{"mobile":"13800138000"}`}, ok},
 		{"json ignores form", personal.Phone(clear, personal.JSON("phone"), region), req{ctype: formType, body: "phone=13800138000"}, noNumber},
 		{"field", personal.Phone(clear, personal.Field("mobile"), region), req{target: "/?mobile=13800138000"}, ok},
-		{"sources in order", personal.Phone(clear, personal.Header("X-Phone"), personal.Query("phone"), region), req{target: "/?phone=%2B12025550143", headers: []string{"X-Phone", "13800138000"}}, ok},
-		{"header before body", personal.Phone(clear, personal.Header("X-Phone"), personal.Field("phone"), region), req{ctype: jsonType, body: `{"phone":"+1 202-555-0143"}`, headers: []string{"X-Phone", "13800138000"}}, ok},
+		{"sources disagree", personal.Phone(clear, personal.Header("X-Phone"), personal.Query("phone"), region), req{target: "/?phone=%2B12025550143", headers: []string{"X-Phone", "13800138000"}}, conflict},
+		{"header and body disagree", personal.Phone(clear, personal.Header("X-Phone"), personal.Field("phone"), region), req{ctype: jsonType, body: `{"phone":"+1 202-555-0143"}`, headers: []string{"X-Phone", "13800138000"}}, conflict},
+		{"header and query agree", personal.Phone(clear, personal.Header("X-Phone"), personal.Query("phone"), region), req{target: "/?phone=%2B8613800138000", headers: []string{"X-Phone", "13800138000"}}, ok},
 		{"next source when first empty", personal.Phone(clear, personal.Header("X-Phone"), personal.Query("phone"), region), req{target: "/?phone=13800138000"}, ok},
 		{"invalid first source is not skipped", personal.Phone(clear, personal.Header("X-Phone"), personal.Query("phone"), region), req{target: "/?phone=13800138000", headers: []string{"X-Phone", "nonsense"}}, invalid},
 		{"body over max", personal.Phone(clear, personal.MaxBody(16), region), req{ctype: jsonType, body: `{"phone":"13800138000"}`}, want{err: keyfunc.ErrInvalidKey, reason: "request body too large"}},
@@ -179,23 +182,33 @@ func TestPhoneSources(t *testing.T) {
 
 // TestPhoneHandlerView checks that Phone keys a request by the number the
 // handler's own parsing (r.FormValue) sees, so moving the number to the
-// query string cannot skip the limit.
+// query string cannot skip the limit; where the handler's parsers could
+// see different numbers, the request is refused.
 func TestPhoneHandlerView(t *testing.T) {
 	t.Parallel()
 	f := personal.Phone(personal.Cleartext(true), personal.DefaultRegion("CN"))
-	for _, tc := range []struct{ name, target, body string }{
-		{"body", "/sms", "phone=13800138000"},
-		{"query", "/sms?phone=13800138000", "x=1"},
-		{"both", "/sms?phone=%2B12025550143", "phone=13800138000"},
-		{"body in another case", "/sms", "PHONE=13800138000"},
-		{"query beats body in another case", "/sms?phone=13800138000", "PHONE=%2B12025550143"},
-		{"leading white space is part of the first name", "/sms", "\nphone=%2B12025550143&phone=13800138000"},
+	for _, tc := range []struct {
+		name, target, body string
+		conflict           bool
+	}{
+		{"body", "/sms", "phone=13800138000", false},
+		{"query", "/sms?phone=13800138000", "x=1", false},
+		{"both", "/sms?phone=%2B12025550143", "phone=13800138000", true},
+		{"body in another case", "/sms", "PHONE=13800138000", false},
+		{"query and body in another case", "/sms?phone=13800138000", "PHONE=%2B12025550143", true},
+		{"leading white space is part of the first name", "/sms", "\nphone=%2B12025550143&phone=13800138000", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			r := httptest.NewRequest("POST", tc.target, strings.NewReader(tc.body))
 			r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 			got, err := f(keyfunc.FromHTTP(r, ""))
+			if tc.conflict {
+				if !errors.Is(err, keyfunc.ErrInvalidKey) || keyfunc.Reason(err) != "conflicting phone numbers in request" {
+					t.Errorf("Phone() = %q, %v; want a refusal of conflicting numbers", got, err)
+				}
+				return
+			}
 			if err != nil {
 				t.Fatalf("Phone: %v", err)
 			}
