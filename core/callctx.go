@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"runtime"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,14 +12,17 @@ import (
 // A store call's timeout means the store did not answer, not that this
 // process was too busy to read an answer that came. A process whose CPU
 // is saturated (a login server hashing every guess of a brute-force
-// attack) schedules the goroutine that reads a reply long after the reply
-// arrived; a timeout that fired then would switch the limiter to its
-// failure policy while the store is healthy. So the wait of a store call
-// ends at its timeout only when the process was responsive: when the
-// timeout is noticed late, or the scheduler is slow to give a goroutine
-// the CPU back, the process is starved, and the wait goes on (for as long
-// as the starvation lasted, at least the timeout again) and is judged
-// anew, up to maxStarved past the timeout.
+// attack) notices a reply and schedules the goroutine that reads it long
+// after the reply arrived; a timeout that fired then would switch the
+// limiter to its failure policy while the store is healthy. So when a
+// call's timeout falls due, it is judged: if the timeout was noticed late,
+// or the scheduler is busy (every P running with goroutines waiting, or
+// slow to run a goroutine that yields), or was so for any call lately,
+// the process is starved, and the call
+// waits on, twice as long as the process was held up (plus the time a
+// busy scheduler takes to notice a reply), and is judged again, up to
+// maxStarved past the timeout. Only a call judged in a responsive
+// process times out.
 
 // maxStarved bounds how far past its timeout a store call waits while
 // the process is starved: a store that truly does not answer then costs
@@ -146,21 +150,18 @@ func (c *callCtx) expire() {
 	parentDone := callerErr(c.Context, now) != nil
 	c.mu.Unlock()
 
-	var lag time.Duration
-	starved := false
+	var wait time.Duration // how much longer to wait; 0: the call times out
 	if !parentDone && now.Before(hard) {
-		lag = starvation(late, starvedAfter(timeout))
-		starved = lately.starved(lag >= starvedAfter(timeout), time.Now(), timeout)
+		wait = lately.judge(starvation(late, starvedAfter(timeout)), time.Now(), timeout)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.gen != gen || !c.armed || c.expired {
 		return // the call ended meanwhile
 	}
-	if starved {
-		// A reply may be waiting for a goroutine to read it: give it as
-		// long again as the process was held up, at least the timeout.
-		next := minTime(time.Now().Add(max(lag, timeout)), hard)
+	if wait > 0 {
+		// A reply may be waiting for a goroutine to read it.
+		next := minTime(time.Now().Add(wait), hard)
 		c.target = next
 		c.timer.Reset(time.Until(next))
 		return
@@ -169,54 +170,159 @@ func (c *callCtx) expire() {
 	close(c.ch)
 }
 
-// lately remembers when the process was last seen starved, by any call:
-// one quick yield in a process that is starved most of the time says
-// little, so a call is judged responsive only once no call has seen
-// starvation for a while.
+// lately remembers when the process was last seen busy, by any call: on
+// a saturated CPU one quick turn of the scheduler says little, so a call
+// is judged responsive only once no call has seen the scheduler busy for
+// a while.
 var lately starvedSince
 
-type starvedSince struct{ at atomic.Int64 } // unix nanoseconds
-
-// starved records whether a judgement at now saw starvation, and reports
-// whether the process counts as starved: it did now, or some call saw it
-// within the last starvedMemory(timeout).
-func (s *starvedSince) starved(seen bool, now time.Time, timeout time.Duration) bool {
-	if seen {
-		s.at.Store(now.UnixNano())
-		return true
-	}
-	at := s.at.Load()
-	return at != 0 && now.UnixNano()-at < int64(starvedMemory(timeout))
+type starvedSince struct {
+	at  atomic.Int64 // unix nanoseconds of the last sighting
+	lag atomic.Int64 // its wait to run, nanoseconds
 }
 
-// starvedMemory is how long a sighting of starvation keeps the process
-// counted as starved: five timeouts, at least 100 ms.
+// netpollDelay is how late a busy Go scheduler may notice that a reply
+// has come: with every P running, the network is polled by sysmon, every
+// 10 ms.
+const netpollDelay = 10 * time.Millisecond
+
+// judge returns how much longer a call of timeout waits for its answer
+// at now, given a measurement of the scheduler (see starvation); 0 when
+// the call times out. With limit = starvedAfter(timeout):
+//   - a timeout noticed late by limit or more (the process was held up,
+//     by the OS or the runtime) waits twice as long again;
+//   - a busy scheduler (every P running with goroutines waiting, or slow
+//     by limit or more to run a goroutine that yields) notices and reads
+//     a reply late: the call waits twice the scheduler's delay plus
+//     netpollDelay, and so does every call judged within
+//     starvedMemory(timeout), even one that finds the scheduler quick.
+func (s *starvedSince) judge(m schedState, now time.Time, timeout time.Duration) time.Duration {
+	limit := starvedAfter(timeout)
+	run, busy := m.run, m.busy || m.run >= limit
+	if busy {
+		s.at.Store(now.UnixNano())
+		s.lag.Store(int64(run))
+	} else if at := s.at.Load(); at != 0 && now.UnixNano()-at < int64(starvedMemory(timeout)) {
+		run, busy = max(run, time.Duration(s.lag.Load())), true
+	}
+	var wait time.Duration
+	if m.late >= limit {
+		wait = 2 * m.late
+	}
+	if busy {
+		wait = max(wait, 2*run+netpollDelay)
+	}
+	return wait
+}
+
+// starvedMemory is how long a sighting of a busy scheduler keeps the
+// process counted as starved: five timeouts, at least 100 ms.
 func starvedMemory(timeout time.Duration) time.Duration {
 	return max(100*time.Millisecond, 5*timeout)
 }
 
-// starvation returns how long the process is held up before a runnable
-// goroutine gets the CPU: late, how late a timer was noticed, or, when
-// that is below limit, how long the scheduler takes to run this
-// goroutine again after it yields, a few times over. A process with an idle CPU answers in
-// microseconds; one whose CPU is saturated puts the goroutine behind
-// every other runnable one.
-func starvation(late, limit time.Duration) time.Duration {
+// schedState is a measurement of the scheduler when a call's timeout
+// falls due.
+type schedState struct {
+	late time.Duration // how late the timeout was noticed
+	run  time.Duration // how long the scheduler took to run a goroutine that yielded
+	busy bool          // every P was running, with goroutines waiting
+}
+
+// starvation measures the scheduler for a timeout noticed late: when late
+// is below limit, how long the scheduler takes to run a goroutine again
+// after it yields, a few times over, and whether every P is then running
+// with goroutines waiting to run. A process whose CPU is idle answers in
+// microseconds; on a saturated one each yield waits for some goroutine's
+// time slice to end, and a reply waits for the network to be polled.
+// Calls whose timeouts fall due together share one measurement, so that
+// their own goroutines do not make each other wait.
+func starvation(late, limit time.Duration) schedState {
 	if late >= limit {
-		return late
+		return schedState{late: late}
 	}
-	// A few yields, as a reply takes a few turns of the scheduler to be
-	// read and handed over: on a full CPU each waits for some goroutine's
-	// time slice to end, so together they see what one may not.
+	m := probe.measure()
+	m.late = late
+	return m
+}
+
+// starvationYields is how many times a measurement yields.
+const starvationYields = 3
+
+// probeFresh is how long a measurement serves the calls judged after it.
+const probeFresh = time.Millisecond
+
+// probeSettle is how long a measurement waits to see every P still busy.
+const probeSettle = 500 * time.Microsecond
+
+// allBusy reads samples (GOMAXPROCS, goroutines running and runnable)
+// and reports whether every P runs a goroutine and more wait to run.
+func allBusy(samples []metrics.Sample) bool {
+	metrics.Read(samples)
+	for _, s := range samples {
+		if s.Value.Kind() != metrics.KindUint64 {
+			return false
+		}
+	}
+	return samples[1].Value.Uint64() >= samples[0].Value.Uint64() && samples[2].Value.Uint64() > 0
+}
+
+// probe measures the scheduler for every call: one measurement at a
+// time, which the calls judged meanwhile wait for, parked.
+var probe schedProbe
+
+type schedProbe struct {
+	mu      sync.Mutex
+	cur     *probeRun  // the measurement under way, if any
+	last    time.Time  // when the last one ended
+	lastRun schedState // what it found
+	samples []metrics.Sample
+}
+
+type probeRun struct {
+	done chan struct{}
+	m    schedState
+}
+
+func (p *schedProbe) measure() schedState {
+	p.mu.Lock()
+	if time.Since(p.last) < probeFresh {
+		m := p.lastRun
+		p.mu.Unlock()
+		return m
+	}
+	if r := p.cur; r != nil {
+		p.mu.Unlock()
+		<-r.done
+		return r.m
+	}
+	r := &probeRun{done: make(chan struct{})}
+	p.cur = r
+	if p.samples == nil {
+		p.samples = []metrics.Sample{{Name: "/sched/gomaxprocs:threads"},
+			{Name: "/sched/goroutines/running:goroutines"}, {Name: "/sched/goroutines/runnable:goroutines"}}
+	}
+	samples := p.samples // this measurement's alone until it ends
+	p.mu.Unlock()
 	t := time.Now()
 	for range starvationYields {
 		runtime.Gosched()
 	}
-	return max(late, time.Since(t))
+	r.m.run = time.Since(t)
+	// Every P running with goroutines waiting, and still so a moment
+	// later, once the goroutines of the calls judged together (whose
+	// timers fire together) have parked: the process's own load.
+	r.m.busy = allBusy(samples)
+	if r.m.busy {
+		time.Sleep(probeSettle)
+		r.m.busy = allBusy(samples)
+	}
+	p.mu.Lock()
+	p.cur, p.last, p.lastRun = nil, time.Now(), r.m
+	p.mu.Unlock()
+	close(r.done)
+	return r.m
 }
-
-// starvationYields is how many times starvation yields.
-const starvationYields = 3
 
 // callerErr returns the error of a caller's context that is done, or
 // whose deadline has passed at now though its timer has not fired yet.

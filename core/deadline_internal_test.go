@@ -130,6 +130,7 @@ func TestStarvationSeen(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	const limit = 5 * time.Millisecond
 	idle := starvation(0, limit)
+	time.Sleep(2 * probeFresh)
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	for range 8 {
@@ -139,17 +140,48 @@ func TestStarvationSeen(t *testing.T) {
 		})
 	}
 	time.Sleep(20 * time.Millisecond) // every spinner running
-	var busy time.Duration
+	var busy schedState
 	for range 5 {
-		busy = max(busy, starvation(0, limit))
+		m := starvation(0, limit)
+		busy.run, busy.busy = max(busy.run, m.run), busy.busy || m.busy
+		time.Sleep(2 * probeFresh)
 	}
 	stop.Store(true)
 	wg.Wait()
-	t.Logf("yield came back after %v idle, %v with 8 spinners on 2 Ps", idle, busy)
-	if busy < limit {
-		t.Errorf("starvation with 8 spinners on 2 Ps = %v, want at least %v", busy, limit)
+	t.Logf("idle: %+v; with 8 spinners on 2 Ps: %+v", idle, busy)
+	if busy.run < limit || !busy.busy {
+		t.Errorf("starvation with 8 spinners on 2 Ps = %+v, want every P busy and a yield of at least %v", busy, limit)
 	}
-	if late := starvation(2*limit, limit); late != 2*limit {
-		t.Errorf("starvation(late %v) = %v, want the lateness itself", 2*limit, late)
+	if idle.busy || idle.run >= limit {
+		t.Errorf("starvation in an idle process = %+v, want quick and not busy", idle)
+	}
+	if m := starvation(2*limit, limit); m != (schedState{late: 2 * limit}) {
+		t.Errorf("starvation(late %v) = %+v, want the lateness alone", 2*limit, m)
+	}
+}
+
+// TestJudge: how long a call waits on, by how late its timeout was
+// noticed and how busy the scheduler was, and the memory of a busy one.
+func TestJudge(t *testing.T) {
+	const timeout = 20 * time.Millisecond // limit 2.5 ms
+	ms := time.Millisecond
+	now := time.Now()
+	var s starvedSince
+	for _, tc := range []struct {
+		name string
+		m    schedState
+		at   time.Time
+		want time.Duration
+	}{
+		{"responsive", schedState{late: 100 * time.Microsecond, run: 50 * time.Microsecond}, now, 0},
+		{"noticed late", schedState{late: 4 * ms}, now, 8 * ms},
+		{"slow to run", schedState{run: 5 * ms}, now, 20 * ms},
+		{"quick but busy lately", schedState{run: 10 * time.Microsecond}, now.Add(50 * ms), 20 * ms},
+		{"quick, busy long ago", schedState{run: 10 * time.Microsecond}, now.Add(150 * ms), 0},
+		{"every P busy", schedState{run: time.Millisecond, busy: true}, now.Add(300 * ms), 12 * ms},
+	} {
+		if got := s.judge(tc.m, tc.at, timeout); got != tc.want {
+			t.Errorf("%s: judge(%+v) = %v, want %v", tc.name, tc.m, got, tc.want)
+		}
 	}
 }

@@ -69,11 +69,12 @@ const fallbackMaxKeys = 100_000
 //
 // The timeout means that the store did not answer, not that this process
 // was too busy to read an answer that came: when the timeout falls due
-// while the process is starved of CPU (the timeout noticed late, or the
-// scheduler slow to run a goroutine that yields, by an eighth of the
-// timeout or more), the call waits on, for as long again as the process
-// was held up and at least the timeout, and is judged anew, up to a
-// second past the timeout. A login server whose CPU an attack of
+// while the process is starved of CPU (the timeout noticed late by an
+// eighth of the timeout or more, or the Go scheduler busy: every P
+// running with goroutines waiting, or slow by that much to run a
+// goroutine that yields, now or for any call in the last 100 ms), the
+// call waits on, twice as long as the process was held up, and is judged
+// anew, up to a second past the timeout. A login server whose CPU an attack of
 // password guesses saturates thus stays exact on a healthy Redis, while
 // a Redis that is paused, stopped or cut off costs a responsive process
 // no more than the timeout.
