@@ -156,19 +156,6 @@ const (
 	fleetTTL  = 3 * fleetBeat
 )
 
-// fleetScript announces instance ARGV[1] in the sorted set KEYS[1] until
-// ARGV[2] ms from now by the server's clock, forgets the instances whose
-// announcement has expired, and returns how many are left.
-var fleetScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ttl = tonumber(ARGV[2])
-redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-redis.call('PEXPIRE', KEYS[1], ttl)
-return redis.call('ZCARD', KEYS[1])
-`)
-
 // Join implements [Fleet]: the store's subscription goroutine announces
 // this instance for policy every two seconds, in a sorted set named
 // <prefix>:<policy>:fleet, and an announcement counts for six seconds.
@@ -193,13 +180,27 @@ func (s *RedisStore) Join(policy string) func() int {
 // fleetKey names the sorted set of the instances that use policy.
 func (s *RedisStore) fleetKey(policy string) string { return s.prefix + ":" + policy + ":fleet" }
 
-// announce announces this instance for policy and stores the count.
+// announce announces this instance for policy in its sorted set, scored
+// by when the announcement ends by the server's clock, drops the
+// announcements that have ended, and stores how many are left.
 func (w *watcher) announce(policy string, n *atomic.Int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), fleetBeat/2)
 	defer cancel()
-	c, err := fleetScript.Run(ctx, w.s.client, []string{w.s.fleetKey(policy)}, w.instance, fleetTTL.Milliseconds()).Int64()
+	now, err := w.s.client.Time(ctx).Result()
+	if err != nil {
+		return
+	}
+	k, ms := w.s.fleetKey(policy), now.UnixMilli()
+	var card *redis.IntCmd
+	_, err = w.s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZAdd(ctx, k, redis.Z{Score: float64(ms + fleetTTL.Milliseconds()), Member: w.instance})
+		p.ZRemRangeByScore(ctx, k, "-inf", strconv.FormatInt(ms, 10))
+		p.PExpire(ctx, k, fleetTTL)
+		card = p.ZCard(ctx, k)
+		return nil
+	})
 	if err == nil {
-		n.Store(c)
+		n.Store(card.Val())
 	}
 }
 
