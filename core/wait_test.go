@@ -135,6 +135,9 @@ func TestWaitAdmitsWhenItFits(t *testing.T) {
 			if err != nil || !first.Allowed || first.Remaining != 1 || first.Source != core.SourceStore {
 				t.Fatalf("Wait(k) on an empty key = %+v, %v; want allowed with 1 remaining by the store", first, err)
 			}
+			// Half a window later, so that this unit is still in the
+			// window when the refund below is checked.
+			time.Sleep(window / 2)
 			if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
 				t.Fatalf("Allow(k) = %+v, %v", d, err)
 			}
