@@ -5,6 +5,9 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 
 .PHONY: run test test-short lint fuzz bench bench-go redis-server
 
+# ALONE are the tests timed against the store timeout, which run on their own.
+ALONE := ^(TestRedisFaults|TestRedisTimeoutWhilePaused|TestRedisPoolExhausted|TestInFlightBreakerAndTimeout|TestRedisSaturatedApp)$$
+
 ## run: the quickstart example server on the in-memory store (REDIS_URL switches to Redis)
 run:
 	$(GO) run ./examples/quickstart
@@ -14,9 +17,12 @@ run:
 test: redis-server
 	$(GO) vet ./...
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
-	$(GO) test -race -shuffle=on -count=1 -timeout=15m ./...
-	# Exactness with the app's CPU saturated: timing against the store timeout, so
-	# without the race detector and alone on the machine (the race run skips it).
+	$(GO) test -race -shuffle=on -count=1 -timeout=15m -skip '$(ALONE)' ./...
+	# What a paused or dead Redis costs, and exactness with the app's CPU saturated, are
+	# timed against the store timeout: alone on the machine, since a limiter rightly waits
+	# on while other test binaries starve its process; the saturation test also without
+	# the race detector (it skips under it).
+	$(GO) test -race -count=1 -run '$(ALONE)' ./core/
 	$(GO) test -count=1 -run '^TestRedisSaturatedApp$$' ./core/
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count=1 ./...
 	cd bench && $(GO) vet -mod=mod ./... && $(GO) test -mod=mod -count=1 ./...

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // pattern is a key pattern with the limit every library is given for it.
@@ -108,13 +109,13 @@ type env struct {
 	rdb *redis.Client // nil: no Redis-backed libraries
 	// rk is ratekit's RedisStore, one for the run as an application has
 	// one: its batcher and its deny-cache subscription are built once.
-	rk *core.RedisStore
+	rk *redisstore.Store
 }
 
 // ratekitStore returns the run's RedisStore.
-func (e *env) ratekitStore() *core.RedisStore {
+func (e *env) ratekitStore() *redisstore.Store {
 	if e.rk == nil {
-		e.rk = core.NewRedisStore(e.rdb)
+		e.rk = redisstore.New(e.rdb)
 	}
 	return e.rk
 }

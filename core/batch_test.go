@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // TestRedisBatchingExact drives 64 goroutines through one store, on one
@@ -21,7 +22,7 @@ func TestRedisBatchingExact(t *testing.T) {
 		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
 			srv := redistest.Start(t)
 			admin := srv.Client(t)
-			store := core.NewRedisStore(srv.Client(t), core.WithBatching(batch))
+			store := redisstore.New(srv.Client(t), redisstore.WithBatching(batch))
 			hot := mustLimit(t, store, core.Policy{Name: "hot", Rules: []core.Rule{{Limit: 500, Window: time.Minute}}},
 				core.WithTimeout(5*time.Second), core.WithDenyCache(0))
 			log := mustLimit(t, store, core.Policy{Name: "log", Rules: []core.Rule{{Limit: 3, Window: time.Minute}, {Limit: 5, Window: time.Hour}}},

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // BenchmarkLimiterAllow measures one decision on each store, from one
@@ -21,13 +22,13 @@ func BenchmarkLimiterAllow(b *testing.B) {
 	})
 	b.Run("redis", func(b *testing.B) {
 		srv := redistest.Start(b) // skipped with -short
-		benchAllow(b, core.NewRedisStore(srv.Client(b)))
+		benchAllow(b, redisstore.New(srv.Client(b)))
 	})
 	// The same with one script call per decision: the baseline of
 	// WithBatching's promise that a lone caller is no slower.
 	b.Run("redis-unbatched", func(b *testing.B) {
 		srv := redistest.Start(b)
-		benchAllow(b, core.NewRedisStore(srv.Client(b), core.WithBatching(1)))
+		benchAllow(b, redisstore.New(srv.Client(b), redisstore.WithBatching(1)))
 	})
 }
 

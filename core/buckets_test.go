@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // TestSlidingBucketsPrecision drives random traffic through a
@@ -135,7 +136,7 @@ func TestSlidingBucketsRetryAfterBound(t *testing.T) {
 	srv := redistest.Start(t)
 	stores := map[string]func() core.Store{
 		"memory": func() core.Store { return core.NewMemoryStore() },
-		"redis":  func() core.Store { return core.NewRedisStore(srv.Client(t)) },
+		"redis":  func() core.Store { return redisstore.New(srv.Client(t)) },
 	}
 	const window = time.Minute
 	for name, newStore := range stores {

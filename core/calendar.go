@@ -102,3 +102,14 @@ func checkCalendars(rules []Rule) error {
 	}
 	return nil
 }
+
+// Period returns the start and end of the calendar period of r that holds
+// t, in r's Location (UTC when nil): for a Day, 00:00 that day to 00:00
+// the next. It returns zero times for a sliding rule.
+func (r Rule) Period(t time.Time) (start, end time.Time) {
+	if r.Calendar == 0 {
+		return time.Time{}, time.Time{}
+	}
+	s, e := r.Calendar.period(r.Location, t.UnixMicro())
+	return time.UnixMicro(s), time.UnixMicro(e)
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/storetest"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // TestRedisCalendarExactness: instances sharing one Redis admit exactly
@@ -38,7 +39,7 @@ func TestRedisCalendarExactness(t *testing.T) {
 				t.Errorf("%d instances x %d goroutines x %d Allow with %d a day: %d allowed, want exactly %d",
 					instances, goroutines, each, limit, allowed, limit)
 			}
-			ck := core.NewRedisStore(rdb).Key(p.Name, "app-1") + ":c"
+			ck := redisstore.New(rdb).Key(p.Name, "app-1") + ":c"
 			vals, err := rdb.HGetAll(context.Background(), ck).Result()
 			if err != nil || len(vals) != 1 {
 				t.Fatalf("HGETALL %s = %v, %v; want one field", ck, vals, err)
@@ -56,58 +57,12 @@ func TestRedisCalendarExactness(t *testing.T) {
 	}
 }
 
-// TestRedisCalendarClientClockOff: when the server's clock decides, the
-// period is the one that holds the server's time, even when this
-// process's clock (from which the periods are computed) is seconds off
-// across midnight: the midnight is exact to the server's clock.
-func TestRedisCalendarClientClockOff(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	for _, off := range []time.Duration{3 * time.Second, -3 * time.Second} {
-		t.Run(fmt.Sprintf("off by %v", off), func(t *testing.T) {
-			store := core.NewRedisStore(rdb)
-			core.SetWall(store, func() time.Time { return time.Now().Add(off) })
-			// Midnight 1.5 to 2.5 s away by the server's clock (this
-			// machine's): the client believes otherwise for some seconds.
-			midnight := time.Now().Truncate(time.Second).Add(2 * time.Second)
-			q := core.Query{Policy: "off" + fmt.Sprint(int(off.Seconds())), Key: "k", N: 1,
-				Rules: []core.Rule{{Limit: 1, Calendar: core.Day, Location: storetest.ZoneWithMidnightAt(midnight)}}}
-			ctx := context.Background()
-			var last core.Result
-			for {
-				r, err := store.Take(ctx, q)
-				if err != nil {
-					t.Fatal(err)
-				}
-				at := time.UnixMicro(r.At)
-				end := midnight
-				if !at.Before(midnight) {
-					end = midnight.Add(24 * time.Hour)
-				}
-				wantAllowed := last.At == 0 || last.At < midnight.UnixMicro() && !at.Before(midnight)
-				s := r.Rules[0]
-				if r.Allowed != wantAllowed || s.ResetAfter != end.Sub(at) || !r.Allowed && s.RetryAfter != end.Sub(at) {
-					t.Fatalf("Take at %v (midnight %v) = %+v, want Allowed %v and the period ending at %v by the server's clock",
-						at, midnight, r, wantAllowed, end)
-				}
-				if r.Allowed {
-					last = r
-				}
-				if !at.Before(midnight.Add(200 * time.Millisecond)) {
-					return
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-		})
-	}
-}
-
 // TestRedisCalendarKeyBounded: a key's calendar counts are one hash
 // field per live period, whatever the number of periods it has seen.
 func TestRedisCalendarKeyBounded(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	store := core.NewRedisStore(rdb)
+	store := redisstore.New(rdb)
 	clk := storetest.NewClock(time.Now().Add(time.Hour))
 	l := mustLimit(t, store, core.Policy{Name: "bounded",
 		Rules: []core.Rule{{Limit: 100, Calendar: core.Day}, {Limit: 1000, Calendar: core.Month}}}, core.WithClock(clk.Now))
@@ -144,7 +99,7 @@ func TestCalendarTiers(t *testing.T) {
 	for _, store := range []struct {
 		name string
 		s    core.Store
-	}{{"memory", core.NewMemoryStore()}, {"redis", core.NewRedisStore(redistest.Start(t).Client(t))}} {
+	}{{"memory", core.NewMemoryStore()}, {"redis", redisstore.New(redistest.Start(t).Client(t))}} {
 		t.Run(store.name, func(t *testing.T) {
 			l := mustLimit(t, store.s, base, core.WithTiers(p.resolve, tiers), core.WithClock(clk.Now), core.WithTimeout(2*time.Second))
 			for _, tc := range []struct {
@@ -187,7 +142,7 @@ func TestCalendarTiers(t *testing.T) {
 func TestCalendarShards(t *testing.T) {
 	srv := redistest.Start(t)
 	noon := storetest.ZoneWithMidnightAt(time.Now().Truncate(time.Second).Add(12 * time.Hour))
-	for _, store := range []core.Store{core.NewMemoryStore(), core.NewRedisStore(srv.Client(t))} {
+	for _, store := range []core.Store{core.NewMemoryStore(), redisstore.New(srv.Client(t))} {
 		l := mustLimit(t, store, core.Policy{Name: "global", Shards: 4,
 			Rules: []core.Rule{{Limit: 1000, Window: time.Minute}, {Limit: 30, Calendar: core.Day, Location: noon}}},
 			core.WithTimeout(2*time.Second))

@@ -226,22 +226,23 @@ func starvedMemory(timeout time.Duration) time.Duration {
 type schedState struct {
 	late time.Duration // how late the timeout was noticed
 	run  time.Duration // how long the scheduler took to run a goroutine that yielded
-	busy bool          // every P was running, with goroutines waiting
+	busy bool          // goroutines lately waited long to run
 }
 
-// starvation measures the scheduler for a timeout noticed late: when late
-// is below limit, how long the scheduler takes to run a goroutine again
-// after it yields, a few times over, and whether every P is then running
-// with goroutines waiting to run. A process whose CPU is idle answers in
-// microseconds; on a saturated one each yield waits for some goroutine's
-// time slice to end, and a reply waits for the network to be polled.
-// Calls whose timeouts fall due together share one measurement, so that
-// their own goroutines do not make each other wait.
+// starvation measures the scheduler for a timeout noticed late by less
+// than limit (one noticed later needs no more): how long the scheduler
+// takes to run a goroutine again after it yields, a few times over, and
+// whether goroutines have lately waited limit or more to run (see
+// schedWaits). A process whose CPU is idle answers in microseconds; on a
+// saturated one each yield waits for some goroutine's time slice to end,
+// and a reply waits for the network to be polled. Calls whose timeouts
+// fall due together share one measurement, so that their own goroutines
+// do not make each other wait.
 func starvation(late, limit time.Duration) schedState {
 	if late >= limit {
 		return schedState{late: late}
 	}
-	m := probe.measure()
+	m := probe.measure(limit)
 	m.late = late
 	return m
 }
@@ -252,21 +253,6 @@ const starvationYields = 3
 // probeFresh is how long a measurement serves the calls judged after it.
 const probeFresh = time.Millisecond
 
-// probeSettle is how long a measurement waits to see every P still busy.
-const probeSettle = 500 * time.Microsecond
-
-// allBusy reads samples (GOMAXPROCS, goroutines running and runnable)
-// and reports whether every P runs a goroutine and more wait to run.
-func allBusy(samples []metrics.Sample) bool {
-	metrics.Read(samples)
-	for _, s := range samples {
-		if s.Value.Kind() != metrics.KindUint64 {
-			return false
-		}
-	}
-	return samples[1].Value.Uint64() >= samples[0].Value.Uint64() && samples[2].Value.Uint64() > 0
-}
-
 // probe measures the scheduler for every call: one measurement at a
 // time, which the calls judged meanwhile wait for, parked.
 var probe schedProbe
@@ -276,7 +262,6 @@ type schedProbe struct {
 	cur     *probeRun  // the measurement under way, if any
 	last    time.Time  // when the last one ended
 	lastRun schedState // what it found
-	samples []metrics.Sample
 }
 
 type probeRun struct {
@@ -284,7 +269,7 @@ type probeRun struct {
 	m    schedState
 }
 
-func (p *schedProbe) measure() schedState {
+func (p *schedProbe) measure(limit time.Duration) schedState {
 	p.mu.Lock()
 	if time.Since(p.last) < probeFresh {
 		m := p.lastRun
@@ -298,30 +283,123 @@ func (p *schedProbe) measure() schedState {
 	}
 	r := &probeRun{done: make(chan struct{})}
 	p.cur = r
-	if p.samples == nil {
-		p.samples = []metrics.Sample{{Name: "/sched/gomaxprocs:threads"},
-			{Name: "/sched/goroutines/running:goroutines"}, {Name: "/sched/goroutines/runnable:goroutines"}}
-	}
-	samples := p.samples // this measurement's alone until it ends
 	p.mu.Unlock()
 	t := time.Now()
 	for range starvationYields {
 		runtime.Gosched()
 	}
 	r.m.run = time.Since(t)
-	// Every P running with goroutines waiting, and still so a moment
-	// later, once the goroutines of the calls judged together (whose
-	// timers fire together) have parked: the process's own load.
-	r.m.busy = allBusy(samples)
-	if r.m.busy {
-		time.Sleep(probeSettle)
-		r.m.busy = allBusy(samples)
-	}
+	r.m.busy = waits.busy(time.Now(), limit)
 	p.mu.Lock()
 	p.cur, p.last, p.lastRun = nil, time.Now(), r.m
 	p.mu.Unlock()
 	close(r.done)
 	return r.m
+}
+
+// waits samples how long the process's goroutines wait to run, from the
+// runtime's histogram of scheduling latencies: a saturated CPU makes
+// many wait a whole time slice of another (10 ms), where the goroutines
+// of a burst of work in an idle process wait microseconds. Limiters keep
+// it fresh: every store call offers a sample (see tick), taken at most
+// every waitsEvery.
+var waits schedWaits
+
+// waitsEvery is how often waits reads the histogram while store calls
+// are made, and waitsSpan the longest, and the oldest, a window may be
+// to count.
+const (
+	waitsEvery = 25 * time.Millisecond
+	waitsSpan  = time.Second
+)
+
+type schedWaits struct {
+	last atomic.Int64 // unix nanoseconds of the last read
+
+	mu      sync.Mutex
+	sample  []metrics.Sample
+	prev    []uint64  // the histogram's counts at the last read
+	windows [2]window // the deltas of the last two reads, newest first
+}
+
+// window is the scheduling latencies seen between two reads: how many,
+// and how many of them at or over each bucket's lower bound (cumulated
+// from the top).
+type window struct {
+	from, at time.Time
+	counts   []uint64
+	total    uint64
+}
+
+// tick reads the histogram if the last read is waitsEvery old: on the
+// path of every store call, one atomic load when it is not.
+func (w *schedWaits) tick(now time.Time) {
+	if last := w.last.Load(); now.UnixNano()-last < int64(waitsEvery) || !w.last.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	w.mu.Lock()
+	w.read(now)
+	w.mu.Unlock()
+}
+
+// read adds the latencies since the last read as the newest window;
+// w.mu is held.
+func (w *schedWaits) read(now time.Time) {
+	if w.sample == nil {
+		w.sample = []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	}
+	metrics.Read(w.sample)
+	if w.sample[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return
+	}
+	h := w.sample[0].Value.Float64Histogram()
+	old := w.windows[1].counts[:0]
+	d := window{from: w.windows[0].at, at: now, counts: append(old, h.Counts...)}
+	if len(w.prev) == len(h.Counts) {
+		for i := range d.counts {
+			d.counts[i] -= w.prev[i]
+		}
+	} else {
+		clear(d.counts) // the first read: no window yet
+	}
+	for i := len(d.counts) - 2; i >= 0; i-- {
+		d.counts[i] += d.counts[i+1] // at or over bucket i
+	}
+	if len(d.counts) > 0 {
+		d.total = d.counts[0]
+	}
+	w.prev = append(w.prev[:0], h.Counts...)
+	w.windows[1], w.windows[0] = w.windows[0], d
+	waitsBuckets = h.Buckets
+}
+
+// waitsBuckets are the bucket boundaries of the histogram, in seconds.
+var waitsBuckets []float64
+
+// busy reports whether, over the last windows (reading a fresh one
+// first), at least a tenth of the goroutines that ran had waited limit or
+// more to run, two at least.
+func (w *schedWaits) busy(now time.Time, limit time.Duration) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if now.Sub(w.windows[0].at) > waitsEvery/5 {
+		w.last.Store(now.UnixNano())
+		w.read(now)
+	}
+	var over, total uint64
+	for _, win := range w.windows {
+		if now.Sub(win.at) > waitsSpan || win.at.Sub(win.from) > waitsSpan {
+			continue // stale, or reaching too far back
+		}
+		total += win.total
+		for i := range win.counts {
+			if i < len(waitsBuckets) && waitsBuckets[i] >= limit.Seconds() {
+				over += win.counts[i]
+				break
+			}
+		}
+	}
+	return over >= 2 && over*10 >= total
 }
 
 // callerErr returns the error of a caller's context that is done, or

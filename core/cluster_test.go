@@ -16,6 +16,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/storetest"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // slotHook checks, on the cluster client, that every script call names
@@ -159,11 +160,11 @@ func TestRedisCluster(t *testing.T) {
 	e := newClusterEnv(t)
 	t.Run("Suite", func(t *testing.T) {
 		t.Run("ServerTime", func(t *testing.T) {
-			storetest.Run(t, func(*testing.T) core.Store { return core.NewRedisStore(e.rdb) })
+			storetest.Run(t, func(*testing.T) core.Store { return redisstore.New(e.rdb) })
 		})
 		t.Run("ClientTime", func(t *testing.T) {
 			storetest.Run(t, func(*testing.T) core.Store {
-				return core.NewRedisStore(e.rdb, core.WithPrefix("ct"))
+				return redisstore.New(e.rdb, redisstore.WithPrefix("ct"))
 			}, core.WithClock(time.Now))
 		})
 	})
@@ -173,7 +174,7 @@ func TestRedisCluster(t *testing.T) {
 	t.Run("WaitReplicasWithoutReplicas", func(t *testing.T) {
 		// WAIT 1 on masters without replicas: every admission waits the
 		// timeout, is reported short, and still stands.
-		store := core.NewRedisStore(e.rdb, core.WithPrefix("wait0"), core.WithWaitReplicas(1, 5*time.Millisecond))
+		store := redisstore.New(e.rdb, redisstore.WithPrefix("wait0"), redisstore.WithWaitReplicas(1, 5*time.Millisecond))
 		l := mustLimit(t, store, core.Policy{Name: "w", Rules: []core.Rule{{Limit: 2, Window: time.Minute}}}, core.WithTimeout(5*time.Second))
 		ctx := context.Background()
 		for _, key := range []string{"a", "a", "a", "b"} {
@@ -200,7 +201,7 @@ func TestRedisCluster(t *testing.T) {
 func TestRedisClusterReplicas(t *testing.T) {
 	e := newClusterEnv(t, redistest.WithReplicas())
 	t.Run("WaitReplicas", func(t *testing.T) {
-		store := core.NewRedisStore(e.rdb, core.WithPrefix("wait1"), core.WithWaitReplicas(1, time.Second))
+		store := redisstore.New(e.rdb, redisstore.WithPrefix("wait1"), redisstore.WithWaitReplicas(1, time.Second))
 		l := mustLimit(t, store, core.Policy{Name: "w", Rules: []core.Rule{{Limit: 1, Window: time.Minute}}}, core.WithTimeout(5*time.Second))
 		ctx := context.Background()
 		const users = 200
@@ -221,7 +222,7 @@ func TestRedisClusterReplicas(t *testing.T) {
 		// (CLUSTER FAILOVER: the master stops writes until the replica has
 		// caught up, so nothing is lost), with WithWaitReplicas on.
 		keys := redistest.KeysWhere(600, "f", func(slot int) bool { return slot < redistest.SlotCount/3 })
-		store := core.NewRedisStore(e.rdb, core.WithPrefix("fo"), core.WithWaitReplicas(1, 500*time.Millisecond))
+		store := redisstore.New(e.rdb, redisstore.WithPrefix("fo"), redisstore.WithWaitReplicas(1, 500*time.Millisecond))
 		movedBefore := e.redirects.moved.Load()
 		h := newHammer(t, store, keys)
 		var (
@@ -252,7 +253,7 @@ func TestRedisClusterReplicas(t *testing.T) {
 func testClusterSpread(t *testing.T, e *clusterEnv) {
 	const users = 3000
 	ctx := context.Background()
-	store := core.NewRedisStore(e.rdb, core.WithPrefix("spread"))
+	store := redisstore.New(e.rdb, redisstore.WithPrefix("spread"))
 	l := mustLimit(t, store, core.Policy{Name: "users", Rules: []core.Rule{{Limit: 5, Window: time.Minute}}}, core.WithTimeout(5*time.Second))
 	var wg sync.WaitGroup
 	for g := range 8 {
@@ -324,7 +325,7 @@ func testClusterSpread(t *testing.T, e *clusterEnv) {
 // that contain braces or are empty.
 func testClusterReset(t *testing.T, e *clusterEnv) {
 	ctx := context.Background()
-	store := core.NewRedisStore(e.rdb, core.WithPrefix("reset"))
+	store := redisstore.New(e.rdb, redisstore.WithPrefix("reset"))
 	for _, alg := range []core.Algorithm{core.SlidingLog, core.SlidingBuckets} {
 		p := core.Policy{Name: "r" + strconv.Itoa(int(alg)), Algorithm: alg, Rules: []core.Rule{{Limit: 2, Window: time.Minute}}}
 		l := mustLimit(t, store, p, core.WithTimeout(5*time.Second))
@@ -377,7 +378,7 @@ func testClusterMigration(t *testing.T, e *clusterEnv) {
 
 	askBefore, movedBefore := e.redirects.ask.Load(), e.redirects.moved.Load()
 	var st redistest.MigrateStats
-	h := newHammer(t, core.NewRedisStore(e.rdb, core.WithPrefix("mig")), keys)
+	h := newHammer(t, redisstore.New(e.rdb, redisstore.WithPrefix("mig")), keys)
 	keysDuring := h.run(func() {
 		st = e.c.For(t).MigrateSlot(slot, from, to, redistest.MigrateBatch(25), redistest.MigratePause(10*time.Millisecond))
 	})

@@ -3,12 +3,9 @@ package core_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/core"
 )
@@ -78,28 +75,5 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		if _, err := core.NewLimiter(core.NewMemoryStore(), p); err != nil {
 			t.Errorf("NewLimiter(%+v) = %v, want a limiter", p, err)
 		}
-	}
-}
-
-// TestConfigPanicsNameTheOption: the constructors that cannot return an
-// error panic, at construction, with a message naming what is wrong.
-func TestConfigPanicsNameTheOption(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		f    func()
-		want string
-	}{
-		{"NewRedisStore nil", func() { core.NewRedisStore(nil) }, "NewRedisStore"},
-		{"WithBatching zero", func() { core.NewRedisStore(redis.NewClient(&redis.Options{}), core.WithBatching(0)) }, "WithBatching"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			defer func() {
-				msg := fmt.Sprint(recover())
-				if !strings.HasPrefix(msg, "ratekit: ") || !strings.Contains(msg, tc.want) {
-					t.Errorf("panic %q, want a message starting with \"ratekit: \" naming %s", msg, tc.want)
-				}
-			}()
-			tc.f()
-		})
 	}
 }

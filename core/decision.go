@@ -103,37 +103,34 @@ func (d *Decision) Refund(ctx context.Context) error {
 		return nil
 	}
 	d.ticket = ticket{}
-	return t.owner.refund(ctx, t)
+	return t.owner.d.refund(ctx, t)
 }
 
-// inlineRules is how many rule states a Decision holds without an
-// allocation; policies with more rules keep the rest on the heap.
-const inlineRules = 4
-
-// states holds the rule states of a decision, the first inlineRules of
-// them inline.
+// states holds the rule states of a decision and the key's lockout.
 type states struct {
-	n    int
-	a    [inlineRules]RuleState
-	more []RuleState   // all of them, when n > inlineRules
+	RuleStates
 	lock time.Duration // the key's lockout has this long left; 0: none
 }
 
-func (s *states) slice() []RuleState {
-	if s.n > inlineRules {
-		return s.more
-	}
-	return s.a[:s.n]
+// slice returns the rule states in order.
+func (s *states) slice() []RuleState { return s.All() }
+
+// prepare sizes s for n zeroed rule states and returns them.
+func (s *states) prepare(n int) []RuleState {
+	s.lock = 0
+	return s.RuleStates.prepare(n)
 }
 
-// set copies rs.
-func (s *states) set(rs []RuleState) {
-	s.n, s.lock = len(rs), 0
-	if len(rs) > inlineRules {
-		s.more = append([]RuleState(nil), rs...)
-		return
+// prepare sizes s for n zeroed rule states and returns them.
+func (s *RuleStates) prepare(n int) []RuleState {
+	s.n = n
+	if n > inlineRules {
+		s.more = make([]RuleState, n)
+		return s.more
 	}
-	copy(s.a[:], rs)
+	s.more = nil
+	return s.a[:n] // the callers set every state
+
 }
 
 // ticket identifies the units an admission recorded, for Refund.

@@ -23,11 +23,11 @@ import (
 // cached only if no removal hit its key's stripe since the store call
 // began (see generation and put).
 //
-// On a RedisStore, refunds and resets on any instance reach every
-// instance's cache (see watcher). Those sent while this instance was not
-// subscribed are lost, so denials cached before the last resubscription
-// (an older epoch) no longer answer while the store does; they still
-// answer while the store fails.
+// The store ([Invalidator]) carries refunds and resets on any instance
+// to every instance's cache. Those sent while this instance was not
+// listening are lost, so denials cached before the last resync (an older
+// epoch) no longer answer while the store does; they still answer while
+// the store fails. Until the first resync the cache answers nothing.
 //
 // Entries are spread over stripes, each a map under a read-write lock: a
 // flood of one denied key is answered under read locks that never wait
@@ -38,8 +38,8 @@ type denyCache struct {
 	entries []denyStripe
 	seed    maphash.Seed
 	gens    [denyStripes]atomic.Uint64 // removals, per stripe of keys
-	live    *atomic.Bool               // nil: no other instance to hear from
-	epoch   *atomic.Uint64             // subscriptions so far; nil as live
+	live    atomic.Bool                // the store has listened once: cached denials may answer
+	epoch   atomic.Uint64              // resyncs so far: denials cached before the last may be stale
 }
 
 const denyStripes = 64
@@ -128,7 +128,7 @@ func (c *denyCache) generation(key string) uint64 { return c.stripe(key).Load() 
 // RetryAfter says, a smaller one may fit sooner. stale lets denials of an
 // older epoch answer, for when the store fails.
 func (c *denyCache) get(key string, n int64, now time.Time, stale bool, d *Decision) bool {
-	if c.live != nil && !c.live.Load() {
+	if !c.live.Load() {
 		return false
 	}
 	st := c.of(key)
@@ -138,7 +138,7 @@ func (c *denyCache) get(key string, n int64, now time.Time, stale bool, d *Decis
 	if e == nil {
 		return false
 	}
-	if !stale && c.epoch != nil && e.epoch != c.epoch.Load() {
+	if !stale && e.epoch != c.epoch.Load() {
 		return false
 	}
 	if !now.Before(e.until) {
@@ -185,11 +185,7 @@ func (c *denyCache) put(key string, n int64, now time.Time, d Decision, gen uint
 	// monotonic clock may drift apart by up to NTP's 500 ppm; end the entry
 	// 1000 ppm early so that it never outlasts the store's own denial.
 	ttl := d.RetryAfter - d.RetryAfter/1000
-	var epoch uint64
-	if c.epoch != nil {
-		epoch = c.epoch.Load()
-	}
-	e := &denyEntry{until: now.Add(ttl), at: now, n: n, epoch: epoch, d: d}
+	e := &denyEntry{until: now.Add(ttl), at: now, n: n, epoch: c.epoch.Load(), d: d}
 	st := c.of(key)
 	st.mu.Lock()
 	if _, ok := st.m[key]; !ok && len(st.m) >= st.max {
@@ -200,6 +196,14 @@ func (c *denyCache) put(key string, n int64, now time.Time, d Decision, gen uint
 	if g.Load() != gen {
 		st.drop(key, e) // a removal ran between the check and the put
 	}
+}
+
+// resync starts a new epoch: invalidations may have been missed, so the
+// denials cached before no longer answer while the store does (but still
+// answer while it fails). The first resync makes the cache live.
+func (c *denyCache) resync() {
+	c.epoch.Add(1)
+	c.live.Store(true)
 }
 
 // remove forgets key's denial. Call it after the store has freed the

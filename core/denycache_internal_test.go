@@ -52,6 +52,7 @@ func TestDenyCacheBounded(t *testing.T) {
 
 	// Replacing a key's denial drops nothing else.
 	c := newDenyCache(1)
+	c.resync() // live
 	var d Decision
 	c.put("a", 1, now, denial(time.Hour), c.generation("a"))
 	c.put("a", 1, now, denial(2*time.Hour), c.generation("a"))

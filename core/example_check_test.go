@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // Check the store at start-up: a Redis server whose eviction policy can
@@ -25,7 +26,7 @@ func ExampleLimiter_Check() {
 	defer cancel()
 	err = limiter.Check(ctx)
 	switch {
-	case errors.Is(err, core.ErrUnsafeEviction):
+	case errors.Is(err, redisstore.ErrUnsafeEviction):
 		log.Printf("rate limits can be reset under memory pressure: %v", err)
 	case err != nil:
 		log.Printf("could not check the store: %v", err)

@@ -7,8 +7,6 @@ import (
 	"time"
 	_ "time/tzdata" // the examples' time zones, wherever they run
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ratekit/ratekit/core"
 )
 
@@ -92,25 +90,6 @@ func ExamplePolicy_sms() {
 	fmt.Printf("first=%v second=%v binding=%v retry<=1m:%v\n",
 		first.Allowed, second.Allowed, sms.Rules[second.Rule].Window, second.RetryAfter <= time.Minute)
 	// Output: first=true second=false binding=1m0s retry<=1m:true
-}
-
-// NewRedisStore shares the windows between every instance using the same
-// Redis. The client connects on first use; a decision is one script call
-// on the key's slot.
-func ExampleNewRedisStore() {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
-	defer rdb.Close()
-	store := core.NewRedisStore(rdb)
-	limiter, err := core.NewLimiter(store, core.Policy{
-		Name:  "login-ip",
-		Rules: []core.Rule{{Limit: 10, Window: time.Minute}},
-	}, core.WithTimeout(20*time.Millisecond), core.WithFailurePolicy(core.FailLocal))
-	if err != nil {
-		log.Fatal(err)
-	}
-	_ = limiter // limiter.Allow(ctx, "203.0.113.7") decides on Redis
-	fmt.Println(store.Key("login-ip", "203.0.113.7"))
-	// Output: ratekit:login-ip:{203.0.113.7}
 }
 
 // A login address that fails 3 times in 15 minutes is locked out for an

@@ -2,13 +2,7 @@ package core
 
 import (
 	"context"
-	"time"
-
-	"github.com/redis/go-redis/v9"
 )
-
-// Exported for the black-box tests of package core_test.
-var BoundKey = boundKey
 
 // MaxKeyLen is maxKeyLen, for the black-box tests.
 const MaxKeyLen = maxKeyLen
@@ -18,15 +12,11 @@ func (s *MemoryStore) Len() int { return s.len() }
 
 // RenewLeases makes one round of lease renewals of l now, as its renewal
 // goroutine does every LeaseTTL/3.
-func RenewLeases(l *Limiter, ctx context.Context) { l.renewLeases(ctx) }
-
-// RedisClientOf returns the go-redis client of s.
-func RedisClientOf(s *RedisStore) redis.UniversalClient { return s.client }
-
-// SetWall makes s find calendar periods around wall's time, rather than
-// time.Now's, when the server's clock decides: a client whose clock is
-// off.
-func SetWall(s *RedisStore, wall func() time.Time) { s.wall = wall }
+func RenewLeases(l *Limiter, ctx context.Context) {
+	if f, ok := l.d.(*inFlight); ok {
+		f.renew(ctx)
+	}
+}
 
 // Instances returns how many instances l's store counted for its policy
 // (1 on a store that does not count them).
@@ -36,3 +26,7 @@ func Instances(l *Limiter) int {
 	}
 	return l.fleet()
 }
+
+// Counted reports whether l's store counts the instances of its policy
+// for l.
+func Counted(l *Limiter) bool { return l.fleet != nil }

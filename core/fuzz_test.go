@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // FuzzRedisKey fuzzes key building: BoundKey and RedisStore.Key for any
@@ -33,7 +34,7 @@ func FuzzRedisKey(f *testing.F) {
 	// Key names are built without a server: the client never connects.
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer rdb.Close()
-	store := core.NewRedisStore(rdb)
+	store := redisstore.New(rdb)
 	rules := []core.Rule{{Limit: 1, Window: time.Second}}
 	f.Fuzz(func(t *testing.T, p1, k1, p2, k2 string) {
 		if (core.Policy{Name: p1, Rules: rules}).Validate() != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // TestRedisCheckPolicies: Check flags every maxmemory-policy but
@@ -58,12 +59,12 @@ func TestRedisCheckPolicies(t *testing.T) {
 					t.Fatal("CONFIG GET answered for the store's client")
 				}
 			}
-			store := core.NewRedisStore(rdb)
+			store := redisstore.New(rdb)
 			for _, tc := range policies {
 				t.Run(tc.policy, func(t *testing.T) {
 					srv.Do(t, configCmd, "SET", "maxmemory-policy", tc.policy)
 					err := store.Check(context.Background())
-					if got := errors.Is(err, core.ErrUnsafeEviction); got != tc.unsafe {
+					if got := errors.Is(err, redisstore.ErrUnsafeEviction); got != tc.unsafe {
 						t.Fatalf("Check() with maxmemory-policy %s = %v, want unsafe=%v", tc.policy, err, tc.unsafe)
 					}
 					if tc.unsafe && (!strings.Contains(err.Error(), tc.policy) || !strings.Contains(err.Error(), srv.Addr()) ||
@@ -85,15 +86,15 @@ func TestRedisCheckFails(t *testing.T) {
 		srv.Do(t, "ACL", "SETUSER", "app", "on", ">secret", "~*", "&*", "+@all", "-config", "-info")
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "app", Password: "secret"})
 		t.Cleanup(func() { _ = rdb.Close() })
-		err := core.NewRedisStore(rdb).Check(context.Background())
-		if err == nil || errors.Is(err, core.ErrUnsafeEviction) || !strings.Contains(err.Error(), "NOPERM") {
+		err := redisstore.New(rdb).Check(context.Background())
+		if err == nil || errors.Is(err, redisstore.ErrUnsafeEviction) || !strings.Contains(err.Error(), "NOPERM") {
 			t.Fatalf("Check() = %v, want a NOPERM error that is not ErrUnsafeEviction", err)
 		}
 		t.Logf("Check() = %v", err)
 	})
 	t.Run("paused", func(t *testing.T) {
 		srv := redistest.Start(t)
-		store := core.NewRedisStore(srv.Client(t)) // default options: go-redis ignores deadlines
+		store := redisstore.New(srv.Client(t)) // default options: go-redis ignores deadlines
 		if err := store.Check(context.Background()); err != nil {
 			t.Fatalf("Check() before the pause = %v", err)
 		}
@@ -113,11 +114,11 @@ func TestRedisCheckFails(t *testing.T) {
 	})
 	t.Run("stopped", func(t *testing.T) {
 		srv := redistest.Start(t)
-		store := core.NewRedisStore(srv.Client(t))
+		store := redisstore.New(srv.Client(t))
 		srv.Stop()
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
-		if err := store.Check(ctx); err == nil || errors.Is(err, core.ErrUnsafeEviction) {
+		if err := store.Check(ctx); err == nil || errors.Is(err, redisstore.ErrUnsafeEviction) {
 			t.Errorf("Check() with Redis stopped = %v, want a connection error", err)
 		}
 	})
@@ -154,9 +155,9 @@ func TestLimiterCheck(t *testing.T) {
 					t.Errorf("event %v names policy %q, want %q", e.Kind, e.Policy, p.Name)
 				}
 			})
-			l := mustLimit(t, core.NewRedisStore(srv.Client(t)), p, core.WithObserver(obs), core.WithObserver(rec))
+			l := mustLimit(t, redisstore.New(srv.Client(t)), p, core.WithObserver(obs), core.WithObserver(rec))
 			err := l.Check(context.Background())
-			if got := errors.Is(err, core.ErrUnsafeEviction); got != tc.unsafe {
+			if got := errors.Is(err, redisstore.ErrUnsafeEviction); got != tc.unsafe {
 				t.Fatalf("Check() = %v, want unsafe=%v", err, tc.unsafe)
 			}
 			want := 0
@@ -166,7 +167,7 @@ func TestLimiterCheck(t *testing.T) {
 			if got := obs.count(core.EventStoreCheck); got != want {
 				t.Errorf("EventStoreCheck count = %d, want %d (events %v)", got, want, kinds)
 			}
-			if tc.unsafe && (len(obs.errs) != 1 || !errors.Is(obs.errs[0], core.ErrUnsafeEviction)) {
+			if tc.unsafe && (len(obs.errs) != 1 || !errors.Is(obs.errs[0], redisstore.ErrUnsafeEviction)) {
 				t.Errorf("observed errors %v, want the ErrUnsafeEviction", obs.errs)
 			}
 			if got := core.EventStoreCheck.String(); got != "store_check" {
@@ -194,8 +195,8 @@ func TestRedisEviction(t *testing.T) {
 		t.Run(tc.policy, func(t *testing.T) {
 			srv := redistest.Start(t, redistest.WithArgs("--maxmemory", "2mb", "--maxmemory-policy", tc.policy))
 			rdb := srv.Client(t)
-			store := core.NewRedisStore(rdb)
-			if err := store.Check(context.Background()); errors.Is(err, core.ErrUnsafeEviction) != tc.evicted {
+			store := redisstore.New(rdb)
+			if err := store.Check(context.Background()); errors.Is(err, redisstore.ErrUnsafeEviction) != tc.evicted {
 				t.Fatalf("Check() = %v, want unsafe=%v", err, tc.evicted)
 			}
 			p := core.Policy{Name: "evict", Rules: []core.Rule{{Limit: limit, Window: time.Minute}}}
@@ -338,7 +339,7 @@ func TestRedisCheckMisconfigured(t *testing.T) {
 			}
 			rdb := redis.NewClient(tc.client(srv))
 			t.Cleanup(func() { _ = rdb.Close() })
-			store := core.NewRedisStore(rdb)
+			store := redisstore.New(rdb)
 			l := mustLimit(t, store, p)
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
@@ -346,7 +347,7 @@ func TestRedisCheckMisconfigured(t *testing.T) {
 			if !errors.Is(err, core.ErrMisconfigured) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Check() = %v, want ErrMisconfigured naming %q", err, tc.want)
 			}
-			if errors.Is(err, core.ErrUnsafeEviction) {
+			if errors.Is(err, redisstore.ErrUnsafeEviction) {
 				t.Errorf("Check() = %v, wraps ErrUnsafeEviction too", err)
 			}
 			t.Logf("Check() = %v", err)
@@ -356,18 +357,18 @@ func TestRedisCheckMisconfigured(t *testing.T) {
 		srv := redistest.Start(t)
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 		t.Cleanup(func() { _ = rdb.Close() })
-		store := core.NewRedisStore(rdb)
+		store := redisstore.New(rdb)
 		srv.Stop()
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		err := store.Check(cctx)
-		if err == nil || errors.Is(err, core.ErrMisconfigured) || errors.Is(err, core.ErrUnsafeEviction) {
+		if err == nil || errors.Is(err, core.ErrMisconfigured) || errors.Is(err, redisstore.ErrUnsafeEviction) {
 			t.Fatalf("Check() on a stopped Redis = %v, want an error that is neither misconfigured nor unsafe", err)
 		}
 	})
 	t.Run("ok", func(t *testing.T) {
 		srv := redistest.Start(t)
-		store := core.NewRedisStore(srv.Client(t))
+		store := redisstore.New(srv.Client(t))
 		mustLimit(t, store, p)
 		if err := store.Check(ctx); err != nil {
 			t.Fatalf("Check() on a Redis that fits = %v, want nil", err)

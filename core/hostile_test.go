@@ -14,6 +14,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // TestHostileKeysOnRedis: keys with the characters Redis key names and
@@ -22,7 +23,7 @@ import (
 func TestHostileKeysOnRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	store := core.NewRedisStore(rdb)
+	store := redisstore.New(rdb)
 	p := core.Policy{Name: "odd", Rules: []core.Rule{{Limit: 1, Window: time.Minute}}}
 	l := mustLimit(t, store, p, core.WithTimeout(5*time.Second))
 	ctx := context.Background()
@@ -86,7 +87,7 @@ func TestHostileRandomKeyFlood(t *testing.T) {
 	t.Run("redis", func(t *testing.T) {
 		srv := redistest.Start(t)
 		rdb := srv.Client(t)
-		store := core.NewRedisStore(rdb)
+		store := redisstore.New(rdb)
 		ctx := context.Background()
 		for _, alg := range []core.Algorithm{core.SlidingLog, core.SlidingBuckets} {
 			l := mustLimit(t, store, core.Policy{Name: "flood-" + alg.String(), Algorithm: alg,
@@ -138,7 +139,7 @@ func TestHostileRandomKeyFlood(t *testing.T) {
 func TestHostileHugeCost(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	store := core.NewRedisStore(rdb)
+	store := redisstore.New(rdb)
 	l := mustLimit(t, store, core.Policy{Name: "huge-cost", Rules: []core.Rule{{Limit: 100_000, Window: time.Hour}}},
 		core.WithTimeout(10*time.Second))
 	ctx := context.Background()

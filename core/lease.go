@@ -2,17 +2,13 @@ package core
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Concurrency limits (Policy.InFlight): every admission takes a lease of
@@ -37,20 +33,9 @@ const leaseRetry = time.Second
 // renewBatch is the most lease operations one renewal round trip carries.
 const renewBatch = 1000
 
-// leaseAlgo marks store calls of leases; no Policy has it.
-const leaseAlgo Algorithm = -1
-
-// opRenew extends a lease still held (opRefund releases one).
-const opRenew = 3
-
 // errLeaseLost is reported when a renewal finds a lease gone before its
 // release.
 var errLeaseLost = errors.New("lease lost before its release: the key was reset, its renewals failed for a whole LeaseTTL, or Redis lost it")
-
-//go:embed lease.lua
-var leaseSource string
-
-var leaseScript = redis.NewScript(leaseSource)
 
 // leaseTTL returns the effective lease TTL.
 func (p *Policy) leaseTTL() time.Duration {
@@ -90,22 +75,27 @@ func (p *Policy) validateInFlight() error {
 	return nil
 }
 
-// leaseSet is the state of a limiter of an InFlight policy.
-type leaseSet struct {
-	limit int64
-	ttl   time.Duration
-	owner int64        // random: the limiter's lease ids are (owner, seq)
-	seq   atomic.Int64 // the next seq; a lease of n units takes n of them
-	rules []Rule       // {Limit: limit}, to read store answers
-	mem   *memLeases   // the store's, on a MemoryStore
-	local *memLeases   // the FailLocal fallback's, on a RedisStore
+// inFlight decides an InFlight policy on a store with [Leases]: every
+// admission takes a lease of its units, held until the decision is
+// refunded. On a shared store the leases are renewed from one goroutine
+// while the limiter holds some.
+type inFlight struct {
+	l      *Limiter
+	store  Leases
+	shared bool // not Local: timeout, breaker, renewals and fallback
+	limit  int64
+	ttl    time.Duration
+	owner  int64        // random: the limiter's lease ids are (owner, seq)
+	seq    atomic.Int64 // the next seq; a lease of n units takes n of them
+	rules  []Rule       // {Limit: limit}, for the breaker's partition
+	local  *memLeases   // the FailLocal fallback's, on a shared store
 
 	mu      sync.Mutex
-	held    map[int64]*heldLease // Redis leases to renew or release, by seq
+	held    map[int64]*heldLease // shared leases to renew or release, by seq
 	running bool                 // the renewal goroutine is alive
 }
 
-// heldLease is a Redis lease of the limiter.
+// heldLease is a lease of the limiter on a shared store.
 type heldLease struct {
 	key     string // the bounded key
 	n       int64
@@ -114,197 +104,174 @@ type heldLease struct {
 }
 
 // inFlight completes l, a limiter of an InFlight policy.
-func (l *Limiter) inFlight(o options) (*Limiter, error) {
+func (l *Limiter) inFlight(o options, local bool) error {
 	p := &l.policy
 	if o.tierFunc != nil || o.tiers != nil {
-		return nil, fmt.Errorf("ratekit: policy %q: WithTiers does not apply to an InFlight policy: %w", p.Name, ErrInvalidPolicy)
+		return fmt.Errorf("ratekit: policy %q: WithTiers does not apply to an InFlight policy: %w", p.Name, ErrInvalidPolicy)
 	}
-	ls := &leaseSet{
-		limit: p.InFlight,
-		ttl:   p.leaseTTL(),
-		owner: 1 + rand.Int64N(1<<52-1),
-		rules: []Rule{{Limit: p.InFlight}},
-		held:  make(map[int64]*heldLease),
+	store, ok := l.store.(Leases)
+	if !ok {
+		return fmt.Errorf("ratekit: policy %q: InFlight needs a store that keeps leases (core.Leases); %T does not: %w",
+			p.Name, l.store, ErrInvalidPolicy)
 	}
-	switch s := l.store.(type) {
-	case *MemoryStore:
-		ls.mem = s.leasesOf(p.Name)
-	default:
-		if l.redis == nil {
-			return nil, fmt.Errorf("ratekit: policy %q: InFlight needs a MemoryStore or a RedisStore, not %T: %w", p.Name, l.store, ErrInvalidPolicy)
-		}
-		if l.failure == FailLocal {
-			l.local = NewMemoryStore(WithMaxKeys(fallbackMaxKeys))
-			ls.local = l.local.leasesOf(p.Name)
-		}
+	f := &inFlight{
+		l:      l,
+		store:  store,
+		shared: !local,
+		limit:  p.InFlight,
+		ttl:    p.leaseTTL(),
+		owner:  1 + rand.Int64N(1<<52-1),
+		rules:  []Rule{{Limit: p.InFlight}},
+		held:   make(map[int64]*heldLease),
 	}
-	l.leases = ls
-	return l, nil
+	if l.local != nil {
+		f.local = l.local.leasesOf(p.Name)
+	}
+	l.d = f
+	return nil
+}
+
+// lease returns the lease of n units of key starting at seq.
+func (f *inFlight) lease(key string, seq, n int64) Lease {
+	return Lease{Policy: f.l.policy.Name, Key: key, Owner: f.owner, Seq: seq, N: n, Limit: f.limit, TTL: f.ttl, Now: f.l.storeNow()}
 }
 
 // decision returns the decision of a lease request that saw used units
-// held (after it, when admitted).
-func (ls *leaseSet) decision(allowed bool, used int64, src Source) Decision {
-	d := Decision{Allowed: allowed, Limit: ls.limit, Remaining: max(0, ls.limit-used), Source: src}
-	st := RuleState{Limit: ls.limit, Used: used}
+// held (after it, when admitted) under limit.
+func (f *inFlight) decision(allowed bool, used, limit int64, src Source) Decision {
+	d := Decision{Allowed: allowed, Limit: limit, Remaining: max(0, limit-used), Source: src}
+	st := RuleState{Limit: limit, Used: used}
 	if !allowed {
 		d.RetryAfter, st.RetryAfter = leaseRetry, leaseRetry
 	}
-	d.states.n, d.states.a[0] = 1, st
+	d.states.Append(st)
 	return d
 }
 
-// now returns the time of a lease operation for the store: the limiter's
-// clock in µs, or 0 for the store's own.
-func (l *Limiter) leaseNow() int64 {
-	if l.clock != nil {
-		return l.clock().UnixMicro()
-	}
-	return 0
-}
-
-// acquire is AllowN of an InFlight policy, for a bounded key and a valid
-// n. It fails only when ctx ends before the store answered.
-func (l *Limiter) acquire(ctx context.Context, key string, n int64) (Decision, error) {
-	ls := l.leases
-	seq := ls.seq.Add(n) - n
-	if ls.mem != nil {
-		used, ok := ls.mem.take(key, leaseID{ls.owner, seq}, n, ls.limit)
-		d := ls.decision(ok, used, SourceStore)
+func (f *inFlight) allow(ctx context.Context, key string, _ int, n int64) (Decision, error) {
+	l := f.l
+	seq := f.seq.Add(n) - n
+	ls := f.lease(key, seq, n)
+	if !f.shared {
+		ok, held, err := f.store.TakeLease(ctx, ls)
+		if err != nil {
+			return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
+		}
+		d := f.decision(ok, held, f.limit, SourceStore)
 		if ok {
 			d.ticket = ticket{owner: l, key: key, at: seq, n: n}
 		}
 		l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d})
 		return d, nil
 	}
-	start := time.Now()
-	br := l.breakerOf(key)
-	var cause error
-	if ok, probe := br.allow(start); ok {
-		cc := newCallCtx(ctx, start, l.timeout)
-		allowed, used, err := l.redis.leaseOp(cc, l.policy.Name, key, opTake, ls, seq, n, l.leaseNow())
-		cc.release()
-		lat := time.Since(start)
-		if err == nil {
-			if br.success() {
-				l.emit(ctx, Event{Kind: EventBreakerClose})
-			}
-			l.answered(ctx, start)
-			d := ls.decision(allowed, used, SourceStore)
-			if allowed {
-				d.ticket = ticket{owner: l, key: key, at: seq, n: n}
-				ls.keep(l, seq, &heldLease{key: key, n: n})
-				if ls.local != nil {
-					// Mirrored, so that a fallback counts it.
-					ls.local.take(key, leaseID{ls.owner, seq}, n, math.MaxInt64)
-				}
-			}
-			l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d, Latency: lat})
-			return d, nil
-		}
-		var kerr *keyError
-		if !errors.As(err, &kerr) {
-			// The take may have been made with its answer lost: its units
-			// are released in the background, not left until their TTL.
-			ls.keep(l, seq, &heldLease{key: key, n: n, release: true, since: time.Now()})
-		}
-		if cerr := callerErr(ctx, time.Now()); cerr != nil {
-			// The caller gave up: that says nothing about the store.
-			if probe {
-				br.abandon()
-			}
-			return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, cerr)
-		}
-		if errors.As(err, &kerr) {
-			if probe {
-				br.abandon()
-			}
-		} else if br.failure(time.Now()) {
-			defer l.emit(ctx, Event{Kind: EventBreakerOpen, Err: err})
-		}
-		l.emit(ctx, Event{Kind: EventStoreError, Key: key, Cost: n, Err: err, Latency: lat})
-		cause = err
+	q := Query{Policy: l.policy.Name, Key: key, Rules: f.rules, N: n}
+	var (
+		ok   bool
+		held int64
+	)
+	answered, lat, cause, err := l.call(ctx, &q, true, func(ctx context.Context) (err error) {
+		ok, held, err = f.store.TakeLease(ctx, ls)
+		return err
+	})
+	if cause != nil && !errors.Is(cause, ErrKeyFailure) {
+		// The take may have been made with its answer lost: its units
+		// are released in the background, not left until their TTL.
+		f.keep(seq, &heldLease{key: key, n: n, release: true, since: time.Now()})
 	}
-	d := l.leaseFallback(key, seq, n, true, br)
+	if err != nil {
+		return Decision{}, err
+	}
+	if answered {
+		d := f.decision(ok, held, f.limit, SourceStore)
+		if ok {
+			d.ticket = ticket{owner: l, key: key, at: seq, n: n}
+			f.keep(seq, &heldLease{key: key, n: n})
+			if f.local != nil {
+				// Mirrored, so that a fallback counts it.
+				f.local.take(key, leaseID{f.owner, seq}, n, math.MaxInt64)
+			}
+		}
+		l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d, Latency: lat})
+		return d, nil
+	}
+	d := f.fallback(key, seq, n, true, l.breakers.of(&q))
 	l.fellBack(ctx, cause)
 	l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d})
 	return d, nil
 }
 
-// peekLease is Peek of an InFlight policy, for a bounded key.
-func (l *Limiter) peekLease(ctx context.Context, key string) (Decision, error) {
-	ls := l.leases
-	if ls.mem != nil {
-		used := ls.mem.count(key)
-		return ls.decision(used < ls.limit, used, SourceStore), nil
-	}
-	br := l.breakerOf(key)
-	// A peek is not a decision: it says nothing of the store's health, and
-	// takes no probe's place.
-	if start := time.Now(); br.look(start) {
-		cc := newCallCtx(ctx, start, l.timeout)
-		allowed, used, err := l.redis.leaseOp(cc, l.policy.Name, key, opPeek, ls, 0, 1, l.leaseNow())
-		cc.release()
-		if err == nil {
-			return ls.decision(allowed, used, SourceStore), nil
+func (f *inFlight) peek(ctx context.Context, key string, _ int) (Decision, error) {
+	l := f.l
+	ls := f.lease(key, 0, 1)
+	var held int64
+	if !f.shared {
+		held, err := f.store.HeldLeases(ctx, ls)
+		if err != nil {
+			return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
 		}
-		if cerr := callerErr(ctx, time.Now()); cerr != nil {
-			return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, cerr)
-		}
+		return f.decision(held < f.limit, held, f.limit, SourceStore), nil
 	}
-	return l.leaseFallback(key, 0, 1, false, br), nil
+	q := Query{Policy: l.policy.Name, Key: key, Rules: f.rules, N: 1}
+	answered, _, _, err := l.call(ctx, &q, false, func(ctx context.Context) (err error) {
+		held, err = f.store.HeldLeases(ctx, ls)
+		return err
+	})
+	switch {
+	case err != nil:
+		return Decision{}, err
+	case answered:
+		return f.decision(held < f.limit, held, f.limit, SourceStore), nil
+	}
+	return f.fallback(key, 0, 1, false, l.breakers.of(&q)), nil
 }
 
-// leaseFallback decides a lease request without the store.
-func (l *Limiter) leaseFallback(key string, seq, n int64, take bool, br *breaker) Decision {
-	ls := l.leases
+// fallback decides a lease request without the store.
+func (f *inFlight) fallback(key string, seq, n int64, take bool, br *breaker) Decision {
+	l := f.l
 	switch l.failure {
 	case FailOpen:
-		return Decision{Allowed: true, Limit: ls.limit, Remaining: ls.limit, Source: SourceOpen}
+		return Decision{Allowed: true, Limit: f.limit, Remaining: f.limit, Source: SourceOpen}
 	case FailClosed:
-		return Decision{Limit: ls.limit, RetryAfter: br.retryAfter(time.Now()), Source: SourceClosed}
+		return Decision{Limit: f.limit, RetryAfter: br.retryAfter(time.Now()), Source: SourceClosed}
 	}
 	var buf [1]Rule
-	limit := l.shareOf(ls.rules, buf[:0])[0].Limit
+	limit := l.shareOf(f.rules, buf[:0])[0].Limit
 	if !take {
-		used := ls.local.count(key)
-		d := ls.decision(used < limit, used, SourceLocal)
-		d.Limit, d.Remaining = limit, max(0, limit-used)
-		return d
+		used := f.local.count(key)
+		return f.decision(used < limit, used, limit, SourceLocal)
 	}
-	used, ok := ls.local.take(key, leaseID{ls.owner, seq}, n, limit)
-	d := ls.decision(ok, used, SourceLocal)
-	d.Limit, d.Remaining = limit, max(0, limit-used)
+	used, ok := f.local.take(key, leaseID{f.owner, seq}, n, limit)
+	d := f.decision(ok, used, limit, SourceLocal)
 	if ok {
 		d.ticket = ticket{owner: l, key: key, at: seq, n: n, local: true}
 	}
 	return d
 }
 
-// release gives back the lease a ticket of this limiter identifies.
-func (l *Limiter) release(ctx context.Context, t ticket) error {
-	ls := l.leases
-	switch {
-	case t.local:
-		ls.local.release(t.key, leaseID{ls.owner, t.at})
+// refund releases the lease a ticket of this limiter identifies.
+func (f *inFlight) refund(ctx context.Context, t ticket) error {
+	l := f.l
+	if t.local {
+		f.local.release(t.key, leaseID{f.owner, t.at})
 		return nil
-	case ls.mem != nil:
-		ls.mem.release(t.key, leaseID{ls.owner, t.at})
-		return nil
+	}
+	ls := f.lease(t.key, t.at, t.n)
+	if !f.shared {
+		return f.store.ReleaseLease(context.WithoutCancel(ctx), ls)
 	}
 	// No renewal from now on: one still in flight finds the lease gone,
 	// or is undone by this release, since a renewal never adds units.
-	ls.drop(t.at)
-	if ls.local != nil {
-		ls.local.release(t.key, leaseID{ls.owner, t.at}) // the mirror
+	f.drop(t.at)
+	if f.local != nil {
+		f.local.release(t.key, leaseID{f.owner, t.at}) // the mirror
 	}
 	cc := newCallCtx(ctx, time.Now(), l.timeout)
-	_, _, err := l.redis.leaseOp(cc, l.policy.Name, t.key, opRefund, ls, t.at, t.n, l.leaseNow())
+	err := f.store.ReleaseLease(cc, ls)
 	cc.release()
 	if err != nil {
 		// Tried again with the renewals, until it succeeds or the lease
 		// has expired anyway.
-		ls.keep(l, t.at, &heldLease{key: t.key, n: t.n, release: true, since: time.Now()})
+		f.keep(t.at, &heldLease{key: t.key, n: t.n, release: true, since: time.Now()})
 		err = fmt.Errorf("ratekit: policy %q: release: %w", l.policy.Name, err)
 		l.emit(ctx, Event{Kind: EventStoreError, Key: t.key, Cost: t.n, Err: err})
 		return err
@@ -312,291 +279,140 @@ func (l *Limiter) release(ctx context.Context, t ticket) error {
 	return nil
 }
 
-// keep registers a Redis lease to renew (or to release, h.release),
-// starting the renewal goroutine if it is not running.
-func (ls *leaseSet) keep(l *Limiter, seq int64, h *heldLease) {
-	ls.mu.Lock()
-	ls.held[seq] = h
-	if !ls.running {
-		ls.running = true
-		go l.renewLoop()
+func (f *inFlight) reset(ctx context.Context, key string, shard int) error {
+	if f.local != nil {
+		f.local.forget(key)
 	}
-	ls.mu.Unlock()
+	return f.l.storeReset(ctx, key, shard)
+}
+
+// keep registers a shared lease to renew (or to release, h.release),
+// starting the renewal goroutine if it is not running.
+func (f *inFlight) keep(seq int64, h *heldLease) {
+	f.mu.Lock()
+	f.held[seq] = h
+	if !f.running {
+		f.running = true
+		go f.renewLoop()
+	}
+	f.mu.Unlock()
 }
 
 // drop forgets a lease. The renewal goroutine ends at its next round if
 // none is left: not at once, so that a limiter whose requests come one
 // at a time does not start a goroutine for each.
-func (ls *leaseSet) drop(seq int64) {
-	ls.mu.Lock()
-	delete(ls.held, seq)
-	ls.mu.Unlock()
+func (f *inFlight) drop(seq int64) {
+	f.mu.Lock()
+	delete(f.held, seq)
+	f.mu.Unlock()
 }
 
 // idle reports whether no lease is left, marking the renewal goroutine
 // ended if so.
-func (ls *leaseSet) idle() bool {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	if len(ls.held) == 0 {
-		ls.running = false
+func (f *inFlight) idle() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.held) == 0 {
+		f.running = false
 		return true
 	}
 	return false
 }
 
-// renewLoop renews the limiter's Redis leases every third of their TTL,
+// renewLoop renews the limiter's shared leases every third of their TTL,
 // and retries the releases that failed, until a round finds no lease.
-func (l *Limiter) renewLoop() {
-	ls := l.leases
-	tick := time.NewTicker(ls.ttl / 3)
+func (f *inFlight) renewLoop() {
+	tick := time.NewTicker(f.ttl / 3)
 	defer tick.Stop()
 	for range tick.C {
-		if ls.idle() {
+		if f.idle() {
 			return
 		}
-		l.renewLeases(context.Background())
+		f.renew(context.Background())
 	}
 }
 
-// renewLeases makes one round of renewals and retried releases, each
-// round trip bounded by a third of the TTL. Leases found gone and failed
-// round trips are reported to the observers.
-func (l *Limiter) renewLeases(ctx context.Context) {
-	ls := l.leases
-	type item struct {
-		seq int64
-		h   *heldLease
+// renewal is a lease the renewal round looks at.
+type renewal struct {
+	seq int64
+	h   *heldLease
+}
+
+// renew makes one round of renewals and retried releases, each round
+// trip bounded by a third of the TTL. Leases found gone and failed round
+// trips are reported to the observers.
+func (f *inFlight) renew(ctx context.Context) {
+	f.mu.Lock()
+	var renews, releases []renewal
+	for seq, h := range f.held {
+		if h.release {
+			releases = append(releases, renewal{seq, h})
+		} else {
+			renews = append(renews, renewal{seq, h})
+		}
 	}
-	ls.mu.Lock()
-	items := make([]item, 0, len(ls.held))
-	for seq, h := range ls.held {
-		items = append(items, item{seq, h})
-	}
-	ls.mu.Unlock()
-	now := l.leaseNow()
+	f.mu.Unlock()
 	var (
-		lost     []item
+		lost     []renewal
 		failed   int
 		firstErr error
 	)
-	for len(items) > 0 {
-		chunk := items[:min(len(items), renewBatch)]
-		items = items[len(chunk):]
-		calls := make([]*rcall, len(chunk))
-		for i, it := range chunk {
-			op := byte(opRenew)
-			if it.h.release {
-				op = opRefund
-			}
-			calls[i] = l.redis.leaseCall(l.policy.Name, it.h.key, op, ls, it.seq, it.h.n, now)
+	fail := func(n int, err error) {
+		failed += n
+		if firstErr == nil {
+			firstErr = err
 		}
-		rctx, cancel := context.WithTimeout(ctx, ls.ttl/3)
-		l.redis.flight(rctx, calls)
-		cancel()
-		ls.mu.Lock()
-		for i, c := range calls {
-			it := chunk[i]
-			mine := ls.held[it.seq] == it.h // not released or replaced meanwhile
-			switch {
-			case c.err != nil:
-				failed++
-				if firstErr == nil {
-					firstErr = c.err
-				}
-				if mine && it.h.release && time.Since(it.h.since) > ls.ttl {
-					delete(ls.held, it.seq) // expired by now
-				}
-			case it.h.release:
-				if mine {
-					delete(ls.held, it.seq)
-				}
-			case !c.allowed && mine:
-				delete(ls.held, it.seq)
-				lost = append(lost, it)
-				if ls.local != nil {
-					ls.local.release(it.h.key, leaseID{ls.owner, it.seq})
-				}
-			}
-			putCall(c)
-		}
-		ls.mu.Unlock()
 	}
-	for _, it := range lost {
-		l.emit(ctx, Event{Kind: EventStoreError, Key: it.h.key, Cost: it.h.n,
-			Err: fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, errLeaseLost)})
+	for len(renews) > 0 {
+		chunk := renews[:min(len(renews), renewBatch)]
+		renews = renews[len(chunk):]
+		ls := make([]Lease, len(chunk))
+		for i, r := range chunk {
+			ls[i] = f.lease(r.h.key, r.seq, r.h.n)
+		}
+		held := make([]bool, len(chunk))
+		rctx, cancel := context.WithTimeout(ctx, f.ttl/3)
+		err := f.store.RenewLeases(rctx, ls, held)
+		cancel()
+		if err != nil {
+			fail(len(chunk), err)
+			continue
+		}
+		f.mu.Lock()
+		for i, r := range chunk {
+			if !held[i] && f.held[r.seq] == r.h { // not released or replaced meanwhile
+				delete(f.held, r.seq)
+				lost = append(lost, r)
+				if f.local != nil {
+					f.local.release(r.h.key, leaseID{f.owner, r.seq})
+				}
+			}
+		}
+		f.mu.Unlock()
+	}
+	for _, r := range releases {
+		rctx, cancel := context.WithTimeout(ctx, f.ttl/3)
+		err := f.store.ReleaseLease(rctx, f.lease(r.h.key, r.seq, r.h.n))
+		cancel()
+		f.mu.Lock()
+		mine := f.held[r.seq] == r.h
+		switch {
+		case err == nil && mine:
+			delete(f.held, r.seq)
+		case err != nil && mine && time.Since(r.h.since) > f.ttl:
+			delete(f.held, r.seq) // expired by now
+		}
+		f.mu.Unlock()
+		if err != nil {
+			fail(1, err)
+		}
+	}
+	for _, r := range lost {
+		f.l.emit(ctx, Event{Kind: EventStoreError, Key: r.h.key, Cost: r.h.n,
+			Err: fmt.Errorf("ratekit: policy %q: %w", f.l.policy.Name, errLeaseLost)})
 	}
 	if failed > 0 {
-		l.emit(ctx, Event{Kind: EventStoreError,
-			Err: fmt.Errorf("ratekit: policy %q: renewing or releasing %d leases: %w", l.policy.Name, failed, firstErr)})
+		f.l.emit(ctx, Event{Kind: EventStoreError,
+			Err: fmt.Errorf("ratekit: policy %q: renewing or releasing %d leases: %w", f.l.policy.Name, failed, firstErr)})
 	}
-}
-
-// leaseKey is the Redis key of the leases of (policy, bounded key).
-func (s *RedisStore) leaseKey(policy, key string) string {
-	return s.redisKey(policy, key) + ":lease"
-}
-
-// leaseCall returns a store call of one lease operation.
-func (s *RedisStore) leaseCall(policy, key string, op byte, ls *leaseSet, seq, n, now int64) *rcall {
-	c := getCall()
-	c.op, c.algo, c.n, c.now, c.at = op, leaseAlgo, n, now, seq
-	c.lease = leaseArgs{limit: ls.limit, ttl: ls.ttl.Microseconds(), owner: ls.owner}
-	if op == opPeek || op == opTake {
-		c.rules = ls.rules
-	}
-	c.key = s.leaseKey(policy, key)
-	if s.cluster {
-		c.slot = slotOf(c.key)
-	}
-	return c
-}
-
-// leaseArgs are the arguments of a lease operation (rcall.lease).
-type leaseArgs struct {
-	limit, ttl, owner int64
-}
-
-// leaseOp runs one lease operation: for a take or peek, whether n units
-// fit (were taken) and how many units the key holds after it.
-func (s *RedisStore) leaseOp(ctx context.Context, policy, key string, op byte, ls *leaseSet, seq, n, now int64) (allowed bool, used int64, err error) {
-	if err := ctx.Err(); err != nil {
-		return false, 0, fmt.Errorf("ratekit: redis store: %w", err)
-	}
-	c := s.leaseCall(policy, key, op, ls, seq, n, now)
-	if op == opTake && s.waitReplicas > 0 {
-		s.runAndWait(ctx, c)
-	} else if err := s.batch.do(ctx, c); err != nil {
-		// The caller gave up; the flight still owns c.
-		return false, 0, fmt.Errorf("ratekit: redis store: %w", err)
-	}
-	allowed, err = c.allowed, c.err
-	if err == nil && c.rules != nil {
-		used = c.states.a[0].Used
-	}
-	putCall(c)
-	if err != nil {
-		return false, 0, fmt.Errorf("ratekit: redis store: %w", err)
-	}
-	return allowed, used, nil
-}
-
-// leaseCommand builds the script call of lease operations: EVALSHA, or
-// EVAL with the source when eval is set.
-func leaseCommand(ctx context.Context, calls []*rcall, eval bool) noRetry {
-	blob := make([]byte, 0, 7*8*len(calls))
-	args := make([]any, 0, 4+len(calls))
-	if eval {
-		args = append(args, "eval", leaseSource)
-	} else {
-		args = append(args, "evalsha", leaseScript.Hash())
-	}
-	args = append(args, len(calls))
-	for _, c := range calls {
-		args = append(args, c.key)
-		blob = appendFloat(blob, float64(c.op), float64(c.n), float64(c.lease.limit), float64(c.lease.ttl),
-			float64(c.now), float64(c.lease.owner), float64(c.at))
-	}
-	return noRetry{redis.NewStringCmd(ctx, append(args, blob)...)}
-}
-
-// leaseID identifies a lease: its limiter's owner number and its first
-// seq.
-type leaseID struct{ owner, seq int64 }
-
-// memLeases holds the leases of one policy in a MemoryStore. They have no
-// TTL: the process that holds them is the store, so no holder can die and
-// leave them behind.
-type memLeases struct {
-	seed    maphash.Seed
-	stripes [memShards]leaseStripe
-}
-
-type leaseStripe struct {
-	mu   sync.Mutex
-	keys map[string]*memLeaseKey
-}
-
-// memLeaseKey is the leases of one key: units per lease, and their sum.
-type memLeaseKey struct {
-	used  int64
-	units map[leaseID]int64
-}
-
-// leasesOf returns the leases of a policy, created on first use.
-func (s *MemoryStore) leasesOf(policy string) *memLeases {
-	if m, ok := s.leases.Load(policy); ok {
-		return m.(*memLeases)
-	}
-	m := &memLeases{seed: s.seed}
-	for i := range m.stripes {
-		m.stripes[i].keys = make(map[string]*memLeaseKey)
-	}
-	v, _ := s.leases.LoadOrStore(policy, m)
-	return v.(*memLeases)
-}
-
-// resetLeases forgets the leases of key under policy.
-func (s *MemoryStore) resetLeases(policy, key string) {
-	if m, ok := s.leases.Load(policy); ok {
-		st := m.(*memLeases).stripe(key)
-		st.mu.Lock()
-		delete(st.keys, key)
-		st.mu.Unlock()
-	}
-}
-
-func (m *memLeases) stripe(key string) *leaseStripe {
-	return &m.stripes[maphash.String(m.seed, key)%memShards]
-}
-
-// take adds lease id of n units to key if they fit limit, and returns the
-// units held after it.
-func (m *memLeases) take(key string, id leaseID, n, limit int64) (used int64, ok bool) {
-	st := m.stripe(key)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	k := st.keys[key]
-	if k == nil {
-		if n > limit {
-			return 0, false
-		}
-		k = &memLeaseKey{units: make(map[leaseID]int64, 1)}
-		st.keys[key] = k
-	}
-	if k.used+n > limit {
-		return k.used, false
-	}
-	k.units[id] = n
-	k.used += n
-	return k.used, true
-}
-
-// release removes lease id from key; nothing if it is gone.
-func (m *memLeases) release(key string, id leaseID) {
-	st := m.stripe(key)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	k := st.keys[key]
-	if k == nil {
-		return
-	}
-	if n, ok := k.units[id]; ok {
-		delete(k.units, id)
-		k.used -= n
-		if len(k.units) == 0 {
-			delete(st.keys, key)
-		}
-	}
-}
-
-// count returns the units held for key.
-func (m *memLeases) count(key string) int64 {
-	st := m.stripe(key)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if k := st.keys[key]; k != nil {
-		return k.used
-	}
-	return 0
 }

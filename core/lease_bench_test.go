@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // BenchmarkInFlight measures an acquire and its release (Allow then
@@ -19,7 +20,7 @@ func BenchmarkInFlight(b *testing.B) {
 	b.Run("memory", func(b *testing.B) { benchInFlight(b, core.NewMemoryStore()) })
 	b.Run("redis", func(b *testing.B) {
 		srv := redistest.Start(b) // skipped with -short
-		benchInFlight(b, core.NewRedisStore(srv.Client(b)))
+		benchInFlight(b, redisstore.New(srv.Client(b)))
 	})
 }
 

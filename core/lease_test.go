@@ -15,6 +15,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // backend is where the instances of an in-flight test keep their leases:
@@ -32,12 +33,22 @@ func memoryBackend() backend {
 
 func redisBackend(t *testing.T) backend {
 	srv := redistest.Start(t)
-	return backend{"redis", func(t *testing.T) core.Store { return core.NewRedisStore(srv.Client(t)) }}
+	return backend{"redis", func(t *testing.T) core.Store { return storeOn(srv.Client(t)) }}
 }
 
 func clusterBackend(t *testing.T) backend {
 	c := redistest.StartCluster(t)
-	return backend{"cluster", func(t *testing.T) core.Store { return core.NewRedisStore(c.Client(t)) }}
+	return backend{"cluster", func(t *testing.T) core.Store { return storeOn(c.Client(t)) }}
+}
+
+// clients holds the client of every store storeOn made, by store.
+var clients sync.Map
+
+// storeOn returns a Redis store on rdb, whose client closeClient closes.
+func storeOn(rdb redis.UniversalClient) core.Store {
+	s := redisstore.New(rdb)
+	clients.Store(s, rdb)
+	return s
 }
 
 // inFlight returns a limiter of an InFlight policy, with a timeout long
@@ -82,7 +93,7 @@ func TestInFlightValidation(t *testing.T) {
 		{"tiers", core.Policy{Name: "p", InFlight: 2},
 			[]core.Option{core.WithTiers(func(context.Context, string) (string, error) { return "", nil }, map[string][]core.Rule{"x": rules})},
 			nil, "WithTiers"},
-		{"own store", core.Policy{Name: "p", InFlight: 2}, nil, failingStore{}, "MemoryStore or a RedisStore"},
+		{"own store", core.Policy{Name: "p", InFlight: 2}, nil, failingStore{}, "core.Leases"},
 		{"bad timeout", core.Policy{Name: "p", InFlight: 2}, []core.Option{core.WithTimeout(0)}, nil, "WithTimeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -276,11 +287,11 @@ func TestInFlightDeadInstance(t *testing.T) {
 // backend: the instance is gone.
 func closeClient(t *testing.T, s core.Store) {
 	t.Helper()
-	rs, ok := s.(*core.RedisStore)
+	rdb, ok := clients.Load(s)
 	if !ok {
-		t.Fatalf("store %T is not a RedisStore", s)
+		t.Fatalf("store %T was not made by storeOn", s)
 	}
-	if err := core.RedisClientOf(rs).Close(); err != nil {
+	if err := rdb.(redis.UniversalClient).Close(); err != nil {
 		t.Fatalf("closing the dead instance's client: %v", err)
 	}
 }
@@ -293,8 +304,8 @@ func TestInFlightRenewal(t *testing.T) {
 	const ttl = 10 * time.Second
 	now, step := clockAt()
 	p := core.Policy{Name: "renew", InFlight: 1, LeaseTTL: ttl}
-	a := mustLimit(t, core.NewRedisStore(srv.Client(t)), p, core.WithClock(now), core.WithTimeout(5*time.Second))
-	b := mustLimit(t, core.NewRedisStore(srv.Client(t)), p, core.WithClock(now), core.WithTimeout(5*time.Second))
+	a := mustLimit(t, redisstore.New(srv.Client(t)), p, core.WithClock(now), core.WithTimeout(5*time.Second))
+	b := mustLimit(t, redisstore.New(srv.Client(t)), p, core.WithClock(now), core.WithTimeout(5*time.Second))
 	ctx := context.Background()
 	d, err := a.Allow(ctx, "long")
 	if err != nil || !d.Allowed {
@@ -331,8 +342,8 @@ func TestInFlightRenewalTicker(t *testing.T) {
 	t.Cleanup(func() { _ = rdbA.Close(); _ = rdbB.Close() })
 	const ttl = time.Second
 	p := core.Policy{Name: "ticker", InFlight: 1, LeaseTTL: ttl}
-	a := mustLimit(t, core.NewRedisStore(rdbA), p, core.WithTimeout(5*time.Second))
-	b := mustLimit(t, core.NewRedisStore(rdbB), p, core.WithTimeout(5*time.Second))
+	a := mustLimit(t, redisstore.New(rdbA), p, core.WithTimeout(5*time.Second))
+	b := mustLimit(t, redisstore.New(rdbB), p, core.WithTimeout(5*time.Second))
 	ctx := context.Background()
 	d, err := a.Allow(ctx, "download")
 	if err != nil || !d.Allowed {
@@ -436,7 +447,7 @@ func TestInFlightRedisLayout(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	const ttl = 5 * time.Second
-	l := mustLimit(t, core.NewRedisStore(srv.Client(t)), core.Policy{Name: "layout", InFlight: 3, LeaseTTL: ttl}, core.WithTimeout(5*time.Second))
+	l := mustLimit(t, redisstore.New(srv.Client(t)), core.Policy{Name: "layout", InFlight: 3, LeaseTTL: ttl}, core.WithTimeout(5*time.Second))
 	ctx := context.Background()
 	const key = "ratekit:layout:{acct}:lease"
 	var held []core.Decision
@@ -482,7 +493,7 @@ func TestInFlightLostLease(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	obs := &eventLog{}
-	l := mustLimit(t, core.NewRedisStore(srv.Client(t)), core.Policy{Name: "lost", InFlight: 1},
+	l := mustLimit(t, redisstore.New(srv.Client(t)), core.Policy{Name: "lost", InFlight: 1},
 		core.WithTimeout(5*time.Second), core.WithObserver(obs))
 	ctx := context.Background()
 	d, _ := l.Allow(ctx, "k")
@@ -517,9 +528,9 @@ func TestInFlightReleaseRetried(t *testing.T) {
 	proxy := redistest.NewProxy(t, srv.Addr())
 	p := core.Policy{Name: "retry", InFlight: 1, LeaseTTL: 3 * time.Second}
 	obs := &eventLog{}
-	a := mustLimit(t, core.NewRedisStore(redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})), p,
+	a := mustLimit(t, redisstore.New(redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})), p,
 		core.WithTimeout(time.Second), core.WithObserver(obs))
-	b := inFlight(t, core.NewRedisStore(srv.Client(t)), "retry", 1)
+	b := inFlight(t, redisstore.New(srv.Client(t)), "retry", 1)
 	ctx := context.Background()
 	d, _ := a.Allow(ctx, "k")
 	if !d.Allowed {
@@ -568,7 +579,7 @@ func TestInFlightStoreDown(t *testing.T) {
 		t.Run(tc.policy.String(), func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.Start(t)
-			l := mustLimit(t, core.NewRedisStore(srv.Client(t)), core.Policy{Name: "down", InFlight: 2},
+			l := mustLimit(t, redisstore.New(srv.Client(t)), core.Policy{Name: "down", InFlight: 2},
 				core.WithFailurePolicy(tc.policy), core.WithTimeout(100*time.Millisecond))
 			srv.Stop()
 			ctx := context.Background()
@@ -636,8 +647,10 @@ func TestInFlightBreakerAndTimeout(t *testing.T) {
 		ttl     = 6 * time.Second // a renewal round every 2 s
 	)
 	obs := &eventLog{}
-	l := mustLimit(t, core.NewRedisStore(srv.Client(t)), core.Policy{Name: "paused", InFlight: 2, LeaseTTL: ttl},
-		core.WithTimeout(timeout), core.WithObserver(obs))
+	// The whole limit locally: no count of instances, whose announcements
+	// would add ZADDs of their own to the commandstats read below.
+	l := mustLimit(t, redisstore.New(srv.Client(t)), core.Policy{Name: "paused", InFlight: 2, LeaseTTL: ttl},
+		core.WithTimeout(timeout), core.WithObserver(obs), core.WithLocalShare(false))
 	ctx := context.Background()
 	if d, err := l.Allow(ctx, "warm"); err != nil || d.Source != core.SourceStore {
 		t.Fatalf("Allow(warm) = %+v, %v", d, err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"time"
 )
@@ -144,31 +143,40 @@ func WithClock(clock func() time.Time) Option {
 // concurrent use.
 type Limiter struct {
 	store    Store
-	memp     *memPolicy // the policy's keys, when store is a MemoryStore
-	redis    redisOps   // store, when it is a RedisStore
+	d        decider // how the limiter decides, chosen when it is built
 	policy   Policy
 	keep     int64 // Query.Keep
 	minLimit int64
 	timeout  time.Duration
 	failure  FailurePolicy
-	local    *MemoryStore
+	local    *MemoryStore // FailLocal's fallback store, on a shared store
 	observer Observer
 	deny     *denyCache
-	breakers []breaker // one; on a Redis Cluster one per group of slots
+	breakers breakers
 	tiers    *tierSet
 	shards   *shardSet // nil unless Policy.Shards > 1
 	clock    func() time.Time
-	waits    waitQueues // callers of WaitN, unless the store is a MemoryStore
-	leases   *leaseSet  // nil unless Policy.InFlight > 0
+	waits    waitQueues // callers of WaitN
 
 	fleet      func() int // the instances using the policy, on a Fleet store
 	wholeLimit bool       // WithLocalShare(false)
 	fb         fallbackState
 }
 
+// decider is how a Limiter decides, chosen when it is built: rates on a
+// Local store, rates on a shared store, or leases (Policy.InFlight). Keys
+// are bounded; shard is the key's shard, with shards.
+type decider interface {
+	allow(ctx context.Context, key string, shard int, n int64) (Decision, error)
+	peek(ctx context.Context, key string, shard int) (Decision, error)
+	refund(ctx context.Context, t ticket) error
+	reset(ctx context.Context, key string, shard int) error
+}
+
 // NewLimiter returns a limiter for policy on store. It returns an error
 // wrapping [ErrInvalidPolicy], naming the field, when the policy or an
-// option cannot work.
+// option cannot work, or when the store lacks a capability the policy
+// needs (an InFlight policy needs [Leases]).
 func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, fmt.Errorf("ratekit: NewLimiter: store is nil: %w", ErrInvalidPolicy)
@@ -176,6 +184,56 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	if err := policy.Validate(); err != nil {
 		return nil, err
 	}
+	o, err := newOptions(policy.Name, opts)
+	if err != nil {
+		return nil, err
+	}
+	policy.Rules = append([]Rule(nil), policy.Rules...)
+	l := &Limiter{
+		store:      store,
+		policy:     policy,
+		keep:       max(o.keep, policy.maxLimit()),
+		minLimit:   policy.minLimit(),
+		timeout:    o.timeout,
+		failure:    o.failure,
+		observer:   o.observer,
+		shards:     newShardSet(policy),
+		clock:      o.clock,
+		wholeLimit: o.wholeLimit,
+	}
+	l.breakers.init(store, o)
+	_, local := store.(Local)
+	if !local && o.failure == FailLocal {
+		l.local = NewMemoryStore(WithMaxKeys(fallbackMaxKeys))
+		if f, ok := store.(Fleet); ok && !o.wholeLimit {
+			l.fleet = f.Join(policy.Name)
+		}
+	}
+	if policy.InFlight > 0 {
+		return l, l.inFlight(o, local)
+	}
+	inv, _ := store.(Invalidator)
+	if local {
+		l.d = localRates{l}
+	} else {
+		l.d = sharedRates{l}
+		if o.denyCacheSize > 0 && inv != nil {
+			l.deny = newDenyCache(o.denyCacheSize)
+		}
+	}
+	if o.tierFunc != nil || o.tiers != nil {
+		if l.tiers, err = newTiers(store, policy, o, opts); err != nil {
+			return nil, err
+		}
+	}
+	if inv != nil && !local && (l.deny != nil || l.local != nil || l.tiers != nil && l.tiers.cache != nil) {
+		inv.Watch(policy.Name, l.invalidate)
+	}
+	return l, nil
+}
+
+// newOptions returns the options opts set, over the defaults, checked.
+func newOptions(policy string, opts []Option) (options, error) {
 	o := options{
 		timeout:       DefaultTimeout,
 		denyCacheSize: 10000,
@@ -189,69 +247,44 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	}
 	switch {
 	case o.timeout <= 0:
-		return nil, fmt.Errorf("ratekit: policy %q: WithTimeout %v must be positive: %w", policy.Name, o.timeout, ErrInvalidPolicy)
+		return o, fmt.Errorf("ratekit: policy %q: WithTimeout %v must be positive: %w", policy, o.timeout, ErrInvalidPolicy)
 	case o.failure > FailClosed:
-		return nil, fmt.Errorf("ratekit: policy %q: WithFailurePolicy: unknown %v: %w", policy.Name, o.failure, ErrInvalidPolicy)
+		return o, fmt.Errorf("ratekit: policy %q: WithFailurePolicy: unknown %v: %w", policy, o.failure, ErrInvalidPolicy)
 	case o.denyCacheSize < 0:
-		return nil, fmt.Errorf("ratekit: policy %q: WithDenyCache size %d must not be negative: %w", policy.Name, o.denyCacheSize, ErrInvalidPolicy)
+		return o, fmt.Errorf("ratekit: policy %q: WithDenyCache size %d must not be negative: %w", policy, o.denyCacheSize, ErrInvalidPolicy)
 	case o.breakerFails < 0:
-		return nil, fmt.Errorf("ratekit: policy %q: WithBreaker failures %d must not be negative: %w", policy.Name, o.breakerFails, ErrInvalidPolicy)
+		return o, fmt.Errorf("ratekit: policy %q: WithBreaker failures %d must not be negative: %w", policy, o.breakerFails, ErrInvalidPolicy)
 	case o.breakerFails > 0 && o.breakerCool <= 0:
-		return nil, fmt.Errorf("ratekit: policy %q: WithBreaker cooldown %v must be positive: %w", policy.Name, o.breakerCool, ErrInvalidPolicy)
+		return o, fmt.Errorf("ratekit: policy %q: WithBreaker cooldown %v must be positive: %w", policy, o.breakerCool, ErrInvalidPolicy)
 	}
-	policy.Rules = append([]Rule(nil), policy.Rules...)
-	l := &Limiter{
-		store:    store,
-		policy:   policy,
-		minLimit: policy.minLimit(),
-		timeout:  o.timeout,
-		failure:  o.failure,
-		observer: o.observer,
-		shards:   newShardSet(policy),
-		clock:    o.clock,
+	return o, nil
+}
 
-		wholeLimit: o.wholeLimit,
-	}
-	l.keep = max(o.keep, policy.maxLimit())
-	l.redis, _ = store.(redisOps)
-	nb := 1
-	if l.redis != nil && l.redis.isCluster() {
-		// One failing node trips the breakers of its slots only.
-		nb = breakerGroups
-	}
-	l.breakers = make([]breaker, nb)
-	for i := range l.breakers {
-		l.breakers[i] = breaker{threshold: int32(o.breakerFails), cooldown: o.breakerCool}
-	}
-	if policy.InFlight > 0 {
-		return l.inFlight(o)
-	}
-	if m, ok := store.(*MemoryStore); ok {
-		l.memp = m.policy(policy.Name)
-	}
-	if o.failure == FailLocal && l.memp == nil {
-		l.local = NewMemoryStore(WithMaxKeys(fallbackMaxKeys))
-		if f, ok := store.(Fleet); ok {
-			l.fleet = f.Join(policy.Name)
+// invalidate acts on what the store reports from any instance (see
+// [Invalidator]).
+func (l *Limiter) invalidate(inv Invalidation) {
+	switch {
+	case inv.Resync:
+		if l.deny != nil {
+			l.deny.resync()
+		}
+		if l.tiers != nil {
+			l.tiers.forgetAll()
+		}
+	case inv.Tier:
+		if l.tiers != nil {
+			l.tiers.forget(inv.Key)
+		}
+	default:
+		if l.deny != nil {
+			l.deny.remove(inv.Key)
+		}
+		if l.local != nil {
+			// A lockout lifted elsewhere no longer holds in this
+			// instance's fallback either.
+			l.local.policy(l.policy.Name).unlock(inv.Key)
 		}
 	}
-	if o.denyCacheSize > 0 && l.memp == nil {
-		l.deny = newDenyCache(o.denyCacheSize)
-		if l.redis != nil {
-			l.redis.watchDenials(policy.Name, l.deny)
-		}
-	}
-	if o.tierFunc != nil || o.tiers != nil {
-		ts, err := newTiers(store, policy, o, opts)
-		if err != nil {
-			return nil, err
-		}
-		l.tiers = ts
-		if l.redis != nil && ts.cache != nil {
-			l.redis.watchTiers(policy.Name, ts)
-		}
-	}
-	return l, nil
 }
 
 // Policy returns a copy of the limiter's policy.
@@ -274,7 +307,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 // returns an error only when n is invalid (wrapping [ErrInvalidCost]: n
 // below 1, or above the smallest limit of the key's rules, so that it
 // could never fit) or ctx is done (wrapping ctx.Err()).
-func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (d Decision, err error) {
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
 	if l.tiers != nil {
 		if t := l.tiers.pick(ctx, key, boundKey(key)); t != nil {
 			return t.AllowN(ctx, key, n)
@@ -286,22 +319,8 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (d Decision, 
 	if err := ctx.Err(); err != nil {
 		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
 	}
-	if l.leases != nil {
-		return l.acquire(ctx, boundKey(key), n)
-	}
 	key, shard := l.shards.pick(boundKey(key))
-	if l.memp != nil {
-		l.decideLocal(ctx, key, shard, n, true, &d)
-		return d, nil
-	}
-	now := l.now()
-	if l.deny != nil {
-		if l.deny.get(key, n, now, false, &d) {
-			l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d})
-			return d, nil
-		}
-	}
-	return l.decide(ctx, l.query(key, shard, n, now), shard, now, opTake)
+	return l.d.allow(ctx, key, shard, n)
 }
 
 // Peek reports the decision a request of one unit for key would get now,
@@ -317,17 +336,8 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
 			return t.Peek(ctx, key)
 		}
 	}
-	if l.leases != nil {
-		return l.peekLease(ctx, boundKey(key))
-	}
 	key, shard := l.shards.peek(boundKey(key))
-	if l.memp != nil {
-		var d Decision
-		l.decideLocal(ctx, key, shard, 1, false, &d)
-		return d, nil
-	}
-	now := l.now()
-	return l.decide(ctx, l.query(key, shard, 1, now), shard, now, opPeek)
+	return l.d.peek(ctx, key, shard)
 }
 
 // now returns the time of a decision by the limiter's clock.
@@ -349,150 +359,13 @@ func (l *Limiter) query(key string, shard int, n int64, now time.Time) Query {
 	return q
 }
 
-// decideLocal decides on the limiter's MemoryStore, which cannot fail:
-// no timeout, breaker or deny cache on the way. It fills the zero d in
-// place: a Decision is a few hundred bytes, not copied on the way out.
-func (l *Limiter) decideLocal(ctx context.Context, key string, shard int, n int64, take bool, d *Decision) {
-	var now time.Time
+// storeNow returns the time of a store call for the store: the limiter's
+// clock in µs, or 0 for the store's own.
+func (l *Limiter) storeNow() int64 {
 	if l.clock != nil {
-		now = l.clock()
+		return l.clock().UnixMicro()
 	}
-	q := l.query(key, shard, n, now)
-	allowed, at := l.memp.decide(&q, take, &d.states)
-	l.bind(d, allowed, SourceStore)
-	if take {
-		if allowed {
-			d.ticket = ticket{owner: l, key: key, shard: shard, at: at, n: n}
-		}
-		if l.observer != nil {
-			l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: *d})
-		}
-	}
-}
-
-// decide asks the store, falling back by the failure policy. It fails
-// only when ctx ends before the store answered.
-func (l *Limiter) decide(ctx context.Context, q Query, shard int, now time.Time, op byte) (Decision, error) {
-	take := op == opTake
-	start := time.Now()
-	br := l.breakerOf(q.Key)
-	var ok, probe bool
-	if take {
-		ok, probe = br.allow(start)
-	} else {
-		ok = br.look(start)
-	}
-	var cause error
-	if ok {
-		var gen uint64
-		if take && l.deny != nil {
-			gen = l.deny.generation(q.Key)
-		}
-		var d Decision
-		allowed, at, err := l.ask(ctx, start, &q, op, &d)
-		lat := time.Since(start)
-		if err == nil {
-			if take {
-				l.stored(ctx, &q, shard, now, gen, br, allowed, at, lat, &d)
-			} else {
-				l.bind(&d, allowed, SourceStore)
-			}
-			return d, nil
-		}
-		if cerr := l.storeFailed(ctx, &q, take, probe, br, err, lat); cerr != nil {
-			return Decision{}, cerr
-		}
-		cause = err
-	}
-	var d Decision
-	if !take || l.deny == nil || !l.deny.get(q.Key, q.N, now, true, &d) {
-		// A denial cached before the store failed still holds; else
-		// the failure policy decides.
-		d = l.fallback(q, shard, take, br)
-	}
-	if take {
-		l.fellBack(ctx, cause)
-		l.emit(ctx, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d})
-	}
-	return d, nil
-}
-
-// ask makes one store call of op for q under the limiter's timeout (see
-// callCtx), writing the rule states to d.
-func (l *Limiter) ask(ctx context.Context, start time.Time, q *Query, op byte, d *Decision) (allowed bool, at int64, err error) {
-	cc := newCallCtx(ctx, start, l.timeout)
-	defer cc.release()
-	if l.redis != nil {
-		// Values in and out, not pointers: through the interface a
-		// pointer would move q and d to the heap.
-		allowed, at, d.states, err = l.redis.decideValue(cc, *q, op)
-		return allowed, at, err
-	}
-	var res Result
-	if op == opTake {
-		res, err = l.store.Take(cc, *q)
-	} else {
-		res, err = l.store.Peek(cc, *q)
-	}
-	d.states.set(res.Rules)
-	d.states.lock = res.LockedFor
-	return res.Allowed, res.At, err
-}
-
-// stored completes d, the store's answer to a take of q decided at now,
-// and remembers what it teaches: the deny cache a denial, the local
-// fallback store an admission or a lockout.
-func (l *Limiter) stored(ctx context.Context, q *Query, shard int, now time.Time, gen uint64, br *breaker, allowed bool, at int64, lat time.Duration, d *Decision) {
-	if br.success() {
-		l.emit(ctx, Event{Kind: EventBreakerClose})
-	}
-	l.answered(ctx, now)
-	l.bind(d, allowed, SourceStore)
-	if allowed {
-		d.ticket = ticket{owner: l, key: q.Key, shard: shard, at: at, n: q.N, mirror: l.mirror(q)}
-	} else {
-		if l.deny != nil {
-			l.deny.put(q.Key, q.N, now, *d, gen)
-		}
-		l.mirrorLock(q, d.states.lock)
-	}
-	l.emit(ctx, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: *d, Latency: lat})
-}
-
-// storeFailed handles a failed store call of q: the breaker and the
-// observers learn of it. It returns the error of a caller that gave up.
-func (l *Limiter) storeFailed(ctx context.Context, q *Query, take, probe bool, br *breaker, err error, lat time.Duration) error {
-	if cerr := callerErr(ctx, time.Now()); cerr != nil {
-		// The caller gave up: that says nothing about the store.
-		if probe {
-			br.abandon()
-		}
-		return fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, cerr)
-	}
-	var kerr *keyError
-	if !take || errors.As(err, &kerr) {
-		// A peek is not a decision, and one key's failure (a key
-		// holding another type) says nothing of the store's health.
-		if probe {
-			br.abandon()
-		}
-	} else if br.failure(time.Now()) {
-		defer l.emit(ctx, Event{Kind: EventBreakerOpen, Err: err})
-	}
-	l.emit(ctx, Event{Kind: EventStoreError, Key: q.Key, Cost: q.N, Err: err, Latency: lat})
-	return nil
-}
-
-// breakerGroups is the number of circuit breakers of a limiter on a
-// Redis Cluster, each for 16384/breakerGroups slots.
-const breakerGroups = 64
-
-// breakerOf returns the circuit breaker of a bounded store key.
-func (l *Limiter) breakerOf(key string) *breaker {
-	if len(l.breakers) == 1 {
-		return &l.breakers[0]
-	}
-	return &l.breakers[int(crc16(key)%16384)*len(l.breakers)/16384]
+	return 0
 }
 
 // window returns the window of the policy's rule r, as a store's answer
@@ -570,9 +443,9 @@ func binding(rs []RuleState, allowed bool) int {
 }
 
 // Reset forgets everything recorded for key: in the store, in the local
-// fallback store and in the deny cache. Use it, for example, to clear an
-// account's failure count after a successful login. The error wraps the
-// store's.
+// fallback store and in the deny cache, on every instance when the store
+// is an [Invalidator]. Use it, for example, to clear an account's failure
+// count after a successful login. The error wraps the store's.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	key = boundKey(key)
 	if l.shards != nil {
@@ -583,71 +456,37 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 
 // resetKey is Reset of a bounded store key (shard's, with shards).
 func (l *Limiter) resetKey(ctx context.Context, key string, shard int) error {
-	// The deny caches forget key once the store has: a denial decided
-	// before then must not be cached after.
-	defer l.forgetDenial(key)
+	err := l.d.reset(ctx, key, shard)
+	// The caches forget key once the store has: a denial decided before
+	// then must not be cached after.
 	if l.tiers != nil {
 		for _, t := range l.tiers.by {
-			if t.local != nil {
-				_ = t.local.Reset(context.WithoutCancel(ctx), t.query(key, shard, 0, time.Time{}))
-			}
+			t.forgetLocal(ctx, key, shard)
 		}
 	}
-	q := l.query(key, shard, 0, time.Time{})
-	if l.local != nil {
-		_ = l.local.Reset(context.WithoutCancel(ctx), q)
+	l.forgetLocal(ctx, key, shard)
+	return err
+}
+
+// forgetLocal forgets key in the limiter's deny cache and fallback store.
+func (l *Limiter) forgetLocal(ctx context.Context, key string, shard int) {
+	if l.deny != nil {
+		l.deny.remove(key)
 	}
+	if l.local != nil {
+		_ = l.local.Reset(context.WithoutCancel(ctx), l.query(key, shard, 0, time.Time{}))
+	}
+}
+
+// reset is a reset of the store alone, reported to the observers when it
+// fails.
+func (l *Limiter) storeReset(ctx context.Context, key string, shard int) error {
+	q := l.query(key, shard, 0, time.Time{})
 	cc := newCallCtx(ctx, time.Now(), l.timeout)
 	defer cc.release()
 	if err := l.store.Reset(cc, q); err != nil {
 		err = fmt.Errorf("ratekit: policy %q: reset: %w", l.policy.Name, err)
 		l.emit(ctx, Event{Kind: EventStoreError, Key: key, Err: err})
-		return err
-	}
-	return nil
-}
-
-// forgetDenial removes key from the deny caches of l and its tiers.
-func (l *Limiter) forgetDenial(key string) {
-	if l.deny != nil {
-		l.deny.remove(key)
-	}
-	if l.tiers != nil {
-		for _, t := range l.tiers.by {
-			if t.deny != nil {
-				t.deny.remove(key)
-			}
-		}
-	}
-}
-
-// refund gives back the units a ticket of this limiter identifies.
-func (l *Limiter) refund(ctx context.Context, t ticket) error {
-	if l.leases != nil {
-		return l.release(ctx, t)
-	}
-	if l.deny != nil {
-		// Once the units are back: a denial decided before then must not
-		// be cached after.
-		defer l.deny.remove(t.key)
-	}
-	q := l.query(t.key, t.shard, t.n, time.Time{})
-	switch {
-	case t.local:
-		l.local.policy(q.Policy).refund(&q, t.at)
-		return nil
-	case l.memp != nil:
-		l.memp.refund(&q, t.at)
-		return nil
-	}
-	if t.mirror != 0 {
-		l.local.policy(q.Policy).refund(&q, t.mirror)
-	}
-	cc := newCallCtx(ctx, time.Now(), l.timeout)
-	defer cc.release()
-	if err := l.store.Refund(cc, q, t.at); err != nil {
-		err = fmt.Errorf("ratekit: policy %q: refund: %w", l.policy.Name, err)
-		l.emit(ctx, Event{Kind: EventStoreError, Key: t.key, Cost: t.n, Err: err})
 		return err
 	}
 	return nil
@@ -665,6 +504,13 @@ func (l *Limiter) emit(ctx context.Context, e Event) {
 // maxKeyLen is the longest key stored as it is; longer keys are replaced
 // by a fixed-length hash of themselves.
 const maxKeyLen = 128
+
+// BoundKey returns key as a [Limiter] hands it to its store, in
+// [Query].Key: unchanged when it is at most 128 bytes, and otherwise a
+// fixed-length hash of it, so that very long user-supplied keys cannot
+// bloat the store (see boundKey). Drivers and tools that name a key's
+// store records use it.
+func BoundKey(key string) string { return boundKey(key) }
 
 // boundKey returns key unchanged when it is at most maxKeyLen bytes, and
 // otherwise a fixed-length hash of it ("#" and the base64url SHA-256), so

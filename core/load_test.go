@@ -14,6 +14,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/race"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // spin keeps n goroutines busy on the CPU until the returned function is
@@ -88,7 +89,7 @@ func TestRedisSaturatedApp(t *testing.T) {
 				rdb := redis.NewClient(&opt)
 				t.Cleanup(func() { _ = rdb.Close() })
 				events[i] = &eventLog{}
-				ls[i] = mustLimit(t, core.NewRedisStore(rdb), p, core.WithObserver(events[i]))
+				ls[i] = mustLimit(t, redisstore.New(rdb), p, core.WithObserver(events[i]))
 				warmLimiter(t, ls[i])
 			}
 			waitInstances(t, 2, ls[:]...)

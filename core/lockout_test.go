@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // TestRedisLockoutAcrossInstances: instances sharing one Redis admit
@@ -31,7 +32,7 @@ func TestRedisLockoutAcrossInstances(t *testing.T) {
 	})
 	ls := make([]*core.Limiter, instances)
 	for i := range ls {
-		ls[i] = mustLimit(t, core.NewRedisStore(srv.Client(t)), p, core.WithTimeout(2*time.Second), core.WithObserver(obs))
+		ls[i] = mustLimit(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(2*time.Second), core.WithObserver(obs))
 	}
 	var allowed, denied atomic.Int64
 	var wg sync.WaitGroup
@@ -73,7 +74,7 @@ func TestRedisLockoutAcrossInstances(t *testing.T) {
 	// The lockout is one small key next to the window's, in its slot,
 	// expiring when the lockout ends.
 	rdb := srv.Client(t)
-	lk := core.NewRedisStore(rdb).Key(p.Name, "192.0.2.1") + ":l"
+	lk := redisstore.New(rdb).Key(p.Name, "192.0.2.1") + ":l"
 	ttl, err := rdb.PTTL(context.Background(), lk).Result()
 	if err != nil || ttl <= 24*time.Hour-time.Since(begin)-time.Second || ttl > 24*time.Hour+time.Second {
 		t.Errorf("PTTL %s = %v, %v; want about 24h", lk, ttl, err)
@@ -139,7 +140,7 @@ func cachedDenial(t *testing.T, l *core.Limiter, key string, instance int) {
 func TestRedisLockoutKeys(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	store := core.NewRedisStore(rdb)
+	store := redisstore.New(rdb)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name    string
@@ -171,7 +172,7 @@ func TestRedisLockoutKeys(t *testing.T) {
 // lockout of its own.
 func TestLockoutFailLocal(t *testing.T) {
 	srv := redistest.Start(t)
-	l := mustLimit(t, core.NewRedisStore(srv.Client(t)),
+	l := mustLimit(t, redisstore.New(srv.Client(t)),
 		core.Policy{Name: "fl", Rules: []core.Rule{{Limit: 1, Window: time.Second}}, Lockout: core.Lockout{For: time.Hour}},
 		core.WithTimeout(100*time.Millisecond), core.WithBreaker(0, 0), core.WithDenyCache(0))
 	srv.Stop()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -37,12 +38,16 @@ type MemoryStore struct {
 
 	mu       sync.Mutex
 	policies map[string]*memPolicy
-	list     atomic.Pointer[[]*memPolicy] // the policies, for sweeping
+	byName   atomic.Pointer[map[string]*memPolicy] // policies, read without the lock
+	list     atomic.Pointer[[]*memPolicy]          // the policies, for sweeping
 	tickN    atomic.Uint64
 	leases   sync.Map // policy name -> *memLeases (Policy.InFlight)
 }
 
-var _ Store = (*MemoryStore)(nil)
+var (
+	_ Local  = (*MemoryStore)(nil)
+	_ Leases = (*MemoryStore)(nil)
+)
 
 // MemoryOption configures a [MemoryStore].
 type MemoryOption func(*memoryOptions)
@@ -67,7 +72,6 @@ type memPolicy struct {
 	name   string
 	store  *MemoryStore
 	shards [memShards]memShard
-	waits  waitQueues // callers of Limiter.WaitN, of every limiter of the policy
 }
 
 type memShard struct {
@@ -138,6 +142,7 @@ func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
 	s := &MemoryStore{base: base, baseMicro: base.UnixMicro(), seed: maphash.MakeSeed(),
 		maxKeys: int64(o.maxKeys), policies: make(map[string]*memPolicy)}
 	s.list.Store(new([]*memPolicy))
+	s.byName.Store(&map[string]*memPolicy{})
 	return s
 }
 
@@ -146,6 +151,9 @@ func (s *MemoryStore) now() int64 { return s.baseMicro + time.Since(s.base).Micr
 
 // policy returns the keys of a policy, created on first use.
 func (s *MemoryStore) policy(name string) *memPolicy {
+	if p := (*s.byName.Load())[name]; p != nil {
+		return p // the common case: no lock
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.policies[name]
@@ -157,6 +165,9 @@ func (s *MemoryStore) policy(name string) *memPolicy {
 		s.policies[name] = p
 		list := append(slices.Clone(*s.list.Load()), p)
 		s.list.Store(&list)
+		byName := maps.Clone(*s.byName.Load())
+		byName[name] = p
+		s.byName.Store(&byName)
 	}
 	return p
 }
@@ -187,8 +198,11 @@ func (s *MemoryStore) result(ctx context.Context, q *Query, take bool) (Result, 
 	}
 	var st states
 	allowed, at := s.policy(q.Policy).decide(q, take, &st)
-	return Result{Allowed: allowed, At: at, Rules: append([]RuleState(nil), st.slice()...), LockedFor: st.lock}, nil
+	return Result{Allowed: allowed, At: at, Rules: st.RuleStates, LockedFor: st.lock}, nil
 }
+
+// Local implements [Local]: the store keeps its windows in this process.
+func (*MemoryStore) Local() {}
 
 // decide decides q on the policy's keys, writing the rule states to st.
 func (p *memPolicy) decide(q *Query, take bool, st *states) (allowed bool, at int64) {
@@ -786,17 +800,6 @@ func findAt(ev []memEvent, at int64) (int, bool) {
 	})
 }
 
-// prepare sizes s for n rule states and returns them, zeroed.
-func (s *states) prepare(n int) []RuleState {
-	s.n, s.lock = n, 0
-	if n > inlineRules {
-		s.more = make([]RuleState, n)
-		return s.more
-	}
-	s.more = nil
-	return s.a[:n]
-}
-
 // decideMore is decide for a policy with calendar rules or a lockout; sh.mu
 // is held. A key locked out, or a calendar rule without room, leaves the
 // sliding rules peeked at; a take that every rule admits is counted in
@@ -1022,5 +1025,15 @@ func (p *memPolicy) lockFor(q *Query, d time.Duration) {
 	lg.lock = max(lg.lock, now+d.Microseconds())
 	lg.lockKeep = max(lg.lockKeep, lg.lock)
 	lg.expires = max(lg.expires, lg.lock)
+	sh.mu.Unlock()
+}
+
+// unlock lifts key's lockout, if it has one.
+func (p *memPolicy) unlock(key string) {
+	sh := p.shard(key)
+	sh.mu.Lock()
+	if lg := sh.m[key]; lg != nil {
+		lg.lock = 0
+	}
 	sh.mu.Unlock()
 }

@@ -73,8 +73,8 @@ func TestMemoryStoreMatchesModel(t *testing.T) {
 			if res.Allowed {
 				used += n
 			}
-			if res.Rules[i].Used != used {
-				t.Fatalf("step %d rule %d: Used = %d, model %d", step, i, res.Rules[i].Used, used)
+			if res.Rules.All()[i].Used != used {
+				t.Fatalf("step %d rule %d: Used = %d, model %d", step, i, res.Rules.All()[i].Used, used)
 			}
 			if !res.Allowed {
 				var in []int64
@@ -88,7 +88,7 @@ func TestMemoryStoreMatchesModel(t *testing.T) {
 				if need := used + n - r.Limit; need > 0 {
 					want = time.Duration(in[need-1]+w-now) * time.Microsecond
 				}
-				if got := res.Rules[i].RetryAfter; got != want {
+				if got := res.Rules.All()[i].RetryAfter; got != want {
 					t.Fatalf("step %d rule %d: RetryAfter = %v, model %v", step, i, got, want)
 				}
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // TestRedisMatchesMemory drives the Redis store and the memory store
@@ -35,7 +36,7 @@ func TestRedisMatchesMemory(t *testing.T) {
 				p.Rules = p.Rules[1:]
 			}
 			opts := []core.Option{core.WithClock(clock.Now), core.WithDenyCache(0), core.WithTimeout(time.Second)}
-			red := mustLimit(t, core.NewRedisStore(rdb), p, opts...)
+			red := mustLimit(t, redisstore.New(rdb), p, opts...)
 			mem := mustLimit(t, core.NewMemoryStore(), p, opts...)
 			type held struct{ r, m core.Decision }
 			var admitted []held
@@ -73,7 +74,7 @@ func TestRedisMatchesMemory(t *testing.T) {
 			}
 			// The run did reach the long-log paths: the key carries a
 			// hint per rule.
-			v := rdb.GetRange(ctx, core.NewRedisStore(rdb).Key(p.Name, "a"), 8, 15).Val()
+			v := rdb.GetRange(ctx, redisstore.New(rdb).Key(p.Name, "a"), 8, 15).Val()
 			if len(v) != 8 || int(math.Float64frombits(binary.LittleEndian.Uint64([]byte(v)))) != len(p.Rules) {
 				t.Errorf("key a's header has no hint per rule: %q", v)
 			}

@@ -21,6 +21,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/storetest"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // latencyMargin is what a decision may take beyond the limiter's timeout
@@ -54,11 +55,11 @@ func TestRedisStore(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	t.Run("ServerTime", func(t *testing.T) {
-		storetest.Run(t, func(*testing.T) core.Store { return core.NewRedisStore(rdb) })
+		storetest.Run(t, func(*testing.T) core.Store { return redisstore.New(rdb) })
 	})
 	t.Run("ClientTime", func(t *testing.T) {
 		storetest.Run(t, func(*testing.T) core.Store {
-			return core.NewRedisStore(rdb, core.WithPrefix("ct"))
+			return redisstore.New(rdb, redisstore.WithPrefix("ct"))
 		}, core.WithClock(time.Now))
 	})
 }
@@ -140,9 +141,9 @@ func commandCalls(t *testing.T, rdb *redis.Client, cmd string) int64 {
 // recStore is a Store that records the answers of the store it wraps to
 // Take.
 type recStore struct {
-	core.Store
-	mu    sync.Mutex
-	takes []core.Result
+	*redisstore.Store // every capability of the store, Take recorded
+	mu                sync.Mutex
+	takes             []core.Result
 }
 
 func (s *recStore) Take(ctx context.Context, q core.Query) (core.Result, error) {
@@ -173,7 +174,7 @@ func hammerRedis(t *testing.T, srv *redistest.Server, p core.Policy, instances, 
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for range instances {
-		l := mustLimit(t, core.NewRedisStore(srv.Client(t)), p, core.WithTimeout(2*time.Second))
+		l := mustLimit(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(2*time.Second))
 		for range goroutines {
 			wg.Go(func() {
 				<-start
@@ -219,7 +220,7 @@ func TestRedisExactness(t *testing.T) {
 		t.Errorf("%d instances x %d goroutines x %d Allow(k) with Limit %d: %d allowed, want exactly %d",
 			instances, goroutines, each, limit, allowed, limit)
 	}
-	key := core.NewRedisStore(srv.Client(t)).Key(p.Name, "k")
+	key := redisstore.New(srv.Client(t)).Key(p.Name, "k")
 	if got := zcard(t, srv.Client(t), key); got != limit {
 		t.Errorf("ZCARD %s = %d, want %d", key, got, limit)
 	}
@@ -236,7 +237,7 @@ func TestRedisClassic(t *testing.T) {
 	)
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	store := core.NewRedisStore(rdb)
+	store := redisstore.New(rdb)
 
 	t.Run("limiter", func(t *testing.T) {
 		p := core.Policy{Name: "classic", Rules: []core.Rule{{Limit: limit, Window: window}}}
@@ -339,7 +340,7 @@ func TestRedisClassic(t *testing.T) {
 			}
 			denied++
 			want := time.Duration(oldest+window.Microseconds()-r.At) * time.Microsecond
-			if got := r.Rules[0].RetryAfter; got != want {
+			if got := r.Rules.All()[0].RetryAfter; got != want {
 				t.Errorf("denied Take at %d µs: RetryAfter %v, want exactly %v (oldest score %d + window - at)", r.At, got, want, oldest)
 			}
 		}
@@ -356,7 +357,7 @@ func TestRedisSameInstant(t *testing.T) {
 	rdb := srv.Client(t)
 
 	t.Run("AllowN", func(t *testing.T) {
-		store := core.NewRedisStore(rdb)
+		store := redisstore.New(rdb)
 		l := mustLimit(t, store, core.Policy{Name: "n", Rules: []core.Rule{{Limit: 10, Window: time.Minute}}})
 		d, err := l.AllowN(context.Background(), "k", 5)
 		if err != nil || !d.Allowed || d.Remaining != 5 {
@@ -383,7 +384,7 @@ func TestRedisSameInstant(t *testing.T) {
 	} {
 		t.Run("concurrent "+tc.name, func(t *testing.T) {
 			const n = 300
-			store := core.NewRedisStore(rdb, core.WithPrefix(strings.ReplaceAll(tc.name, " ", "")))
+			store := redisstore.New(rdb, redisstore.WithPrefix(strings.ReplaceAll(tc.name, " ", "")))
 			l := mustLimit(t, store, core.Policy{Name: "c", Rules: []core.Rule{{Limit: 1000, Window: time.Minute}}},
 				append([]core.Option{core.WithTimeout(2 * time.Second)}, tc.opts...)...)
 			var allowed atomic.Int64
@@ -425,7 +426,7 @@ func TestRedisMultiRule(t *testing.T) {
 	)
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	store := core.NewRedisStore(rdb)
+	store := redisstore.New(rdb)
 	p := core.Policy{Name: "multi", Rules: []core.Rule{{Limit: 1, Window: short}, {Limit: 3, Window: long}}}
 	l := mustLimit(t, store, p, core.WithTimeout(2*time.Second))
 	var allowed, burstAllowed atomic.Int64
@@ -486,7 +487,7 @@ func TestRedisMultiRule(t *testing.T) {
 func TestRedisKeysExpire(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	store := core.NewRedisStore(rdb)
+	store := redisstore.New(rdb)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name    string
@@ -539,7 +540,7 @@ func durations(ds []time.Duration) string {
 func TestRedisTimeoutWhilePaused(t *testing.T) {
 	const pause = 2 * time.Second
 	srv := redistest.Start(t)
-	store := core.NewRedisStore(srv.Client(t)) // default options: go-redis ignores deadlines
+	store := redisstore.New(srv.Client(t)) // default options: go-redis ignores deadlines
 	warm(t, store)
 	obs := &eventLog{}
 	p := core.Policy{Name: "paused", Rules: []core.Rule{{Limit: 3, Window: time.Minute}}}
@@ -640,7 +641,7 @@ func TestRedisRetryCountedOnce(t *testing.T) {
 	proxy := redistest.NewProxy(t, srv.Addr())
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MinRetryBackoff: time.Millisecond, MaxRetryBackoff: 5 * time.Millisecond})
 	t.Cleanup(func() { _ = rdb.Close() })
-	store := core.NewRedisStore(rdb)
+	store := redisstore.New(rdb)
 	const limit = 10
 	p := core.Policy{Name: "retry", Rules: []core.Rule{{Limit: limit, Window: time.Minute}}}
 	// Long enough for go-redis to reconnect and retry, if it did.
@@ -729,7 +730,7 @@ func TestRedisPoolExhausted(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 1, PoolTimeout: 3 * time.Second, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
-	store := core.NewRedisStore(rdb)
+	store := redisstore.New(rdb)
 	warm(t, store)
 	l := mustLimit(t, store, core.Policy{Name: "pool", Rules: []core.Rule{{Limit: 100, Window: time.Minute}}}, core.WithBreaker(0, 0))
 	conn := rdb.Conn() // holds the pool's only connection
@@ -789,7 +790,7 @@ func TestRedisDown(t *testing.T) {
 			hook := &countHook{}
 			rdb.AddHook(hook)
 			obs := &eventLog{}
-			store := core.NewRedisStore(rdb)
+			store := redisstore.New(rdb)
 			warm(t, store)
 			l := mustLimit(t, store, core.Policy{Name: "down", Rules: []core.Rule{{Limit: limit, Window: time.Minute}}},
 				core.WithFailurePolicy(tc.policy), core.WithBreaker(5, cooldown), core.WithObserver(obs))
@@ -882,7 +883,7 @@ func TestRedisLibraryReload(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t, redistest.WithArgs(tc.args...))
 			rdb := srv.Client(t)
-			store := core.NewRedisStore(rdb)
+			store := redisstore.New(rdb)
 			p := core.Policy{Name: "flush", Rules: []core.Rule{{Limit: 10, Window: time.Minute}}}
 			// A reload is two round trips: give them time on a busy machine.
 			l := mustLimit(t, store, p, core.WithTimeout(2*time.Second))
@@ -976,7 +977,7 @@ func TestRedisDenyCache(t *testing.T) {
 	)
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	rec := &recStore{Store: core.NewRedisStore(rdb)}
+	rec := &recStore{Store: redisstore.New(rdb)}
 	l := mustLimit(t, rec, core.Policy{Name: "deny", Rules: []core.Rule{{Limit: limit, Window: window}}}, core.WithTimeout(2*time.Second))
 	ctx := context.Background()
 	type call struct {
@@ -1104,7 +1105,7 @@ func TestRedisDenyCache(t *testing.T) {
 func TestRedisLargeLog(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	store := core.NewRedisStore(rdb)
+	store := redisstore.New(rdb)
 	const limit = 5000
 	window := 2 * time.Second
 	l := mustLimit(t, store, core.Policy{Name: "large", Rules: []core.Rule{{Limit: limit, Window: window}, {Limit: 4 * limit, Window: 10 * time.Second}}},
@@ -1183,8 +1184,8 @@ func TestRedisLargeLog(t *testing.T) {
 func TestRedisDenyCacheAcrossInstances(t *testing.T) {
 	srv := redistest.Start(t)
 	p := core.Policy{Name: "across", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}}
-	a := mustLimit(t, core.NewRedisStore(srv.Client(t)), p, core.WithTimeout(5*time.Second))
-	b := mustLimit(t, core.NewRedisStore(srv.Client(t)), p, core.WithTimeout(5*time.Second))
+	a := mustLimit(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(5*time.Second))
+	b := mustLimit(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(5*time.Second))
 	ctx := context.Background()
 	// cached fills key on A until A answers it from its deny cache.
 	cached := func(key string) {
@@ -1265,7 +1266,7 @@ func TestPeekIsNotADecision(t *testing.T) {
 	}
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	failing := mustLimit(t, core.NewRedisStore(rdb), core.Policy{Name: "peek", Rules: []core.Rule{{Limit: 1, Window: time.Minute}}},
+	failing := mustLimit(t, redisstore.New(rdb), core.Policy{Name: "peek", Rules: []core.Rule{{Limit: 1, Window: time.Minute}}},
 		core.WithObserver(obs), core.WithBreaker(2, time.Minute))
 	srv.Stop()
 	for range 5 {
@@ -1283,7 +1284,7 @@ func TestPeekIsNotADecision(t *testing.T) {
 func TestRedisClientTimeTTL(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	store := core.NewRedisStore(rdb)
+	store := redisstore.New(rdb)
 	const lag = 30 * time.Second
 	slow := func() time.Time { return time.Now().Add(-lag) }
 	l := mustLimit(t, store, core.Policy{Name: "slow", Rules: []core.Rule{{Limit: 1, Window: time.Second}}}, core.WithClock(slow))

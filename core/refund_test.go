@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // TestRefundOnce: a decision's units come back once, however often its
@@ -21,7 +22,7 @@ func TestRefundOnce(t *testing.T) {
 	for _, store := range []struct {
 		name string
 		s    core.Store
-	}{{"memory", core.NewMemoryStore()}, {"redis", core.NewRedisStore(srv.Client(t))}} {
+	}{{"memory", core.NewMemoryStore()}, {"redis", redisstore.New(srv.Client(t))}} {
 		for _, alg := range []core.Algorithm{core.SlidingLog, core.SlidingBuckets} {
 			t.Run(store.name+"/"+alg.String(), func(t *testing.T) {
 				l := mustLimit(t, store.s, core.Policy{Name: "refund-" + alg.String(), Algorithm: alg, Buckets: 10,
@@ -55,7 +56,7 @@ func TestRefundFailureReported(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := redistest.NewProxy(t, srv.Addr())
 	obs := &eventLog{}
-	l := mustLimit(t, core.NewRedisStore(redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})),
+	l := mustLimit(t, redisstore.New(redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})),
 		core.Policy{Name: "refund-fail", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}},
 		core.WithTimeout(time.Second), core.WithObserver(obs))
 	ctx := context.Background()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // failoverRun is what one kill-the-master scenario measured.
@@ -59,7 +60,7 @@ const (
 // whose last admissions the new master lacks admits them again, and
 // admits more than the limit in total. That excess is the over-admission
 // asynchronous replication allows at failover.
-func runFailover(t *testing.T, lag time.Duration, storeOpts ...core.RedisOption) failoverRun {
+func runFailover(t *testing.T, lag time.Duration, storeOpts ...redisstore.Option) failoverRun {
 	t.Helper()
 	var opts []redistest.SentinelOption
 	if lag > 0 {
@@ -69,7 +70,7 @@ func runFailover(t *testing.T, lag time.Duration, storeOpts ...core.RedisOption)
 	s := redistest.StartSentinel(t, opts...)
 	t.Logf("master, replica and 3 sentinels up in %v", time.Since(start).Round(time.Millisecond))
 	rdb := s.FailoverClient(t)
-	store := core.NewRedisStore(rdb, storeOpts...)
+	store := redisstore.New(rdb, storeOpts...)
 	policy := core.Policy{Name: "fo", Rules: []core.Rule{{Limit: failoverLimit, Window: 10 * time.Minute}}}
 	var storeErrs atomic.Int64
 	l := mustLimit(t, store, policy, core.WithTimeout(300*time.Millisecond),
@@ -178,7 +179,7 @@ func runFailover(t *testing.T, lag time.Duration, storeOpts ...core.RedisOption)
 
 	// Ask every key the store admitted units for until the new master
 	// denies it.
-	audit := mustLimit(t, core.NewRedisStore(rdb), policy, core.WithTimeout(5*time.Second), core.WithDenyCache(0))
+	audit := mustLimit(t, redisstore.New(rdb), policy, core.WithTimeout(5*time.Second), core.WithDenyCache(0))
 	for key, c := range counts {
 		r.localAdmitted += c.local
 		if c.store == 0 {
@@ -229,7 +230,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 		t.Logf("replica %v behind, no WAIT: %v", lag, noWait)
 	})
 	t.Run("LagWaitReplicas", func(t *testing.T) {
-		withWait = runFailover(t, lag, core.WithWaitReplicas(1, 100*time.Millisecond))
+		withWait = runFailover(t, lag, redisstore.WithWaitReplicas(1, 100*time.Millisecond))
 		t.Logf("replica %v behind, WithWaitReplicas(1, 100ms): %v", lag, withWait)
 		// Only an admission no replica acknowledged can be lost.
 		if unacked := withWait.shortBefore + withWait.shortKill; withWait.over > unacked {
@@ -273,7 +274,7 @@ func TestRedisMinReplicasToWrite(t *testing.T) {
 	master.Do(t, "CONFIG", "SET", "min-replicas-max-lag", "1")
 
 	var noReplicas atomic.Int64
-	l := mustLimit(t, core.NewRedisStore(master.Client(t)), core.Policy{Name: "mr", Rules: []core.Rule{{Limit: 5, Window: time.Minute}}},
+	l := mustLimit(t, redisstore.New(master.Client(t)), core.Policy{Name: "mr", Rules: []core.Rule{{Limit: 5, Window: time.Minute}}},
 		core.WithTimeout(time.Second), core.WithBreaker(0, 0),
 		core.WithObserver(core.ObserverFunc(func(_ context.Context, e core.Event) {
 			if e.Kind == core.EventStoreError && strings.Contains(e.Err.Error(), "NOREPLICAS") {
@@ -318,7 +319,7 @@ func ExampleWithWaitReplicas() {
 		SentinelAddrs: []string{"sentinel-1:26379", "sentinel-2:26379", "sentinel-3:26379"},
 	})
 	defer rdb.Close()
-	store := core.NewRedisStore(rdb, core.WithWaitReplicas(1, 20*time.Millisecond))
+	store := redisstore.New(rdb, redisstore.WithWaitReplicas(1, 20*time.Millisecond))
 	limiter, err := core.NewLimiter(store, core.Policy{
 		Name:  "sms",
 		Rules: []core.Rule{{Limit: 1, Window: time.Minute}, {Limit: 5, Window: time.Hour}},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // queryLog is a Store that records the keys and rules of the queries it
@@ -115,7 +116,7 @@ func TestShardsNeverOverAdmit(t *testing.T) {
 		store func(t *testing.T) core.Store
 	}{
 		{"memory", func(*testing.T) core.Store { return core.NewMemoryStore() }},
-		{"redis", func(t *testing.T) core.Store { return core.NewRedisStore(redistest.Start(t).Client(t)) }},
+		{"redis", func(t *testing.T) core.Store { return redisstore.New(redistest.Start(t).Client(t)) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := tc.store(t)
@@ -163,7 +164,7 @@ func TestShardsRedisKeys(t *testing.T) {
 	const shards = 8
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	store := core.NewRedisStore(rdb)
+	store := redisstore.New(rdb)
 	p := core.Policy{Name: "global", Rules: []core.Rule{{Limit: 1000, Window: time.Minute}}, Shards: shards}
 	l := mustLimit(t, store, p, core.WithTimeout(5*time.Second))
 	ctx := context.Background()

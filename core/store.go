@@ -2,17 +2,26 @@ package core
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
-// Store keeps the sliding windows of every (policy, key) pair. [RedisStore]
-// shares them between app instances; [MemoryStore] keeps them in one
-// process. Users may bring their own Store: it must decide each Take
-// atomically, so that concurrent calls never admit more than a rule allows,
-// and keep calendar rules ([Rule].Calendar) and lockouts ([Query].Lockout)
-// as these two do.
+// Store keeps the windows of every (policy, key) pair. It is the whole
+// contract between a [Limiter] and where its counts live: [MemoryStore]
+// keeps them in this process, and a driver beside this package
+// (redisstore on go-redis, rueidisstore on rueidis) shares them between
+// app instances through Redis. A store may also offer the optional
+// capabilities below, each an interface of its own, which a Limiter looks
+// for once, when it is built: [Local], [Leases], [Invalidator], [Fleet],
+// [Partitioned] and [Checker].
 //
-// Every method takes a context that carries the [Limiter]'s timeout. Its
+// A store decides each Take atomically, so that concurrent calls never
+// admit more than a rule allows, and keeps calendar rules
+// ([Rule].Calendar) and lockouts ([Query].Lockout) as MemoryStore does;
+// the suite in internal/storetest checks all of it, and every store of
+// this module passes it.
+//
+// Every method takes a context that carries the Limiter's timeout. Its
 // Done closes when the limiter stops waiting for the answer: at the
 // timeout while the process is responsive, and later only while the
 // process itself is starved of CPU, when the answer may have come with no
@@ -21,6 +30,10 @@ import (
 // an answer that is there by then, bounds its I/O by Deadline rather
 // than by the timeout, and does not use the context after the method
 // returns.
+//
+// An error that concerns one key only, such as a key holding a value of
+// another type, wraps [ErrKeyFailure]: it says nothing of the store's
+// health. Any other error counts as a failure of the store.
 type Store interface {
 	// Take admits q.N units for q.Key when every rule has room for them
 	// and records them at the decision's time (Result.At); otherwise it
@@ -33,10 +46,15 @@ type Store interface {
 	// Refund removes q.N of the units a successful Take recorded for
 	// q.Key at store time at (its Result.At), or as many as are left.
 	Refund(ctx context.Context, q Query, at int64) error
-	// Reset forgets everything recorded for q.Policy and q.Key, its
-	// lockout included.
+	// Reset forgets everything recorded for q.Policy and q.Key: its
+	// windows, calendar counts, lockout and leases.
 	Reset(ctx context.Context, q Query) error
 }
+
+// ErrKeyFailure is wrapped by a store's error that concerns one key only
+// (a key holding a value of another type): the failure policy decides for
+// that request, but the failure does not count toward the circuit breaker.
+var ErrKeyFailure = errors.New("failure of one key")
 
 // Query is one call to a [Store].
 type Query struct {
@@ -48,12 +66,14 @@ type Query struct {
 	Key string
 	// Rules are the policy's rules; all must have room. A calendar rule
 	// counts the units admitted in its current period, the period that
-	// holds the decision's time in the rule's Location.
+	// holds the decision's time in the rule's Location ([Rule.Period]).
 	Rules []Rule
 	// Algorithm is the policy's algorithm.
 	Algorithm Algorithm
 	// Buckets is the number of buckets per window under SlidingBuckets
-	// (never 0 in a Query built by a Limiter).
+	// (never 0 in a Query built by a Limiter): the buckets of a rule are
+	// Window/Buckets wide, in whole microseconds rounded down, at least
+	// one microsecond.
 	Buckets int
 	// N is the number of units asked for (for Peek: the units the
 	// RetryAfter is computed for).
@@ -84,7 +104,7 @@ type Result struct {
 	// Unix epoch. It identifies the recorded units for a Refund.
 	At int64
 	// Rules holds one state per rule of the query, in order.
-	Rules []RuleState
+	Rules RuleStates
 	// LockedFor is, when the key is locked out (Query.Lockout), the time
 	// until its lockout ends: one that began earlier, or the one this
 	// Take's denial started. It is 0 when the key is not locked out.
@@ -114,20 +134,131 @@ type RuleState struct {
 	ResetAfter time.Duration
 }
 
-// bucketWidth returns the width in microseconds of rule r's buckets.
-func (q *Query) bucketWidth(r Rule) int64 {
-	return max(1, r.Window.Microseconds()/int64(q.Buckets))
-}
-
 // Remaining returns the units left in the rule's window.
 func (s RuleState) Remaining() int64 { return max(0, s.Limit-s.Used) }
 
-// Fleet is an optional capability of a [Store] shared by several app
-// instances, such as [RedisStore]: it counts the instances that use each
-// policy, so that under [FailLocal] each instance admits only its share
-// of a limit while the store fails (see [WithLocalShare]). A [Limiter]
-// finds it by a type assertion when it is built; on a store without it,
-// every instance counts itself alone.
+// inlineRules is how many rule states RuleStates holds without an
+// allocation; policies with more rules keep the rest on the heap.
+const inlineRules = 4
+
+// RuleStates holds the state of each rule of a query, in order: the
+// first four without an allocation, so that a store's answer crosses the
+// [Store] interface by value at no cost. The zero value is empty.
+type RuleStates struct {
+	n    int
+	a    [inlineRules]RuleState
+	more []RuleState // all of them, when n > inlineRules
+}
+
+// Append adds the state of the next rule.
+func (s *RuleStates) Append(st RuleState) {
+	switch {
+	case s.n < inlineRules:
+		s.a[s.n] = st
+	case s.n == inlineRules:
+		s.more = append(append(make([]RuleState, 0, 2*inlineRules), s.a[:]...), st)
+	default:
+		s.more = append(s.more, st)
+	}
+	s.n++
+}
+
+// All returns the states in order. The slice shares the memory of s:
+// copy it to keep it past s.
+func (s *RuleStates) All() []RuleState {
+	if s.n > inlineRules {
+		return s.more[:s.n]
+	}
+	return s.a[:s.n]
+}
+
+// Local is implemented by a store that keeps its windows in this process,
+// as [MemoryStore] does: its calls neither block nor fail for want of a
+// server, and no other instance shares what it holds. A [Limiter] on a
+// Local store decides without a timeout, circuit breaker, deny cache or
+// failure policy of its own, all of which would only cost time. A store
+// without it is taken to be shared and fallible.
+type Local interface {
+	Store
+	// Local marks the store as in-process; it does nothing.
+	Local()
+}
+
+// Leases is implemented by a store that keeps the leases of concurrency
+// limits (Policy.InFlight): [MemoryStore], and the Redis drivers. A
+// [Limiter] of an InFlight policy needs it, and NewLimiter refuses a
+// store without it, naming both.
+type Leases interface {
+	// TakeLease adds l to l.Key's leases under l.Policy if they then
+	// hold at most l.Limit units, and reports whether it did and how
+	// many units the key's live leases hold after it.
+	TakeLease(ctx context.Context, l Lease) (ok bool, held int64, err error)
+	// HeldLeases reports how many units l.Key's live leases hold.
+	HeldLeases(ctx context.Context, l Lease) (held int64, err error)
+	// ReleaseLease removes l; nothing if it is gone.
+	ReleaseLease(ctx context.Context, l Lease) error
+	// RenewLeases makes each lease of ls that is still there expire its
+	// TTL from now, and reports in held[i] whether ls[i] was; len(held)
+	// is len(ls).
+	RenewLeases(ctx context.Context, ls []Lease, held []bool) error
+}
+
+// Lease is a lease of a concurrency limit: N units of Key held by one
+// request in flight. It is identified by Owner, a random number of the
+// limiter that took it, and Seq, the first of the N sequence numbers it
+// takes, so that leases are unique across instances and a release or
+// renewal touches its own lease only.
+type Lease struct {
+	Policy, Key string
+	Owner, Seq  int64
+	// N is the units the lease holds, and Limit the most the key's
+	// leases may hold (the policy's InFlight).
+	N, Limit int64
+	// TTL is how long a shared store keeps the lease without a renewal
+	// (the instance that holds it may have died). A Local store keeps
+	// it until it is released: its holder and the store are one process.
+	TTL time.Duration
+	// Now is the time of the operation in µs since the Unix epoch when
+	// the limiter has a clock of its own ([WithClock]); 0 means the
+	// store's own clock.
+	Now int64
+}
+
+// Invalidator is implemented by a store shared by several app instances
+// that carries, from any instance to every other, what makes a cache
+// stale: a key reset or refunded, whose denials no longer hold, and a
+// key whose tier changed ([Limiter.InvalidateTier]). A [Limiter] with a
+// deny cache or cached tiers on a shared store without it keeps neither:
+// a cache no reset could reach would deny past a reset.
+type Invalidator interface {
+	// Watch calls f, from a goroutine of the store, for every
+	// invalidation of policy's keys by any instance, this one included,
+	// until the store is closed. It calls f with Resync set when
+	// invalidations sent until now may have been missed (when it first
+	// listens, and after every reconnection): caches must then forget
+	// what they hold, and until the first Resync they hold nothing.
+	Watch(policy string, f func(Invalidation))
+	// Invalidate reports to every instance that the tier of policy's
+	// (bounded) key changed.
+	Invalidate(ctx context.Context, policy, key string) error
+}
+
+// Invalidation is what an [Invalidator] reports to its watchers.
+type Invalidation struct {
+	// Key is the bounded key, empty with Resync.
+	Key string
+	// Tier reports that the key's tier changed; otherwise the key was
+	// reset or refunded, so its cached denials and lockout may not hold.
+	Tier bool
+	// Resync reports that invalidations may have been missed.
+	Resync bool
+}
+
+// Fleet is implemented by a store shared by several app instances that
+// counts the instances using each policy, so that under [FailLocal] each
+// instance admits only its share of a limit while the store fails (see
+// [WithLocalShare]). On a store without it, every instance counts itself
+// alone.
 type Fleet interface {
 	// Join announces this process as an instance that uses policy, for as
 	// long as the store is used, and returns a function that reports how
@@ -136,4 +267,32 @@ type Fleet interface {
 	// must not block: a limiter calls it when the store fails. Joining a
 	// policy twice counts once.
 	Join(policy string) (instances func() int)
+}
+
+// Partitioned is implemented by a store spread over several servers, such
+// as a Redis Cluster: a [Limiter] keeps a circuit breaker per partition,
+// so that one failing server switches only its own keys to the failure
+// policy.
+type Partitioned interface {
+	// Partition names the partition that holds the data of policy's
+	// (bounded) key now: the same name for every key on one server,
+	// distinct names for distinct servers. It must be fast and must not
+	// block.
+	Partition(policy, key string) string
+}
+
+// Checker is implemented by a store that can tell whether it is
+// configured so that limits hold ([Limiter.Check]).
+type Checker interface {
+	// Check returns nil when the store can work and keeps limiter keys
+	// until they expire; an error wrapping [ErrMisconfigured] when no
+	// decision can succeed until its configuration changes; another
+	// error for a store that does not answer yet, or one configured so
+	// that limits may not hold (such as a Redis that evicts keys).
+	Check(ctx context.Context) error
+}
+
+// bucketWidth returns the width in microseconds of rule r's buckets.
+func (q *Query) bucketWidth(r Rule) int64 {
+	return max(1, r.Window.Microseconds()/int64(q.Buckets))
 }

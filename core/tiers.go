@@ -233,12 +233,13 @@ func (l *Limiter) InvalidateTier(ctx context.Context, key string) error {
 	}
 	bounded := boundKey(key)
 	l.tiers.forget(bounded)
-	if l.redis == nil {
+	inv, ok := l.store.(Invalidator)
+	if !ok {
 		return nil
 	}
 	cc := newCallCtx(ctx, time.Now(), l.timeout)
 	defer cc.release()
-	if err := l.redis.publishTier(cc, l.policy.Name, bounded); err != nil {
+	if err := inv.Invalidate(cc, l.policy.Name, bounded); err != nil {
 		err = fmt.Errorf("ratekit: policy %q: invalidate tier: %w", l.policy.Name, err)
 		l.emit(ctx, Event{Kind: EventStoreError, Key: bounded, Err: err})
 		return err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // plans is an app's plan table that tests change under the limiter.
@@ -194,7 +195,7 @@ func TestTiersUsageCarriesOver(t *testing.T) {
 	srv := redistest.Start(t)
 	stores := map[string]func() core.Store{
 		"memory": func() core.Store { return core.NewMemoryStore() },
-		"redis":  func() core.Store { return core.NewRedisStore(srv.Client(t)) },
+		"redis":  func() core.Store { return redisstore.New(srv.Client(t)) },
 	}
 	for sname, newStore := range stores {
 		for _, alg := range []core.Algorithm{core.SlidingLog, core.SlidingBuckets} {
@@ -241,7 +242,7 @@ func TestRedisTierInvalidationAcrossInstances(t *testing.T) {
 	srv := redistest.Start(t)
 	p := &plans{tier: map[string]string{"k": "free"}}
 	newInstance := func() *core.Limiter {
-		l, err := core.NewLimiter(core.NewRedisStore(srv.Client(t)), core.Policy{
+		l, err := core.NewLimiter(redisstore.New(srv.Client(t)), core.Policy{
 			Name:  "api",
 			Rules: []core.Rule{{Limit: 1, Window: time.Minute}},
 		}, core.WithTiers(p.resolve, map[string][]core.Rule{

@@ -24,8 +24,7 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
 // A denial is not returned: WaitN sleeps until its RetryAfter, plus a
 // small random jitter (below 1/200 of the binding rule's window and below
 // 2 ms), and asks again. Callers waiting for one key on one limiter queue
-// in order of arrival (on a [MemoryStore], those of every limiter of the
-// policy), and only the first in line asks the store; the next asks once
+// in order of arrival, and only the first in line asks the store; the next asks once
 // the first is admitted or gives up. So however many goroutines wait, an
 // instance asks the store about a key from one goroutine at a time, and
 // no caller starves behind later ones. Across instances the first callers
@@ -113,15 +112,8 @@ func (l *Limiter) queue(ctx context.Context, key, bk string, n int64, denied *De
 	}
 }
 
-// queues returns the lines of the limiter's waiters: the limiter's own,
-// or on a MemoryStore those of the policy, shared by every limiter of the
-// policy in the process, which then wait in one line.
-func (l *Limiter) queues() *waitQueues {
-	if l.memp != nil {
-		return &l.memp.waits
-	}
-	return &l.waits
-}
+// queues returns the lines of the limiter's waiters.
+func (l *Limiter) queues() *waitQueues { return &l.waits }
 
 // checkCost returns the error of AllowN for a cost that is invalid for
 // key's rules, for a caller that queues without asking first.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // waitTimeout is the store timeout of the limiters in these tests: generous,
@@ -28,11 +29,13 @@ var fleets = []struct {
 	name string
 	new  func(t *testing.T, n int, p core.Policy, opts ...core.Option) []*core.Limiter
 }{
+	// One process on a MemoryStore: one limiter of the policy, whose
+	// callers wait in one line, however many "instances" the test asks.
 	{"memory", func(t *testing.T, n int, p core.Policy, opts ...core.Option) []*core.Limiter {
-		store := core.NewMemoryStore()
+		l := mustLimit(t, core.NewMemoryStore(), p, opts...)
 		ls := make([]*core.Limiter, n)
 		for i := range ls {
-			ls[i] = mustLimit(t, store, p, opts...)
+			ls[i] = l
 		}
 		return ls
 	}},
@@ -40,7 +43,7 @@ var fleets = []struct {
 		srv := redistest.Start(t)
 		ls := make([]*core.Limiter, n)
 		for i := range ls {
-			ls[i] = mustLimit(t, core.NewRedisStore(srv.Client(t)), p, append([]core.Option{core.WithTimeout(waitTimeout)}, opts...)...)
+			ls[i] = mustLimit(t, redisstore.New(srv.Client(t)), p, append([]core.Option{core.WithTimeout(waitTimeout)}, opts...)...)
 		}
 		return ls
 	}},
@@ -311,9 +314,9 @@ func TestWaitFailClosed(t *testing.T) {
 	p := core.Policy{Name: "closed", Rules: []core.Rule{{Limit: 5, Window: time.Minute}}}
 	// A short store timeout, so that a call to the stopped server fails
 	// well before the callers' deadlines whatever go-redis does to dial.
-	l := mustLimit(t, core.NewRedisStore(srv.Client(t)), p, core.WithTimeout(100*time.Millisecond),
+	l := mustLimit(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(100*time.Millisecond),
 		core.WithFailurePolicy(core.FailClosed), core.WithBreaker(1, time.Second), core.WithDenyCache(0), core.WithObserver(obs))
-	open := mustLimit(t, core.NewRedisStore(srv.Client(t)), p, core.WithTimeout(100*time.Millisecond), core.WithFailurePolicy(core.FailOpen))
+	open := mustLimit(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(100*time.Millisecond), core.WithFailurePolicy(core.FailOpen))
 	srv.Stop()
 
 	if d, err := open.Wait(context.Background(), "k"); err != nil || !d.Allowed || d.Source != core.SourceOpen {

@@ -29,7 +29,7 @@ const (
 // [core.Limiter.WaitN] until it fits, then goes on unchanged. For a
 // partner API that allows so many calls per second across the whole
 // fleet, give every instance's connections a limiter on one
-// core.RedisStore:
+// redisstore.Store:
 //
 //	grpc.NewClient(target, grpc.WithChainUnaryInterceptor(grpclimit.UnaryClientInterceptor(partner)))
 //

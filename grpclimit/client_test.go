@@ -24,6 +24,7 @@ import (
 	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/keyfunc"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // partner is a stand-in for a partner's gRPC server: the test service on
@@ -93,7 +94,7 @@ var clientFleets = []struct {
 		for i := range ls {
 			// A generous store timeout: a loaded machine under -race must not
 			// make decisions fall back to the local store.
-			ls[i] = newLimiterOn(t, core.NewRedisStore(srv.Client(t)), p.Name, p.Rules, append([]core.Option{core.WithTimeout(2 * time.Second)}, opts...)...)
+			ls[i] = newLimiterOn(t, redisstore.New(srv.Client(t)), p.Name, p.Rules, append([]core.Option{core.WithTimeout(2 * time.Second)}, opts...)...)
 		}
 		return ls
 	}},

@@ -66,9 +66,9 @@ func FuzzAnswer(f *testing.F) {
 type denyStore struct{}
 
 func (denyStore) Take(_ context.Context, q core.Query) (core.Result, error) {
-	res := core.Result{Rules: make([]core.RuleState, len(q.Rules))}
-	for i, r := range q.Rules {
-		res.Rules[i] = core.RuleState{Limit: r.Limit, Window: r.Window, Used: r.Limit, RetryAfter: time.Second, ResetAfter: r.Window}
+	var res core.Result
+	for _, r := range q.Rules {
+		res.Rules.Append(core.RuleState{Limit: r.Limit, Window: r.Window, Used: r.Limit, RetryAfter: time.Second, ResetAfter: r.Window})
 	}
 	return res, nil
 }

@@ -21,7 +21,7 @@ import (
 // and every limit added with guard.WithAlso, then goes to base unchanged.
 // Every limit holds when the request goes to base: no unit is kept while
 // another limit is waited for (see [guard.Guard.Wait]). On a
-// core.RedisStore every instance's requests wait for the same windows.
+// redisstore.Store every instance's requests wait for the same windows.
 //
 //	client := &http.Client{Transport: nethttp.Transport(provider, nil)}
 //

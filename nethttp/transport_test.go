@@ -19,6 +19,7 @@ import (
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/nethttp"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // provider is a stand-in for an SMS provider: it counts the requests that
@@ -82,7 +83,7 @@ var instances = []struct {
 		for i := range ls {
 			// A generous store timeout: a loaded machine under -race must not
 			// make decisions fall back to the local store.
-			ls[i] = mustLimiter(t, core.NewRedisStore(srv.Client(t)), p, append([]core.Option{core.WithTimeout(2 * time.Second)}, opts...)...)
+			ls[i] = mustLimiter(t, redisstore.New(srv.Client(t)), p, append([]core.Option{core.WithTimeout(2 * time.Second)}, opts...)...)
 		}
 		return ls
 	}},

@@ -24,6 +24,7 @@ import (
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/keyfunc/personal"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 func init() { gin.SetMode(gin.ReleaseMode) }
@@ -45,7 +46,7 @@ var stores = []struct {
 	new  func(t *testing.T) core.Store
 }{
 	{"memory", func(*testing.T) core.Store { return core.NewMemoryStore() }},
-	{"redis", func(t *testing.T) core.Store { return core.NewRedisStore(redistest.Start(t).Client(t)) }},
+	{"redis", func(t *testing.T) core.Store { return redisstore.New(redistest.Start(t).Client(t)) }},
 }
 
 // testConfig is the example's configuration with a store timeout generous
@@ -405,7 +406,7 @@ func TestSupportUnlocksEveryInstance(t *testing.T) {
 				in.cached.Add(1)
 			}
 		})))
-		a := newTestApp(t, core.NewRedisStore(srv.Client(t)), plainUsers{"alice": "wonderland"}, cfg)
+		a := newTestApp(t, redisstore.New(srv.Client(t)), plainUsers{"alice": "wonderland"}, cfg)
 		hs := httptest.NewServer(a.router)
 		t.Cleanup(hs.Close)
 		in.url = hs.URL

@@ -8,6 +8,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/keyfunc"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 func get(t *testing.T, h http.Handler, path, peer string) *httptest.ResponseRecorder {
@@ -61,7 +62,7 @@ func TestFailurePolicy(t *testing.T) {
 		{core.FailLocal, []int{200, 200, 200, 200, 200, 429, 429}},
 	} {
 		t.Run(tc.policy.String(), func(t *testing.T) {
-			h, err := newHandler(core.NewRedisStore(rdb), keyfunc.ClientIP(),
+			h, err := newHandler(redisstore.New(rdb), keyfunc.ClientIP(),
 				core.WithFailurePolicy(tc.policy))
 			if err != nil {
 				t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/storetest"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 const adminToken = "test-admin-token"
@@ -49,7 +50,7 @@ var stores = []struct {
 	new  func(t *testing.T) core.Store
 }{
 	{"memory", func(*testing.T) core.Store { return core.NewMemoryStore() }},
-	{"redis", func(t *testing.T) core.Store { return core.NewRedisStore(redistest.Start(t).Client(t)) }},
+	{"redis", func(t *testing.T) core.Store { return redisstore.New(redistest.Start(t).Client(t)) }},
 }
 
 // answer is what a request got.
@@ -343,7 +344,7 @@ func TestUpgradeOnEveryInstance(t *testing.T) {
 	srv := redistest.Start(t)
 	p := newPlans(map[string]string{"k-free": "free"})
 	newInstance := func() *app {
-		a, err := newApp(core.NewRedisStore(srv.Client(t)), p, testConfig())
+		a, err := newApp(redisstore.New(srv.Client(t)), p, testConfig())
 		if err != nil {
 			t.Fatalf("newApp: %v", err)
 		}
@@ -396,7 +397,7 @@ func TestNeverOverAdmits(t *testing.T) {
 		store func(t *testing.T) core.Store
 	}{
 		{"memory", func(*testing.T) core.Store { return core.NewMemoryStore() }},
-		{"redis", func(t *testing.T) core.Store { return core.NewRedisStore(redistest.Start(t).Client(t)) }},
+		{"redis", func(t *testing.T) core.Store { return redisstore.New(redistest.Start(t).Client(t)) }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -483,7 +484,7 @@ func TestRedisMemoryBounded(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	clk := storetest.NewClock(epoch)
-	store := core.NewRedisStore(srv.Client(t))
+	store := redisstore.New(srv.Client(t))
 	a := newTestApp(t, store, testConfig(core.WithClock(clk.Now)))
 	ctx := context.Background()
 	key := store.Key("api", "k-pro") + ":b"
@@ -540,7 +541,7 @@ func BenchmarkRedisQuota(b *testing.B) {
 	for _, used := range []int{0, 10_000, 50_000, 90_000} {
 		b.Run("used="+strconv.Itoa(used), func(b *testing.B) {
 			clk := storetest.NewClock(epoch)
-			store := core.NewRedisStore(srv.Client(b), core.WithPrefix("bench"+strconv.Itoa(used)))
+			store := redisstore.New(srv.Client(b), redisstore.WithPrefix("bench"+strconv.Itoa(used)))
 			a := newTestApp(b, store, testConfig(core.WithDenyCache(0), core.WithClock(clk.Now)))
 			ctx := context.Background()
 			for range used / 1000 {

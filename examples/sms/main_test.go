@@ -19,6 +19,7 @@ import (
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/storetest"
 	"github.com/ratekit/ratekit/keyfunc/personal"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // One number, in the formats the README documents, and its E.164 form.
@@ -167,7 +168,7 @@ var stores = []struct {
 	new  func(t *testing.T) core.Store
 }{
 	{"memory", func(*testing.T) core.Store { return core.NewMemoryStore() }},
-	{"redis", func(t *testing.T) core.Store { return core.NewRedisStore(redistest.Start(t).Client(t)) }},
+	{"redis", func(t *testing.T) core.Store { return redisstore.New(redistest.Start(t).Client(t)) }},
 }
 
 // TestFormatsShareOneKey: three ways of writing one number are one key,
@@ -248,7 +249,7 @@ func TestDailyRule(t *testing.T) {
 		tolerance time.Duration
 	}{
 		{"memory", func(*testing.T) core.Store { return core.NewMemoryStore() }, 0},
-		{"redis", func(t *testing.T) core.Store { return core.NewRedisStore(redistest.Start(t).Client(t)) }, time.Millisecond},
+		{"redis", func(t *testing.T) core.Store { return redisstore.New(redistest.Start(t).Client(t)) }, time.Millisecond},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -340,7 +341,7 @@ func TestCombinedLimits(t *testing.T) {
 				t.Errorf("sent %d codes, want 5", s.count())
 			}
 
-			if rs, ok := store.(*core.RedisStore); ok {
+			if rs, ok := store.(*redisstore.Store); ok {
 				// The three keys of one request: different hash slots, so a
 				// Redis Cluster could not decide them in one script.
 				slots := redistest.Start(t, redistest.WithArgs("--cluster-enabled", "yes"))
@@ -367,7 +368,7 @@ func TestCombinedLimits(t *testing.T) {
 func TestRedisKeyPrivacy(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	a := newTestApp(t, core.NewRedisStore(srv.Client(t)), &recorder{}, testConfig())
+	a := newTestApp(t, redisstore.New(srv.Client(t)), &recorder{}, testConfig())
 	for _, f := range append(formats, "+8613900139000") {
 		send(t, a, "192.0.2.1", f)
 	}
@@ -452,7 +453,7 @@ func TestProviderLimit(t *testing.T) {
 		}},
 		{"redis", func(t *testing.T) (core.Store, core.Store) {
 			srv := redistest.Start(t)
-			return core.NewRedisStore(srv.Client(t)), core.NewRedisStore(srv.Client(t))
+			return redisstore.New(srv.Client(t)), redisstore.New(srv.Client(t))
 		}},
 	} {
 		t.Run(sc.name, func(t *testing.T) {

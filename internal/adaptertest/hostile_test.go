@@ -26,6 +26,7 @@ import (
 	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/keyfunc/personal"
 	"github.com/ratekit/ratekit/nethttp"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // hostileAdapter mounts a limiter on an HTTP handler answering 200.
@@ -303,7 +304,7 @@ func TestHostileHugeKeys(t *testing.T) {
 	t.Run("stored hashed", func(t *testing.T) {
 		rs := redistest.Start(t)
 		rdb := rs.Client(t)
-		store := core.NewRedisStore(rdb)
+		store := redisstore.New(rdb)
 		raw := func(r keyfunc.Request) (string, error) { return r.Header("X-Key"), nil } // no bound of its own
 		for _, a := range hostileAdapters {
 			l := mustLimit(t, store, core.Policy{Name: "huge-" + a.name, Rules: []core.Rule{{Limit: 1, Window: time.Minute}}},

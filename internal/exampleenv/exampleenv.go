@@ -20,6 +20,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/ratekitslog"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // Flags are the command-line flags every example server takes.
@@ -128,7 +129,7 @@ func parse(fs *flag.FlagSet, args []string, defaultAddr string, keys Keys) (Flag
 }
 
 // Store returns the store an example program limits with: a
-// [core.RedisStore] on REDIS_URL (for example redis://localhost:6379/0)
+// [redisstore.Store] on REDIS_URL (for example redis://localhost:6379/0)
 // when it is set, so that several instances share their limits, else a
 // [core.MemoryStore]. It logs which one it chose, and exits the program
 // with the reason if REDIS_URL does not parse or names a Redis that
@@ -147,13 +148,13 @@ func Store() core.Store {
 	if err != nil {
 		log.Fatal("REDIS_URL is not a valid redis:// URL") // it may hold a password: do not print it
 	}
-	store := core.NewRedisStore(redis.NewClient(opt))
+	store := redisstore.New(redis.NewClient(opt))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	switch err := store.Check(ctx); {
 	case errors.Is(err, core.ErrMisconfigured):
 		log.Fatalf("store: %v", err)
-	case errors.Is(err, core.ErrUnsafeEviction):
+	case errors.Is(err, redisstore.ErrUnsafeEviction):
 		log.Printf("store: Redis at %s: %v", opt.Addr, err)
 	case err != nil:
 		log.Printf("store: Redis at %s does not answer yet (%v); until it does, limiters follow -failure-policy", opt.Addr, err)

@@ -60,7 +60,7 @@ func Run(t *testing.T, obs core.Observer, whileOpen func()) {
 		}
 	}
 
-	store := &flakyStore{MemoryStore: core.NewMemoryStore()}
+	store := &flakyStore{remote: remote{core.NewMemoryStore()}}
 	store.fail.Store(true)
 	flaky := newLimiter(t, store, "flaky", 100, core.WithObserver(obs), core.WithBreaker(2, 30*time.Millisecond))
 	for i := range 3 {
@@ -123,9 +123,10 @@ func newLimiter(t *testing.T, store core.Store, name string, limit int64, opts .
 	return l
 }
 
-// flakyStore is a MemoryStore whose Take fails while fail is set.
+// flakyStore is a shared store on a MemoryStore whose Take fails while
+// fail is set.
 type flakyStore struct {
-	*core.MemoryStore
+	remote
 	fail atomic.Bool
 }
 
@@ -133,9 +134,16 @@ func (s *flakyStore) Take(ctx context.Context, q core.Query) (core.Result, error
 	if s.fail.Load() {
 		return core.Result{}, errors.New("store down")
 	}
-	return s.MemoryStore.Take(ctx, q)
+	return s.remote.Take(ctx, q)
 }
 
 // remote hides that a store is a MemoryStore, so that the limiter treats
-// it as a remote store, with a deny cache.
+// it as a shared store; it carries invalidations within this process
+// alone, so that the limiter keeps a deny cache.
 type remote struct{ core.Store }
+
+// Watch implements core.Invalidator: nothing is ever missed.
+func (remote) Watch(_ string, f func(core.Invalidation)) { f(core.Invalidation{Resync: true}) }
+
+// Invalidate implements core.Invalidator.
+func (remote) Invalidate(context.Context, string, string) error { return nil }

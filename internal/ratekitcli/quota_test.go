@@ -10,6 +10,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/storetest"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // TestLockoutAndCalendar: peek shows a lockout and calendar usage; reset
@@ -19,7 +20,7 @@ func TestLockoutAndCalendar(t *testing.T) {
 	srv := redistest.Start(t)
 	url := "redis://" + srv.Addr() + "/0"
 	ctx := context.Background()
-	store := core.NewRedisStore(srv.Client(t))
+	store := redisstore.New(srv.Client(t))
 	// The app's limiter, with a deny cache.
 	login, err := core.NewLimiter(store, core.Policy{Name: "login-ip", Rules: []core.Rule{{Limit: 2, Window: time.Minute}},
 		Lockout: core.Lockout{For: 24 * time.Hour}}, core.WithTimeout(2*time.Second))

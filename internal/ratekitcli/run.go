@@ -28,6 +28,7 @@ import (
 	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/keyfunc/personal"
 	"github.com/ratekit/ratekit/opshttp"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 const usage = `usage: ratekit <command> [flags] [key ...]
@@ -552,7 +553,7 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 		return err
 	}
 	defer done()
-	store := core.NewRedisStore(cn.rdb, core.WithPrefix(c.prefix))
+	store := redisstore.New(cn.rdb, redisstore.WithPrefix(c.prefix))
 	l, failed, err := limiter(store, p)
 	if err != nil {
 		return err
@@ -564,7 +565,7 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 	if err != nil {
 		return fmt.Errorf("redis at %s: %w", cn.addr, err)
 	}
-	res := core.Result{Allowed: d.Allowed, Rules: d.Rules()}
+	res := peeked{Allowed: d.Allowed, Rules: d.Rules()}
 	var until time.Time
 	if d.Locked {
 		until = time.Now().Add(d.RetryAfter).UTC().Truncate(time.Second)
@@ -625,7 +626,7 @@ func calendarName(r core.Rule) string {
 // one per shard; add ":b" for SlidingBuckets. Shard i of a key is the
 // key "<key>#<i>" after length bounding (package core, "Hot keys"), so
 // it is built from the bounded form that store.Key puts in braces.
-func redisKeys(store *core.RedisStore, policy, key string, shards int) []string {
+func redisKeys(store *redisstore.Store, policy, key string, shards int) []string {
 	k := store.Key(policy, key)
 	if shards <= 1 {
 		return []string{k}
@@ -665,7 +666,13 @@ type peekJSON struct {
 	Rules       []opshttp.RuleState `json:"rules"`
 }
 
-func printJSON(w io.Writer, p core.Policy, key, redisKey string, res core.Result, until time.Time) error {
+// peeked is what peek found: whether a request would fit, and each rule.
+type peeked struct {
+	Allowed bool
+	Rules   []core.RuleState
+}
+
+func printJSON(w io.Writer, p core.Policy, key, redisKey string, res peeked, until time.Time) error {
 	out := peekJSON{Policy: p.Name, Key: key, RedisKey: redisKey, Allowed: res.Allowed}
 	if !until.IsZero() {
 		out.LockedUntil = until.Format(time.RFC3339)
@@ -714,7 +721,7 @@ func reset(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	defer done()
-	store := core.NewRedisStore(cn.rdb, core.WithPrefix(c.prefix))
+	store := redisstore.New(cn.rdb, redisstore.WithPrefix(c.prefix))
 	l, _, err := limiter(store, p)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
@@ -852,7 +859,7 @@ func policies(ctx context.Context, args []string, getenv func(string) string, st
 }
 
 // keyKinds are the Redis keys a policy keeps per key, by the suffix
-// after <prefix>:<policy>:{<key>} (core.RedisStore.Key), as policies
+// after <prefix>:<policy>:{<key>} (redisstore.Store.Key), as policies
 // counts them.
 var keyKinds = [...]struct{ suffix, column string }{
 	{"", "SLIDINGLOG"}, {":b", "BUCKETS"}, {":c", "CALENDAR"}, {":l", "LOCKOUTS"}, {":lease", "INFLIGHT"},

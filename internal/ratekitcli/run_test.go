@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // exec runs the CLI with REDIS_URL set to url.
@@ -30,7 +31,7 @@ func TestCommands(t *testing.T) {
 	srv := redistest.Start(t)
 	url := "redis://" + srv.Addr() + "/0"
 	ctx := context.Background()
-	store := core.NewRedisStore(srv.Client(t))
+	store := redisstore.New(srv.Client(t))
 	login, err := core.NewLimiter(store, core.Policy{Name: "login", Rules: []core.Rule{{Limit: 5, Window: 15 * time.Minute}, {Limit: 20, Window: 24 * time.Hour}}},
 		core.WithTimeout(2*time.Second))
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/keyfunc/personal"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // TestMain silences go-redis as the command's main does
@@ -80,7 +81,7 @@ func want(t *testing.T, args []string, code, wantCode int, out string, wants ...
 func TestIdentifiers(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	store := core.NewRedisStore(rdb)
+	store := redisstore.New(rdb)
 	rule := []core.Rule{{Limit: 2, Window: time.Hour}}
 	logins := mustLimiter(t, store, core.Policy{Name: "login-account", Rules: rule})
 	sms := mustLimiter(t, store, core.Policy{Name: "sms", Rules: rule})
@@ -206,7 +207,7 @@ func TestIdentifiers(t *testing.T) {
 // TestFlagsAfterKeys: flags may follow the keys.
 func TestFlagsAfterKeys(t *testing.T) {
 	srv := redistest.Start(t)
-	store := core.NewRedisStore(srv.Client(t))
+	store := redisstore.New(srv.Client(t))
 	login := mustLimiter(t, store, core.Policy{Name: "login", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}})
 	lockOut(t, login, "alice")
 	lockOut(t, login, "-dash")
@@ -241,7 +242,7 @@ func TestFlagsAfterKeys(t *testing.T) {
 func TestResetCounts(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	store := core.NewRedisStore(rdb)
+	store := redisstore.New(rdb)
 	ctx := context.Background()
 	login := mustLimiter(t, store, core.Policy{Name: "login", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}})
 	quota := mustLimiter(t, store, core.Policy{Name: "quota", Rules: []core.Rule{{Limit: 1000, Window: time.Hour}}, Algorithm: core.SlidingBuckets})

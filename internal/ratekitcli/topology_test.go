@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // policyCount returns the SLIDINGLOG count that policies printed for
@@ -30,7 +31,7 @@ func policyCount(stdout, policy string) int {
 // keys.
 func TestCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
-	store := core.NewRedisStore(c.Client(t))
+	store := redisstore.New(c.Client(t))
 	login := mustLimiter(t, store, core.Policy{Name: "login", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}})
 	// Two keys on each master; REDIS_URL names node 0.
 	var keys []string
@@ -80,7 +81,7 @@ func TestCluster(t *testing.T) {
 func TestSentinel(t *testing.T) {
 	s := redistest.StartSentinel(t)
 	rdb := s.FailoverClient(t)
-	login := mustLimiter(t, core.NewRedisStore(rdb), core.Policy{Name: "login", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}})
+	login := mustLimiter(t, redisstore.New(rdb), core.Policy{Name: "login", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}})
 	for _, k := range []string{"alice", "bob", "carol"} {
 		lockOut(t, login, k)
 	}

@@ -188,7 +188,7 @@ func testCalendarBoundary(t *testing.T, s *suite) {
 				}
 				left := time.Duration(end-r.At) * time.Microsecond
 				fits := used[after] < limit
-				rs := r.Rules[0]
+				rs := r.Rules.All()[0]
 				if r.Allowed != fits || rs.ResetAfter != left || rs.Window != 24*time.Hour || rs.Used != used[after]+boolInt(fits && i%3 != 2) {
 					t.Fatalf("call %d at %d (boundary %d): %+v, want Allowed %v, Used %d, Window 24h, ResetAfter %v",
 						i, r.At, b, r, fits, used[after]+boolInt(fits && i%3 != 2), left)

@@ -14,7 +14,7 @@ func (s *suite) policyLimiter(t *testing.T, p core.Policy, opts ...core.Option) 
 	t.Helper()
 	st := s.store(t)
 	p.Name = s.name()
-	l, err := core.NewLimiter(st, p, s.options(opts...)...)
+	l, err := core.NewLimiter(spied(st), p, s.options(opts...)...)
 	if err != nil {
 		t.Fatalf("NewLimiter(%+v): %v", p, err)
 	}
@@ -210,11 +210,11 @@ func testLockoutPeekRefundReset(t *testing.T, s *suite) {
 	clk := NewClock(lockoutStart)
 	st := s.store(t)
 	p := core.Policy{Name: s.name(), Rules: []core.Rule{{Limit: 2, Window: time.Minute}}, Lockout: core.Lockout{For: time.Hour}}
-	a, err := core.NewLimiter(st, p, s.options(core.WithClock(clk.Now))...)
+	a, err := core.NewLimiter(spied(st), p, s.options(core.WithClock(clk.Now))...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := core.NewLimiter(st, p, s.options(core.WithClock(clk.Now))...)
+	b, err := core.NewLimiter(spied(st), p, s.options(core.WithClock(clk.Now))...)
 	if err != nil {
 		t.Fatal(err)
 	}

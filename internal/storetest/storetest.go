@@ -120,12 +120,74 @@ func (s *suite) store(t *testing.T) *spy {
 	return &spy{Store: s.newStore(t)}
 }
 
+// spied returns sp as the limiter should see it: with the capabilities of
+// the store it wraps, where the suite knows their combination (an
+// in-process store, or a shared one with every capability); else as a
+// Store alone.
+func spied(sp *spy) core.Store {
+	switch st := sp.Store.(type) {
+	case localCaps:
+		return &localSpy{sp, st}
+	case sharedCaps:
+		return &sharedSpy{sp, st}
+	}
+	return sp
+}
+
+// localCaps are the capabilities of an in-process store (MemoryStore).
+type localCaps interface {
+	core.Local
+	core.Leases
+}
+
+// sharedCaps are the capabilities of a shared store (the Redis drivers).
+type sharedCaps interface {
+	core.Store
+	core.Leases
+	core.Invalidator
+	core.Fleet
+	core.Partitioned
+	core.Checker
+}
+
+type localSpy struct {
+	*spy
+	localCaps
+}
+
+func (s *localSpy) Take(ctx context.Context, q core.Query) (core.Result, error) {
+	return s.spy.Take(ctx, q)
+}
+func (s *localSpy) Peek(ctx context.Context, q core.Query) (core.Result, error) {
+	return s.spy.Peek(ctx, q)
+}
+func (s *localSpy) Refund(ctx context.Context, q core.Query, at int64) error {
+	return s.spy.Refund(ctx, q, at)
+}
+func (s *localSpy) Reset(ctx context.Context, q core.Query) error { return s.spy.Reset(ctx, q) }
+
+type sharedSpy struct {
+	*spy
+	sharedCaps
+}
+
+func (s *sharedSpy) Take(ctx context.Context, q core.Query) (core.Result, error) {
+	return s.spy.Take(ctx, q)
+}
+func (s *sharedSpy) Peek(ctx context.Context, q core.Query) (core.Result, error) {
+	return s.spy.Peek(ctx, q)
+}
+func (s *sharedSpy) Refund(ctx context.Context, q core.Query, at int64) error {
+	return s.spy.Refund(ctx, q, at)
+}
+func (s *sharedSpy) Reset(ctx context.Context, q core.Query) error { return s.spy.Reset(ctx, q) }
+
 // limiter returns a limiter for rules on a new store, with the suite's
 // call timeout before opts.
 func (s *suite) limiter(t *testing.T, rules []core.Rule, opts ...core.Option) (*core.Limiter, *spy) {
 	t.Helper()
 	st := s.store(t)
-	l, err := core.NewLimiter(st, core.Policy{Name: s.name(), Rules: rules}, s.options(opts...)...)
+	l, err := core.NewLimiter(spied(st), core.Policy{Name: s.name(), Rules: rules}, s.options(opts...)...)
 	if err != nil {
 		t.Fatalf("NewLimiter: %v", err)
 	}
@@ -286,11 +348,11 @@ func hammer(t *testing.T, ls []*core.Limiter, goroutines, each int, denied func(
 }
 
 // instances returns n limiters of p on st: n app instances sharing it.
-func instances(t *testing.T, s *suite, st core.Store, p core.Policy, n int) []*core.Limiter {
+func instances(t *testing.T, s *suite, st *spy, p core.Policy, n int) []*core.Limiter {
 	t.Helper()
 	ls := make([]*core.Limiter, n)
 	for i := range ls {
-		l, err := core.NewLimiter(st, p, s.options()...)
+		l, err := core.NewLimiter(spied(st), p, s.options()...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -369,11 +431,11 @@ func testConcurrentTakeRetryAfter(t *testing.T, s *suite) {
 			continue
 		}
 		want := time.Duration(oldest+window.Microseconds()-r.At) * time.Microsecond
-		if got := r.Rules[0].RetryAfter; got != want {
+		if got := r.Rules.All()[0].RetryAfter; got != want {
 			t.Errorf("denied Take at %d: RetryAfter %v, want %v (oldest %d + window - at)", r.At, got, want, oldest)
 		}
-		if r.Rules[0].Used != limit {
-			t.Errorf("denied Take at %d: Used %d, want %d", r.At, r.Rules[0].Used, limit)
+		if r.Rules.All()[0].Used != limit {
+			t.Errorf("denied Take at %d: Used %d, want %d", r.At, r.Rules.All()[0].Used, limit)
 		}
 	}
 }
@@ -497,32 +559,32 @@ func testMultiRuleStore(t *testing.T, s *suite) {
 		return r
 	}
 	r1 := take("a", 2)
-	if !r1.Allowed || r1.Rules[0].Used != 2 || r1.Rules[1].Used != 2 {
+	if !r1.Allowed || r1.Rules.All()[0].Used != 2 || r1.Rules.All()[1].Used != 2 {
 		t.Fatalf("Take(a, 2) = %+v, want allowed, Used 2 in both rules", r1)
 	}
 	r := take("b", 1)
 	if r.Allowed {
 		t.Fatalf("Take(b, 1) = %+v, want denied by Rules[0]", r)
 	}
-	if want := time.Duration(r1.At+w1.Microseconds()-r.At) * time.Microsecond; r.Rules[0].RetryAfter != want {
-		t.Errorf("Take(b, 1): Rules[0].RetryAfter = %v, want %v", r.Rules[0].RetryAfter, want)
+	if want := time.Duration(r1.At+w1.Microseconds()-r.At) * time.Microsecond; r.Rules.All()[0].RetryAfter != want {
+		t.Errorf("Take(b, 1): Rules[0].RetryAfter = %v, want %v", r.Rules.All()[0].RetryAfter, want)
 	}
-	if r.Rules[1].RetryAfter != 0 || r.Rules[1].Used != 2 {
-		t.Errorf("Take(b, 1): Rules[1] = %+v, want room (RetryAfter 0, Used 2)", r.Rules[1])
+	if r.Rules.All()[1].RetryAfter != 0 || r.Rules.All()[1].Used != 2 {
+		t.Errorf("Take(b, 1): Rules[1] = %+v, want room (RetryAfter 0, Used 2)", r.Rules.All()[1])
 	}
 	// 2 units violate both rules: Rules[1] needs 1 of a's units gone too.
 	r = take("c", 2)
-	if r.Allowed || r.Rules[0].RetryAfter <= 0 || r.Rules[1].RetryAfter <= 0 {
+	if r.Allowed || r.Rules.All()[0].RetryAfter <= 0 || r.Rules.All()[1].RetryAfter <= 0 {
 		t.Fatalf("Take(c, 2) = %+v, want denied by both rules", r)
 	}
-	if want := time.Duration(r1.At+w2.Microseconds()-r.At) * time.Microsecond; r.Rules[1].RetryAfter != want {
-		t.Errorf("Take(c, 2): Rules[1].RetryAfter = %v, want %v", r.Rules[1].RetryAfter, want)
+	if want := time.Duration(r1.At+w2.Microseconds()-r.At) * time.Microsecond; r.Rules.All()[1].RetryAfter != want {
+		t.Errorf("Take(c, 2): Rules[1].RetryAfter = %v, want %v", r.Rules.All()[1].RetryAfter, want)
 	}
 	p, err := st.Peek(ctx(t), q)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Rules[0].Used != 2 || p.Rules[1].Used != 2 {
+	if p.Rules.All()[0].Used != 2 || p.Rules.All()[1].Used != 2 {
 		t.Errorf("Peek after denials = %+v, want Used 2 in both rules (denials record nothing)", p)
 	}
 }
@@ -573,11 +635,11 @@ func testExactRetryAfter(t *testing.T, s *suite) {
 				t.Fatal(err)
 			}
 			want := time.Duration(at[tc.oldest]+window.Microseconds()-r.At) * time.Microsecond
-			if r.Allowed || r.Rules[0].RetryAfter != want {
-				t.Errorf("%s on a full window = Allowed %v, RetryAfter %v; want denied, RetryAfter %v", tc.name, r.Allowed, r.Rules[0].RetryAfter, want)
+			if r.Allowed || r.Rules.All()[0].RetryAfter != want {
+				t.Errorf("%s on a full window = Allowed %v, RetryAfter %v; want denied, RetryAfter %v", tc.name, r.Allowed, r.Rules.All()[0].RetryAfter, want)
 			}
-			if want := time.Duration(at[2]+window.Microseconds()-r.At) * time.Microsecond; r.Rules[0].ResetAfter != want {
-				t.Errorf("%s: ResetAfter %v, want %v (newest unit leaving)", tc.name, r.Rules[0].ResetAfter, want)
+			if want := time.Duration(at[2]+window.Microseconds()-r.At) * time.Microsecond; r.Rules.All()[0].ResetAfter != want {
+				t.Errorf("%s: ResetAfter %v, want %v (newest unit leaving)", tc.name, r.Rules.All()[0].ResetAfter, want)
 			}
 		})
 	}
@@ -742,16 +804,28 @@ func testPeek(t *testing.T, s *suite) {
 }
 
 func testReset(t *testing.T, s *suite) {
-	l, _ := s.limiter(t, []core.Rule{{Limit: 2, Window: time.Minute}})
+	l, st := s.limiter(t, []core.Rule{{Limit: 2, Window: time.Minute}})
 	allow(t, l, "k")
 	allow(t, l, "k")
 	allow(t, l, "other")
 	if d := allow(t, l, "k"); d.Allowed {
 		t.Fatalf("Allow(k) #3 = %s, want denied", show(d))
 	}
-	// The denial is in the deny cache now.
-	if d := allow(t, l, "k"); d.Allowed || d.Source != core.SourceCache {
-		t.Fatalf("Allow(k) #4 = %s, want denied from the deny cache", show(d))
+	// The denial is in the deny cache now, where the limiter keeps one
+	// (not on an in-process store, which answers as fast).
+	want := core.SourceCache
+	if _, local := st.Store.(core.Local); local {
+		want = core.SourceStore
+	}
+	// A shared store's cache answers once the store listens for
+	// invalidations, a moment after the limiter is built.
+	d := allow(t, l, "k")
+	for try := 0; d.Source != want && want == core.SourceCache && try < 100; try++ {
+		time.Sleep(10 * time.Millisecond)
+		d = allow(t, l, "k")
+	}
+	if d.Allowed || d.Source != want {
+		t.Fatalf("Allow(k) #4 = %s, want denied by %v", show(d), want)
 	}
 	if err := l.Reset(ctx(t), "k"); err != nil {
 		t.Fatalf("Reset(k): %v", err)
@@ -806,11 +880,11 @@ func testRefund(t *testing.T, s *suite) {
 func testIsolation(t *testing.T, s *suite) {
 	st := s.store(t)
 	rules := []core.Rule{{Limit: 1, Window: time.Minute}}
-	a, err := core.NewLimiter(st, core.Policy{Name: s.name(), Rules: rules}, s.options()...)
+	a, err := core.NewLimiter(spied(st), core.Policy{Name: s.name(), Rules: rules}, s.options()...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := core.NewLimiter(st, core.Policy{Name: s.name(), Rules: rules}, s.options()...)
+	b, err := core.NewLimiter(spied(st), core.Policy{Name: s.name(), Rules: rules}, s.options()...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,262 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Store operations.
+const (
+	opPeek byte = iota
+	opTake
+)
+
+// localRates decides rates on a [Local] store: no timeout, circuit
+// breaker, deny cache or fallback, which would only cost time.
+type localRates struct{ l *Limiter }
+
+func (r localRates) allow(ctx context.Context, key string, shard int, n int64) (Decision, error) {
+	l := r.l
+	var d Decision
+	q := l.query(key, shard, n, l.now())
+	res, err := l.store.Take(ctx, q)
+	if err != nil {
+		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
+	}
+	d.states.RuleStates, d.states.lock = res.Rules, res.LockedFor
+	l.bind(&d, res.Allowed, SourceStore)
+	if res.Allowed {
+		d.ticket = ticket{owner: l, key: key, shard: shard, at: res.At, n: n}
+	}
+	if l.observer != nil {
+		l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d})
+	}
+	return d, nil
+}
+
+func (r localRates) peek(ctx context.Context, key string, shard int) (Decision, error) {
+	l := r.l
+	res, err := l.store.Peek(ctx, l.query(key, shard, 1, l.now()))
+	if err != nil {
+		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
+	}
+	var d Decision
+	d.states.RuleStates, d.states.lock = res.Rules, res.LockedFor
+	l.bind(&d, res.Allowed, SourceStore)
+	return d, nil
+}
+
+func (r localRates) refund(ctx context.Context, t ticket) error {
+	l := r.l
+	if err := l.store.Refund(context.WithoutCancel(ctx), l.query(t.key, t.shard, t.n, time.Time{}), t.at); err != nil {
+		return fmt.Errorf("ratekit: policy %q: refund: %w", l.policy.Name, err)
+	}
+	return nil
+}
+
+func (r localRates) reset(ctx context.Context, key string, shard int) error {
+	return r.l.storeReset(context.WithoutCancel(ctx), key, shard)
+}
+
+// sharedRates decides rates on a shared store: each call bounded by the
+// timeout, through a circuit breaker, with the deny cache in front and
+// the failure policy behind.
+type sharedRates struct{ l *Limiter }
+
+func (r sharedRates) allow(ctx context.Context, key string, shard int, n int64) (Decision, error) {
+	l := r.l
+	now := l.now()
+	if l.deny != nil {
+		var d Decision
+		if l.deny.get(key, n, now, false, &d) {
+			l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d})
+			return d, nil
+		}
+	}
+	return r.decide(ctx, l.query(key, shard, n, now), shard, now, opTake)
+}
+
+func (r sharedRates) peek(ctx context.Context, key string, shard int) (Decision, error) {
+	now := r.l.now()
+	return r.decide(ctx, r.l.query(key, shard, 1, now), shard, now, opPeek)
+}
+
+// decide asks the store, falling back by the failure policy. It fails
+// only when ctx ends before the store answered.
+func (r sharedRates) decide(ctx context.Context, q Query, shard int, now time.Time, op byte) (Decision, error) {
+	l := r.l
+	take := op == opTake
+	var gen uint64
+	if take && l.deny != nil {
+		gen = l.deny.generation(q.Key)
+	}
+	var res Result
+	answered, lat, cause, err := l.call(ctx, &q, take, func(ctx context.Context) (err error) {
+		if take {
+			res, err = l.store.Take(ctx, q)
+		} else {
+			res, err = l.store.Peek(ctx, q)
+		}
+		return err
+	})
+	if err != nil {
+		return Decision{}, err
+	}
+	var d Decision
+	if answered {
+		d.states.RuleStates, d.states.lock = res.Rules, res.LockedFor
+		l.bind(&d, res.Allowed, SourceStore)
+		if take {
+			r.learn(ctx, &q, shard, now, gen, res, lat, &d)
+		}
+		return d, nil
+	}
+	if !take || l.deny == nil || !l.deny.get(q.Key, q.N, now, true, &d) {
+		// A denial cached before the store failed still holds; else
+		// the failure policy decides.
+		d = l.fallback(q, shard, take, l.breakers.of(&q))
+	}
+	if take {
+		l.fellBack(ctx, cause)
+		l.emit(ctx, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d})
+	}
+	return d, nil
+}
+
+// learn completes d, the store's answer res to a take of q decided at
+// now, and remembers what it teaches: the deny cache a denial, the local
+// fallback store an admission or a lockout.
+func (r sharedRates) learn(ctx context.Context, q *Query, shard int, now time.Time, gen uint64, res Result, lat time.Duration, d *Decision) {
+	l := r.l
+	if res.Allowed {
+		d.ticket = ticket{owner: l, key: q.Key, shard: shard, at: res.At, n: q.N, mirror: l.mirror(q)}
+	} else {
+		if l.deny != nil {
+			l.deny.put(q.Key, q.N, now, *d, gen)
+		}
+		l.mirrorLock(q, res.LockedFor)
+	}
+	l.emit(ctx, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: *d, Latency: lat})
+}
+
+func (r sharedRates) refund(ctx context.Context, t ticket) error {
+	l := r.l
+	if l.deny != nil {
+		// Once the units are back: a denial decided before then must not
+		// be cached after.
+		defer l.deny.remove(t.key)
+	}
+	q := l.query(t.key, t.shard, t.n, time.Time{})
+	if t.local {
+		l.local.policy(q.Policy).refund(&q, t.at)
+		return nil
+	}
+	if t.mirror != 0 {
+		l.local.policy(q.Policy).refund(&q, t.mirror)
+	}
+	cc := newCallCtx(ctx, time.Now(), l.timeout)
+	defer cc.release()
+	if err := l.store.Refund(cc, q, t.at); err != nil {
+		err = fmt.Errorf("ratekit: policy %q: refund: %w", l.policy.Name, err)
+		l.emit(ctx, Event{Kind: EventStoreError, Key: t.key, Cost: t.n, Err: err})
+		return err
+	}
+	return nil
+}
+
+func (r sharedRates) reset(ctx context.Context, key string, shard int) error {
+	return r.l.storeReset(ctx, key, shard)
+}
+
+// call makes f, one store call about q (a take when take is set, else a
+// peek), through the circuit breaker of q's partition and under the
+// limiter's timeout (see callCtx). It reports whether the store answered
+// and how long it took. When it did not, cause is why (nil when the
+// breaker was open and no call was made), and the breaker and the
+// observers have learned of it; err is set only when the caller's context
+// ended first, which says nothing about the store.
+func (l *Limiter) call(ctx context.Context, q *Query, take bool, f func(ctx context.Context) error) (ok bool, lat time.Duration, cause, err error) {
+	start := time.Now()
+	waits.tick(start)
+	br := l.breakers.of(q)
+	var probe bool
+	if take {
+		ok, probe = br.allow(start)
+	} else {
+		ok = br.look(start)
+	}
+	if !ok {
+		return false, 0, nil, nil
+	}
+	cc := newCallCtx(ctx, start, l.timeout)
+	cause = f(cc)
+	cc.release()
+	lat = time.Since(start)
+	if cause == nil {
+		if take {
+			if br.success() {
+				l.emit(ctx, Event{Kind: EventBreakerClose})
+			}
+			l.answered(ctx, start)
+		}
+		return true, lat, nil, nil
+	}
+	if cerr := callerErr(ctx, time.Now()); cerr != nil {
+		// The caller gave up: that says nothing about the store.
+		if probe {
+			br.abandon()
+		}
+		return false, lat, cause, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, cerr)
+	}
+	if !take || errors.Is(cause, ErrKeyFailure) {
+		// A peek is not a decision, and one key's failure (a key
+		// holding another type) says nothing of the store's health.
+		if probe {
+			br.abandon()
+		}
+	} else if br.failure(time.Now()) {
+		defer l.emit(ctx, Event{Kind: EventBreakerOpen, Err: cause})
+	}
+	l.emit(ctx, Event{Kind: EventStoreError, Key: q.Key, Cost: q.N, Err: cause, Latency: lat})
+	return false, lat, cause, nil
+}
+
+// breakers are the circuit breakers of a limiter: one, or on a
+// [Partitioned] store one per partition, made when first needed.
+type breakers struct {
+	one       breaker
+	part      Partitioned
+	threshold int32
+	cooldown  time.Duration
+	mu        sync.Mutex
+	by        map[string]*breaker // per partition, on a Partitioned store
+}
+
+// init sets the breakers up for store with the options o.
+func (b *breakers) init(store Store, o options) {
+	b.threshold, b.cooldown = int32(o.breakerFails), o.breakerCool
+	b.one = breaker{threshold: b.threshold, cooldown: b.cooldown}
+	b.part, _ = store.(Partitioned)
+}
+
+// of returns the breaker of q's partition.
+func (b *breakers) of(q *Query) *breaker {
+	if b.part == nil {
+		return &b.one
+	}
+	name := b.part.Partition(q.Policy, q.Key)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	br := b.by[name]
+	if br == nil {
+		if b.by == nil {
+			b.by = make(map[string]*breaker)
+		}
+		br = &breaker{threshold: b.threshold, cooldown: b.cooldown}
+		b.by[name] = br
+	}
+	return br
+}

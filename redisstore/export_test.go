@@ -1,0 +1,15 @@
+package redisstore
+
+import (
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ClientOf returns the go-redis client of s.
+func ClientOf(s *Store) redis.UniversalClient { return s.client }
+
+// SetWall makes s find calendar periods around wall's time, rather than
+// time.Now's, when the server's clock decides: a client whose clock is
+// off.
+func SetWall(s *Store, wall func() time.Time) { s.wall = wall }

@@ -1,0 +1,551 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/redislib"
+)
+
+// defaultBatch is the most decisions one script call carries unless
+// WithBatching sets another.
+const defaultBatch = 64
+
+// Store is a [core.Store] on Redis through go-redis, shared by every app
+// instance that uses the same Redis. Each decision is made atomically by
+// ratekit's Lua library on the one Redis key of its (policy, key), named
+// <prefix>:<policy>:{<key>}; the braces are a Redis Cluster hash tag, so
+// a decision touches one slot. Under SlidingLog the key is a string of the
+// newest admission times, 8 bytes each, so a decision reads a few of
+// them whatever the limit; under SlidingBuckets it is a hash of bucket
+// counts (":b" appended to the name).
+//
+// Time comes from the Redis server (TIME, in microseconds), so clock skew
+// between app nodes cannot move the windows.
+//
+// Decisions made while others are in flight share script calls: one call
+// decides a batch of them (one per Cluster slot), so a busy store spends a
+// round trip and a script call per batch rather than per decision (see
+// [WithBatching]).
+//
+// The script calls are never retried by go-redis, whose retries after a
+// lost reply would run a decision twice: a call that fails is a store
+// failure, which the [core.Limiter]'s failure policy resolves. Calls that
+// Redis refused before running (a replica that is read-only after a
+// failover, a cluster that is down or loading) are tried again while the
+// caller's deadline allows.
+//
+// A caller waits for its answer on its own context, while the decision's
+// reply is read by a goroutine of the store whatever the caller's
+// timeout: so a paused Redis costs a request no more than the Limiter's
+// timeout, whatever the client's options (ContextTimeoutEnabled or not),
+// and a reply that came while the process was too busy to read it is not
+// lost (see core.WithTimeout).
+//
+// A Store offers every optional capability of the core package: leases
+// ([core.Leases]), invalidations between instances over pub/sub
+// ([core.Invalidator]), the count of instances ([core.Fleet]), breakers
+// per Cluster node ([core.Partitioned]) and a check of the server
+// ([core.Checker]). It is safe for concurrent use. It does not close the
+// client: the caller owns it.
+type Store struct {
+	client    redis.UniversalClient
+	cluster   bool // slot by slot
+	prefix    string
+	honorsCtx bool
+	batch     *redislib.Batcher
+	scripts   atomic.Bool // the server has no FCALL: run the library as scripts
+	watch     *watcher    // invalidations between instances, and the fleet
+
+	wall func() time.Time // the clock calendar periods are found around when Redis's decides; nil: time.Now
+
+	waitReplicas int           // WithWaitReplicas; 0: off
+	waitTimeout  time.Duration // WithWaitReplicas
+	waits        atomic.Int64  // admitting takes that waited for replicas
+	waitsShort   atomic.Int64  // ... and got fewer acknowledgements than asked
+}
+
+var (
+	_ core.Store       = (*Store)(nil)
+	_ core.Leases      = (*Store)(nil)
+	_ core.Invalidator = (*Store)(nil)
+	_ core.Fleet       = (*Store)(nil)
+	_ core.Partitioned = (*Store)(nil)
+	_ core.Checker     = (*Store)(nil)
+)
+
+// ErrUnsafeEviction is wrapped by the error [Store.Check] returns when a
+// Redis server's maxmemory-policy lets it evict live limiter keys.
+//
+// An evicted key is a forgotten window: the key's next request is
+// admitted as if it had made none, and an attacker can force evictions
+// with a flood of random keys. Every policy but noeviction can evict
+// limiter keys: the allkeys-* policies pick among all keys, and the
+// volatile-* policies among the keys with a time to live, which every
+// limiter key has (it expires just after its longest window), so
+// volatile-* protects only the app's keys without one. volatile-ttl
+// evicts the keys nearest to expiry first: limiter keys idle for almost
+// their longest window, whose entries still count until then.
+//
+// Safe settings: maxmemory-policy noeviction, where a full Redis refuses
+// writes, the store call fails and the failure policy decides (reported
+// to the observers); or a Redis of the limiter's own with memory sized
+// for its keys and no maxmemory.
+var ErrUnsafeEviction = redislib.ErrUnsafeEviction
+
+// Option configures a [Store].
+type Option func(*options)
+
+type options struct {
+	prefix       string
+	batch        int
+	waitReplicas int
+	waitTimeout  time.Duration
+}
+
+// WithBatching sets the most decisions one script call decides; 64 by
+// default. Decisions made while others are in flight wait for a flight to
+// take them, and each flight takes what has queued up to this many, so
+// the batch grows with the load and a lone caller is sent at once. Each
+// caller keeps its own timeout and failure policy. 1 turns batching off:
+// one script call per decision. It must be between 1 and 1000.
+func WithBatching(max int) Option {
+	return func(o *options) { o.batch = max }
+}
+
+// WithPrefix sets the prefix of every key; "ratekit" by default.
+func WithPrefix(prefix string) Option {
+	return func(o *options) { o.prefix = prefix }
+}
+
+// WithWaitReplicas makes every Take that admits units wait until at
+// least replicas replicas of the key's master have acknowledged the write,
+// or timeout has passed (Redis WAIT, sent on the connection that ran the
+// decision's script, because WAIT counts that connection's writes; on a
+// Redis Cluster, on a connection to the key's master). Such takes are
+// decided one script call each. Takes that admit nothing, Peek, Refund and
+// Reset do not wait. Off by default.
+//
+// Replication is asynchronous: when a master dies, the replica promoted
+// in its place may lack the last admissions the master made, so those
+// units are admitted once more (see docs on failover). Waiting closes
+// that window for every decision whose write reached replicas replicas in
+// time; it does not close it for the decisions in flight when the master
+// dies, nor for those that timed out: such a decision is still returned
+// as the store decided it (the write happened on the master), and is
+// counted by [Store.ReplicaWaits]. It costs every admission a replication
+// round trip, so timeout must stay well below the Limiter's
+// core.WithTimeout, or a slow replica turns admissions into fallbacks.
+//
+// It works with a *redis.Client (standalone or Sentinel failover) and a
+// *redis.ClusterClient; [New] panics with other clients, with replicas <
+// 0, and with replicas > 0 and timeout < 1 ms (WAIT 0 would wait
+// forever). replicas 0 turns it off.
+func WithWaitReplicas(replicas int, timeout time.Duration) Option {
+	return func(o *options) {
+		o.waitReplicas = replicas
+		o.waitTimeout = timeout
+	}
+}
+
+// ReplicaWaits reports, for a store built [WithWaitReplicas], how many
+// admitting Takes waited for replicas, and how many of them were
+// acknowledged by fewer replicas than asked (WAIT timed out, failed, or
+// the decision was redirected during a cluster slot migration). The
+// writes of the short ones may be lost by a failover.
+func (s *Store) ReplicaWaits() (waits, short int64) {
+	return s.waits.Load(), s.waitsShort.Load()
+}
+
+// New returns a store on client: a *redis.Client, a Sentinel failover
+// client or a *redis.ClusterClient. It panics if client is nil, or on an
+// invalid option: programmer errors caught at start-up.
+func New(client redis.UniversalClient, opts ...Option) *Store {
+	if client == nil {
+		panic("ratekit: redisstore.New: nil client")
+	}
+	o := options{prefix: redislib.DefaultPrefix, batch: defaultBatch}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.batch < 1 || o.batch > 1000 {
+		panic(fmt.Sprintf("ratekit: redisstore.New: WithBatching(%d): must be within 1..1000", o.batch))
+	}
+	if o.waitReplicas < 0 {
+		panic(fmt.Sprintf("ratekit: redisstore.New: WithWaitReplicas replicas is %d, must be >= 0", o.waitReplicas))
+	}
+	s := &Store{client: client, prefix: o.prefix, waitReplicas: o.waitReplicas, waitTimeout: o.waitTimeout}
+	if s.waitReplicas > 0 {
+		if s.waitTimeout < time.Millisecond {
+			panic(fmt.Sprintf("ratekit: redisstore.New: WithWaitReplicas timeout is %v, must be at least 1ms", s.waitTimeout))
+		}
+		switch client.(type) {
+		case *redis.Client, *redis.ClusterClient:
+		default:
+			panic(fmt.Sprintf("ratekit: redisstore.New: WithWaitReplicas needs a *redis.Client or *redis.ClusterClient, not %T", client))
+		}
+	}
+	switch c := client.(type) {
+	case *redis.Client:
+		s.honorsCtx = c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		s.honorsCtx = c.Options().ContextTimeoutEnabled
+		s.cluster = true
+	default:
+		// A Ring, or a client of another kind, may spread keys by its own
+		// rules: every call carries one decision.
+		o.batch = 1
+	}
+	s.batch = redislib.NewBatcher(s.flight, o.batch, s.honorsCtx)
+	s.watch = newWatcher(s)
+	return s
+}
+
+// Key returns the Redis key that a limiter's decisions on key under
+// policy use with SlidingLog: <prefix>:<policy>:{<key>}, the key hashed
+// first when it is over 128 bytes (core.BoundKey). Under SlidingBuckets
+// the Redis key has ":b" appended; a lockout (Policy.Lockout) is kept
+// under ":l" appended, the counts of calendar rules (Rule.Calendar) under
+// ":c" and the leases of an InFlight policy under ":lease", all in the
+// same hash slot.
+func (s *Store) Key(policy, key string) string {
+	return redislib.Key(s.prefix, policy, core.BoundKey(key))
+}
+
+// wallNow returns this process's clock in µs.
+func (s *Store) wallNow() int64 {
+	if s.wall != nil {
+		return s.wall().UnixMicro()
+	}
+	return time.Now().UnixMicro()
+}
+
+// Take implements [core.Store].
+func (s *Store) Take(ctx context.Context, q core.Query) (core.Result, error) {
+	return s.decide(ctx, &q, redislib.OpTake, 0)
+}
+
+// Peek implements [core.Store].
+func (s *Store) Peek(ctx context.Context, q core.Query) (core.Result, error) {
+	return s.decide(ctx, &q, redislib.OpPeek, 0)
+}
+
+// Refund implements [core.Store].
+func (s *Store) Refund(ctx context.Context, q core.Query, at int64) error {
+	_, err := s.decide(ctx, &q, redislib.OpRefund, at)
+	return err
+}
+
+// decide runs one operation of q, waiting for its answer until ctx ends.
+func (s *Store) decide(ctx context.Context, q *core.Query, op byte, at int64) (core.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return core.Result{}, fmt.Errorf("ratekit: redis store: %w", err)
+	}
+	c := redislib.Get()
+	if err := c.Decision(s.prefix, q, op, at, s.wallNow(), s.cluster); err != nil {
+		redislib.Put(c)
+		return core.Result{}, fmt.Errorf("ratekit: redis store: %w", err)
+	}
+	if err := s.run(ctx, c); err != nil {
+		// The caller gave up; the flight still owns c.
+		return core.Result{}, fmt.Errorf("ratekit: redis store: %w", err)
+	}
+	res, err := core.Result{Allowed: c.Allowed, At: c.When, Rules: c.Rules, LockedFor: c.LockedFor}, c.Err
+	redislib.Put(c)
+	if err != nil {
+		return core.Result{}, fmt.Errorf("ratekit: redis store: %w", err)
+	}
+	return res, nil
+}
+
+// run sends c and waits for its answer: in a flight of the batcher, or,
+// for a take that waits for replicas, on a connection of its own.
+func (s *Store) run(ctx context.Context, c *redislib.Call) error {
+	if c.Op == redislib.OpTake && s.waitReplicas > 0 {
+		s.runAndWait(ctx, c)
+		return nil
+	}
+	return s.batch.Do(ctx, c)
+}
+
+// Reset implements [core.Store]: it deletes every key of q.Key under
+// q.Policy, then every instance forgets its cached denials of the key.
+func (s *Store) Reset(ctx context.Context, q core.Query) error {
+	keys := redislib.AllKeys(s.prefix, q.Policy, q.Key)
+	_, err := redislib.Bounded(ctx, func(ctx context.Context) (struct{}, error) {
+		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Del(ctx, keys...)
+			p.Publish(ctx, s.watch.channel, keys[0])
+			return nil
+		})
+		return struct{}{}, err
+	})
+	if err != nil {
+		return fmt.Errorf("ratekit: redis store: reset: %w", err)
+	}
+	return nil
+}
+
+// noRetry is a script call that go-redis must not retry: a retry after a
+// lost reply would run the decisions twice.
+type noRetry struct{ *redis.StringCmd }
+
+func (noRetry) NoRetry() bool { return true }
+
+// batchCmd is one script call of a flight and the calls it decides.
+type batchCmd struct {
+	cmd    noRetry
+	calls  []*redislib.Call
+	script bool // sent as a script even where the server has functions
+	eval   bool // a script sent with its source (EVAL), not its hash
+}
+
+// scratch is the memory of a flight, reused from one to the next.
+type scratch struct {
+	groups [][]*redislib.Call
+	cmds   []batchCmd
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// flight sends the calls of one batch in one round trip, one script call
+// per group, and writes every call's answer (or error).
+func (s *Store) flight(ctx context.Context, calls []*redislib.Call) {
+	sc := scratchPool.Get().(*scratch)
+	sc.groups = redislib.Group(calls, s.cluster, sc.groups)
+	cmds := sc.cmds[:0]
+	for _, g := range sc.groups {
+		cmds = append(cmds, batchCmd{cmd: s.command(ctx, g, false, false), calls: g})
+	}
+	_ = s.exec(ctx, cmds, s.client) // each command carries its own error
+	for _, c := range calls {
+		c.Replied()
+	}
+	for i := range cmds {
+		answer(&cmds[i])
+	}
+	clear(cmds)
+	clear(sc.groups)
+	sc.cmds = cmds[:0]
+	scratchPool.Put(sc)
+}
+
+// answer decodes the reply of a script call into its calls.
+func answer(b *batchCmd) {
+	reply, err := b.cmd.Result()
+	redislib.Decode(b.calls, reply, err)
+}
+
+// exec runs cmds on c: one command as it is, several in a pipeline. A
+// command that met NOSCRIPT (a restarted or flushed Redis, a replica just
+// promoted) is sent again with the script's source, which loads it; one
+// that Redis refused before running it is sent again after a pause; both
+// while ctx allows, a few times at most. A client that ignores ctx may
+// hold exec past ctx's deadline; the callers are not held, they wait on
+// their own contexts.
+func (s *Store) exec(ctx context.Context, cmds []batchCmd, c processor) error {
+	for attempt := 0; ; attempt++ {
+		var err error
+		if len(cmds) == 1 {
+			err = c.Process(ctx, cmds[0].cmd)
+		} else {
+			p := c.Pipeline()
+			for i := range cmds {
+				_ = p.Process(ctx, cmds[i].cmd)
+			}
+			_, err = p.Exec(ctx)
+		}
+		if err == nil || attempt >= 4 || ctx.Err() != nil {
+			return err
+		}
+		again, pause, load := s.retry(cmds)
+		if load && s.loadLibrary(ctx, c) != nil {
+			// The server refuses FUNCTION LOAD (an ACL, a managed
+			// service): scripts from now on.
+			s.scripts.Store(true)
+		}
+		if !again {
+			return err
+		}
+		if pause {
+			d := time.Duration(1<<attempt) * 5 * time.Millisecond
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+				return err
+			}
+			time.Sleep(d)
+		}
+		// Only commands sent again are rebuilt: the others keep their
+		// error for answer.
+		for i := range cmds {
+			if cmds[i].cmd.Err() != nil {
+				cmds[i].cmd = s.command(ctx, cmds[i].calls, cmds[i].script, cmds[i].eval)
+			}
+		}
+	}
+}
+
+// retry reads the errors of cmds and marks those to send again: whether
+// any is (again), after a pause (pause), and after loading the library
+// (load).
+func (s *Store) retry(cmds []batchCmd) (again, pause, load bool) {
+	for i := range cmds {
+		e := cmds[i].cmd.Err()
+		if e == nil || !isRedisError(e) && !errors.Is(e, redis.ErrNoScript) {
+			continue
+		}
+		msg := e.Error()
+		switch {
+		case redislib.NoScript(msg) || errors.Is(e, redis.ErrNoScript):
+			cmds[i].eval = true
+		case redislib.NoFunction(msg):
+			load = true
+		case redislib.OutOfMemory(msg) && !cmds[i].script && !s.scripts.Load():
+			// A full Redis refuses every function call up front; a
+			// script is refused only when it writes, so that denials
+			// are still decided by the store.
+			cmds[i].script = true
+		case redislib.UnknownCommand(msg) || redislib.NoPermission(msg) && !cmds[i].script && !s.scripts.Load():
+			// A server before Redis 7, or an ACL that does not permit
+			// FCALL: scripts from now on.
+			s.scripts.Store(true)
+		case redislib.Refused(msg):
+			pause = true
+		default:
+			continue
+		}
+		again = true
+	}
+	return again, pause, load
+}
+
+// isRedisError reports an error answered by the server, not one of the
+// connection.
+func isRedisError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}
+
+// loadLibrary loads the library into the server c talks to, or into
+// every master of a cluster.
+func (s *Store) loadLibrary(ctx context.Context, c processor) error {
+	load := func(ctx context.Context, c redis.Cmdable) error {
+		err := c.FunctionLoad(ctx, redislib.LibCode).Err()
+		if err != nil && strings.Contains(err.Error(), "already exists") {
+			return nil // loaded meanwhile
+		}
+		return err
+	}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return load(ctx, n) })
+	}
+	if cm, ok := c.(redis.Cmdable); ok {
+		return load(ctx, cm)
+	}
+	return nil
+}
+
+// processor runs commands: a client or one of its connections.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+	Pipeline() redis.Pipeliner
+}
+
+// command builds the call deciding calls, all of one kind: FCALL of the
+// library's function, or where the server has none (or for leases)
+// EVALSHA of the script, or EVAL with its source when eval is set.
+func (s *Store) command(ctx context.Context, calls []*redislib.Call, script, eval bool) noRetry {
+	fn, sc := redislib.Function(calls[0].Kind)
+	// The first call's buffers carry the command: go-redis is done with
+	// them when the flight is, and a call whose caller gave up stays
+	// with its flight, out of the pool.
+	lead := calls[0]
+	args := lead.Args[:0]
+	switch {
+	case fn != "" && !script && !s.scripts.Load():
+		args = append(args, "fcall", fn)
+	case eval:
+		args = append(args, "eval", sc.Source)
+	default:
+		args = append(args, "evalsha", sc.SHA)
+	}
+	args = append(args, len(calls))
+	for _, c := range calls {
+		args = append(args, c.Key)
+	}
+	args = append(args, redislib.Encode(calls))
+	if redislib.Publishes(calls) {
+		args = append(args, s.watch.channel)
+	}
+	lead.Args = args
+	return noRetry{redis.NewStringCmd(ctx, args...)}
+}
+
+// runAndWait runs a take alone on one connection of the key's master and,
+// when it admitted units, WAIT on that same connection
+// ([WithWaitReplicas]).
+func (s *Store) runAndWait(ctx context.Context, c *redislib.Call) {
+	// The work runs on a copy of c: a client that ignores ctx may still
+	// be writing the copy's answer after Bounded has returned.
+	w := c.Copy()
+	done, _ := redislib.Bounded(ctx, func(ctx context.Context) (*redislib.Call, error) {
+		s.takeAndWait(ctx, w)
+		return w, nil
+	})
+	if done == nil {
+		c.Err = ctx.Err()
+		return
+	}
+	c.Allowed, c.When, c.Rules, c.LockedFor, c.Used, c.Err = done.Allowed, done.When, done.Rules, done.LockedFor, done.Used, done.Err
+}
+
+// takeAndWait is runAndWait's work, on a call of its own.
+func (s *Store) takeAndWait(ctx context.Context, c *redislib.Call) {
+	var node *redis.Client
+	switch cl := s.client.(type) {
+	case *redis.ClusterClient:
+		n, err := cl.MasterForKey(ctx, c.Key)
+		if err != nil {
+			c.Err = err
+			return
+		}
+		node = n
+	case *redis.Client:
+		node = cl
+	}
+	conn := node.Conn()
+	defer conn.Close()
+	c.One[0] = c
+	cmds := []batchCmd{{cmd: s.command(ctx, c.One[:], false, false), calls: c.One[:]}}
+	err := s.exec(ctx, cmds, conn)
+	_, moved := redis.IsMovedError(err)
+	_, ask := redis.IsAskError(err)
+	if moved || ask {
+		// The key's slot moved or is moving: the cluster client follows
+		// the redirect; this decision does not wait.
+		cmds[0].cmd = s.command(ctx, cmds[0].calls, cmds[0].script, cmds[0].eval)
+		_ = s.exec(ctx, cmds, s.client)
+		answer(&cmds[0])
+		if c.Err == nil && c.Allowed {
+			s.waits.Add(1)
+			s.waitsShort.Add(1)
+		}
+		return
+	}
+	answer(&cmds[0])
+	if c.Err != nil || !c.Allowed {
+		return
+	}
+	s.waits.Add(1)
+	acked, err := conn.Wait(ctx, s.waitReplicas, s.waitTimeout).Result()
+	if err != nil || acked < int64(s.waitReplicas) {
+		s.waitsShort.Add(1)
+	}
+}
