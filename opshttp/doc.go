@@ -3,7 +3,8 @@
 // resets a key (unlocking a user locked out by a login limit).
 //
 // It has no authentication of its own: mount it behind the app's admin
-// authentication, under a prefix stripped with [http.StripPrefix].
+// authentication (or give it [WithAuthorization]), under a prefix
+// stripped with [http.StripPrefix].
 //
 //	admin := opshttp.Handler([]*core.Limiter{loginLimiter, smsLimiter},
 //		opshttp.WithKeyer("login-account", func(id string) (string, error) {
@@ -55,6 +56,13 @@
 // or a refused identifier, 503 for a store failure. Answers never echo
 // the key, the identifier or an error's text: the error of a store
 // failure goes to the logger given with [WithLogger], without the key.
+//
+// # Changes
+//
+// Every reset through the handler, done or failed, is
+// reported to the observers given with [WithObserver] as a [core.Event]
+// of kind [EventReset], with the request's context (where the app's
+// authorization may have put who made it), and logged by [WithLogger].
 //
 // [personal.AccountKey]: https://pkg.go.dev/github.com/ratekit/ratekit/keyfunc/personal#AccountKey
 // [personal.PhoneKey]: https://pkg.go.dev/github.com/ratekit/ratekit/keyfunc/personal#PhoneKey
