@@ -1,6 +1,7 @@
 package opshttp
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -21,6 +22,7 @@ type config struct {
 	keyers    []keyer
 	authorize func(http.Handler) http.Handler
 	observers []core.Observer
+	top       func(ctx context.Context, policy string, n int) ([]RefusedKey, error)
 }
 
 type keyer struct {
@@ -60,22 +62,24 @@ func WithKeyer(policy string, derive func(id string) (string, error)) Option {
 // refuses itself (401 with a challenge, a redirect to the login page, a
 // 403) and calls the handler for one it admits. What it puts in the
 // request's context reaches the observers of [WithObserver] with each
-// change, so that they can say who made it. [Handler] serves every
-// request through it when given, and is otherwise mounted behind the
-// app's own admin authentication.
+// change, so that they can say who made it. [NewPage] requires it;
+// [Handler] serves every request through it when given, and is otherwise
+// mounted behind the app's own admin authentication.
 func WithAuthorization(authorize func(http.Handler) http.Handler) Option {
 	return func(c *config) { c.authorize = authorize }
 }
 
 // EventReset is the [core.Event] kind of a reset made through the
-// handler, reported to the observers of [WithObserver] once
+// handler or the page, reported to the observers of [WithObserver] once
 // it is done: Event.Policy and Event.Key (the stored key) say what was
-// reset, and Event.Err is set if the store failed and nothing was reset.
+// reset, and Event.Err is set if the store failed (the key's state in the
+// store may then be as it was).
 // Its value is one that core's own kinds do not use; observers that do
 // not know it, such as package ratekitprom's, ignore it.
 const EventReset core.EventKind = 0x80
 
-// WithObserver reports every change made through the handler to obs, as a [core.Event] of kind [EventReset], with the context of the
+// WithObserver reports every change made through the handler or the page
+// to obs, as a [core.Event] of kind [EventReset], with the context of the
 // request that made it. Observers are called in order; none by default.
 // The limiters' own observers see the decisions, not the resets.
 func WithObserver(obs core.Observer) Option {
