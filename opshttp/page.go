@@ -224,8 +224,9 @@ func (p *Page) data(w http.ResponseWriter, r *http.Request, l lookup) *pageData 
 			Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 	}
 	for _, name := range p.h.order {
-		d.Policies = append(d.Policies, policyView{Name: name, Summary: summary(p.h.byName[name].Policy()),
-			Identifier: p.h.keyers[name] != nil})
+		pol := p.h.byName[name].Policy()
+		d.Policies = append(d.Policies, policyView{Name: name, Summary: summary(pol),
+			Identifier: p.h.keyers[name] != nil, Lockout: pol.Lockout.For > 0})
 	}
 	return d
 }
@@ -394,6 +395,7 @@ type policyView struct {
 	Name       string
 	Summary    string
 	Identifier bool // the policy has a keyer
+	Lockout    bool // the policy locks keys out
 	Result     *resultView
 	Top        topView
 }

@@ -255,6 +255,7 @@ func TestPageLookup(t *testing.T) {
 		`<p class="status locked">Locked out until`,
 		`<tr class="full"><td>2 per 15m</td><td>2</td><td>0</td>`,
 		`<button type="submit">Lift lockout</button>`,
+		"forgets the key's counts under login-account, and its lockout, on every instance",
 	} {
 		if !strings.Contains(acc, want) {
 			t.Errorf("login-account section lacks %q:\n%s", want, acc)
@@ -275,6 +276,7 @@ func TestPageLookup(t *testing.T) {
 		`<p class="status ok">Admitted`,
 		`<td>1000 per month (Europe/Paris)</td><td>0</td><td>1000</td>`,
 		`<button type="submit">Reset key</button>`,
+		"forgets the key's counts under api on every instance",
 	} {
 		if !strings.Contains(api, want) {
 			t.Errorf("api section lacks %q:\n%s", want, api)
