@@ -3,7 +3,7 @@ GO ?= go
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: run test test-short lint fuzz bench bench-go redis-server
+.PHONY: run test test-short lint fuzz bench bench-go redis-server chromium
 
 # ALONE are the tests timed against the store timeout, which run on their own.
 ALONE := ^(TestRedisFaults|TestRedisTimeoutWhilePaused|TestRedisPoolExhausted|TestInFlightBreakerAndTimeout|TestRedisSaturatedApp)$$
@@ -12,9 +12,9 @@ ALONE := ^(TestRedisFaults|TestRedisTimeoutWhilePaused|TestRedisPoolExhausted|Te
 run:
 	$(GO) run ./examples/quickstart
 
-## test: install redis-server if missing, then vet, gofmt check, the full race-enabled test run
-## and every benchmark once (so that none is broken)
-test: redis-server
+## test: install redis-server and chromium if missing, then vet, gofmt check, the full
+## race-enabled test run and every benchmark once (so that none is broken)
+test: redis-server chromium
 	$(GO) vet ./...
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) test -race -shuffle=on -count=1 -timeout=15m -skip '$(ALONE)' ./...
@@ -47,6 +47,14 @@ redis-server:
 		echo "redis-server not found: installing it with apt-get"; \
 		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server; }
+
+## chromium: the operations page's test drives a headless Debian chromium (opshttp); install it
+## if missing
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "chromium not found: installing it with apt-get"; \
+		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }
 
 ## bench: the side-by-side comparison of every goal of issue 10 (own module bench/, own
 ## redis-server, redis-benchmark for the ceiling; about 3 minutes, BENCHFLAGS=-quick for under

@@ -1,9 +1,11 @@
 // Package opshttp is an opt-in admin [http.Handler] for support staff: it
 // lists the policies of an app's limiters, peeks at a key's windows and
-// resets a key (unlocking a user locked out by a login limit).
+// resets a key (unlocking a user locked out by a login limit). [NewPage]
+// serves the same as a small web page.
 //
 // It has no authentication of its own: mount it behind the app's admin
-// authentication, under a prefix stripped with [http.StripPrefix].
+// authentication (or give it [WithAuthorization]), under a prefix
+// stripped with [http.StripPrefix].
 //
 //	admin := opshttp.Handler([]*core.Limiter{loginLimiter, smsLimiter},
 //		opshttp.WithKeyer("login-account", func(id string) (string, error) {
@@ -55,6 +57,38 @@
 // or a refused identifier, 503 for a store failure. Answers never echo
 // the key, the identifier or an error's text: the error of a store
 // failure goes to the logger given with [WithLogger], without the key.
+//
+// # Changes
+//
+// Every reset, through the handler or the page, done or failed, is
+// reported to the observers given with [WithObserver] as a [core.Event]
+// of kind [EventReset], with the request's context (where the app's
+// authorization may have put who made it), and logged by [WithLogger].
+//
+// # The operations page
+//
+// [NewPage] returns a page, rendered on the server from a template
+// embedded in the binary, with its style inline and no script, where
+// support looks a value up under every policy: an IP, an account or a
+// phone number (through the policy's keyer, as the JSON routes take it)
+// or a stored key such as a pseudonym. For each policy it shows whether a
+// request would pass, each rule's usage with when its window is empty
+// again, the lockout and when it ends, and a calendar rule's period with
+// its start and end in the rule's time zone; a button resets the key
+// (which lifts its lockout). With [WithTopRefused] each policy also lists
+// the keys it refused most. Routes, under the page's prefix:
+//
+//	GET  /        the page; ?q=VALUE looks VALUE up (&as=key: as a stored key)
+//	POST /reset   reset: form fields policy, q, as and csrf; 303 back to the lookup
+//
+// The page refuses to start without [WithAuthorization]. Looking changes
+// nothing; a reset is a POST that must carry the form token of the
+// page's cookie (ratekit_ops_csrf, HttpOnly, SameSite=Strict) and, from a
+// browser, come from the page's own origin ([http.CrossOriginProtection]),
+// or it is refused with 403. A value is at most 1024 bytes, a query 4096
+// and a form 4096; anything longer or malformed is answered 4xx with its
+// reason on the page. Keys are shown escaped, and the page's
+// Content-Security-Policy allows no script, frame or outside resource.
 //
 // [personal.AccountKey]: https://pkg.go.dev/github.com/ratekit/ratekit/keyfunc/personal#AccountKey
 // [personal.PhoneKey]: https://pkg.go.dev/github.com/ratekit/ratekit/keyfunc/personal#PhoneKey

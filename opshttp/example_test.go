@@ -81,3 +81,59 @@ func ExampleWithKeyer() {
 	// DELETE 204
 	// alice can log in again: true
 }
+
+func ExampleNewPage() {
+	login, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{
+		Name:    "login-ip",
+		Rules:   []core.Rule{{Limit: 1, Window: 15 * time.Minute}},
+		Lockout: core.Lockout{For: time.Hour},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The app's own admin check; here HTTP Basic, which a browser asks
+	// for.
+	requireAdmin := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if user, pass, ok := r.BasicAuth(); !ok || user != "admin" || pass != "s3cret" {
+				w.Header().Set("WWW-Authenticate", `Basic realm="ops"`)
+				http.Error(w, "unauthorized", http.StatusUnauthorized)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	if _, err := opshttp.NewPage([]*core.Limiter{login}); err != nil {
+		fmt.Println(err) // the page refuses to start without the check
+	}
+	page, err := opshttp.NewPage([]*core.Limiter{login},
+		opshttp.WithAuthorization(requireAdmin),
+		// Each reset from the page, with the request's context.
+		opshttp.WithObserver(core.ObserverFunc(func(_ context.Context, e core.Event) {
+			if e.Kind == opshttp.EventReset {
+				log.Printf("ratekit: %s key reset from the operations page", e.Policy)
+			}
+		})))
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/admin/ops/", http.StripPrefix("/admin/ops", page))
+
+	for range 2 { // the second attempt locks the address out
+		_, _ = login.Allow(context.Background(), "192.0.2.1")
+	}
+	for _, admin := range []bool{false, true} {
+		req := httptest.NewRequest(http.MethodGet, "/admin/ops/?q=192.0.2.1", nil)
+		if admin {
+			req.SetBasicAuth("admin", "s3cret")
+		}
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, req)
+		fmt.Println(rec.Code, strings.Contains(rec.Body.String(), "Locked out until"))
+	}
+	// Output:
+	// opshttp: NewPage: no WithAuthorization option: the page resets limits, so it must sit behind the app's admin check
+	// 401 false
+	// 200 true
+}

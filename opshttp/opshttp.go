@@ -1,6 +1,7 @@
 package opshttp
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -17,8 +18,11 @@ import (
 type Option func(*config)
 
 type config struct {
-	logger *slog.Logger
-	keyers []keyer
+	logger    *slog.Logger
+	keyers    []keyer
+	authorize func(http.Handler) http.Handler
+	observers []core.Observer
+	top       func(ctx context.Context, policy string, n int) ([]RefusedKey, error)
 }
 
 type keyer struct {
@@ -53,12 +57,59 @@ func WithKeyer(policy string, derive func(id string) (string, error)) Option {
 	return func(c *config) { c.keyers = append(c.keyers, keyer{policy, derive}) }
 }
 
+// WithAuthorization puts the app's admin check in front of every request:
+// authorize wraps the handler as a middleware does, answers a request it
+// refuses itself (401 with a challenge, a redirect to the login page, a
+// 403) and calls the handler for one it admits. What it puts in the
+// request's context reaches the observers of [WithObserver] with each
+// change, so that they can say who made it. [NewPage] requires it;
+// [Handler] serves every request through it when given, and is otherwise
+// mounted behind the app's own admin authentication.
+func WithAuthorization(authorize func(http.Handler) http.Handler) Option {
+	return func(c *config) { c.authorize = authorize }
+}
+
+// EventReset is the [core.Event] kind of a reset made through the
+// handler or the page, reported to the observers of [WithObserver] once
+// it is done: Event.Policy and Event.Key (the stored key) say what was
+// reset, and Event.Err is set if the store failed (the key's state in the
+// store may then be as it was).
+// Its value is one that core's own kinds do not use; observers that do
+// not know it, such as package ratekitprom's, ignore it.
+const EventReset core.EventKind = 0x80
+
+// WithObserver reports every change made through the handler or the page
+// to obs, as a [core.Event] of kind [EventReset], with the context of the
+// request that made it. Observers are called in order; none by default.
+// The limiters' own observers see the decisions, not the resets.
+func WithObserver(obs core.Observer) Option {
+	return func(c *config) {
+		if obs != nil {
+			c.observers = append(c.observers, obs)
+		}
+	}
+}
+
 // Handler returns the admin handler for limiters, each known by its
 // policy name; see the package documentation for its routes. It is safe
 // for concurrent use. Handler panics if a limiter is nil, if two limiters
 // have the same policy name, or for a [WithKeyer] mistake: programmer
-// errors caught at start-up.
+// errors caught at start-up. Given [WithAuthorization], it serves every
+// request through it.
 func Handler(limiters []*core.Limiter, opts ...Option) http.Handler {
+	h, err := newHandler("Handler", limiters, opts)
+	if err != nil {
+		panic(err.Error())
+	}
+	if h.cfg.authorize != nil {
+		return h.cfg.authorize(h)
+	}
+	return h
+}
+
+// newHandler builds the handler of limiters for the constructor named
+// caller, or says which of its arguments is wrong.
+func newHandler(caller string, limiters []*core.Limiter, opts []Option) (*handler, error) {
 	var c config
 	for _, opt := range opts {
 		opt(&c)
@@ -66,11 +117,11 @@ func Handler(limiters []*core.Limiter, opts ...Option) http.Handler {
 	h := &handler{cfg: c, byName: map[string]*core.Limiter{}, keyers: map[string]func(string) (string, error){}}
 	for _, l := range limiters {
 		if l == nil {
-			panic("opshttp: Handler: nil *core.Limiter")
+			return nil, fmt.Errorf("opshttp: %s: nil *core.Limiter", caller)
 		}
 		name := l.Policy().Name
 		if _, dup := h.byName[name]; dup {
-			panic("opshttp: Handler: two limiters for policy " + name)
+			return nil, fmt.Errorf("opshttp: %s: two limiters for policy %s", caller, name)
 		}
 		h.byName[name] = l
 		h.order = append(h.order, name)
@@ -78,15 +129,15 @@ func Handler(limiters []*core.Limiter, opts ...Option) http.Handler {
 	for _, k := range c.keyers {
 		switch _, known := h.byName[k.policy]; {
 		case k.derive == nil:
-			panic(fmt.Sprintf("opshttp: WithKeyer(%q): nil func", k.policy))
+			return nil, fmt.Errorf("opshttp: WithKeyer(%q): nil func", k.policy)
 		case !known:
-			panic(fmt.Sprintf("opshttp: WithKeyer(%q): no limiter has this policy", k.policy))
+			return nil, fmt.Errorf("opshttp: WithKeyer(%q): no limiter has this policy", k.policy)
 		case h.keyers[k.policy] != nil:
-			panic(fmt.Sprintf("opshttp: WithKeyer(%q): two keyers for one policy", k.policy))
+			return nil, fmt.Errorf("opshttp: WithKeyer(%q): two keyers for one policy", k.policy)
 		}
 		h.keyers[k.policy] = k.derive
 	}
-	return h
+	return h, nil
 }
 
 type handler struct {
@@ -375,13 +426,26 @@ func (h *handler) reset(w http.ResponseWriter, r *http.Request, policy, seg stri
 	if !ok {
 		return
 	}
-	if err := l.Reset(r.Context(), key); err != nil {
-		h.log(r, slog.LevelWarn, "opshttp: reset failed", l, err)
+	if err := h.resetKey(r, l, key); err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, Error{"store unavailable"})
 		return
 	}
-	h.log(r, slog.LevelInfo, "opshttp: key reset", l, nil)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// resetKey resets key under l for request r, and reports the change, done
+// or failed, to the logger and the observers.
+func (h *handler) resetKey(r *http.Request, l *core.Limiter, key string) error {
+	err := l.Reset(r.Context(), key)
+	if err != nil {
+		h.log(r, slog.LevelWarn, "opshttp: reset failed", l, err)
+	} else {
+		h.log(r, slog.LevelInfo, "opshttp: key reset", l, nil)
+	}
+	for _, o := range h.cfg.observers {
+		o.Observe(r.Context(), core.Event{Kind: EventReset, Policy: l.Policy().Name, Key: key, Err: err})
+	}
+	return err
 }
 
 func (h *handler) log(r *http.Request, level slog.Level, msg string, l *core.Limiter, err error) {

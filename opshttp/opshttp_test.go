@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -204,4 +205,99 @@ func canon(t *testing.T, s string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// operatorKey is where the tests' authorization puts who is signed in.
+type operatorKey struct{}
+
+// testAuth admits requests with "Authorization: Bearer s3cret" and an
+// X-Operator name, and puts the name in the request's context; it answers
+// others 401 itself.
+func testAuth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		op := r.Header.Get("X-Operator")
+		if r.Header.Get("Authorization") != "Bearer s3cret" || op == "" {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), operatorKey{}, op)))
+	})
+}
+
+// recorded is an observer that keeps the events it sees, with the
+// operator of their request.
+type recorded struct {
+	mu     sync.Mutex
+	events []core.Event
+	ops    []string
+}
+
+func (o *recorded) Observe(ctx context.Context, e core.Event) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	op, _ := ctx.Value(operatorKey{}).(string)
+	o.events = append(o.events, e)
+	o.ops = append(o.ops, op)
+}
+
+func (o *recorded) take() ([]core.Event, []string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	e, ops := o.events, o.ops
+	o.events, o.ops = nil, nil
+	return e, ops
+}
+
+// TestHandlerReportsResets: every reset through the handler, done or
+// failed, reaches the observers with the request's context; peeks do not.
+func TestHandlerReportsResets(t *testing.T) {
+	l := newLimiter(t, core.NewMemoryStore(), core.Policy{Name: "login", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}})
+	broken := newLimiter(t, failingStore{}, core.Policy{Name: "broken", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
+	obs := &recorded{}
+	srv := mounted(t, opshttp.Handler([]*core.Limiter{l, broken}, opshttp.WithObserver(obs), opshttp.WithObserver(nil),
+		opshttp.WithAuthorization(testAuth)))
+	do := func(method, path string, auth bool) int {
+		t.Helper()
+		req, err := http.NewRequest(method, srv.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if auth {
+			req.Header.Set("Authorization", "Bearer s3cret")
+			req.Header.Set("X-Operator", "dave")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if _, err := l.Allow(context.Background(), "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if got := do("DELETE", "/admin/ratelimit/policies/login/keys/alice", false); got != http.StatusUnauthorized {
+		t.Errorf("DELETE without authorization = %d; want 401", got)
+	}
+	if d, _ := l.Peek(context.Background(), "alice"); d.Allowed {
+		t.Error("a refused DELETE reset the key")
+	}
+	for _, tc := range []struct {
+		method, path string
+		want         int
+	}{
+		{"GET", "/admin/ratelimit/policies/login/keys/alice", 200},
+		{"DELETE", "/admin/ratelimit/policies/login/keys/alice", 204},
+		{"DELETE", "/admin/ratelimit/policies/broken/keys/bob", 503},
+	} {
+		if got := do(tc.method, tc.path, true); got != tc.want {
+			t.Errorf("%s %s = %d; want %d", tc.method, tc.path, got, tc.want)
+		}
+	}
+	ev, ops := obs.take()
+	if len(ev) != 2 ||
+		ev[0].Kind != opshttp.EventReset || ev[0].Policy != "login" || ev[0].Key != "alice" || ev[0].Err != nil || ops[0] != "dave" ||
+		ev[1].Kind != opshttp.EventReset || ev[1].Policy != "broken" || ev[1].Key != "bob" || !errors.Is(ev[1].Err, errSecret) || ops[1] != "dave" {
+		t.Errorf("observers saw %+v by %q; want the reset of alice, then the failed one of bob, both by dave", ev, ops)
+	}
 }

@@ -1,6 +1,6 @@
 // Command metrics serves a rate-limited endpoint with its limiter's
 // metrics at /metrics, store failures logged through log/slog, and the
-// ratekit admin handler for support staff:
+// ratekit admin handler and operations page for support staff:
 //
 //	ADMIN_TOKEN=s3cret go run ./examples/metrics
 //	for i in 1 2 3 4 5 6; do curl -s -o /dev/null -w '%{http_code} ' localhost:8087/hello; done   # 200 ×5, then 429
@@ -9,7 +9,9 @@
 //	curl -s -H 'Authorization: Bearer s3cret' localhost:8087/admin/ratelimit/policies/hello/keys/127.0.0.1
 //	curl -s -X DELETE -H 'Authorization: Bearer s3cret' -w '%{http_code}\n' localhost:8087/admin/ratelimit/policies/hello/keys/127.0.0.1   # 204: unlocked
 //
-// Without ADMIN_TOKEN the admin routes are not mounted. Flags: -addr
+// The operations page is at http://localhost:8087/admin/ops/ (user admin,
+// the token as password): look up 127.0.0.1 and reset it; each reset is
+// logged. Without ADMIN_TOKEN the admin routes are not mounted. Flags: -addr
 // (127.0.0.1:8087), -trusted-proxy CIDR[,CIDR] and -failure-policy
 // local|open|closed, as in every example. Limits live in memory; set
 // REDIS_URL (redis://127.0.0.1:6379/0) to keep them in Redis. Stop Redis
@@ -18,6 +20,7 @@
 package main
 
 import (
+	"context"
 	"crypto/subtle"
 	"io"
 	"log"
@@ -78,21 +81,41 @@ func newHandler(store core.Store, logger *slog.Logger, adminToken string, client
 	})))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	if adminToken != "" {
-		admin := opshttp.Handler([]*core.Limiter{hello})
-		mux.Handle("/admin/ratelimit/", bearer(adminToken, http.StripPrefix("/admin/ratelimit", admin)))
+		requireAdmin := admin(adminToken)
+		api := opshttp.Handler([]*core.Limiter{hello})
+		mux.Handle("/admin/ratelimit/", requireAdmin(http.StripPrefix("/admin/ratelimit", api)))
+		page, err := opshttp.NewPage([]*core.Limiter{hello},
+			opshttp.WithAuthorization(requireAdmin),
+			opshttp.WithObserver(core.ObserverFunc(func(ctx context.Context, e core.Event) {
+				if e.Kind == opshttp.EventReset { // an audit line per reset
+					logger.InfoContext(ctx, "ratekit: key reset from the operations page", "policy", e.Policy, "failed", e.Err != nil)
+				}
+			})))
+		if err != nil {
+			return nil, err
+		}
+		mux.Handle("/admin/ops/", http.StripPrefix("/admin/ops", page))
 	}
 	return mux, nil
 }
 
-// bearer admits requests carrying "Authorization: Bearer <token>". A real
-// app puts its own admin authentication here.
-func bearer(token string, next http.Handler) http.Handler {
-	want := []byte("Bearer " + token)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+// admin returns the example's admin check: it admits requests carrying
+// "Authorization: Bearer <token>", or HTTP Basic credentials with user
+// "admin" and the token as password, which a browser asks for. A real app
+// puts its own admin authentication here.
+func admin(token string) func(http.Handler) http.Handler {
+	bearer := []byte("Bearer " + token)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			user, pass, basic := r.BasicAuth()
+			ok := subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), bearer) == 1 ||
+				basic && subtle.ConstantTimeCompare([]byte(user+":"+pass), []byte("admin:"+token)) == 1
+			if !ok {
+				w.Header().Set("WWW-Authenticate", `Basic realm="ratekit admin", charset="UTF-8"`)
+				http.Error(w, "unauthorized", http.StatusUnauthorized)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
 }

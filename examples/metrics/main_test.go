@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -102,5 +106,75 @@ func TestExample(t *testing.T) {
 	}
 	if status, _ := get("/hello", ""); status != http.StatusOK {
 		t.Errorf("/hello after the reset: status %d, want 200", status)
+	}
+}
+
+// TestOperationsPage: the page is behind the admin check (HTTP Basic for
+// a browser); support looks the client up, resets it from the page's form,
+// and the reset is logged.
+func TestOperationsPage(t *testing.T) {
+	var logs bytes.Buffer
+	h, err := newHandler(core.NewMemoryStore(), slog.New(slog.NewTextHandler(&logs, nil)), "s3cret", keyfunc.ClientIP())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	do := func(method, path string, form url.Values, admin bool) (*http.Response, string) {
+		t.Helper()
+		var body io.Reader
+		if form != nil {
+			body = strings.NewReader(form.Encode())
+		}
+		req, err := http.NewRequest(method, srv.URL+path, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if form != nil {
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		}
+		if admin {
+			req.SetBasicAuth("admin", "s3cret")
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, string(b)
+	}
+
+	for range 6 {
+		do("GET", "/hello", nil, false)
+	}
+	if resp, _ := do("GET", "/admin/ops/", nil, false); resp.StatusCode != http.StatusUnauthorized || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Basic ") {
+		t.Fatalf("page without credentials: %d %q; want 401 with a Basic challenge", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
+	}
+	resp, page := do("GET", "/admin/ops/?q=127.0.0.1", nil, true)
+	if resp.StatusCode != 200 || !strings.Contains(page, `data-policy="hello"`) || !strings.Contains(page, "Refused: may retry at") {
+		t.Fatalf("lookup of the client: %d\n%s", resp.StatusCode, page)
+	}
+	m := regexp.MustCompile(`name="csrf" value="([A-Z2-7]+)"`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no reset form on the page:\n%s", page)
+	}
+	form := url.Values{"csrf": {m[1]}, "policy": {"hello"}, "q": {"127.0.0.1"}, "as": {"id"}}
+	if resp, body := do("POST", "/admin/ops/reset", form, true); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("reset from the page: %d\n%s", resp.StatusCode, body)
+	}
+	if resp, _ := do("GET", "/hello", nil, false); resp.StatusCode != http.StatusOK {
+		t.Errorf("/hello after the reset: %d, want 200", resp.StatusCode)
+	}
+	if !strings.Contains(logs.String(), `msg="ratekit: key reset from the operations page" policy=hello failed=false`) {
+		t.Errorf("log:\n%s\nwant the reset", logs.String())
 	}
 }
