@@ -32,11 +32,11 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"name with a closing brace", core.Policy{Name: "a}", Rules: ok}, nil, "Name"},
 		{"negative algorithm", core.Policy{Name: "p", Rules: ok, Algorithm: -1}, nil, "Algorithm"},
 		{"negative buckets", core.Policy{Name: "p", Rules: ok, Algorithm: core.SlidingBuckets, Buckets: -1}, nil, "Buckets"},
-		{"too many buckets", core.Policy{Name: "p", Rules: ok, Algorithm: core.SlidingBuckets, Buckets: core.MaxBuckets + 1}, nil, "Buckets"},
+		{"too many buckets", core.Policy{Name: "p", Rules: ok, Algorithm: core.SlidingBuckets, Buckets: 1000 + 1}, nil, "Buckets"},
 		{"negative window", core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: -time.Second}}}, nil, "Rules[0].Window"},
 		{"negative shards", core.Policy{Name: "p", Rules: ok, Shards: -1}, nil, "Shards"},
 		{"SlidingLog over 100000", core.Policy{Name: "p", Rules: []core.Rule{{Limit: 100_001, Window: time.Hour}}}, nil, "SlidingBuckets"},
-		{"too many shards", core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1000, Window: time.Second}}, Shards: core.MaxShards + 1}, nil, "Shards"},
+		{"too many shards", core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1000, Window: time.Second}}, Shards: 257}, nil, "Shards"},
 		{"shards over a limit", core.Policy{Name: "p", Rules: []core.Rule{{Limit: 10, Window: time.Hour}, {Limit: 3, Window: time.Second}}, Shards: 4}, nil, "Rules[1].Limit"},
 		{"negative timeout", core.Policy{Name: "p", Rules: ok}, []core.Option{core.WithTimeout(-time.Millisecond)}, "WithTimeout"},
 		{"negative breaker cooldown", core.Policy{Name: "p", Rules: ok}, []core.Option{core.WithBreaker(3, -time.Second)}, "WithBreaker"},
@@ -69,8 +69,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{Name: "a-b_c.d:e/f|g~!#$%&'()*+,;<=>?@[]^`", Rules: ok},
 		{Name: "p", Rules: ok, Shards: 1},
 		{Name: "p", Rules: ok, Shards: 4},
-		{Name: "p", Rules: []core.Rule{{Limit: core.MaxShards, Window: time.Second}}, Shards: core.MaxShards},
-		{Name: "p", Rules: ok, Algorithm: core.SlidingBuckets, Buckets: core.MaxBuckets},
+		{Name: "p", Rules: []core.Rule{{Limit: 256, Window: time.Second}}, Shards: 256},
+		{Name: "p", Rules: ok, Algorithm: core.SlidingBuckets, Buckets: 1000},
 	} {
 		if _, err := core.NewLimiter(core.NewMemoryStore(), p); err != nil {
 			t.Errorf("NewLimiter(%+v) = %v, want a limiter", p, err)

@@ -66,7 +66,7 @@ func (p *Policy) validateInFlight() error {
 		return fmt.Errorf("ratekit: policy %q: Lockout does not apply to an InFlight policy: a key is never denied for what it did before: %w",
 			p.Name, ErrInvalidPolicy)
 	case p.Shards < 0:
-		return fmt.Errorf("ratekit: policy %q Shards is %d, must be within 0..%d: %w", p.Name, p.Shards, MaxShards, ErrInvalidPolicy)
+		return fmt.Errorf("ratekit: policy %q Shards is %d, must be within 0..%d: %w", p.Name, p.Shards, maxShards, ErrInvalidPolicy)
 	case p.LeaseTTL != 0 && p.LeaseTTL < minLeaseTTL:
 		return fmt.Errorf("ratekit: policy %q LeaseTTL is %v, must be at least %v: %w", p.Name, p.LeaseTTL, minLeaseTTL, ErrInvalidPolicy)
 	case p.LeaseTTL%time.Millisecond != 0:
@@ -352,20 +352,30 @@ func (f *inFlight) renew(ctx context.Context) {
 		}
 	}
 	f.mu.Unlock()
-	var (
-		lost     []renewal
-		failed   int
-		firstErr error
-	)
-	fail := func(n int, err error) {
+	lost, failed, firstErr := f.renewAll(ctx, renews)
+	if n, err := f.releaseAll(ctx, releases); n > 0 {
 		failed += n
 		if firstErr == nil {
 			firstErr = err
 		}
 	}
-	for len(renews) > 0 {
-		chunk := renews[:min(len(renews), renewBatch)]
-		renews = renews[len(chunk):]
+	for _, r := range lost {
+		f.l.emit(ctx, Event{Kind: EventStoreError, Key: r.h.key, Cost: r.h.n,
+			Err: fmt.Errorf("ratekit: policy %q: %w", f.l.policy.Name, errLeaseLost)})
+	}
+	if failed > 0 {
+		f.l.emit(ctx, Event{Kind: EventStoreError,
+			Err: fmt.Errorf("ratekit: policy %q: renewing or releasing %d leases: %w", f.l.policy.Name, failed, firstErr)})
+	}
+}
+
+// renewAll renews rs, renewBatch at a time, and returns the leases found
+// gone (forgotten since) and how many could not be renewed, with the
+// first error.
+func (f *inFlight) renewAll(ctx context.Context, rs []renewal) (lost []renewal, failed int, firstErr error) {
+	for len(rs) > 0 {
+		chunk := rs[:min(len(rs), renewBatch)]
+		rs = rs[len(chunk):]
 		ls := make([]Lease, len(chunk))
 		for i, r := range chunk {
 			ls[i] = f.lease(r.h.key, r.seq, r.h.n)
@@ -375,7 +385,10 @@ func (f *inFlight) renew(ctx context.Context) {
 		err := f.store.RenewLeases(rctx, ls, held)
 		cancel()
 		if err != nil {
-			fail(len(chunk), err)
+			failed += len(chunk)
+			if firstErr == nil {
+				firstErr = err
+			}
 			continue
 		}
 		f.mu.Lock()
@@ -390,7 +403,14 @@ func (f *inFlight) renew(ctx context.Context) {
 		}
 		f.mu.Unlock()
 	}
-	for _, r := range releases {
+	return lost, failed, firstErr
+}
+
+// releaseAll retries the releases rs and returns how many failed again,
+// with the first error. A lease whose release keeps failing is forgotten
+// once its TTL has passed: it has expired anyway.
+func (f *inFlight) releaseAll(ctx context.Context, rs []renewal) (failed int, firstErr error) {
+	for _, r := range rs {
 		rctx, cancel := context.WithTimeout(ctx, f.ttl/3)
 		err := f.store.ReleaseLease(rctx, f.lease(r.h.key, r.seq, r.h.n))
 		cancel()
@@ -400,19 +420,15 @@ func (f *inFlight) renew(ctx context.Context) {
 		case err == nil && mine:
 			delete(f.held, r.seq)
 		case err != nil && mine && time.Since(r.h.since) > f.ttl:
-			delete(f.held, r.seq) // expired by now
+			delete(f.held, r.seq)
 		}
 		f.mu.Unlock()
 		if err != nil {
-			fail(1, err)
+			failed++
+			if firstErr == nil {
+				firstErr = err
+			}
 		}
 	}
-	for _, r := range lost {
-		f.l.emit(ctx, Event{Kind: EventStoreError, Key: r.h.key, Cost: r.h.n,
-			Err: fmt.Errorf("ratekit: policy %q: %w", f.l.policy.Name, errLeaseLost)})
-	}
-	if failed > 0 {
-		f.l.emit(ctx, Event{Kind: EventStoreError,
-			Err: fmt.Errorf("ratekit: policy %q: renewing or releasing %d leases: %w", f.l.policy.Name, failed, firstErr)})
-	}
+	return failed, firstErr
 }

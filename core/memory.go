@@ -813,24 +813,7 @@ func (p *memPolicy) decideMore(sh *memShard, lg *memLog, q *Query, take bool, no
 	// prepares st afresh. A valid policy has at most one rule per period.
 	var calBuf [3]RuleState
 	var endBuf [3]int64
-	cal, ends := calBuf[:0], endBuf[:0]
-	sliding := false
-	fits := true
-	for _, r := range q.Rules {
-		if r.Calendar == 0 {
-			sliding = true
-			continue
-		}
-		start, end := r.Calendar.period(r.Location, now)
-		used := lg.periodUsed(start, end)
-		s := RuleState{Limit: r.Limit, Window: time.Duration(end-start) * time.Microsecond, Calendar: r.Calendar,
-			Used: used, ResetAfter: time.Duration(end-now) * time.Microsecond}
-		if used+q.N > r.Limit {
-			fits = false
-			s.RetryAfter = s.ResetAfter
-		}
-		cal, ends = append(cal, s), append(ends, end)
-	}
+	cal, ends, sliding, fits := lg.periods(q, now, calBuf[:0], endBuf[:0])
 	takeSliding := take && lock == 0 && fits
 	allowed := true
 	switch {
@@ -867,6 +850,30 @@ func (p *memPolicy) decideMore(sh *memShard, lg *memLog, q *Query, take bool, no
 	}
 	st.lock = time.Duration(lock) * time.Microsecond
 	return allowed
+}
+
+// periods returns the states of q's calendar rules at now, appended to
+// cal, with the ends of their periods appended to ends; whether q has
+// sliding rules; and whether q.N more units fit every calendar rule. lg
+// may be nil.
+func (lg *memLog) periods(q *Query, now int64, cal []RuleState, ends []int64) (_ []RuleState, _ []int64, sliding, fits bool) {
+	fits = true
+	for _, r := range q.Rules {
+		if r.Calendar == 0 {
+			sliding = true
+			continue
+		}
+		start, end := r.Calendar.period(r.Location, now)
+		used := lg.periodUsed(start, end)
+		s := RuleState{Limit: r.Limit, Window: time.Duration(end-start) * time.Microsecond, Calendar: r.Calendar,
+			Used: used, ResetAfter: time.Duration(end-now) * time.Microsecond}
+		if used+q.N > r.Limit {
+			fits = false
+			s.RetryAfter = s.ResetAfter
+		}
+		cal, ends = append(cal, s), append(ends, end)
+	}
+	return cal, ends, sliding, fits
 }
 
 // periodUsed returns the units lg holds in the period [start, end); lg

@@ -152,8 +152,8 @@ type Policy struct {
 	// Buckets is the number of buckets each window is split into under
 	// SlidingBuckets; 60 when 0. More buckets cost memory and time per
 	// decision, under-admit less and shorten the longest wait, which is
-	// Window + Window/Buckets (see [SlidingBuckets]). Ignored by
-	// SlidingLog.
+	// Window + Window/Buckets (see [SlidingBuckets]); at most 1000.
+	// Ignored by SlidingLog.
 	Buckets int
 	// Lockout keeps a key refused for a while after a denial; none by
 	// default. It holds for every tier of [WithTiers]; it cannot be
@@ -165,7 +165,7 @@ type Policy struct {
 	// means one key. It never admits more than a rule's Limit, but it can
 	// deny a request while other shards still have room: see "Hot keys"
 	// in the package documentation. Each rule's Limit must be at least
-	// Shards; at most [MaxShards].
+	// Shards; at most 256.
 	Shards int
 	// InFlight, when set, makes the policy a concurrency limit instead of
 	// a rate limit: at most InFlight units (requests, at cost 1) of a key
@@ -198,8 +198,8 @@ const maxLogLimit = 100_000
 // unless Policy.Buckets sets another.
 const defaultBuckets = 60
 
-// MaxBuckets is the largest Policy.Buckets.
-const MaxBuckets = 1000
+// maxBuckets is the largest Policy.Buckets.
+const maxBuckets = 1000
 
 // buckets returns the effective bucket count.
 func (p *Policy) buckets() int {
@@ -277,52 +277,58 @@ func (p Policy) Validate() error {
 	if p.Algorithm != SlidingLog && p.Algorithm != SlidingBuckets {
 		return fmt.Errorf("ratekit: policy %q: unknown Algorithm %d: %w", p.Name, int(p.Algorithm), ErrInvalidPolicy)
 	}
-	if p.Buckets < 0 || p.Buckets > MaxBuckets {
-		return fmt.Errorf("ratekit: policy %q Buckets is %d, must be within 0..%d: %w", p.Name, p.Buckets, MaxBuckets, ErrInvalidPolicy)
+	if p.Buckets < 0 || p.Buckets > maxBuckets {
+		return fmt.Errorf("ratekit: policy %q Buckets is %d, must be within 0..%d: %w", p.Name, p.Buckets, maxBuckets, ErrInvalidPolicy)
 	}
-	if p.Shards < 0 || p.Shards > MaxShards {
-		return fmt.Errorf("ratekit: policy %q Shards is %d, must be within 0..%d: %w", p.Name, p.Shards, MaxShards, ErrInvalidPolicy)
+	if p.Shards < 0 || p.Shards > maxShards {
+		return fmt.Errorf("ratekit: policy %q Shards is %d, must be within 0..%d: %w", p.Name, p.Shards, maxShards, ErrInvalidPolicy)
 	}
 	if err := p.validateLockout(); err != nil {
 		return err
 	}
-	for i, r := range p.Rules {
-		if p.Shards > 1 && r.Limit >= 1 && r.Limit < int64(p.Shards) {
-			return fmt.Errorf("ratekit: policy %q Shards is %d, more than Rules[%d].Limit %d: every shard needs at least one unit: %w",
-				p.Name, p.Shards, i, r.Limit, ErrInvalidPolicy)
+	for i := range p.Rules {
+		if err := p.validateRule(i); err != nil {
+			return err
 		}
-		if r.Limit < 1 {
-			return fmt.Errorf("ratekit: policy %q Rules[%d].Limit is %d, must be at least 1: %w", p.Name, i, r.Limit, ErrInvalidPolicy)
-		}
-		if r.Calendar != 0 {
-			if err := p.validateCalendar(i); err != nil {
-				return err
-			}
-			continue
-		}
-		if r.Location != nil {
-			return fmt.Errorf("ratekit: policy %q Rules[%d].Location is set but Calendar is not: a sliding window has no time zone: %w",
-				p.Name, i, ErrInvalidPolicy)
-		}
-		if p.Algorithm == SlidingLog && r.Limit > maxLogLimit {
-			// One entry per unit: a larger limit would let one request
-			// (cost up to the limit) stall the store.
-			return fmt.Errorf("ratekit: policy %q Rules[%d].Limit %d is over %d, the most SlidingLog keeps one entry per unit for; use SlidingBuckets for large quotas: %w",
-				p.Name, i, r.Limit, maxLogLimit, ErrInvalidPolicy)
-		}
-		if r.Window < minWindow {
-			return fmt.Errorf("ratekit: policy %q Rules[%d].Window is %v, must be at least %v: %w", p.Name, i, r.Window, minWindow, ErrInvalidPolicy)
-		}
-		if r.Window%time.Microsecond != 0 {
-			return fmt.Errorf("ratekit: policy %q Rules[%d].Window %v is not a whole number of microseconds: %w", p.Name, i, r.Window, ErrInvalidPolicy)
-		}
-		for j := range i {
-			if p.Rules[j].Window == r.Window && p.Rules[j].Calendar == 0 {
-				// The smaller limit always binds; two rules of one window
-				// would also share a name in headers and problem bodies.
-				return fmt.Errorf("ratekit: policy %q Rules[%d] has the window of Rules[%d] (%v): keep the smaller limit only: %w",
-					p.Name, i, j, r.Window, ErrInvalidPolicy)
-			}
+	}
+	return nil
+}
+
+// validateRule checks rule i.
+func (p *Policy) validateRule(i int) error {
+	r := p.Rules[i]
+	if p.Shards > 1 && r.Limit >= 1 && r.Limit < int64(p.Shards) {
+		return fmt.Errorf("ratekit: policy %q Shards is %d, more than Rules[%d].Limit %d: every shard needs at least one unit: %w",
+			p.Name, p.Shards, i, r.Limit, ErrInvalidPolicy)
+	}
+	if r.Limit < 1 {
+		return fmt.Errorf("ratekit: policy %q Rules[%d].Limit is %d, must be at least 1: %w", p.Name, i, r.Limit, ErrInvalidPolicy)
+	}
+	if r.Calendar != 0 {
+		return p.validateCalendar(i)
+	}
+	if r.Location != nil {
+		return fmt.Errorf("ratekit: policy %q Rules[%d].Location is set but Calendar is not: a sliding window has no time zone: %w",
+			p.Name, i, ErrInvalidPolicy)
+	}
+	if p.Algorithm == SlidingLog && r.Limit > maxLogLimit {
+		// One entry per unit: a larger limit would let one request
+		// (cost up to the limit) stall the store.
+		return fmt.Errorf("ratekit: policy %q Rules[%d].Limit %d is over %d, the most SlidingLog keeps one entry per unit for; use SlidingBuckets for large quotas: %w",
+			p.Name, i, r.Limit, maxLogLimit, ErrInvalidPolicy)
+	}
+	if r.Window < minWindow {
+		return fmt.Errorf("ratekit: policy %q Rules[%d].Window is %v, must be at least %v: %w", p.Name, i, r.Window, minWindow, ErrInvalidPolicy)
+	}
+	if r.Window%time.Microsecond != 0 {
+		return fmt.Errorf("ratekit: policy %q Rules[%d].Window %v is not a whole number of microseconds: %w", p.Name, i, r.Window, ErrInvalidPolicy)
+	}
+	for j := range i {
+		if p.Rules[j].Window == r.Window && p.Rules[j].Calendar == 0 {
+			// The smaller limit always binds; two rules of one window
+			// would also share a name in headers and problem bodies.
+			return fmt.Errorf("ratekit: policy %q Rules[%d] has the window of Rules[%d] (%v): keep the smaller limit only: %w",
+				p.Name, i, j, r.Window, ErrInvalidPolicy)
 		}
 	}
 	return nil

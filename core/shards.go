@@ -7,8 +7,8 @@ import (
 	"sync/atomic"
 )
 
-// MaxShards is the largest Policy.Shards.
-const MaxShards = 256
+// maxShards is the largest Policy.Shards.
+const maxShards = 256
 
 // shardSet splits each key of a policy with Shards > 1 over that many
 // store keys: "<key>#<i>", each a hash tag of its own on Redis, so the
