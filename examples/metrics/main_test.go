@@ -69,9 +69,9 @@ func TestExample(t *testing.T) {
 		labels string
 		want   float64
 	}{
-		{"outcome=allowed,policy=hello,source=store", 5},
+		{"outcome=allowed,policy=metrics-hello,source=store", 5},
 		// The in-memory store answers denials itself, without a deny cache.
-		{"outcome=denied,policy=hello,source=store", 2},
+		{"outcome=denied,policy=metrics-hello,source=store", 2},
 	}
 	for _, tc := range tests {
 		if got := counts[tc.labels]; got != tc.want {
@@ -81,13 +81,13 @@ func TestExample(t *testing.T) {
 	if status, _ := get("/admin/ratelimit/policies", ""); status != http.StatusUnauthorized {
 		t.Errorf("admin without token: status %d, want 401", status)
 	}
-	if status, body := get("/admin/ratelimit/policies", "Bearer s3cret"); status != 200 || !strings.Contains(body, `"name":"hello"`) {
+	if status, body := get("/admin/ratelimit/policies", "Bearer s3cret"); status != 200 || !strings.Contains(body, `"name":"metrics-hello"`) {
 		t.Errorf("admin with token: status %d body %s, want 200 listing hello", status, body)
 	}
-	if status, body := get("/admin/ratelimit/policies/hello/keys/127.0.0.1", "Bearer s3cret"); status != 200 || !strings.Contains(body, `"allowed":false`) {
+	if status, body := get("/admin/ratelimit/policies/metrics-hello/keys/127.0.0.1", "Bearer s3cret"); status != 200 || !strings.Contains(body, `"allowed":false`) {
 		t.Errorf("admin peek of the client: status %d body %s, want 200, not allowed", status, body)
 	}
-	req, err := http.NewRequest(http.MethodDelete, srv.URL+"/admin/ratelimit/policies/hello/keys/127.0.0.1", nil)
+	req, err := http.NewRequest(http.MethodDelete, srv.URL+"/admin/ratelimit/policies/metrics-hello/keys/127.0.0.1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
