@@ -623,7 +623,7 @@ func TestBlockedNetwork(t *testing.T) {
 }
 
 // TestSupportUnlocksThroughAdminRoutes: with LOGIN_ADMIN_TOKEN the example
-// mounts opshttp, as the README's unlock commands use it: a peek of
+// mounts opshttp, as the unlock commands of docs/examples.md use it: a peek of
 // alice's account (by her user name, keyed with the app's secret) says
 // she is locked, a DELETE unlocks her, and her right password then logs
 // her in. Without the token the routes refuse; without the setting they

@@ -561,7 +561,7 @@ func TestCountingProvider(t *testing.T) {
 	}
 }
 
-// TestProviderRateWatched: what the README's throttle command shows. With
+// TestProviderRateWatched: what the throttle command of docs/jobs.md shows. With
 // -provider-rate 5, ten codes sent at once all reach the stand-in
 // provider, five at once and five a second later, rather than being
 // refused.
