@@ -196,7 +196,7 @@ func (h *held) print(w io.Writer) {
 	}
 	fmt.Fprintln(w, "Redis holds:")
 	if n := len(h.log); n > 0 {
-		fmt.Fprintf(w, "  sliding log: %s, admitted from %s ago to %s ago; kept %s more\n",
+		fmt.Fprintf(w, "  sliding log: %s, admitted from %s ago to %s ago; the key expires in %s\n",
 			plural(int64(n), "unit"), h.ago(h.log[0]), h.ago(h.log[n-1]), round(h.logTTL))
 	}
 	if len(h.buckets) > 0 {
@@ -205,7 +205,7 @@ func (h *held) print(w io.Writer) {
 			units += b.units
 		}
 		first, last := h.buckets[0], h.buckets[len(h.buckets)-1]
-		fmt.Fprintf(w, "  sliding buckets: %s in %s of %s, from %s ago to %s ago; kept %s more\n",
+		fmt.Fprintf(w, "  sliding buckets: %s in %s of %s, from %s ago to %s ago; the key expires in %s\n",
 			plural(units, "unit"), plural(int64(len(h.buckets)), "bucket"), time.Duration(first.width)*time.Microsecond,
 			h.ago(first.index*first.width), h.ago(last.index*last.width), round(h.bucketsTTL))
 	}

@@ -67,7 +67,7 @@ func TestCommands(t *testing.T) {
 		{"peek buckets", []string{"peek", "-policy", "quota", "-rules", "1000/24h", "-algorithm", "buckets", "app-1"}, 0,
 			[]string{"a request now: allowed", "rule 1000/24h0m0s: used 7, remaining 993"}},
 		{"peek without rules", []string{"peek", "-policy", "login", "alice@example.com"}, 0,
-			[]string{"Redis holds:", "sliding log: 5 units, admitted from ", "a request now: allowed unless a rule is full"}},
+			[]string{"Redis holds:", "sliding log: 5 units, admitted from ", "; the key expires in ", "a request now: allowed unless a rule is full"}},
 		{"peek buckets without rules", []string{"peek", "-policy", "quota", "app-1"}, 0,
 			[]string{"(Redis key ratekit:quota:{app-1}:b)", "sliding buckets: 7 units in 1 bucket of 24m0s"}},
 		{"policies", []string{"policies"}, 0,
