@@ -84,3 +84,26 @@ func newServer(t *testing.T, l *core.Limiter, o adaptertest.Options) string {
 }
 
 func TestConformance(t *testing.T) { adaptertest.Run(t, newServer) }
+
+func TestOneLiners(t *testing.T) {
+	adaptertest.RunOneLiners(t, adaptertest.OneLiners[echo.MiddlewareFunc]{
+		LimitByIP:     echolimit.LimitByIP,
+		LimitByAppKey: echolimit.LimitByAppKey,
+		LimitByUser:   echolimit.LimitByUser,
+	}, func(t *testing.T, limit echo.MiddlewareFunc) adaptertest.Call {
+		auth := func(next echo.HandlerFunc) echo.HandlerFunc {
+			return func(c echo.Context) error {
+				if u := c.Request().Header.Get(adaptertest.UserHeader); u != "" {
+					c.Set(adaptertest.UserKey, u)
+				}
+				return next(c)
+			}
+		}
+		e := echo.New()
+		e.HideBanner, e.HidePort = true, true
+		e.GET(adaptertest.Path, handler, auth, limit)
+		ts := httptest.NewServer(e)
+		t.Cleanup(ts.Close)
+		return adaptertest.HTTPCall(t, ts.URL)
+	})
+}

@@ -1,5 +1,15 @@
-// Package echolimit plugs a ratekit [core.Limiter] into echo v4 as an
-// echo.MiddlewareFunc. One line limits a route, a group or the whole app:
+// Package echolimit plugs ratekit into echo v4 as an
+// echo.MiddlewareFunc. One line limits a route, a group or the whole app;
+// the common cases are a rate per client IP, API key or user (after the
+// authentication middleware that calls c.Set("user", id)):
+//
+//	e.Use(echolimit.LimitByIP(100, time.Minute))
+//	api := e.Group("/api", echolimit.LimitByAppKey(1000, time.Hour))
+//	reports := e.Group("/reports", auth, echolimit.LimitByUser("user", 50, time.Minute))
+//
+// They count in memory; guard.WithStore(redisstore.New(rdb)) shares the
+// counts of every instance through Redis. Anything else is a
+// [core.Limiter] given to [New]:
 //
 //	e.POST("/sms", sendSMS, echolimit.New(sms, guard.WithKey(personal.Phone(personal.DefaultRegion("CN")))))
 //	api := e.Group("/api", echolimit.New(quota, guard.WithKey(keyfunc.AppKey())))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -44,20 +45,64 @@ func WithDenyHandler(h func(c echo.Context, v *guard.Verdict) error) guard.Optio
 // New returns echo middleware that limits requests with l, configured by
 // the [guard] options and this package's own. The middleware is safe for
 // concurrent use; build it once and use it on as many routes or groups as
-// needed. New panics if l is nil or an option belongs to another adapter,
-// programmer errors caught at start-up.
+// needed. New panics if l is nil, an option belongs to another adapter,
+// or guard.WithStore or guard.WithName is given (they configure the
+// limiter of the LimitBy functions): programmer errors caught at
+// start-up.
 //
 // Denials, bad keys and store outages are written directly (see [Write])
 // rather than returned as *echo.HTTPError, so every ratekit adapter
 // answers with the same status, headers and body whatever the app's
 // HTTPErrorHandler does; use [WithDenyHandler] to hand denials to it.
 func New(l *core.Limiter, opts ...guard.Option) echo.MiddlewareFunc {
-	g := guard.New(l, opts...)
+	return middleware("echolimit.New", guard.New(l, opts...))
+}
+
+// LimitByIP returns echo middleware that admits limit requests per window
+// of length per for each client IP, on a memory store of its own unless
+// guard.WithStore gives one (a Redis store, shared by every instance):
+//
+//	e.Use(echolimit.LimitByIP(100, time.Minute))
+//
+// The key is the TCP peer's address (echo's c.RealIP is not used): behind
+// a reverse proxy, pass
+// guard.WithKey(keyfunc.ClientIP(keyfunc.TrustedProxies(...))). It takes
+// the guard options and this package's own, as [New] does, and panics,
+// naming the field, on an invalid limit, window, store or name; see
+// [guard.LimitByIP].
+func LimitByIP(limit int64, per time.Duration, opts ...guard.Option) echo.MiddlewareFunc {
+	return middleware("echolimit.LimitByIP", guard.LimitByIP(limit, per, opts...))
+}
+
+// LimitByAppKey returns echo middleware that admits limit requests per
+// window of length per for each API key (the X-API-Key header, else the
+// api_key query parameter); requests without one are not limited by it.
+// It is configured and panics as [LimitByIP]; see [guard.LimitByAppKey].
+func LimitByAppKey(limit int64, per time.Duration, opts ...guard.Option) echo.MiddlewareFunc {
+	return middleware("echolimit.LimitByAppKey", guard.LimitByAppKey(limit, per, opts...))
+}
+
+// LimitByUser returns echo middleware that admits limit requests per
+// window of length per for each user: the ID your authentication
+// middleware stored with c.Set(user, id) (or in the request context).
+// Register it after that middleware:
+//
+//	g := e.Group("/reports", auth, echolimit.LimitByUser("user", 100, time.Minute))
+//
+// Requests without a user are not limited by it. It is configured and
+// panics as [LimitByIP]; see [guard.LimitByUser].
+func LimitByUser(user any, limit int64, per time.Duration, opts ...guard.Option) echo.MiddlewareFunc {
+	return middleware("echolimit.LimitByUser", guard.LimitByUser(user, limit, per, opts...))
+}
+
+// middleware returns the echo middleware of g; fn names the constructor
+// in panics.
+func middleware(fn string, g *guard.Guard) echo.MiddlewareFunc {
 	var (
 		skip skipper
 		deny denyHandler
 	)
-	g.ReadNatives("echolimit.New", &skip, &deny)
+	g.ReadNatives(fn, &skip, &deny)
 	finish := g.NeedsFinish()
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {

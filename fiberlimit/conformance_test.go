@@ -2,6 +2,7 @@ package fiberlimit_test
 
 import (
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,3 +78,21 @@ func newServer(t *testing.T, l *core.Limiter, o adaptertest.Options) string {
 }
 
 func TestConformance(t *testing.T) { adaptertest.Run(t, newServer) }
+
+func TestOneLiners(t *testing.T) {
+	adaptertest.RunOneLiners(t, adaptertest.OneLiners[fiber.Handler]{
+		LimitByIP:     fiberlimit.LimitByIP,
+		LimitByAppKey: fiberlimit.LimitByAppKey,
+		LimitByUser:   fiberlimit.LimitByUser,
+	}, func(t *testing.T, limit fiber.Handler) adaptertest.Call {
+		auth := func(c *fiber.Ctx) error {
+			if u := c.Get(adaptertest.UserHeader); u != "" {
+				c.Locals(adaptertest.UserKey, strings.Clone(u))
+			}
+			return c.Next()
+		}
+		app := fiber.New(fiber.Config{DisableStartupMessage: true})
+		app.Get(adaptertest.Path, auth, limit, handler)
+		return adaptertest.HTTPCall(t, serve(t, app))
+	})
+}

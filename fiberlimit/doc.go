@@ -1,7 +1,16 @@
-// Package fiberlimit plugs a ratekit [core.Limiter] into fiber v2 as a
-// fiber.Handler, natively on fasthttp (not through adaptor.HTTPMiddleware,
-// which copies every request). One line limits a route, a group or the
-// whole app:
+// Package fiberlimit plugs ratekit into fiber v2 as a fiber.Handler,
+// natively on fasthttp (not through adaptor.HTTPMiddleware, which copies
+// every request). One line limits a route, a group or the whole app; the
+// common cases are a rate per client IP, API key or user (after the
+// authentication middleware that calls c.Locals("user", id)):
+//
+//	app.Use(fiberlimit.LimitByIP(100, time.Minute))
+//	api := app.Group("/api", fiberlimit.LimitByAppKey(1000, time.Hour))
+//	reports := app.Group("/reports", auth, fiberlimit.LimitByUser("user", 50, time.Minute))
+//
+// They count in memory; guard.WithStore(redisstore.New(rdb)) shares the
+// counts of every instance through Redis. Anything else is a
+// [core.Limiter] given to [New]:
 //
 //	app.Post("/login", fiberlimit.New(login, guard.WithKey(keyfunc.ClientIP())), loginHandler)
 //	api := app.Group("/api", fiberlimit.New(quota, guard.WithKey(keyfunc.AppKey())))

@@ -3,6 +3,7 @@ package fiberlimit
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -35,15 +36,59 @@ func WithDenyHandler(h func(c *fiber.Ctx, v *guard.Verdict) error) guard.Option 
 // New returns a fiber handler that limits requests with l, configured by
 // the [guard] options and this package's own. The handler is safe for
 // concurrent use; build it once and mount it on as many routes or groups
-// as needed. New panics if l is nil or an option belongs to another
-// adapter, programmer errors caught at start-up.
+// as needed. New panics if l is nil, an option belongs to another
+// adapter, or guard.WithStore or guard.WithName is given (they configure
+// the limiter of the LimitBy functions): programmer errors caught at
+// start-up.
 func New(l *core.Limiter, opts ...guard.Option) fiber.Handler {
-	g := guard.New(l, opts...)
+	return handler("fiberlimit.New", guard.New(l, opts...))
+}
+
+// LimitByIP returns a fiber handler that admits limit requests per window
+// of length per for each client IP, on a memory store of its own unless
+// guard.WithStore gives one (a Redis store, shared by every instance):
+//
+//	app.Use(fiberlimit.LimitByIP(100, time.Minute))
+//
+// The key is the TCP peer's address (fiber's c.IP and its ProxyHeader are
+// not used): behind a reverse proxy, pass
+// guard.WithKey(keyfunc.ClientIP(keyfunc.TrustedProxies(...))). It takes
+// the guard options and this package's own, as [New] does, and panics,
+// naming the field, on an invalid limit, window, store or name; see
+// [guard.LimitByIP].
+func LimitByIP(limit int64, per time.Duration, opts ...guard.Option) fiber.Handler {
+	return handler("fiberlimit.LimitByIP", guard.LimitByIP(limit, per, opts...))
+}
+
+// LimitByAppKey returns a fiber handler that admits limit requests per
+// window of length per for each API key (the X-API-Key header, else the
+// api_key query parameter); requests without one are not limited by it.
+// It is configured and panics as [LimitByIP]; see [guard.LimitByAppKey].
+func LimitByAppKey(limit int64, per time.Duration, opts ...guard.Option) fiber.Handler {
+	return handler("fiberlimit.LimitByAppKey", guard.LimitByAppKey(limit, per, opts...))
+}
+
+// LimitByUser returns a fiber handler that admits limit requests per
+// window of length per for each user: the ID your authentication
+// middleware stored with c.Locals(user, id) (or in c.UserContext()).
+// Register it after that middleware:
+//
+//	api := app.Group("/api", auth, fiberlimit.LimitByUser("user", 100, time.Minute))
+//
+// Requests without a user are not limited by it. It is configured and
+// panics as [LimitByIP]; see [guard.LimitByUser].
+func LimitByUser(user any, limit int64, per time.Duration, opts ...guard.Option) fiber.Handler {
+	return handler("fiberlimit.LimitByUser", guard.LimitByUser(user, limit, per, opts...))
+}
+
+// handler returns the fiber handler of g; fn names the constructor in
+// panics.
+func handler(fn string, g *guard.Guard) fiber.Handler {
 	var (
 		skip next
 		deny denyHandler
 	)
-	g.ReadNatives("fiberlimit.New", &skip, &deny)
+	g.ReadNatives(fn, &skip, &deny)
 	finish := g.NeedsFinish()
 	return func(c *fiber.Ctx) error {
 		if skip != nil && skip(c) {

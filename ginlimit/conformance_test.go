@@ -59,3 +59,22 @@ func newServer(t *testing.T, l *core.Limiter, o adaptertest.Options) string {
 }
 
 func TestConformance(t *testing.T) { adaptertest.Run(t, newServer) }
+
+func TestOneLiners(t *testing.T) {
+	adaptertest.RunOneLiners(t, adaptertest.OneLiners[gin.HandlerFunc]{
+		LimitByIP:     ginlimit.LimitByIP,
+		LimitByAppKey: ginlimit.LimitByAppKey,
+		LimitByUser:   ginlimit.LimitByUser,
+	}, func(t *testing.T, limit gin.HandlerFunc) adaptertest.Call {
+		auth := func(c *gin.Context) {
+			if u := c.GetHeader(adaptertest.UserHeader); u != "" {
+				c.Set(adaptertest.UserKey, u)
+			}
+		}
+		r := gin.New()
+		r.GET(adaptertest.Path, auth, limit, handler)
+		ts := httptest.NewServer(r)
+		t.Cleanup(ts.Close)
+		return adaptertest.HTTPCall(t, ts.URL)
+	})
+}

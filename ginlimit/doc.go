@@ -1,5 +1,15 @@
-// Package ginlimit plugs a ratekit [core.Limiter] into gin as a
-// gin.HandlerFunc. One line limits a route, a group or the whole engine:
+// Package ginlimit plugs ratekit into gin as a gin.HandlerFunc. One line
+// limits a route, a group or the whole engine; the common cases are a rate
+// per client IP, API key or user (after the authentication middleware
+// that calls c.Set("user", id)):
+//
+//	r.Use(ginlimit.LimitByIP(100, time.Minute))
+//	api := r.Group("/api", ginlimit.LimitByAppKey(1000, time.Hour))
+//	authed := r.Group("/", auth, ginlimit.LimitByUser("user", 50, time.Minute))
+//
+// They count in memory; guard.WithStore(redisstore.New(rdb)) shares the
+// counts of every instance through Redis. Anything else is a
+// [core.Limiter] given to [New]:
 //
 //	r.POST("/login", ginlimit.New(login, guard.WithKey(keyfunc.ClientIP())), loginHandler)
 //	api := r.Group("/api", ginlimit.New(quota, guard.WithKey(keyfunc.AppKey())))

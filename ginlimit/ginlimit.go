@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"reflect"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -25,8 +26,10 @@ func WithDenyHandler(h func(c *gin.Context, v *guard.Verdict)) guard.Option {
 // New returns a gin handler that limits requests with l, configured by
 // the [guard] options and this package's own. The handler is safe for
 // concurrent use; build it once and use it on as many routes or groups as
-// needed. New panics if l is nil or an option belongs to another adapter,
-// programmer errors caught at start-up.
+// needed. New panics if l is nil, an option belongs to another adapter,
+// or guard.WithStore or guard.WithName is given (they configure the
+// limiter of the LimitBy functions): programmer errors caught at
+// start-up.
 //
 // With guard.WithCountIf the status is c.Writer.Status() when the rest of
 // the chain returns: a middleware registered before this one that writes
@@ -34,9 +37,51 @@ func WithDenyHandler(h func(c *gin.Context, v *guard.Verdict)) guard.Option {
 // answer counts as 200. Register such error-rendering middleware after
 // this one, or write the status in the handler.
 func New(l *core.Limiter, opts ...guard.Option) gin.HandlerFunc {
-	g := guard.New(l, opts...)
+	return handler("ginlimit.New", guard.New(l, opts...))
+}
+
+// LimitByIP returns a gin handler that admits limit requests per window
+// of length per for each client IP, on a memory store of its own unless
+// guard.WithStore gives one (a Redis store, shared by every instance):
+//
+//	r.Use(ginlimit.LimitByIP(100, time.Minute))
+//
+// The key is the TCP peer's address (gin's c.ClientIP is not used):
+// behind a reverse proxy, pass
+// guard.WithKey(keyfunc.ClientIP(keyfunc.TrustedProxies(...))). It takes
+// the guard options and this package's own, as [New] does, and panics,
+// naming the field, on an invalid limit, window, store or name; see
+// [guard.LimitByIP].
+func LimitByIP(limit int64, per time.Duration, opts ...guard.Option) gin.HandlerFunc {
+	return handler("ginlimit.LimitByIP", guard.LimitByIP(limit, per, opts...))
+}
+
+// LimitByAppKey returns a gin handler that admits limit requests per
+// window of length per for each API key (the X-API-Key header, else the
+// api_key query parameter); requests without one are not limited by it.
+// It is configured and panics as [LimitByIP]; see [guard.LimitByAppKey].
+func LimitByAppKey(limit int64, per time.Duration, opts ...guard.Option) gin.HandlerFunc {
+	return handler("ginlimit.LimitByAppKey", guard.LimitByAppKey(limit, per, opts...))
+}
+
+// LimitByUser returns a gin handler that admits limit requests per window
+// of length per for each user: the ID your authentication middleware
+// stored with c.Set(user, id) (or in the request context). Register it
+// after that middleware:
+//
+//	authed := r.Group("/", auth, ginlimit.LimitByUser("user", 100, time.Minute))
+//
+// Requests without a user are not limited by it. It is configured and
+// panics as [LimitByIP]; see [guard.LimitByUser].
+func LimitByUser(user any, limit int64, per time.Duration, opts ...guard.Option) gin.HandlerFunc {
+	return handler("ginlimit.LimitByUser", guard.LimitByUser(user, limit, per, opts...))
+}
+
+// handler returns the gin handler of g; fn names the constructor in
+// panics.
+func handler(fn string, g *guard.Guard) gin.HandlerFunc {
 	var deny denyHandler
-	g.ReadNatives("ginlimit.New", &deny)
+	g.ReadNatives(fn, &deny)
 	finish := g.NeedsFinish()
 	return func(c *gin.Context) {
 		ctx := c.Request.Context()

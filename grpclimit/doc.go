@@ -2,7 +2,17 @@
 // server interceptors that run the shared [guard] pipeline and answer
 // the gRPC way.
 //
-// One line per policy:
+// The common cases are a rate per client IP, API key (x-api-key
+// metadata) or user, unary calls and streams alike:
+//
+//	lim := grpclimit.LimitByIP(100, time.Minute)
+//	grpc.NewServer(
+//		grpc.ChainUnaryInterceptor(lim.UnaryServerInterceptor()),
+//		grpc.ChainStreamInterceptor(lim.StreamServerInterceptor()))
+//
+// They count in memory; guard.WithStore(redisstore.New(rdb)) shares the
+// counts of every instance through Redis. Anything else is a
+// [core.Limiter], one line per policy:
 //
 //	grpc.NewServer(grpc.ChainUnaryInterceptor(grpclimit.UnaryServerInterceptor(limiter)))
 //

@@ -33,8 +33,9 @@ const (
 // UnaryServerInterceptor returns an interceptor that limits unary calls
 // with l. Calls over the limit end with codes.ResourceExhausted before the
 // handler runs; see the package documentation for every answer. The
-// interceptor is safe for concurrent use. It panics if l is nil, a
-// programmer error caught at start-up.
+// interceptor is safe for concurrent use. It panics if l is nil or
+// guard.WithStore or guard.WithName is given (they configure the limiter
+// of the LimitBy functions): programmer errors caught at start-up.
 func UnaryServerInterceptor(l *core.Limiter, opts ...guard.Option) grpc.UnaryServerInterceptor {
 	return newSingle("UnaryServerInterceptor", l, opts).unary
 }
@@ -43,16 +44,63 @@ func UnaryServerInterceptor(l *core.Limiter, opts ...guard.Option) grpc.UnarySer
 // l, charging each stream once when it opens. Streams over the limit end
 // with codes.ResourceExhausted before the handler runs; the client sees it
 // on its first Recv. The interceptor is safe for concurrent use. It panics
-// if l is nil, a programmer error caught at start-up.
+// if l is nil or guard.WithStore or guard.WithName is given: programmer
+// errors caught at start-up.
 func StreamServerInterceptor(l *core.Limiter, opts ...guard.Option) grpc.StreamServerInterceptor {
 	return newSingle("StreamServerInterceptor", l, opts).stream
 }
 
-// Router limits each method with its own limiter: one policy per method,
-// a default policy for the rest. Build it once at start-up with
-// [NewRouter]; a Router is safe for concurrent use.
+// Router limits the calls of a server with a unary and a stream
+// interceptor that share their limits: each method with its own limiter
+// and a default for the rest ([NewRouter]), or every method with one
+// ([LimitByIP], [LimitByAppKey], [LimitByUser]). Build it once at
+// start-up; a Router is safe for concurrent use.
 type Router struct {
 	e *engine
+}
+
+// LimitByIP returns a router that admits limit calls per window of length
+// per for each client IP, unary calls and streams alike (a stream counts
+// once, when it opens), on a memory store of its own unless
+// guard.WithStore gives one (a Redis store, shared by every instance):
+//
+//	lim := grpclimit.LimitByIP(100, time.Minute)
+//	srv := grpc.NewServer(
+//		grpc.ChainUnaryInterceptor(lim.UnaryServerInterceptor()),
+//		grpc.ChainStreamInterceptor(lim.StreamServerInterceptor()))
+//
+// The key is the peer's IP address: behind a proxy, pass
+// guard.WithKey(keyfunc.ClientIP(keyfunc.TrustedProxies(...))); over a
+// Unix socket or bufconn there is none (see Keys in the package
+// documentation). It takes the guard options and this package's own, as
+// [UnaryServerInterceptor] does, and panics, naming the field, on an
+// invalid limit, window, store or name; see [guard.LimitByIP].
+func LimitByIP(limit int64, per time.Duration, opts ...guard.Option) *Router {
+	return routerOf("LimitByIP", guard.LimitByIP(limit, per, opts...))
+}
+
+// LimitByAppKey returns a router that admits limit calls per window of
+// length per for each API key, read from the x-api-key metadata; calls
+// without one are not limited by it. It is configured and panics as
+// [LimitByIP]; see [guard.LimitByAppKey].
+func LimitByAppKey(limit int64, per time.Duration, opts ...guard.Option) *Router {
+	return routerOf("LimitByAppKey", guard.LimitByAppKey(limit, per, opts...))
+}
+
+// LimitByUser returns a router that admits limit calls per window of
+// length per for each user: the ID an authentication interceptor put in
+// the call's context under the key user (context.WithValue). Chain its
+// interceptors after that one. Calls without a user are not limited by
+// it. It is configured and panics as [LimitByIP]; see
+// [guard.LimitByUser].
+func LimitByUser(user any, limit int64, per time.Duration, opts ...guard.Option) *Router {
+	return routerOf("LimitByUser", guard.LimitByUser(user, limit, per, opts...))
+}
+
+// routerOf returns a router that limits every method with g; fn names
+// the constructor in panics.
+func routerOf(fn string, g *guard.Guard) *Router {
+	return &Router{e: &engine{cfg: newConfig(fn, g), def: limitedOf(g)}}
 }
 
 // NewRouter returns a router that limits the methods in routes (full
@@ -225,8 +273,11 @@ type limited struct {
 }
 
 func newLimited(l *core.Limiter, opts []guard.Option) *limited {
-	g := guard.New(l, opts...)
-	return &limited{g: g, finish: g.NeedsFinish(), policy: l.Policy().Name}
+	return limitedOf(guard.New(l, opts...))
+}
+
+func limitedOf(g *guard.Guard) *limited {
+	return &limited{g: g, finish: g.NeedsFinish(), policy: g.Limiter().Policy().Name}
 }
 
 // done completes an admitted call with the code the handler ended with.

@@ -17,6 +17,22 @@
 //		guard.WithCountIf(guard.StatusAuthFailure),
 //	), loginHandler)
 //
+// # One line for the common cases
+//
+// [LimitByIP], [LimitByAppKey] and [LimitByUser] build the limiter too: a
+// rate, limit requests per window, for each client IP, API key or user.
+// Every adapter has functions of the same names that return its
+// middleware, so that the common cases take one import and one line:
+//
+//	mux.Handle("GET /hello", nethttp.LimitByIP(100, time.Minute)(hello))
+//	r.Use(ginlimit.LimitByIP(100, time.Minute, guard.WithStore(store))) // on Redis: every instance counts together
+//
+// They count in memory unless [WithStore] gives a store, under a policy
+// named "<by>-<limit>-per-<window>" unless [WithName] names it, and take
+// every other option as [New] does. Several rules, lockouts, tiers and
+// calendar quotas are a core.Policy given to core.NewLimiter, and the
+// limiter given to New.
+//
 // # Answers
 //
 //	outcome                         HTTP                        gRPC

@@ -32,6 +32,11 @@ type config struct {
 	observer core.Observer
 	also     []limit
 	natives  []any
+
+	// Set by WithStore and WithName, for the LimitBy functions only.
+	store   core.Store
+	name    string
+	rateSet bool
 }
 
 // WithKey sets the key function; keyfunc.ClientIP() (the peer address, no
@@ -201,25 +206,44 @@ type limit struct {
 	key      keyfunc.Func
 	name     string // the policy name
 	inFlight bool   // an InFlight policy: its admissions are leases
+	keys     *keyWatch
 }
 
 func newLimit(l *core.Limiter, key keyfunc.Func) limit {
 	p := l.Policy()
-	return limit{l: l, key: key, name: p.Name, inFlight: p.InFlight > 0}
+	return limit{l: l, key: key, name: p.Name, inFlight: p.InFlight > 0, keys: new(keyWatch)}
 }
 
-// New returns a guard for l. It panics if l is nil, or if l's policy is
-// an InFlight policy and [WithResetIf] is set (a reset would drop the
-// leases of the key's other requests in flight): programmer errors caught
-// at start-up.
+// New returns a guard for l. It panics if l is nil; if l's policy is an
+// InFlight policy and [WithResetIf] is set (a reset would drop the leases
+// of the key's other requests in flight); or if [WithStore] or
+// [WithName] is given, which configure the limiter the LimitBy functions
+// build (l has its store and its policy): programmer errors caught at
+// start-up.
 func New(l *core.Limiter, opts ...Option) *Guard {
 	if l == nil {
 		panic("ratekit: guard.New: nil *core.Limiter")
 	}
-	g := &Guard{cfg: config{key: keyfunc.ClientIP(), headers: HeadersXRateLimit}}
-	for _, opt := range opts {
-		opt(&g.cfg)
+	cfg := newConfig(opts)
+	if cfg.rateSet {
+		panic("ratekit: guard.New: WithStore and WithName configure the limiter of the LimitBy functions; " +
+			"a *core.Limiter has its store and policy already")
 	}
+	return build(l, cfg)
+}
+
+// newConfig returns the defaults with opts applied.
+func newConfig(opts []Option) config {
+	cfg := config{key: keyfunc.ClientIP(), headers: HeadersXRateLimit}
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	return cfg
+}
+
+// build returns the guard of l configured by cfg.
+func build(l *core.Limiter, cfg config) *Guard {
+	g := &Guard{cfg: cfg}
 	g.own = newLimit(l, g.cfg.key)
 	if g.own.inFlight && g.cfg.resetIf != nil {
 		panic("ratekit: guard.New: WithResetIf on InFlight policy " + g.own.name + ": a reset would drop the leases of other requests in flight")
@@ -324,6 +348,7 @@ func (g *Guard) keyOf(ctx context.Context, v *Verdict, lim *limit, r keyfunc.Req
 	key, err := lim.key(r)
 	switch {
 	case err == nil:
+		lim.keys.found()
 		return key, true
 	case errors.Is(err, keyfunc.ErrNoKey):
 		switch g.cfg.noKey {
@@ -333,6 +358,7 @@ func (g *Guard) keyOf(ctx context.Context, v *Verdict, lim *limit, r keyfunc.Req
 			g.refuse(ctx, v, lim, OutcomeInvalid, err, core.EventKeyError)
 			return "", false
 		}
+		lim.keys.missed(ctx, lim.name)
 		g.emit(ctx, lim, core.Event{Kind: core.EventSkip, Err: err})
 		return "", false // no key for this limit only
 	case g.cfg.keyErr == KeyErrorSkip:

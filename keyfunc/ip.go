@@ -223,7 +223,11 @@ func IPv4Prefix(bits int) IPOption {
 //
 // A RemoteAddr that is not an IP address ("ip:port", a bare ip, IPv6 in
 // brackets), such as a Unix socket peer, is an error wrapping
-// [ErrInvalidKey]; the message never quotes it, nor any header. ClientIP
+// [ErrInvalidKey]; the message never quotes it, nor any header. So is an
+// empty one: a request built with http.NewRequest, as in a test of your
+// own handler, has no RemoteAddr and is answered 400 Bad Request; set
+// req.RemoteAddr = "192.0.2.1:1234", or build it with
+// httptest.NewRequest, which does. A server always sets it. ClientIP
 // never returns [ErrNoKey]. It panics only when an option is invalid, at
 // construction.
 func ClientIP(opts ...IPOption) Func {

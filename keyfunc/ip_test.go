@@ -385,3 +385,21 @@ func TestInNetworks(t *testing.T) {
 		})
 	}
 }
+
+// A request built with http.NewRequest, as a user's own test builds one,
+// has no RemoteAddr: ClientIP refuses it (400), as its documentation and
+// the README say, rather than key every such request alike.
+func TestClientIPWithoutRemoteAddr(t *testing.T) {
+	t.Parallel()
+	req, err := http.NewRequest("GET", "http://example.com/hello", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := keyfunc.ClientIP()(keyfunc.FromHTTP(req, "")); !errors.Is(err, keyfunc.ErrInvalidKey) {
+		t.Errorf("ClientIP(http.NewRequest) error = %v, want ErrInvalidKey", err)
+	}
+	req.RemoteAddr = "192.0.2.1:1234"
+	if got, err := keyfunc.ClientIP()(keyfunc.FromHTTP(req, "")); err != nil || got != "192.0.2.1" {
+		t.Errorf("ClientIP with RemoteAddr set = %q, %v; want 192.0.2.1", got, err)
+	}
+}

@@ -202,9 +202,13 @@ func Route() Func {
 // inside a part are escaped with "\", so different parts never give the
 // same key: ("a|b", "c") and ("a", "b|c") stay apart.
 //
-// The functions run in order and the first error is returned as is: if
-// any part has no key the result is [ErrNoKey]. Join panics if fs is empty
-// or holds a nil function.
+// A part that has no key ([ErrNoKey]) is left empty, so the others still
+// key the request: Join(ClientIP(), UserIDFrom(userKey{})) limits each
+// signed-in user per address and anonymous callers per address
+// ("192.0.2.1|"), never not at all. Only when no part has a key is the
+// result ErrNoKey. Any other error of a part (a malformed key source) is
+// returned as it is, the first one in order. Join panics if fs is empty or
+// holds a nil function.
 func Join(fs ...Func) Func {
 	if len(fs) == 0 {
 		panic("keyfunc: Join: no key functions")
@@ -217,15 +221,24 @@ func Join(fs ...Func) Func {
 	fs = append([]Func(nil), fs...)
 	return func(r Request) (string, error) {
 		var b strings.Builder
+		keyed := false
 		for i, f := range fs {
 			k, err := f(r)
-			if err != nil {
+			switch {
+			case err == nil:
+				keyed = true
+			case errors.Is(err, ErrNoKey):
+				k = ""
+			default:
 				return "", err
 			}
 			if i > 0 {
 				b.WriteByte('|')
 			}
 			writeEscaped(&b, k)
+		}
+		if !keyed {
+			return "", ErrNoKey
 		}
 		return b.String(), nil
 	}

@@ -353,17 +353,47 @@ func TestJoin(t *testing.T) {
 		}
 	})
 
+	// A part without a key is left empty: the others still key the
+	// request, as httprate's composite keys do, so an anonymous caller
+	// keyed by IP and user is limited by IP, not let through.
+	t.Run("no key in a part", func(t *testing.T) {
+		for _, tc := range []struct {
+			name string
+			fs   []keyfunc.Func
+			want string
+		}{
+			{"first", []keyfunc.Func{errKey(keyfunc.ErrNoKey), constKey("b")}, "|b"},
+			{"last", []keyfunc.Func{constKey("a"), errKey(fmt.Errorf("wrapped: %w", keyfunc.ErrNoKey))}, "a|"},
+			{"middle", []keyfunc.Func{constKey("a"), errKey(keyfunc.ErrNoKey), constKey("c")}, "a||c"},
+		} {
+			if got, err := keyfunc.Join(tc.fs...)(r); err != nil || got != tc.want {
+				t.Errorf("%s: Join() = %q, %v; want %q", tc.name, got, err, tc.want)
+			}
+		}
+		type userKey struct{}
+		anon := keyfunc.FromHTTP(httptest.NewRequest("GET", "/reports", nil), "/reports")
+		ipUser := keyfunc.Join(keyfunc.ClientIP(), keyfunc.UserIDFrom(userKey{}))
+		if got, err := ipUser(anon); err != nil || got != "192.0.2.1|" {
+			t.Errorf("Join(ClientIP, UserIDFrom) without a user = %q, %v; want %q", got, err, "192.0.2.1|")
+		}
+		req := httptest.NewRequest("GET", "/reports", nil)
+		signed := keyfunc.FromHTTP(req.WithContext(context.WithValue(req.Context(), userKey{}, "ada")), "/reports")
+		if got, err := ipUser(signed); err != nil || got != "192.0.2.1|ada" {
+			t.Errorf("Join(ClientIP, UserIDFrom) with a user = %q, %v; want %q", got, err, "192.0.2.1|ada")
+		}
+	})
+
 	errBoom := errors.New("boom")
 	errs := []struct {
 		name string
 		fs   []keyfunc.Func
 		want error
 	}{
-		{"no key in first", []keyfunc.Func{errKey(keyfunc.ErrNoKey), constKey("b")}, keyfunc.ErrNoKey},
-		{"no key in last", []keyfunc.Func{constKey("a"), errKey(fmt.Errorf("wrapped: %w", keyfunc.ErrNoKey))}, keyfunc.ErrNoKey},
+		{"no key in any", []keyfunc.Func{errKey(keyfunc.ErrNoKey), errKey(fmt.Errorf("wrapped: %w", keyfunc.ErrNoKey))}, keyfunc.ErrNoKey},
 		{"invalid key", []keyfunc.Func{constKey("a"), errKey(keyfunc.ErrInvalidKey)}, keyfunc.ErrInvalidKey},
 		{"other error", []keyfunc.Func{constKey("a"), errKey(errBoom)}, errBoom},
 		{"first error wins", []keyfunc.Func{errKey(errBoom), errKey(keyfunc.ErrNoKey)}, errBoom},
+		{"malformed after no key", []keyfunc.Func{errKey(keyfunc.ErrNoKey), errKey(errBoom)}, errBoom},
 	}
 	for _, tc := range errs {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package nethttp_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -49,3 +50,25 @@ func newServer(t *testing.T, l *core.Limiter, o adaptertest.Options) string {
 }
 
 func TestConformance(t *testing.T) { adaptertest.Run(t, newServer) }
+
+func TestOneLiners(t *testing.T) {
+	adaptertest.RunOneLiners(t, adaptertest.OneLiners[func(http.Handler) http.Handler]{
+		LimitByIP:     nethttp.LimitByIP,
+		LimitByAppKey: nethttp.LimitByAppKey,
+		LimitByUser:   nethttp.LimitByUser,
+	}, func(t *testing.T, limit func(http.Handler) http.Handler) adaptertest.Call {
+		auth := func(next http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if u := r.Header.Get(adaptertest.UserHeader); u != "" {
+					r = r.WithContext(context.WithValue(r.Context(), adaptertest.UserKey, u)) //nolint:staticcheck // the suite's one key for every adapter: echo's c.Set takes strings only
+				}
+				next.ServeHTTP(w, r)
+			})
+		}
+		mux := http.NewServeMux()
+		mux.Handle(adaptertest.Path, auth(limit(http.HandlerFunc(handler))))
+		ts := httptest.NewServer(mux)
+		t.Cleanup(ts.Close)
+		return adaptertest.HTTPCall(t, ts.URL)
+	})
+}

@@ -1,5 +1,14 @@
-// Package nethttp plugs a ratekit [core.Limiter] into net/http as
-// func(http.Handler) http.Handler middleware:
+// Package nethttp plugs ratekit into net/http as
+// func(http.Handler) http.Handler middleware. The common cases take one
+// line, a rate per client IP, API key or user:
+//
+//	mux.Handle("GET /hello", nethttp.LimitByIP(100, time.Minute)(hello))
+//	mux.Handle("GET /api/", nethttp.LimitByAppKey(1000, time.Hour)(api))
+//	mux.Handle("GET /reports", authenticate(nethttp.LimitByUser(userKey{}, 50, time.Minute)(reports)))
+//
+// They count in memory; guard.WithStore(redisstore.New(rdb)) shares the
+// counts of every instance through Redis. Anything else is a
+// [core.Limiter] given to [New]:
 //
 //	mux.Handle("POST /login", nethttp.New(login, guard.WithKey(keyfunc.ClientIP()))(loginHandler))
 //

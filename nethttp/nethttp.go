@@ -2,6 +2,7 @@ package nethttp
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
@@ -35,15 +36,57 @@ func WithRoute(f func(r *http.Request) string) guard.Option {
 // New returns middleware that limits requests with l, configured by the
 // [guard] options and this package's own. The middleware is safe for
 // concurrent use; build it once and wrap as many handlers as needed. New
-// panics if l is nil or an option belongs to another adapter, programmer
-// errors caught at start-up.
+// panics if l is nil, an option belongs to another adapter, or
+// guard.WithStore or guard.WithName is given (they configure the limiter of
+// the LimitBy functions): programmer errors caught at start-up.
 func New(l *core.Limiter, opts ...guard.Option) func(http.Handler) http.Handler {
-	g := guard.New(l, opts...)
+	return middleware("nethttp.New", guard.New(l, opts...))
+}
+
+// LimitByIP returns middleware that admits limit requests per window of
+// length per for each client IP, on a memory store of its own unless
+// guard.WithStore gives one (a Redis store, shared by every instance):
+//
+//	mux.Handle("GET /hello", nethttp.LimitByIP(100, time.Minute)(hello))
+//
+// The key is the TCP peer's address: behind a reverse proxy, pass
+// guard.WithKey(keyfunc.ClientIP(keyfunc.TrustedProxies(...))). It takes
+// the guard options and this package's own, as [New] does, and panics,
+// naming the field, on an invalid limit, window, store or name; see
+// [guard.LimitByIP].
+func LimitByIP(limit int64, per time.Duration, opts ...guard.Option) func(http.Handler) http.Handler {
+	return middleware("nethttp.LimitByIP", guard.LimitByIP(limit, per, opts...))
+}
+
+// LimitByAppKey returns middleware that admits limit requests per window
+// of length per for each API key (the X-API-Key header, else the api_key
+// query parameter); requests without one are not limited by it. It is
+// configured and panics as [LimitByIP]; see [guard.LimitByAppKey].
+func LimitByAppKey(limit int64, per time.Duration, opts ...guard.Option) func(http.Handler) http.Handler {
+	return middleware("nethttp.LimitByAppKey", guard.LimitByAppKey(limit, per, opts...))
+}
+
+// LimitByUser returns middleware that admits limit requests per window of
+// length per for each user: the ID your authentication middleware put in
+// the request context under the key user (context.WithValue). Wrap it
+// inside that middleware, so that it runs after it:
+//
+//	mux.Handle("GET /reports", authenticate(nethttp.LimitByUser(userKey{}, 100, time.Minute)(reports)))
+//
+// Requests without a user are not limited by it. It is configured and
+// panics as [LimitByIP]; see [guard.LimitByUser].
+func LimitByUser(user any, limit int64, per time.Duration, opts ...guard.Option) func(http.Handler) http.Handler {
+	return middleware("nethttp.LimitByUser", guard.LimitByUser(user, limit, per, opts...))
+}
+
+// middleware returns the middleware of g; fn names the constructor in
+// panics.
+func middleware(fn string, g *guard.Guard) func(http.Handler) http.Handler {
 	var (
 		deny  denyHandler
 		route routeFunc
 	)
-	g.ReadNatives("nethttp.New", &deny, &route)
+	g.ReadNatives(fn, &deny, &route)
 	finish := g.NeedsFinish()
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -1,7 +1,7 @@
 // Command ratekit inspects and resets ratekit's rate-limit state in
 // Redis, for support staff and operators.
 //
-//	ratekit peek -policy login-ip -rules 10/1m -lockout 24h 192.0.2.1
+//	ratekit peek -policy login-ip 192.0.2.1
 //	ratekit peek -policy api -rules 10/1s,1000000/month@Europe/Paris app-42
 //	RATEKIT_KEY_SECRET=... ratekit peek -policy login-account -rules 5/15m,20/24h -account alice@example.com
 //	RATEKIT_KEY_SECRET=... ratekit reset -policy sms-phone -phone -region CN 138-0013-8000
@@ -31,13 +31,30 @@
 // another node is read and reset there, and policies scans every master);
 // for Sentinel it names a sentinel, with ?master_name=NAME (go-redis's
 // ParseFailoverURL), which may be left out when the sentinel monitors one
-// master only. It has no registry of the app's limiters, so
-// peek takes the policy's rules on the command line: Redis keeps
-// admission times, and the rules say how to count them, so they must be
-// the app's. policies lists the policy names found in Redis by scanning
-// key names. Peek and reset go through a [core.Limiter] of their own
-// ([core.Limiter.Peek], [core.Limiter.Reset]); reset says per key how many
-// Redis keys it deleted, or that none was found.
+// master only.
+//
+// # What peek reads
+//
+// peek reads by itself everything Redis holds for the key: the admission
+// time of each unit (sliding log) or the bucket counts (sliding buckets),
+// the count of each calendar period, a lockout with its end and
+// offences, and the leases of requests in flight. A lockout in force
+// answers "denied, locked out until ..." with the Retry-After the app
+// sends. Redis does not hold the policy's limits, only what was admitted,
+// so to say whether a request fits the rules now, and what remains of
+// each, peek takes them with -rules, the app's; it then decides through
+// a [core.Limiter] of its own ([core.Limiter.Peek]). The command reads the
+// store rather than a registry that apps would publish their policies to:
+// it works for every app as it is, and what it shows cannot go stale
+// when an app changes its rules. policies lists the policy names found in
+// Redis by scanning key names.
+//
+// reset goes through a [core.Limiter] of its own ([core.Limiter.Reset])
+// and says per key how many Redis keys it deleted. When it finds nothing
+// for a key it exits 1 with a hint: a wrong -policy, -prefix or key, or,
+// for -account and -phone, a RATEKIT_KEY_SECRET that is not the app's.
+// Mistakes print the error and one line of help; ratekit help prints
+// every flag.
 //
 // A reset deletes the key's windows, lockout and calendar counts in Redis
 // and publishes the key on the store's invalidation channel

@@ -53,7 +53,7 @@ func main() {
 // newServer returns the example's routes, limited on store; clientIP says
 // how the client address is found.
 func newServer(store core.Store, clientIP keyfunc.Func, opts ...core.Option) (*echo.Echo, error) {
-	smsPhone, err := core.NewLimiter(store, core.Policy{Name: "sms-phone", Rules: []core.Rule{
+	smsPhone, err := core.NewLimiter(store, core.Policy{Name: "echo-sms-phone", Rules: []core.Rule{
 		{Limit: 1, Window: time.Minute},
 		{Limit: 5, Window: time.Hour},
 		{Limit: 10, Window: 24 * time.Hour},
@@ -61,11 +61,11 @@ func newServer(store core.Store, clientIP keyfunc.Func, opts ...core.Option) (*e
 	if err != nil {
 		return nil, err
 	}
-	smsIP, err := core.NewLimiter(store, core.Policy{Name: "sms-ip", Rules: []core.Rule{{Limit: 20, Window: time.Hour}}}, opts...)
+	smsIP, err := core.NewLimiter(store, core.Policy{Name: "echo-sms-ip", Rules: []core.Rule{{Limit: 20, Window: time.Hour}}}, opts...)
 	if err != nil {
 		return nil, err
 	}
-	quota, err := core.NewLimiter(store, core.Policy{Name: "api", Rules: []core.Rule{{Limit: 100, Window: time.Minute}}}, opts...)
+	quota, err := core.NewLimiter(store, core.Policy{Name: "echo-api", Rules: []core.Rule{{Limit: 100, Window: time.Minute}}}, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -47,11 +47,11 @@ func main() {
 // newApp returns the example's routes, limited on store; clientIP says how
 // the client address is found.
 func newApp(store core.Store, clientIP keyfunc.Func, opts ...core.Option) (*fiber.App, error) {
-	login, err := core.NewLimiter(store, core.Policy{Name: "login-ip", Rules: []core.Rule{{Limit: 5, Window: 15 * time.Minute}}}, opts...)
+	login, err := core.NewLimiter(store, core.Policy{Name: "fiber-login", Rules: []core.Rule{{Limit: 5, Window: 15 * time.Minute}}}, opts...)
 	if err != nil {
 		return nil, err
 	}
-	quota, err := core.NewLimiter(store, core.Policy{Name: "api", Rules: []core.Rule{{Limit: 100, Window: time.Minute}}}, opts...)
+	quota, err := core.NewLimiter(store, core.Policy{Name: "fiber-api", Rules: []core.Rule{{Limit: 100, Window: time.Minute}}}, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -76,7 +76,7 @@ func TestAPI(t *testing.T) {
 	}
 	res, _ := do(t, app, http.MethodGet, "/api/items", "", "X-API-Key", "demo")
 	if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("X-Ratelimit-Remaining") != "0" ||
-		!strings.HasPrefix(res.Header.Get("RateLimit"), `"api";r=0;`) {
+		!strings.HasPrefix(res.Header.Get("RateLimit"), `"fiber-api";r=0;`) {
 		t.Errorf("101st request: %d %v, want 429 with both header styles", res.StatusCode, res.Header)
 	}
 	if res, _ := do(t, app, http.MethodGet, "/api/items", ""); res.StatusCode != http.StatusBadRequest {

@@ -3,7 +3,8 @@
 //   - POST /login: 5 failed logins per 15 minutes per client IP; successful
 //     logins are not counted (the password is "secret", sent as a form).
 //   - /api/*: 100 requests per minute per API key (X-API-Key header or
-//     api_key query parameter), told with the IETF RateLimit fields.
+//     api_key query parameter), told with both the X-RateLimit-* and the
+//     IETF RateLimit fields, as the fiber example tells them.
 //   - GET /healthz: not limited.
 //
 // Run it and try it:
@@ -46,11 +47,11 @@ func main() {
 // newRouter returns the example's routes, limited on store; clientIP says
 // how the client address is found.
 func newRouter(store core.Store, clientIP keyfunc.Func, opts ...core.Option) (*gin.Engine, error) {
-	login, err := core.NewLimiter(store, core.Policy{Name: "login-ip", Rules: []core.Rule{{Limit: 5, Window: 15 * time.Minute}}}, opts...)
+	login, err := core.NewLimiter(store, core.Policy{Name: "gin-login", Rules: []core.Rule{{Limit: 5, Window: 15 * time.Minute}}}, opts...)
 	if err != nil {
 		return nil, err
 	}
-	quota, err := core.NewLimiter(store, core.Policy{Name: "api", Rules: []core.Rule{{Limit: 100, Window: time.Minute}}}, opts...)
+	quota, err := core.NewLimiter(store, core.Policy{Name: "gin-api", Rules: []core.Rule{{Limit: 100, Window: time.Minute}}}, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +71,7 @@ func newRouter(store core.Store, clientIP keyfunc.Func, opts ...core.Option) (*g
 	api := r.Group("/api", ginlimit.New(quota,
 		guard.WithKey(keyfunc.AppKey()),
 		guard.WithNoKey(guard.NoKeyReject),
-		guard.WithHeaders(guard.HeadersIETF),
+		guard.WithHeaders(guard.HeadersXRateLimit|guard.HeadersIETF),
 	))
 	api.GET("/items", func(c *gin.Context) { c.JSON(http.StatusOK, []string{"apple", "pear"}) })
 	api.GET("/users", func(c *gin.Context) { c.JSON(http.StatusOK, []string{"ada", "linus"}) })

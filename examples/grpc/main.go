@@ -10,8 +10,17 @@
 //
 //	go run ./examples/grpc -client -n 5
 //
+// The client can also keep under the server's limits itself, with
+// ratekit's client interceptors (grpclimit.UnaryClientInterceptor and
+// StreamClientInterceptor): each call over a limit then waits for its
+// turn, about 10 s, instead of being refused:
+//
+//	go run ./examples/grpc -client -n 5 -throttle
+//
 // or call it with grpcurl, which finds the services through gRPC server
-// reflection:
+// reflection (install it with your package manager, brew install grpcurl,
+// or go install github.com/fullstorydev/grpcurl/cmd/grpcurl@latest, which
+// builds it in a minute or two):
 //
 //	grpcurl -plaintext 127.0.0.1:50051 list
 //	for i in 1 2 3 4; do grpcurl -plaintext -d '{}' 127.0.0.1:50051 grpc.testing.TestService/UnaryCall; done   # the 4th: ResourceExhausted
@@ -66,13 +75,18 @@ import (
 func main() {
 	client := flag.Bool("client", false, "call the server at -addr instead of serving")
 	n := flag.Int("n", 5, "calls of each kind to make with -client")
+	throttle := flag.Bool("throttle", false, "with -client: keep under the server's limits, each call waiting for its turn (client interceptors)")
 	flags := exampleenv.Parse("127.0.0.1:50051", exampleenv.ByIP)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
 	if *client {
-		if err := runClient(ctx, flags.Addr, *n, os.Stdout); err != nil {
+		var own []limit
+		if *throttle {
+			own = serverLimits()
+		}
+		if err := runClient(ctx, flags.Addr, *n, os.Stdout, own); err != nil {
 			log.Fatal(err)
 		}
 		return
@@ -84,7 +98,7 @@ func main() {
 
 // runServer serves on flags.Addr until ctx is done.
 func runServer(ctx context.Context, flags exampleenv.Flags) error {
-	srv, err := newServer(exampleenv.Store(), flags.ClientIP, log.Printf, flags.Options()...)
+	srv, err := newServer(exampleenv.Store(), flags.ClientIP, log.Printf, serverLimits(), flags.Options()...)
 	if err != nil {
 		return err
 	}
@@ -100,27 +114,39 @@ func runServer(ctx context.Context, flags exampleenv.Flags) error {
 	return srv.Serve(lis)
 }
 
+// limit is one policy of the server and the method it limits.
+type limit struct {
+	method string // "" for every method that neither another limit nor unlimited names
+	policy core.Policy
+}
+
+// serverLimits returns the server's limits, per client IP.
+func serverLimits() []limit {
+	return []limit{
+		{testpb.TestService_UnaryCall_FullMethodName, core.Policy{Name: "grpc-unary", Rules: []core.Rule{{Limit: 3, Window: 10 * time.Second}}}},
+		{testpb.TestService_StreamingOutputCall_FullMethodName, core.Policy{Name: "grpc-streams", Rules: []core.Rule{{Limit: 2, Window: 10 * time.Second}}}},
+		{"", core.Policy{Name: "grpc-api", Rules: []core.Rule{{Limit: 10, Window: 10 * time.Second}}}},
+	}
+}
+
+// unlimited are the methods never limited: health checks, and server
+// reflection, which grpcurl calls before every call.
+var unlimited = []string{
+	healthpb.Health_Check_FullMethodName,
+	healthpb.Health_List_FullMethodName,
+	healthpb.Health_Watch_FullMethodName,
+	reflectionv1.ServerReflection_ServerReflectionInfo_FullMethodName,
+	reflectionv1alpha.ServerReflection_ServerReflectionInfo_FullMethodName,
+}
+
 // newServer returns a gRPC server with the health and test services and
-// server reflection, limited per method and per client IP as clientIP
-// finds it. logf reports what is limited and every denial.
-func newServer(store core.Store, clientIP keyfunc.Func, logf func(format string, args ...any), opts ...core.Option) (*grpc.Server, error) {
-	type limit struct {
-		method string // "" for the default
-		policy core.Policy
-	}
-	limits := []limit{
-		{testpb.TestService_UnaryCall_FullMethodName, core.Policy{Name: "unary", Rules: []core.Rule{{Limit: 3, Window: 10 * time.Second}}}},
-		{testpb.TestService_StreamingOutputCall_FullMethodName, core.Policy{Name: "streams", Rules: []core.Rule{{Limit: 2, Window: 10 * time.Second}}}},
-		{"", core.Policy{Name: "api", Rules: []core.Rule{{Limit: 10, Window: 10 * time.Second}}}},
-	}
+// server reflection, limited per method and per client IP (as clientIP
+// finds it) by limits. logf reports what is limited and every denial.
+func newServer(store core.Store, clientIP keyfunc.Func, logf func(format string, args ...any), limits []limit, opts ...core.Option) (*grpc.Server, error) {
 	var def *core.Limiter
-	routes := map[string]*core.Limiter{
-		healthpb.Health_Check_FullMethodName: nil, // never limit health checks
-		healthpb.Health_List_FullMethodName:  nil,
-		healthpb.Health_Watch_FullMethodName: nil,
-		// Nor server reflection, which grpcurl calls before every call.
-		reflectionv1.ServerReflection_ServerReflectionInfo_FullMethodName:      nil,
-		reflectionv1alpha.ServerReflection_ServerReflectionInfo_FullMethodName: nil,
+	routes := map[string]*core.Limiter{}
+	for _, m := range unlimited {
+		routes[m] = nil
 	}
 	for _, lm := range limits {
 		l, err := core.NewLimiter(store, lm.policy, opts...)
@@ -182,8 +208,20 @@ func (testService) StreamingOutputCall(req *testpb.StreamingOutputCallRequest, s
 }
 
 // runClient makes n calls of each kind to addr and prints how each ended.
-func runClient(ctx context.Context, addr string, n int, out io.Writer) error {
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// With throttle, the server's limits, the client keeps under them itself
+// (see throttled): a call over one waits for its turn.
+func runClient(ctx context.Context, addr string, n int, out io.Writer, throttle []limit) error {
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	timeout := 5 * time.Second
+	if throttle != nil {
+		unary, stream, err := throttled(throttle)
+		if err != nil {
+			return err
+		}
+		dial = append(dial, grpc.WithChainUnaryInterceptor(unary...), grpc.WithChainStreamInterceptor(stream...))
+		timeout = time.Minute // room to wait for a turn; a wait that cannot end in time fails at once
+	}
+	cc, err := grpc.NewClient(addr, dial...)
 	if err != nil {
 		return err
 	}
@@ -228,7 +266,7 @@ func runClient(ctx context.Context, addr string, n int, out io.Writer) error {
 	}
 	for _, c := range calls {
 		for i := 1; i <= n; i++ {
-			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			cctx, cancel := context.WithTimeout(ctx, timeout)
 			var hdr metadata.MD
 			err := c.call(cctx, &hdr)
 			cancel()
@@ -253,4 +291,43 @@ func runClient(ctx context.Context, addr string, n int, out io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// throttled returns client interceptors that keep a client's calls under
+// limits, the server's: each method's calls wait until they fit its
+// limit (grpclimit.UnaryClientInterceptor, StreamClientInterceptor), on
+// this process's memory store, keyed by the server's address. Each
+// window is 5% longer than the server's, with at least 50 ms more: the
+// headroom that keeps a call that left in time from arriving a little
+// early for the server's window.
+func throttled(limits []limit) (unary []grpc.UnaryClientInterceptor, stream []grpc.StreamClientInterceptor, err error) {
+	store := core.NewMemoryStore()
+	named := map[string]bool{}
+	for _, m := range unlimited {
+		named[m] = true
+	}
+	for _, lm := range limits {
+		named[lm.method] = true
+	}
+	for _, lm := range limits {
+		p := lm.policy
+		p.Rules = nil
+		for _, r := range lm.policy.Rules {
+			r.Window += max(r.Window/20, 50*time.Millisecond)
+			p.Rules = append(p.Rules, r)
+		}
+		l, err := core.NewLimiter(store, p)
+		if err != nil {
+			return nil, nil, err
+		}
+		var scope guard.Option
+		if lm.method != "" {
+			scope = grpclimit.WithMethods(lm.method)
+		} else {
+			scope = guard.WithSkip(func(r keyfunc.Request) bool { return named[r.Route()] })
+		}
+		unary = append(unary, grpclimit.UnaryClientInterceptor(l, scope))
+		stream = append(stream, grpclimit.StreamClientInterceptor(l, scope))
+	}
+	return unary, stream, nil
 }

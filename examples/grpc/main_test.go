@@ -19,7 +19,7 @@ import (
 // TestServerAndClient runs the example's server on a loopback port and its
 // client against it, and checks that each method is limited as announced.
 func TestServerAndClient(t *testing.T) {
-	srv, err := newServer(core.NewMemoryStore(), keyfunc.ClientIP(), t.Logf)
+	srv, err := newServer(core.NewMemoryStore(), keyfunc.ClientIP(), t.Logf, serverLimits())
 	if err != nil {
 		t.Fatalf("newServer = %v", err)
 	}
@@ -31,7 +31,7 @@ func TestServerAndClient(t *testing.T) {
 	t.Cleanup(srv.Stop)
 
 	var out strings.Builder
-	if err := runClient(context.Background(), lis.Addr().String(), 4, &out); err != nil {
+	if err := runClient(context.Background(), lis.Addr().String(), 4, &out, nil); err != nil {
 		t.Fatalf("runClient = %v", err)
 	}
 	t.Logf("client output:\n%s", out.String())
@@ -64,7 +64,7 @@ func TestServerAndClient(t *testing.T) {
 // uses it, and reflection is not limited: 15 listings within the default
 // limit's 10 per 10 s all succeed.
 func TestReflection(t *testing.T) {
-	srv, err := newServer(core.NewMemoryStore(), keyfunc.ClientIP(), t.Logf)
+	srv, err := newServer(core.NewMemoryStore(), keyfunc.ClientIP(), t.Logf, serverLimits())
 	if err != nil {
 		t.Fatalf("newServer = %v", err)
 	}
@@ -108,5 +108,46 @@ func TestReflection(t *testing.T) {
 				t.Fatalf("listing %d: services %q lack %s", i+1, got, want)
 			}
 		}
+	}
+}
+
+// TestThrottledClient: with -throttle the client keeps under the server's
+// limits through grpclimit's client interceptors: every call of every
+// kind succeeds, those over a limit after waiting for their turn. The
+// windows are shortened to 300 ms.
+func TestThrottledClient(t *testing.T) {
+	limits := serverLimits()
+	for i := range limits {
+		limits[i].policy.Rules[0].Window = 300 * time.Millisecond
+	}
+	srv, err := newServer(core.NewMemoryStore(), keyfunc.ClientIP(), t.Logf, limits)
+	if err != nil {
+		t.Fatalf("newServer = %v", err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("net.Listen = %v", err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+
+	var out strings.Builder
+	start := time.Now()
+	if err := runClient(context.Background(), lis.Addr().String(), 5, &out, limits); err != nil {
+		t.Fatalf("runClient = %v", err)
+	}
+	elapsed := time.Since(start)
+	t.Logf("client output after %v:\n%s", elapsed, out.String())
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var name, code string
+		var i int
+		if _, err := fmt.Sscanf(line, "%s #%d: %s", &name, &i, &code); err != nil || code != "OK" {
+			t.Errorf("client line %q: want every call OK", line)
+		}
+	}
+	// 5 UnaryCalls at 3 per window and 5 streams at 2 per window wait
+	// for at least one window each.
+	if elapsed < 600*time.Millisecond {
+		t.Errorf("the throttled calls took %v, want the waits of at least 2 windows (600ms)", elapsed)
 	}
 }

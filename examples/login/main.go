@@ -35,9 +35,17 @@
 // of a Redis dump but lets a name be tested against it. Limits live in
 // memory; set REDIS_URL to keep them in Redis.
 //
-// Support staff unlock an account with the ratekit command (Redis mode),
-// given the app's secret and the user name; the reset reaches every
-// instance's cached denials at once:
+// Support staff unlock an account through the app's admin routes
+// (package opshttp), mounted at /admin/ratelimit/ when LOGIN_ADMIN_TOKEN
+// is set, which take the user name and derive its stored key with the
+// app's own secret:
+//
+//	LOGIN_ADMIN_TOKEN=s3cret go run ./examples/login
+//	curl -s -H 'Authorization: Bearer s3cret' localhost:8081/admin/ratelimit/policies/login-account/keys/alice   # "allowed":false while locked
+//	curl -s -X DELETE -H 'Authorization: Bearer s3cret' -w '%{http_code}\n' localhost:8081/admin/ratelimit/policies/login-account/keys/alice   # 204: unlocked
+//
+// or with the ratekit command (Redis mode), given the app's secret and the
+// user name; either reset reaches every instance's cached denials at once:
 //
 //	REDIS_URL=redis://127.0.0.1:6379/0 RATEKIT_KEY_SECRET="$LOGIN_KEY_SECRET" go run ./cmd/ratekit reset -policy login-account -account alice
 //
@@ -67,9 +75,11 @@
 package main
 
 import (
+	"crypto/subtle"
 	"errors"
 	"log"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -83,6 +93,7 @@ import (
 	"github.com/ratekit/ratekit/internal/exampleenv"
 	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/keyfunc/personal"
+	"github.com/ratekit/ratekit/opshttp"
 )
 
 // demoUsers are the accounts of the demo, with their passwords.
@@ -99,6 +110,10 @@ func main() {
 	cfg.block = flags.Block
 	cfg.limiterOptions = flags.Options()
 	cfg.accountSecret = exampleenv.Secret("LOGIN_KEY_SECRET", "account keys")
+	cfg.adminToken = os.Getenv("LOGIN_ADMIN_TOKEN")
+	if cfg.adminToken == "" {
+		log.Print("LOGIN_ADMIN_TOKEN is not set: the admin routes (/admin/ratelimit/) are not mounted")
+	}
 
 	users, err := newUserStore(bcrypt.DefaultCost, demoUsers)
 	if err != nil {
@@ -124,6 +139,7 @@ type config struct {
 	block           func(keyfunc.Request) bool // clients refused outright; nil: none
 	accountSecret   []byte                     // HMAC key of account keys; nil: keyfunc's public default
 	limiterOptions  []core.Option              // options of both limiters
+	adminToken      string                     // bearer token of the admin routes; "" does not mount them
 }
 
 func defaultConfig() config {
@@ -186,7 +202,31 @@ func newApp(store core.Store, users authenticator, cfg config) (*app, error) {
 		guard.WithHeaders(guard.HeadersNone),
 	)
 	a.router.POST("/login", perIP, perAccount, a.login)
+
+	if cfg.adminToken != "" {
+		// Support staff peek at and unlock keys here. The account
+		// policy's routes take a user name and derive its stored key as
+		// the limiter does, with the app's secret.
+		admin := opshttp.Handler([]*core.Limiter{ipLimit, accountLimit},
+			opshttp.WithKeyer("login-account", func(name string) (string, error) {
+				return personal.AccountKey(name, personal.Secret(cfg.accountSecret))
+			}))
+		a.router.Any("/admin/ratelimit/*route", gin.WrapH(bearer(cfg.adminToken, http.StripPrefix("/admin/ratelimit", admin))))
+	}
 	return a, nil
+}
+
+// bearer admits requests carrying "Authorization: Bearer <token>". A real
+// app puts its own admin authentication here.
+func bearer(token string, next http.Handler) http.Handler {
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // credentials is the body of POST /login, JSON or form.

@@ -622,3 +622,56 @@ func TestBlockedNetwork(t *testing.T) {
 		t.Errorf("units used by the blocked address = %d, want 0", got)
 	}
 }
+
+// TestSupportUnlocksThroughAdminRoutes: with LOGIN_ADMIN_TOKEN the example
+// mounts opshttp, as the unlock commands of docs/examples.md use it: a peek of
+// alice's account (by her user name, keyed with the app's secret) says
+// she is locked, a DELETE unlocks her, and her right password then logs
+// her in. Without the token the routes refuse; without the setting they
+// are not mounted.
+func TestSupportUnlocksThroughAdminRoutes(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.adminToken = "s3cret"
+	cfg.accountSecret = []byte("app secret")
+	a := newTestApp(t, core.NewMemoryStore(), plainUsers{"alice": "wonderland"}, cfg)
+	admin := func(method, path, token string) (int, string) {
+		t.Helper()
+		req := httptest.NewRequest(method, path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		rec := httptest.NewRecorder()
+		a.router.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	const alice = "/admin/ratelimit/policies/login-account/keys/alice"
+
+	for range 5 {
+		serve(t, a, "192.0.2.1", "alice", "guess")
+	}
+	if ans := serve(t, a, "192.0.2.2", "alice", "wonderland"); ans.status != http.StatusTooManyRequests {
+		t.Fatalf("alice after 5 failures: %+v, want 429", ans)
+	}
+	if code, _ := admin(http.MethodGet, alice, ""); code != http.StatusUnauthorized {
+		t.Errorf("peek without the token: %d, want 401", code)
+	}
+	if code, body := admin(http.MethodGet, alice, "s3cret"); code != http.StatusOK || !strings.Contains(body, `"allowed":false`) {
+		t.Errorf("peek of alice: %d %s, want 200 with \"allowed\":false", code, body)
+	}
+	if code, _ := admin(http.MethodDelete, alice, "s3cret"); code != http.StatusNoContent {
+		t.Errorf("reset of alice: %d, want 204", code)
+	}
+	if ans := serve(t, a, "192.0.2.2", "alice", "wonderland"); ans.status != http.StatusOK {
+		t.Errorf("alice after the reset: %+v, want 200", ans)
+	}
+
+	plain := newTestApp(t, core.NewMemoryStore(), plainUsers{"alice": "wonderland"}, testConfig())
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodGet, alice, nil)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	plain.router.ServeHTTP(rec, req)
+	if rec.Code != http.StatusNotFound {
+		t.Errorf("admin route without LOGIN_ADMIN_TOKEN: %d, want 404 (not mounted)", rec.Code)
+	}
+}

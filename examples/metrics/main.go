@@ -6,8 +6,8 @@
 //	for i in 1 2 3 4 5 6; do curl -s -o /dev/null -w '%{http_code} ' localhost:8087/hello; done   # 200 ×5, then 429
 //	curl -s localhost:8087/metrics | grep '^ratekit_decisions_total'
 //	curl -s -H 'Authorization: Bearer s3cret' localhost:8087/admin/ratelimit/policies
-//	curl -s -H 'Authorization: Bearer s3cret' localhost:8087/admin/ratelimit/policies/hello/keys/127.0.0.1
-//	curl -s -X DELETE -H 'Authorization: Bearer s3cret' -w '%{http_code}\n' localhost:8087/admin/ratelimit/policies/hello/keys/127.0.0.1   # 204: unlocked
+//	curl -s -H 'Authorization: Bearer s3cret' localhost:8087/admin/ratelimit/policies/metrics-hello/keys/127.0.0.1
+//	curl -s -X DELETE -H 'Authorization: Bearer s3cret' -w '%{http_code}\n' localhost:8087/admin/ratelimit/policies/metrics-hello/keys/127.0.0.1   # 204: unlocked
 //
 // The operations page is at http://localhost:8087/admin/ops/ (user admin,
 // the token as password): look up 127.0.0.1 and reset it; each reset is
@@ -63,7 +63,7 @@ func newHandler(store core.Store, logger *slog.Logger, adminToken string, client
 	reg.MustRegister(metrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	hello, err := core.NewLimiter(store, core.Policy{
-		Name:  "hello",
+		Name:  "metrics-hello",
 		Rules: []core.Rule{{Limit: 5, Window: 10 * time.Second}},
 	}, append(opts,
 		core.WithObserver(metrics),                                 // decisions, store failures, breaker changes

@@ -73,9 +73,9 @@ func TestExample(t *testing.T) {
 		labels string
 		want   float64
 	}{
-		{"outcome=allowed,policy=hello,source=store", 5},
+		{"outcome=allowed,policy=metrics-hello,source=store", 5},
 		// The in-memory store answers denials itself, without a deny cache.
-		{"outcome=denied,policy=hello,source=store", 2},
+		{"outcome=denied,policy=metrics-hello,source=store", 2},
 	}
 	for _, tc := range tests {
 		if got := counts[tc.labels]; got != tc.want {
@@ -85,13 +85,13 @@ func TestExample(t *testing.T) {
 	if status, _ := get("/admin/ratelimit/policies", ""); status != http.StatusUnauthorized {
 		t.Errorf("admin without token: status %d, want 401", status)
 	}
-	if status, body := get("/admin/ratelimit/policies", "Bearer s3cret"); status != 200 || !strings.Contains(body, `"name":"hello"`) {
+	if status, body := get("/admin/ratelimit/policies", "Bearer s3cret"); status != 200 || !strings.Contains(body, `"name":"metrics-hello"`) {
 		t.Errorf("admin with token: status %d body %s, want 200 listing hello", status, body)
 	}
-	if status, body := get("/admin/ratelimit/policies/hello/keys/127.0.0.1", "Bearer s3cret"); status != 200 || !strings.Contains(body, `"allowed":false`) {
+	if status, body := get("/admin/ratelimit/policies/metrics-hello/keys/127.0.0.1", "Bearer s3cret"); status != 200 || !strings.Contains(body, `"allowed":false`) {
 		t.Errorf("admin peek of the client: status %d body %s, want 200, not allowed", status, body)
 	}
-	req, err := http.NewRequest(http.MethodDelete, srv.URL+"/admin/ratelimit/policies/hello/keys/127.0.0.1", nil)
+	req, err := http.NewRequest(http.MethodDelete, srv.URL+"/admin/ratelimit/policies/metrics-hello/keys/127.0.0.1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,21 +160,21 @@ func TestOperationsPage(t *testing.T) {
 		t.Fatalf("page without credentials: %d %q; want 401 with a Basic challenge", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
 	}
 	resp, page := do("GET", "/admin/ops/?q=127.0.0.1", nil, true)
-	if resp.StatusCode != 200 || !strings.Contains(page, `data-policy="hello"`) || !strings.Contains(page, "Refused: may retry at") {
+	if resp.StatusCode != 200 || !strings.Contains(page, `data-policy="metrics-hello"`) || !strings.Contains(page, "Refused: may retry at") {
 		t.Fatalf("lookup of the client: %d\n%s", resp.StatusCode, page)
 	}
 	m := regexp.MustCompile(`name="csrf" value="([A-Z2-7]+)"`).FindStringSubmatch(page)
 	if m == nil {
 		t.Fatalf("no reset form on the page:\n%s", page)
 	}
-	form := url.Values{"csrf": {m[1]}, "policy": {"hello"}, "q": {"127.0.0.1"}, "as": {"id"}}
+	form := url.Values{"csrf": {m[1]}, "policy": {"metrics-hello"}, "q": {"127.0.0.1"}, "as": {"id"}}
 	if resp, body := do("POST", "/admin/ops/reset", form, true); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("reset from the page: %d\n%s", resp.StatusCode, body)
 	}
 	if resp, _ := do("GET", "/hello", nil, false); resp.StatusCode != http.StatusOK {
 		t.Errorf("/hello after the reset: %d, want 200", resp.StatusCode)
 	}
-	if !strings.Contains(logs.String(), `msg="ratekit: key reset from the operations page" policy=hello failed=false`) {
+	if !strings.Contains(logs.String(), `msg="ratekit: key reset from the operations page" policy=metrics-hello failed=false`) {
 		t.Errorf("log:\n%s\nwant the reset", logs.String())
 	}
 }

@@ -45,7 +45,7 @@ func main() {
 // as clientIP finds it.
 func newHandler(store core.Store, clientIP keyfunc.Func, opts ...core.Option) (http.Handler, error) {
 	hello, err := core.NewLimiter(store, core.Policy{
-		Name:  "hello",
+		Name:  "quickstart-hello",
 		Rules: []core.Rule{{Limit: 5, Window: 10 * time.Second}},
 	}, opts...)
 	if err != nil {

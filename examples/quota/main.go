@@ -6,7 +6,11 @@
 //	pro  1000 per minute and 100,000 per day
 //
 // The plan of a key is looked up in the app's plan table by a function
-// the limiter calls on a cache miss (cached for a minute). The quota uses
+// the limiter calls on a cache miss (cached for a minute). The table is
+// where every instance reads it: with REDIS_URL set, a Redis hash
+// (quota:plans, next to the limits), so that a plan changed through one
+// instance holds on all of them and after a restart; without it, this
+// process's memory, like the limits. The quota uses
 // the SlidingBuckets algorithm: each window is kept as 60 counters, so a
 // daily quota of 100,000 takes a few KB per key in Redis however many
 // requests it counts, where the exact sliding log would keep one entry
@@ -22,7 +26,7 @@
 //
 // Requests over the quota get 429 with Retry-After, the X-RateLimit-* and
 // IETF RateLimit fields, and an RFC 9457 problem+json body naming the
-// binding rule ("api-60s" or "api-86400s"). Unknown keys get 401. The demo
+// binding rule ("quota-api-60s" or "quota-api-86400s"). Unknown keys get 401. The demo
 // keys are demo-free and demo-pro:
 //
 //	QUOTA_ADMIN_TOKEN=s3cret go run ./examples/quota
@@ -40,17 +44,20 @@
 // -trusted-proxy: nothing here is keyed by address). Limits live in
 // memory; set REDIS_URL to keep them in Redis.
 //
-// Several instances on one Redis share every key's usage, and a plan
-// change made through one instance's POST /admin/plan reaches the others'
-// cached plans and cached denials at once (Limiter.InvalidateTier
-// publishes it through Redis). A plan changed in the database without
-// that call takes effect on each instance within the plan cache's minute.
+// Several instances on one Redis share every key's usage and the plan
+// table, and a plan change made through one instance's POST /admin/plan
+// reaches the others' cached plans and cached denials at once
+// (Limiter.InvalidateTier publishes it through Redis). A plan changed in
+// the table without that call takes effect on each instance within the
+// plan cache's minute. The demo keys are put in the table at start unless
+// it has them already, so a restart keeps their changed plans.
 package main
 
 import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"log"
 	"net/http"
 	"os"
@@ -60,6 +67,7 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/fiberlimit"
@@ -80,7 +88,12 @@ func main() {
 	if cfg.adminToken == "" {
 		log.Print("QUOTA_ADMIN_TOKEN is not set: POST /admin/plan is disabled")
 	}
-	p := newPlans(map[string]string{"demo-free": "free", "demo-pro": "pro"})
+	table, where := planTableFromEnv()
+	p, err := newPlans(table, map[string]string{"demo-free": "free", "demo-pro": "pro"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("plans: %s", where)
 	a, err := newApp(exampleenv.Store(), p, cfg)
 	if err != nil {
 		log.Fatal(err)
@@ -117,44 +130,137 @@ func defaultConfig() config {
 	}
 }
 
-// plans is the app's plan table: API key to plan name. A real app keeps it
-// in its database. It is safe for concurrent use.
+// planTable maps API keys to plan names. Every instance must read the
+// same one for a plan change to hold everywhere: a real app keeps it in
+// its database.
+type planTable interface {
+	// get returns the plan of key; ok is false for a key without one.
+	get(ctx context.Context, key string) (plan string, ok bool, err error)
+	// put puts key on plan.
+	put(ctx context.Context, key, plan string) error
+	// seed puts key on plan unless the table has a plan for it already.
+	seed(ctx context.Context, key, plan string) error
+}
+
+// planTableFromEnv returns the table of the example: a Redis hash on
+// REDIS_URL when it is set, else this process's memory; and says which.
+func planTableFromEnv() (planTable, string) {
+	url := os.Getenv("REDIS_URL")
+	if url == "" {
+		return newMemoryTable(), "in this process's memory: a plan changed here holds on this instance only (set REDIS_URL to share them)"
+	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		log.Fatal("REDIS_URL is not a valid redis:// URL") // it may hold a password: do not print it
+	}
+	return redisTable{rdb: redis.NewClient(opt), hash: plansHash}, "in the Redis hash " + plansHash + " at " + opt.Addr + ", shared by every instance"
+}
+
+// plansHash is the Redis hash of the plan table: field API key, value plan.
+const plansHash = "quota:plans"
+
+// memoryTable is a plan table in this process's memory.
+type memoryTable struct {
+	mu    sync.RWMutex
+	byKey map[string]string
+}
+
+func newMemoryTable() *memoryTable { return &memoryTable{byKey: map[string]string{}} }
+
+func (m *memoryTable) get(_ context.Context, key string) (string, bool, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	plan, ok := m.byKey[key]
+	return plan, ok, nil
+}
+
+func (m *memoryTable) put(_ context.Context, key, plan string) error {
+	m.mu.Lock()
+	m.byKey[key] = plan
+	m.mu.Unlock()
+	return nil
+}
+
+func (m *memoryTable) seed(_ context.Context, key, plan string) error {
+	m.mu.Lock()
+	if _, ok := m.byKey[key]; !ok {
+		m.byKey[key] = plan
+	}
+	m.mu.Unlock()
+	return nil
+}
+
+// redisTable is a plan table in a Redis hash, read by every instance.
+type redisTable struct {
+	rdb  redis.UniversalClient
+	hash string
+}
+
+func (r redisTable) get(ctx context.Context, key string) (string, bool, error) {
+	plan, err := r.rdb.HGet(ctx, r.hash, key).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return "", false, nil
+	case err != nil:
+		return "", false, fmt.Errorf("quota: plan table: %w", err)
+	}
+	return plan, true, nil
+}
+
+func (r redisTable) put(ctx context.Context, key, plan string) error {
+	if err := r.rdb.HSet(ctx, r.hash, key, plan).Err(); err != nil {
+		return fmt.Errorf("quota: plan table: %w", err)
+	}
+	return nil
+}
+
+func (r redisTable) seed(ctx context.Context, key, plan string) error {
+	if err := r.rdb.HSetNX(ctx, r.hash, key, plan).Err(); err != nil {
+		return fmt.Errorf("quota: plan table: %w", err)
+	}
+	return nil
+}
+
+// plans is the app's view of the plan table. It is safe for concurrent
+// use.
 type plans struct {
-	mu      sync.RWMutex
-	byKey   map[string]string
+	table   planTable
 	lookups atomic.Int64 // resolutions by the limiter; its cache keeps them few
 }
 
 var errUnknownKey = errors.New("quota: unknown API key")
 
-func newPlans(byKey map[string]string) *plans {
-	p := &plans{byKey: make(map[string]string, len(byKey))}
-	for k, v := range byKey {
-		p.byKey[k] = v
+// newPlans returns the plans of table, after putting each key of seeds on
+// its plan unless the table has one for it already.
+func newPlans(table planTable, seeds map[string]string) (*plans, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for k, plan := range seeds {
+		if err := table.seed(ctx, k, plan); err != nil {
+			return nil, err
+		}
 	}
-	return p
+	return &plans{table: table}, nil
 }
 
 // plan returns the plan of key.
-func (p *plans) plan(key string) (string, bool) {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	plan, ok := p.byKey[key]
-	return plan, ok
+func (p *plans) plan(ctx context.Context, key string) (string, bool, error) {
+	return p.table.get(ctx, key)
 }
 
 // set puts key on plan.
-func (p *plans) set(key, plan string) {
-	p.mu.Lock()
-	p.byKey[key] = plan
-	p.mu.Unlock()
+func (p *plans) set(ctx context.Context, key, plan string) error {
+	return p.table.put(ctx, key, plan)
 }
 
 // resolve is the limiter's core.TierFunc.
-func (p *plans) resolve(_ context.Context, key string) (string, error) {
+func (p *plans) resolve(ctx context.Context, key string) (string, error) {
 	p.lookups.Add(1)
-	plan, ok := p.plan(key)
-	if !ok {
+	plan, ok, err := p.plan(ctx, key)
+	switch {
+	case err != nil:
+		return "", err
+	case !ok:
 		return "", errUnknownKey
 	}
 	return plan, nil
@@ -172,7 +278,7 @@ type app struct {
 // newApp builds the service on store.
 func newApp(store core.Store, p *plans, cfg config) (*app, error) {
 	quota, err := core.NewLimiter(store, core.Policy{
-		Name:      "api",
+		Name:      "quota-api",
 		Rules:     cfg.tiers[cfg.defaultTier],
 		Algorithm: core.SlidingBuckets, // bounded memory per key, however large the quota
 	}, append([]core.Option{
@@ -182,7 +288,7 @@ func newApp(store core.Store, p *plans, cfg config) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
-	exports, err := core.NewLimiter(store, core.Policy{Name: "exports", InFlight: 2}, cfg.limiterOptions...)
+	exports, err := core.NewLimiter(store, core.Policy{Name: "quota-exports", InFlight: 2}, cfg.limiterOptions...)
 	if err != nil {
 		return nil, err
 	}
@@ -237,7 +343,12 @@ func apiKey(c *fiber.Ctx) string {
 
 // authenticate refuses keys that have no plan.
 func (a *app) authenticate(c *fiber.Ctx) error {
-	if _, ok := a.plans.plan(apiKey(c)); !ok {
+	_, ok, err := a.plans.plan(c.UserContext(), apiKey(c))
+	switch {
+	case err != nil:
+		log.Print(err)
+		return fiber.ErrServiceUnavailable
+	case !ok:
 		return c.Status(http.StatusUnauthorized).JSON(fiber.Map{"error": "unknown API key"})
 	}
 	return c.Next()
@@ -278,7 +389,11 @@ type limitState struct {
 // status answers the key's remaining quota without consuming any.
 func (a *app) status(c *fiber.Ctx) error {
 	key := apiKey(c)
-	plan, _ := a.plans.plan(key)
+	plan, _, err := a.plans.plan(c.UserContext(), key)
+	if err != nil {
+		log.Print(err)
+		return fiber.ErrServiceUnavailable
+	}
 	d, err := a.quota.Peek(c.UserContext(), key)
 	if err != nil {
 		return fiber.ErrServiceUnavailable
@@ -317,7 +432,10 @@ func (a *app) setPlan(token string) fiber.Handler {
 			return c.Status(http.StatusBadRequest).JSON(fiber.Map{"error": "unknown plan"})
 		}
 		key := strings.Clone(req.Key)
-		a.plans.set(key, req.Plan)
+		if err := a.plans.set(c.UserContext(), key, req.Plan); err != nil {
+			log.Print(err)
+			return fiber.ErrServiceUnavailable
+		}
 		if err := a.quota.InvalidateTier(c.UserContext(), key); err != nil {
 			// This instance has the new plan; others keep the old one
 			// until their tier cache expires.

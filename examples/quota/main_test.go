@@ -35,7 +35,11 @@ func testConfig(opts ...core.Option) config {
 
 func newTestApp(t testing.TB, store core.Store, cfg config) *app {
 	t.Helper()
-	a, err := newApp(store, newPlans(map[string]string{"k-free": "free", "k-pro": "pro"}), cfg)
+	p, err := newPlans(newMemoryTable(), map[string]string{"k-free": "free", "k-pro": "pro"})
+	if err != nil {
+		t.Fatalf("newPlans: %v", err)
+	}
+	a, err := newApp(store, p, cfg)
 	if err != nil {
 		t.Fatalf("newApp: %v", err)
 	}
@@ -164,8 +168,8 @@ func TestCostAndStatus(t *testing.T) {
 			// 5 units left: a report (10) does not fit, items still do.
 			ans := postReport(t, a, "k-free")
 			wantAnswer(t, "report over the quota", ans, http.StatusTooManyRequests, "5")
-			if v := violated(t, ans); len(v) != 1 || v[0] != "api-60s" || ans.retry == "" || ans.limit != "100" {
-				t.Errorf("report over the quota: %v, violated %v; want Retry-After and api-60s", ans, v)
+			if v := violated(t, ans); len(v) != 1 || v[0] != "quota-api-60s" || ans.retry == "" || ans.limit != "100" {
+				t.Errorf("report over the quota: %v, violated %v; want Retry-After and quota-api-60s", ans, v)
 			}
 			for i := range 5 {
 				wantAnswer(t, "item after the denied report", getItems(t, a, "k-free"), http.StatusOK, strconv.Itoa(4-i))
@@ -243,9 +247,9 @@ func TestUpgrade(t *testing.T) {
 			}
 
 			// Without the admin call the change waits for the tier cache.
-			a.plans.set("k-free", "pro")
+			_ = a.plans.set(context.Background(), "k-free", "pro")
 			wantAnswer(t, "plan changed behind the limiter's back", getItems(t, a, "k-free"), http.StatusTooManyRequests, "0")
-			a.plans.set("k-free", "free")
+			_ = a.plans.set(context.Background(), "k-free", "free")
 
 			for _, bad := range []struct{ token, body string }{
 				{"wrong", `{"key":"k-free","plan":"pro"}`},
@@ -303,8 +307,8 @@ func TestExports(t *testing.T) {
 			if ans.status != http.StatusTooManyRequests || ans.retry != "1" || ans.limit != "2" || ans.remaining != "0" {
 				t.Fatalf("third export while two run: %v, want 429, Retry-After 1, X-RateLimit-Limit 2, Remaining 0", ans)
 			}
-			if v := violated(t, ans); len(v) != 1 || v[0] != "exports" {
-				t.Errorf("third export: violated %v, want [exports]", v)
+			if v := violated(t, ans); len(v) != 1 || v[0] != "quota-exports" {
+				t.Errorf("third export: violated %v, want [quota-exports]", v)
 			}
 			close(release)
 			for range 2 {
@@ -325,8 +329,8 @@ func TestExports(t *testing.T) {
 			}
 			for range 3 {
 				ans := postExport()
-				if v := violated(t, ans); ans.status != http.StatusTooManyRequests || len(v) != 1 || v[0] != "api-60s" {
-					t.Fatalf("export over the quota: %v, violated %v; want 429 naming api-60s", ans, v)
+				if v := violated(t, ans); ans.status != http.StatusTooManyRequests || len(v) != 1 || v[0] != "quota-api-60s" {
+					t.Fatalf("export over the quota: %v, violated %v; want 429 naming quota-api-60s", ans, v)
 				}
 			}
 			if d, err := a.exports.Peek(context.Background(), "k-free"); err != nil || d.Remaining != 2 {
@@ -336,14 +340,18 @@ func TestExports(t *testing.T) {
 	}
 }
 
-// TestUpgradeOnEveryInstance: two instances share one Redis and one plan
-// table. A key moved to pro through one instance's admin route gets the
-// pro limit on the other too, at once: the invalidation reaches the other
-// instance's tier cache (a minute long) through Redis.
+// TestUpgradeOnEveryInstance: two instances share one Redis, for their
+// limits and their plan table. A key moved to pro through one instance's
+// admin route gets the pro limit on the other too, at once: the
+// invalidation reaches the other instance's tier cache (a minute long)
+// through Redis. (TestPlansAcrossProcesses runs two processes.)
 func TestUpgradeOnEveryInstance(t *testing.T) {
 	srv := redistest.Start(t)
-	p := newPlans(map[string]string{"k-free": "free"})
 	newInstance := func() *app {
+		p, err := newPlans(redisTable{rdb: srv.Client(t), hash: plansHash}, map[string]string{"k-free": "free"})
+		if err != nil {
+			t.Fatalf("newPlans: %v", err)
+		}
 		a, err := newApp(redisstore.New(srv.Client(t)), p, testConfig())
 		if err != nil {
 			t.Fatalf("newApp: %v", err)
@@ -487,7 +495,7 @@ func TestRedisMemoryBounded(t *testing.T) {
 	store := redisstore.New(srv.Client(t))
 	a := newTestApp(t, store, testConfig(core.WithClock(clk.Now)))
 	ctx := context.Background()
-	key := store.Key("api", "k-pro") + ":b"
+	key := store.Key("quota-api", "k-pro") + ":b"
 
 	const n = 20_000
 	step := 24 * time.Hour / n // 4.32 s

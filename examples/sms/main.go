@@ -24,6 +24,15 @@
 // that cannot get a turn within 5 s is answered 503 and not charged
 // either. Set SMS_PROVIDER_URL to the provider's endpoint; without it a
 // stand-in provider on a loopback port logs the masked numbers.
+// -provider-rate N sets the provider's limit (sends per second, 100 by
+// default), and -provider-stub ADDR serves nothing but a stand-in
+// provider that prints how many sends reach it in each second, to watch
+// the throttle, across instances too:
+//
+//	go run ./examples/sms -provider-stub 127.0.0.1:9099 &
+//	SMS_PROVIDER_URL=http://127.0.0.1:9099/send go run ./examples/sms -provider-rate 2 &
+//	for i in 0 1 2 3 4 5 6 7 8 9; do curl -s -o /dev/null -w '%{http_code} ' -d phone=1380013800$i localhost:8082/sms/send & done; wait
+//	# 202 ×10; the stub prints "provider: 2 sends in second …" five times
 //
 //	go run ./examples/sms
 //	curl -i -H 'Content-Type: application/json' -d '{"phone":"+86 138-0013-8000"}' localhost:8082/sms/send
@@ -46,6 +55,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log"
@@ -53,6 +63,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -67,12 +78,29 @@ import (
 )
 
 func main() {
+	rate := flag.Int("provider-rate", 100, "sends per second the SMS provider allows, for the whole fleet")
+	stub := flag.String("provider-stub", "", "serve only a stand-in SMS provider on this address, printing the sends that reach it in each second (then point SMS_PROVIDER_URL at http://ADDR/send)")
 	flags := exampleenv.Parse("127.0.0.1:8082", exampleenv.ByIP)
+	if *stub != "" {
+		log.Printf("a stand-in SMS provider on http://%s/send: it prints how many sends reach it in each second", *stub)
+		p := &countingProvider{out: os.Stdout, now: time.Now}
+		go func() {
+			for range time.Tick(time.Second) {
+				p.record(false) // print the second that ended, if it had sends
+			}
+		}()
+		srv := &http.Server{Addr: *stub, Handler: p, ReadHeaderTimeout: 5 * time.Second}
+		log.Fatal(srv.ListenAndServe())
+	}
 
 	cfg := defaultConfig()
 	cfg.clientIP = flags.ClientIP
 	cfg.limiterOptions = flags.Options()
 	cfg.secret = exampleenv.Secret("SMS_KEY_SECRET", "phone numbers")
+	if *rate < 1 {
+		log.Fatalf("-provider-rate %d: want at least 1 send per second", *rate)
+	}
+	cfg.providerRate = core.Rule{Limit: int64(*rate), Window: time.Second}
 
 	store := exampleenv.Store()
 	url := os.Getenv("SMS_PROVIDER_URL")
@@ -295,4 +323,41 @@ func mask(number string) string {
 		return "****"
 	}
 	return number[:len(number)-7] + "****" + number[len(number)-3:]
+}
+
+// countingProvider is a stand-in SMS provider that counts the sends
+// reaching it in each second of its own clock, as a provider that
+// enforces its limit in strict one-second windows counts them, and prints
+// each second's count (to out, by the clock now) once the second is over:
+// when a send arrives in a later one, or a record(false) call finds it
+// over.
+type countingProvider struct {
+	mu    sync.Mutex
+	out   io.Writer
+	now   func() time.Time
+	sec   int64 // the second being counted (Unix)
+	count int
+}
+
+func (p *countingProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<16))
+	p.record(true)
+	w.WriteHeader(http.StatusAccepted)
+}
+
+// record counts a send (send true) at now, printing the count of a
+// second that has ended.
+func (p *countingProvider) record(send bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now().Unix()
+	if now != p.sec {
+		if p.count > 0 {
+			fmt.Fprintf(p.out, "provider: %d sends in second %s\n", p.count, time.Unix(p.sec, 0).Format("15:04:05"))
+		}
+		p.sec, p.count = now, 0
+	}
+	if send {
+		p.count++
+	}
 }

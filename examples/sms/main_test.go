@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -531,4 +532,95 @@ func TestProviderWaits(t *testing.T) {
 	if fake.count() != len(numbers) {
 		t.Errorf("%d codes reached the provider, want %d", fake.count(), len(numbers))
 	}
+}
+
+// TestCountingProvider: the -provider-stub provider counts the sends of
+// each second of its clock and prints a second once it is over.
+func TestCountingProvider(t *testing.T) {
+	var (
+		out strings.Builder
+		now = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	)
+	p := &countingProvider{out: &out, now: func() time.Time { return now }}
+	send := func(at time.Duration) {
+		now = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).Add(at)
+		rec := httptest.NewRecorder()
+		p.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/send", strings.NewReader(`{"to":"+8613800138000"}`)))
+		if rec.Code != http.StatusAccepted {
+			t.Fatalf("send: %d, want 202", rec.Code)
+		}
+	}
+	send(100 * time.Millisecond)
+	send(900 * time.Millisecond)
+	send(1200 * time.Millisecond)
+	now = now.Add(3 * time.Second)
+	p.record(false)
+	want := fmt.Sprintf("provider: 2 sends in second %s\nprovider: 1 sends in second %s\n",
+		time.Unix(now.Unix()-4, 0).Format("15:04:05"), time.Unix(now.Unix()-3, 0).Format("15:04:05"))
+	if out.String() != want {
+		t.Errorf("printed %q, want %q", out.String(), want)
+	}
+}
+
+// TestProviderRateWatched: what the throttle command of docs/jobs.md shows. With
+// -provider-rate 5, ten codes sent at once all reach the stand-in
+// provider, five at once and five a second later, rather than being
+// refused.
+func TestProviderRateWatched(t *testing.T) {
+	var out syncWriter
+	stub := &countingProvider{out: &out, now: time.Now}
+	srv := httptest.NewServer(stub)
+	t.Cleanup(srv.Close)
+	cfg := defaultConfig()
+	cfg.providerRate = core.Rule{Limit: 5, Window: time.Second} // -provider-rate 5
+	cfg.limiterOptions = []core.Option{core.WithTimeout(2 * time.Second)}
+	p, err := newProvider(core.NewMemoryStore(), srv.URL+"/send", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for i := range 10 {
+		wg.Go(func() {
+			if err := p.send(context.Background(), fmt.Sprintf("+861380013800%d", i), "123456"); err != nil {
+				failed.Add(1)
+				t.Errorf("send %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+	stub.record(false)
+	total := 0
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var n int
+		if _, err := fmt.Sscanf(line, "provider: %d sends in second", &n); err != nil {
+			t.Fatalf("stub line %q: %v", line, err)
+		}
+		total += n
+	}
+	if total != 10 || failed.Load() != 0 || elapsed < 900*time.Millisecond {
+		t.Errorf("the stub counted %d sends (want 10), %d failed (want 0), in %v (want the second five to wait about a second):\n%s",
+			total, failed.Load(), elapsed, out.String())
+	}
+}
+
+// syncWriter is a strings.Builder safe for concurrent writes.
+type syncWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }

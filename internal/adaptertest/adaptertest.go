@@ -15,6 +15,11 @@
 // limiter, answering a panic with 500 (net/http: [Recover]); and, when
 // [Options.Decompress] is set and the framework does not decode request
 // bodies itself, a middleware that does ([Gunzip]).
+//
+// [RunOneLiners] checks the LimitBy one-liners of every adapter, gRPC's
+// included: that each exists with the signature of [OneLiners], keys by
+// what it says, counts on the store guard.WithStore gives, and panics at
+// construction naming the field.
 package adaptertest
 
 import (

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -82,7 +83,7 @@ func Parse(defaultAddr string, keys Keys) Flags {
 func parse(fs *flag.FlagSet, args []string, defaultAddr string, keys Keys) (Flags, error) {
 	f := Flags{ClientIP: keyfunc.ClientIP()}
 	fs.StringVar(&f.Addr, "addr", defaultAddr, "address to listen on")
-	failure := fs.String("failure-policy", "local", "how limiters decide while Redis fails: local (each instance limits on its own), open (admit) or closed (refuse with 503)")
+	failure := fs.String("failure-policy", "local", "how limiters decide while Redis fails: local (each instance limits on its own), open (admit) or closed (refuse as unavailable: HTTP 503, gRPC Unavailable)")
 	var proxy, block *string
 	if keys >= ByIP {
 		proxy = fs.String("trusted-proxy", "", "CIDRs of the reverse proxies in front of this server, comma-separated (e.g. 10.0.0.0/8): the client address is read from the X-Forwarded-For they append")
@@ -116,9 +117,9 @@ func parse(fs *flag.FlagSet, args []string, defaultAddr string, keys Keys) (Flag
 		f.ClientIP = keyfunc.ClientIP(ipOpts...)
 	}
 	if block != nil && *block != "" {
-		denied, err := keyfunc.ParseTrustedProxies(strings.Split(*block, ",")...)
+		denied, err := parseNetworks(*block)
 		if err != nil {
-			return Flags{}, fmt.Errorf("-block: %w", err)
+			return Flags{}, fmt.Errorf("-block (the deny list): %w", err)
 		}
 		f.Block = keyfunc.InNetworks(denied, ipOpts...)
 	}
@@ -126,6 +127,25 @@ func parse(fs *flag.FlagSet, args []string, defaultAddr string, keys Keys) (Flag
 		return Flags{}, errors.New("unexpected arguments: " + strings.Join(fs.Args(), " "))
 	}
 	return f, nil
+}
+
+// parseNetworks parses a comma-separated list of CIDR prefixes or single
+// addresses, naming the first entry that is neither in its error.
+func parseNetworks(list string) ([]netip.Prefix, error) {
+	var nets []netip.Prefix
+	for _, s := range strings.Split(list, ",") {
+		s = strings.TrimSpace(s)
+		if p, err := netip.ParsePrefix(s); err == nil {
+			nets = append(nets, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a CIDR prefix (203.0.113.0/24) or an IP address", s)
+		}
+		nets = append(nets, netip.PrefixFrom(a.WithZone(""), a.BitLen()))
+	}
+	return nets, nil
 }
 
 // Store returns the store an example program limits with: a

@@ -82,7 +82,10 @@ func TestParseBlock(t *testing.T) {
 		{[]string{"-block", "10.0.0.0/8"}, true, ""},                                     // the peer
 		{[]string{"-trusted-proxy", "10.0.0.0/8", "-block", "203.0.113.0/24"}, true, ""}, // the forwarded client
 		{[]string{"-trusted-proxy", "10.0.0.0/8", "-block", "10.0.0.0/8"}, false, ""},    // never the proxy
-		{[]string{"-block", "10.0.0.0/33"}, false, "-block"},
+		{[]string{"-block", "10.0.0.0/33"}, false, `-block (the deny list): "10.0.0.0/33" is not a CIDR prefix`},
+		{[]string{"-block", "1.2.3.4/40"}, false, `-block (the deny list): "1.2.3.4/40"`},
+		{[]string{"-block", "192.0.2.1, 10.1.2.3"}, true, ""}, // single addresses
+		{[]string{"-block", "10.1.2.0/24,bogus"}, false, `"bogus" is not a CIDR prefix`},
 	} {
 		f, ok := parseCase(t, tc.args, ByIPBlock, tc.err)
 		if !ok {
@@ -91,5 +94,26 @@ func TestParseBlock(t *testing.T) {
 		if got := f.Block != nil && f.Block(fromProxy()); got != tc.blocked {
 			t.Errorf("parse(%q): Block = %v, want %v", tc.args, got, tc.blocked)
 		}
+	}
+}
+
+// A bad -block entry is reported as the deny list's, never as a trusted
+// proxy's.
+func TestParseBlockErrorNamesTheDenyList(t *testing.T) {
+	_, err := parse(flag.NewFlagSet("example", flag.ContinueOnError), []string{"-block", "1.2.3.4/40"}, "127.0.0.1:9", ByIPBlock)
+	if err == nil || strings.Contains(err.Error(), "trusted proxy") || !strings.Contains(err.Error(), "deny list") {
+		t.Errorf("parse(-block 1.2.3.4/40) error = %v, want one about the deny list, not a trusted proxy", err)
+	}
+}
+
+// The help of -failure-policy is right for the gRPC example too: closed
+// refuses with Unavailable there, not 503.
+func TestFailurePolicyHelp(t *testing.T) {
+	fs := flag.NewFlagSet("example", flag.ContinueOnError)
+	if _, err := parse(fs, nil, "127.0.0.1:9", ByIP); err != nil {
+		t.Fatal(err)
+	}
+	if u := fs.Lookup("failure-policy").Usage; !strings.Contains(u, "gRPC Unavailable") || !strings.Contains(u, "HTTP 503") {
+		t.Errorf("-failure-policy help %q, want it to name HTTP 503 and gRPC Unavailable", u)
 	}
 }

@@ -38,32 +38,38 @@ func TestLockoutAndCalendar(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	args := []string{"peek", "-policy", "login-ip", "-rules", "2/1m", "-lockout", "24h", "192.0.2.1"}
+	// peek finds the lockout by itself: the app's Retry-After, without
+	// the policy's lockout restated.
+	args := []string{"peek", "-policy", "login-ip", "-rules", "2/1m", "192.0.2.1"}
 	code, stdout, _ := exec(t, url, args...)
-	want(t, args, code, 0, stdout, "a request now: denied, locked out until ", "(retry after 24h0m0s)", "rule 2/1m0s: used 2, remaining 0")
+	want(t, args, code, 0, stdout, "a request now: denied, locked out until ", "(retry after 24h0m0s)", "rule 2/1m0s: used 2, remaining 0",
+		"lockout: until ", "offence 1")
 	until, err := time.Parse(time.RFC3339, strings.Fields(stdout[strings.Index(stdout, "locked out until ")+len("locked out until "):])[0])
 	if err != nil || until.Before(time.Now().Add(24*time.Hour-5*time.Second)) || until.After(time.Now().Add(24*time.Hour)) {
 		t.Errorf("locked out until %v (%v), want a day from now", until, err)
 	}
-	// Without -lockout, peek does not look.
-	args = []string{"peek", "-policy", "login-ip", "-rules", "2/1m", "192.0.2.1"}
+	// And without the rules at all: what the store holds settles it.
+	args = []string{"peek", "-policy", "login-ip", "192.0.2.1"}
 	code, stdout, _ = exec(t, url, args...)
-	want(t, args, code, 0, stdout, "a request now: denied, retry after ")
-	if strings.Contains(stdout, "locked") {
-		t.Errorf("peek without -lockout: %s, want no lockout shown", stdout)
-	}
+	want(t, args, code, 0, stdout, "sliding log: 2 units, admitted from ", "a request now: denied, locked out until ", "(retry after 24h0m0s)")
 
-	args = []string{"peek", "-json", "-policy", "login-ip", "-rules", "2/1m", "-lockout", "1h", "192.0.2.1"}
+	args = []string{"peek", "-json", "-policy", "login-ip", "192.0.2.1"}
 	code, stdout, stderr := exec(t, url, args...)
 	want(t, args, code, 0, stderr)
 	var got peekJSON
-	if err := json.Unmarshal([]byte(stdout), &got); err != nil || got.LockedUntil == "" || got.Allowed {
-		t.Errorf("peek -json = %s (%v), want locked_until", stdout, err)
+	if err := json.Unmarshal([]byte(stdout), &got); err != nil || got.LockedUntil == "" || got.Allowed == nil || *got.Allowed ||
+		got.Held.Offences != 1 || len(got.Held.SlidingLog) != 2 {
+		t.Errorf("peek -json = %s (%v), want allowed false, locked_until, 1 offence and 2 admissions held", stdout, err)
 	}
 
 	args = []string{"peek", "-policy", "api", "-rules", "10/1s,1000000/month@Europe/Paris", "app-42"}
 	code, stdout, _ = exec(t, url, args...)
 	want(t, args, code, 0, stdout, "a request now: allowed", "rule 1000000/month@Europe/Paris: used 7, remaining 999993, period ends in ")
+	// The calendar period and its count, without the rules.
+	args = []string{"peek", "-policy", "api", "app-42"}
+	code, stdout, _ = exec(t, url, args...)
+	want(t, args, code, 0, stdout, "calendar month ", ": 7 units", "sliding log: 7 units",
+		"a request now: allowed unless a rule is full; -rules")
 
 	args = []string{"policies"}
 	code, stdout, _ = exec(t, url, args...)

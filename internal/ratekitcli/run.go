@@ -34,13 +34,20 @@ import (
 const usage = `usage: ratekit <command> [flags] [key ...]
 
 commands:
-  peek -policy NAME -rules LIMIT/WINDOW[,LIMIT/WINDOW...] [-algorithm log|buckets] [-buckets N]
-       [-shards N] [-lockout D] [-json] [key flags] KEY
-        what a request of one unit for KEY would get now; records nothing
+  peek -policy NAME [-rules LIMIT/WINDOW[,LIMIT/WINDOW...]] [-algorithm log|buckets]
+       [-buckets N] [-shards N] [-json] [key flags] KEY
+        what Redis holds for KEY, read by itself: the units admitted and when,
+        the counts of calendar periods, a lockout and its end, the requests in
+        flight; and what a request of one unit would get now. Redis holds what
+        was admitted, not the policy's limits: a lockout says "denied" by
+        itself, and -rules (the policy's) says whether a request fits them
+        and what remains. Records nothing.
   reset -policy NAME [-shards N] [key flags] KEY...
         forget everything recorded for each KEY (both algorithms, its lockout
-        and calendar counts), and say how many Redis keys were deleted ("not
-        found" when there were none)
+        and calendar counts), and say how many Redis keys were deleted; when
+        nothing was found for a KEY, exit 1 with a hint (a wrong policy,
+        prefix or key; for -account and -phone, a RATEKIT_KEY_SECRET that is
+        not the app's)
   policies [-max N]
         policy names found in Redis, with their number of Redis keys of each
         kind: sliding log, buckets, calendar counts, lockouts, in-flight leases
@@ -58,9 +65,7 @@ history): its bytes as given to personal.Secret, or hex or base64 with
 -secret-encoding. Unset, personal's default (public) secret is used, as in
 an app that sets no personal.Secret.
 
--shards N is the policy's Shards: its keys are N Redis keys each. -lockout D
-says the policy has a Lockout (its For; any positive duration will do):
-peek then shows whether KEY is locked out, and until when.
+-shards N is the policy's Shards: its keys are N Redis keys each.
 Every command takes -prefix (default "ratekit") and -timeout (default 5s).
 Flags may come before or after keys; keys after "--" are keys even if
 they start with '-'. Windows are Go durations or days: 1/60s, 5/1h, 10/1d;
@@ -87,8 +92,16 @@ const (
 )
 
 // errUsage marks a command-line mistake; the message is printed with the
-// usage.
+// command's synopsis.
 var errUsage = errors.New("usage")
+
+// synopsis is each command's one line of help, printed after a mistake.
+var synopsis = map[string]string{
+	"peek":     "usage: ratekit peek -policy NAME [-rules LIMIT/WINDOW,...] [-account|-phone] KEY   (ratekit help: every flag)",
+	"reset":    "usage: ratekit reset -policy NAME [-account|-phone] KEY...   (ratekit help: every flag)",
+	"policies": "usage: ratekit policies [-max N]   (ratekit help: every flag)",
+	"":         "usage: ratekit peek|reset|policies [flags] [key ...]   (ratekit help: every flag)",
+}
 
 // Run executes one ratekit command line (args without the program name),
 // reading the environment through getenv; it returns the process exit
@@ -111,19 +124,39 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "policies":
 		err = policies(ctx, args, getenv, stdout, stderr)
 	default:
-		err = fmt.Errorf("%w: unknown command %q", errUsage, cmd)
+		fmt.Fprintf(stderr, "ratekit: unknown command %q\n%s\n", cmd, synopsis[""])
+		return exitUsage
 	}
+	var nf *notFound
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stderr, usage)
 		return exitOK
 	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "ratekit %s: %s\n\n%s", cmd, strings.TrimPrefix(err.Error(), "usage: "), usage)
+		fmt.Fprintf(stderr, "ratekit %s: %s\n%s\n", cmd, strings.TrimPrefix(err.Error(), "usage: "), synopsis[cmd])
 		return exitUsage
+	case errors.As(err, &nf):
+		fmt.Fprintf(stderr, "ratekit %s: %v\n%s\n", cmd, err, nf.hint)
+		return exitError
 	}
 	fmt.Fprintf(stderr, "ratekit %s: %v\n", cmd, err)
 	return exitError
+}
+
+// notFound is the error of a reset that found nothing for some keys,
+// with a hint at why.
+type notFound struct {
+	n, of int
+	hint  string
+}
+
+func (e *notFound) Error() string {
+	if e.of == 1 {
+		return "nothing found for the key, nothing deleted"
+	}
+	return fmt.Sprintf("nothing found for %d of the %d keys", e.n, e.of)
 }
 
 // common holds the flags every command takes.
@@ -133,9 +166,11 @@ type common struct {
 	timeout time.Duration
 }
 
-func newFlags(name string, stderr io.Writer) (*flag.FlagSet, *common) {
+func newFlags(name string, _ io.Writer) (*flag.FlagSet, *common) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	// Run prints the error and one line of help, not every flag.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	c := &common{cmd: name}
 	fs.StringVar(&c.prefix, "prefix", "ratekit", "key prefix of the app's RedisStore (core.WithPrefix)")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "bound of the whole command")
@@ -514,11 +549,10 @@ func (k *keyFlags) secret(getenv func(string) string) ([]byte, error) {
 func peek(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs, c := newFlags("peek", stderr)
 	policy := fs.String("policy", "", "policy name (required)")
-	rules := fs.String("rules", "", "the policy's rules, LIMIT/WINDOW separated by commas (required)")
-	algo := fs.String("algorithm", "log", "the policy's algorithm: log (SlidingLog) or buckets (SlidingBuckets)")
+	rules := fs.String("rules", "", "the policy's rules, LIMIT/WINDOW separated by commas, to say whether a request now fits them (Redis holds what was admitted, not the limits)")
+	algo := fs.String("algorithm", "", "the policy's algorithm: log (SlidingLog) or buckets (SlidingBuckets); by default what Redis holds for KEY")
 	buckets := fs.Int("buckets", 0, "the policy's Buckets under SlidingBuckets (0: the default)")
 	shards := fs.Int("shards", 0, "the policy's Shards (0: none); peek shows shard 0")
-	lockout := fs.Duration("lockout", 0, "the policy's Lockout.For (0: none); shows whether KEY is locked out")
 	asJSON := fs.Bool("json", false, "print JSON")
 	kf := addKeyFlags(fs)
 	if err := parse(fs, args); err != nil {
@@ -527,20 +561,27 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 	if fs.NArg() != 1 {
 		return fmt.Errorf("%w: peek takes exactly one key", errUsage)
 	}
-	p := core.Policy{Name: *policy, Buckets: *buckets, Shards: *shards, Lockout: core.Lockout{For: *lockout}}
+	p := core.Policy{Name: *policy, Buckets: *buckets, Shards: *shards}
 	var err error
-	if p.Rules, err = parseRules(*rules); err != nil {
-		return err
+	if *rules != "" {
+		if p.Rules, err = parseRules(*rules); err != nil {
+			return err
+		}
 	}
 	switch *algo {
-	case "log":
-		p.Algorithm = core.SlidingLog
+	case "", "log":
 	case "buckets":
 		p.Algorithm = core.SlidingBuckets
 	default:
 		return fmt.Errorf("%w: -algorithm %q: want log or buckets", errUsage, *algo)
 	}
-	if err := p.Validate(); err != nil {
+	check := p
+	if len(check.Rules) == 0 {
+		// Any rule with room for every shard: what is left to check is
+		// the name, the shards and the buckets.
+		check.Rules = []core.Rule{{Limit: int64(max(*shards, 1)), Window: time.Second}}
+	}
+	if err := check.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	kind, targets, err := kf.targets(fs.Args(), getenv, stderr, c.cmd)
@@ -554,28 +595,45 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 	}
 	defer done()
 	store := redisstore.New(cn.rdb, redisstore.WithPrefix(c.prefix))
-	l, failed, err := limiter(store, p)
-	if err != nil {
-		return err
-	}
-	d, err := l.Peek(ctx, t.key)
-	if err == nil && *failed != nil {
-		err = *failed
-	}
+	base := redisKeys(store, p.Name, t.key, p.Shards)[0] // shard 0
+	h, err := readHeld(ctx, cn.rdb, base)
 	if err != nil {
 		return fmt.Errorf("redis at %s: %w", cn.addr, err)
 	}
-	res := peeked{Allowed: d.Allowed, Rules: d.Rules()}
-	var until time.Time
-	if d.Locked {
-		until = time.Now().Add(d.RetryAfter).UTC().Truncate(time.Second)
+	if *algo == "" && len(h.buckets) > 0 && len(h.log) == 0 {
+		p.Algorithm = core.SlidingBuckets
 	}
-	redisKey := redisKeys(store, p.Name, t.key, p.Shards)[0] // a fresh limiter peeks shard 0
+	locked, lockedFor := h.locked()
+	var d core.Decision
+	if len(p.Rules) > 0 {
+		if h.lockUntil > 0 {
+			// The lockout's length does not matter to a peek, only
+			// that the policy has one: then it reads the lockout.
+			p.Lockout = core.Lockout{For: time.Second}
+		}
+		l, failed, err := limiter(store, p)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errUsage, err)
+		}
+		d, err = l.Peek(ctx, t.key)
+		if err == nil && *failed != nil {
+			err = *failed
+		}
+		if err != nil {
+			return fmt.Errorf("redis at %s: %w", cn.addr, err)
+		}
+		locked, lockedFor = d.Locked, d.RetryAfter
+	}
+	var until time.Time
+	if locked {
+		until = time.Now().Add(lockedFor).UTC().Truncate(time.Second)
+	}
+	redisKey := base
 	if p.Algorithm == core.SlidingBuckets {
 		redisKey += ":b"
 	}
 	if *asJSON {
-		return printJSON(stdout, p, t.key, redisKey, res, until)
+		return printJSON(stdout, p, t.key, redisKey, d, &h, locked, until)
 	}
 	if kind == "key" {
 		fmt.Fprintf(stdout, "policy %s, key %q (Redis key %s)\n", p.Name, t.key, redisKey)
@@ -585,15 +643,24 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 	if p.Shards > 1 {
 		fmt.Fprintf(stdout, "shard 0 of %d: each shard holds a share of every rule\n", p.Shards)
 	}
+	h.print(stdout)
+	if h.empty() && kind != "key" {
+		// Nothing under a derived key: perhaps not the app's secret.
+		fmt.Fprintln(stderr, notFoundHint(kind, c.prefix, getenv(secretEnv) != ""))
+	}
 	switch {
-	case res.Allowed:
+	case locked:
+		fmt.Fprintf(stdout, "a request now: denied, locked out until %s (retry after %s)\n", until.Format(time.RFC3339), round(lockedFor))
+	case len(p.Rules) == 0 && h.empty():
+		fmt.Fprintln(stdout, "a request now: allowed, whatever the policy's rules")
+	case len(p.Rules) == 0:
+		fmt.Fprintln(stdout, "a request now: allowed unless a rule is full; -rules LIMIT/WINDOW,... (the policy's) says which")
+	case d.Allowed:
 		fmt.Fprintln(stdout, "a request now: allowed")
-	case d.Locked:
-		fmt.Fprintf(stdout, "a request now: denied, locked out until %s (retry after %s)\n", until.Format(time.RFC3339), round(d.RetryAfter))
 	default:
 		fmt.Fprintf(stdout, "a request now: denied, retry after %s\n", round(d.RetryAfter))
 	}
-	for i, s := range res.Rules {
+	for i, s := range d.Rules() {
 		if s.Calendar != 0 {
 			fmt.Fprintf(stdout, "  rule %d/%s: used %d, remaining %d", s.Limit, calendarName(p.Rules[i]), s.Used, s.Remaining())
 		} else {
@@ -659,25 +726,31 @@ type peekJSON struct {
 	// Key is the stored key: KEY, or the key derived from it.
 	Key      string `json:"key"`
 	RedisKey string `json:"redis_key"`
-	Allowed  bool   `json:"allowed"`
-	// LockedUntil is set when the key is locked out (-lockout): when it
-	// may retry, in RFC 3339.
-	LockedUntil string              `json:"locked_until,omitempty"`
-	Rules       []opshttp.RuleState `json:"rules"`
+	// Allowed says whether a request of one unit would be admitted now;
+	// absent when that takes the rules (-rules) and none were given.
+	Allowed *bool `json:"allowed,omitempty"`
+	// LockedUntil is set when the key is locked out: when it may retry,
+	// in RFC 3339.
+	LockedUntil string `json:"locked_until,omitempty"`
+	// Rules are the states of the rules given with -rules.
+	Rules []opshttp.RuleState `json:"rules,omitempty"`
+	// Held is what Redis holds for the key.
+	Held heldJSON `json:"held"`
 }
 
-// peeked is what peek found: whether a request would fit, and each rule.
-type peeked struct {
-	Allowed bool
-	Rules   []core.RuleState
-}
-
-func printJSON(w io.Writer, p core.Policy, key, redisKey string, res peeked, until time.Time) error {
-	out := peekJSON{Policy: p.Name, Key: key, RedisKey: redisKey, Allowed: res.Allowed}
-	if !until.IsZero() {
+func printJSON(w io.Writer, p core.Policy, key, redisKey string, d core.Decision, h *held, locked bool, until time.Time) error {
+	out := peekJSON{Policy: p.Name, Key: key, RedisKey: redisKey, Held: h.json()}
+	switch {
+	case locked:
+		out.Allowed = new(bool)
 		out.LockedUntil = until.Format(time.RFC3339)
+	case len(p.Rules) > 0:
+		out.Allowed = &d.Allowed
+	case h.empty():
+		out.Allowed = new(bool)
+		*out.Allowed = true
 	}
-	for _, s := range res.Rules {
+	for _, s := range d.Rules() {
 		out.Rules = append(out.Rules, opshttp.NewRuleState(s))
 	}
 	enc := json.NewEncoder(w)
@@ -726,6 +799,7 @@ func reset(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
+	missing := 0
 	for _, t := range targets {
 		keys := redisKeys(store, p.Name, t.key, p.Shards)
 		n, err := count(ctx, cn.rdb, keys...)
@@ -741,6 +815,7 @@ func reset(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 		switch n {
 		case 0:
+			missing++
 			fmt.Fprintf(stdout, "reset %s %s: not found, nothing deleted\n", p.Name, name)
 		case 1:
 			fmt.Fprintf(stdout, "reset %s %s: deleted 1 Redis key\n", p.Name, name)
@@ -755,7 +830,25 @@ func reset(ctx context.Context, args []string, getenv func(string) string, stdou
 			}
 		}
 	}
+	if missing > 0 {
+		return &notFound{n: missing, of: len(targets), hint: notFoundHint(kind, c.prefix, getenv(secretEnv) != "")}
+	}
 	return nil
+}
+
+// notFoundHint says why a reset may have found nothing for a key of kind
+// ("key", "account" or "phone").
+func notFoundHint(kind, prefix string, secretSet bool) string {
+	switch {
+	case kind == "key":
+		return fmt.Sprintf("hint: is it the key as the app stores it, under this -policy and -prefix (%q)? "+
+			"`ratekit policies` lists the policies Redis holds; an account or a phone number is given with -account or -phone", prefix)
+	case !secretSet:
+		return "hint: " + secretEnv + " is not set, so the " + kind + "'s key was derived with personal's public default secret: " +
+			"set it to the app's secret (its personal.Secret), or check -policy and -prefix"
+	}
+	return "hint: is " + secretEnv + " the app's secret (its personal.Secret, with the same -secret-encoding)? " +
+		"A different one derives another key; check -policy and -prefix too"
 }
 
 // count returns how many of the Redis keys exist, each under the name of

@@ -67,20 +67,27 @@ func TestCommands(t *testing.T) {
 				"rule 20/24h0m0s: used 5, remaining 15, empty in 2"}},
 		{"peek buckets", []string{"peek", "-policy", "quota", "-rules", "1000/24h", "-algorithm", "buckets", "app-1"}, 0,
 			[]string{"a request now: allowed", "rule 1000/24h0m0s: used 7, remaining 993"}},
+		{"peek without rules", []string{"peek", "-policy", "login", "alice@example.com"}, 0,
+			[]string{"Redis holds:", "sliding log: 5 units, admitted from ", "; the key expires in ", "a request now: allowed unless a rule is full"}},
+		{"peek buckets without rules", []string{"peek", "-policy", "quota", "app-1"}, 0,
+			[]string{"(Redis key ratekit:quota:{app-1}:b)", "sliding buckets: 7 units in 1 bucket of 24m0s"}},
 		{"policies", []string{"policies"}, 0,
 			[]string{"login                               2            0", "quota                               0            1"}},
 		{"reset", []string{"reset", "-policy", "login", "alice@example.com"}, 0, []string{`reset login "alice@example.com"`}},
 		{"peek after reset", []string{"peek", "-policy", "login", "-rules", "5/15m", "alice@example.com"}, 0,
 			[]string{"a request now: allowed", "rule 5/15m0s: used 0, remaining 5"}},
 		{"policies after reset", []string{"policies"}, 0, []string{"login                               1            0"}},
-		{"unknown command", []string{"unlock"}, 2, []string{`unknown command "unlock"`, "usage: ratekit"}},
-		{"no command", nil, 2, []string{"usage: ratekit"}},
-		{"peek without rules", []string{"peek", "-policy", "login", "alice"}, 2, []string{"-rules is required"}},
+		{"unknown command", []string{"unlock"}, 2, []string{`unknown command "unlock"`, "usage: ratekit peek|reset|policies"}},
+		{"no command", nil, 2, []string{"usage: ratekit", "commands:"}},
+		{"peek nothing", []string{"peek", "-policy", "login", "alice"}, 0,
+			[]string{"Redis holds nothing for it", "a request now: allowed, whatever the policy's rules"}},
 		{"peek bad rule", []string{"peek", "-policy", "login", "-rules", "5per15m", "alice"}, 2, []string{`rule "5per15m": want LIMIT/WINDOW`}},
 		{"peek bad policy", []string{"peek", "-policy", "", "-rules", "5/15m", "alice"}, 2, []string{"policy Name is empty"}},
 		{"peek two keys", []string{"peek", "-policy", "login", "-rules", "5/15m", "a", "b"}, 2, []string{"exactly one key"}},
-		{"reset without policy", []string{"reset", "alice"}, 2, []string{"-policy is required"}},
-		{"unknown flag", []string{"reset", "-polcy", "login", "alice"}, 2, []string{"flag provided but not defined"}},
+		{"reset without policy", []string{"reset", "alice"}, 2, []string{"-policy is required", "usage: ratekit reset -policy NAME"}},
+		{"unknown flag", []string{"reset", "-polcy", "login", "alice"}, 2, []string{"flag provided but not defined: -polcy"}},
+		{"reset nothing", []string{"reset", "-policy", "login", "nobody"}, 1,
+			[]string{"nothing found for the key", "hint: is it the key as the app stores it"}},
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
@@ -97,6 +104,11 @@ func TestCommands(t *testing.T) {
 					t.Errorf("ratekit %v: output lacks %q:\n%s", s.args, w, out)
 				}
 			}
+			// A mistake gets the error and one line of help, not the
+			// whole usage (which only help, or no command, prints).
+			if s.wantCode != 0 && s.args != nil && strings.Count(strings.TrimSpace(stderr), "\n") > 2 {
+				t.Errorf("ratekit %v: stderr has more than the error and one line of help:\n%s", s.args, stderr)
+			}
 		})
 	}
 
@@ -109,8 +121,8 @@ func TestCommands(t *testing.T) {
 		if err := json.Unmarshal([]byte(stdout), &got); err != nil {
 			t.Fatalf("invalid JSON %q: %v", stdout, err)
 		}
-		want := peekJSON{Policy: "login", RedisKey: "ratekit:login:{bob}", Allowed: true}
-		if got.Policy != want.Policy || got.RedisKey != want.RedisKey || got.Allowed != want.Allowed ||
+		want := peekJSON{Policy: "login", RedisKey: "ratekit:login:{bob}"}
+		if got.Policy != want.Policy || got.RedisKey != want.RedisKey || got.Allowed == nil || !*got.Allowed ||
 			len(got.Rules) != 1 || got.Rules[0].Used != 1 || got.Rules[0].Remaining != 4 {
 			t.Errorf("peek -json = %+v, want %+v with 1 used, 4 remaining", got, want)
 		}

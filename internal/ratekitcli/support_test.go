@@ -112,7 +112,7 @@ func TestIdentifiers(t *testing.T) {
 		if code != 0 || json.Unmarshal([]byte(stdout), &got) != nil {
 			t.Fatalf("ratekit %q: exit %d, stdout %q, stderr %q", args, code, stdout, stderr)
 		}
-		if got.Key != alice || got.RedisKey != "ratekit:login-account:{"+alice+"}" || got.Allowed {
+		if got.Key != alice || got.RedisKey != "ratekit:login-account:{"+alice+"}" || got.Allowed == nil || *got.Allowed {
 			t.Errorf("peek -json = %+v, want key %q, denied", got, alice)
 		}
 	})
@@ -124,6 +124,31 @@ func TestIdentifiers(t *testing.T) {
 		want(t, args, code, 0, stdout+stderr, `reset login-account account "alice@EXAMPLE.com" (stored key "`+alice+`"): deleted 1 Redis key`)
 		if d, err := logins.Allow(context.Background(), alice); err != nil || !d.Allowed {
 			t.Errorf("after reset, the app's Allow = %+v, %v; want admitted", d, err)
+		}
+	})
+
+	// Support with the wrong secret, or none, derives a key the app never
+	// used: reset finds nothing, and says so with a non-zero exit and a
+	// hint at the secret, rather than "nothing deleted" and success.
+	t.Run("reset with the wrong secret", func(t *testing.T) {
+		lockOut(t, logins, alice)
+		for _, tc := range []struct {
+			env  map[string]string
+			hint string
+		}{
+			{map[string]string{"REDIS_URL": env["REDIS_URL"], "RATEKIT_KEY_SECRET": "not the app's"}, "is RATEKIT_KEY_SECRET the app's secret"},
+			{map[string]string{"REDIS_URL": env["REDIS_URL"]}, "RATEKIT_KEY_SECRET is not set"},
+		} {
+			args := []string{"reset", "-policy", "login-account", "-account", "alice@example.com"}
+			code, stdout, stderr := execEnv(t, tc.env, args...)
+			want(t, args, code, 1, stdout, "not found, nothing deleted")
+			want(t, args, code, 1, stderr, "ratekit reset: nothing found for the key", tc.hint)
+			args = []string{"peek", "-policy", "login-account", "-account", "alice@example.com"}
+			code, stdout, stderr = execEnv(t, tc.env, args...)
+			want(t, args, code, 0, stdout+stderr, "Redis holds nothing for it", tc.hint)
+		}
+		if d, _ := logins.Peek(context.Background(), alice); d.Allowed {
+			t.Errorf("a reset with the wrong secret reset alice")
 		}
 	})
 
@@ -222,7 +247,11 @@ func TestFlagsAfterKeys(t *testing.T) {
 		{[]string{"reset", "-policy", "login", "--", "-dash"}, []string{`reset login "-dash": deleted 1 Redis key`}},
 	} {
 		code, stdout, stderr := execEnv(t, env, tc.args...)
-		want(t, tc.args, code, 0, stdout+stderr, tc.wants...)
+		wantCode := 0
+		if strings.Contains(stdout, "not found") {
+			wantCode = 1
+		}
+		want(t, tc.args, code, wantCode, stdout+stderr, tc.wants...)
 	}
 	for _, tc := range []struct {
 		args []string
@@ -269,8 +298,9 @@ func TestResetCounts(t *testing.T) {
 		{[]string{"peek", "-policy", "global", "-rules", "8/1h", "-shards", "4", "all"},
 			[]string{"(Redis key ratekit:global:{all#0})", "shard 0 of 4", "rule 2/1h0m0s: used 1, remaining 1"}, nil},
 		{[]string{"reset", "-policy", "login", "alice", "nobody"},
-			[]string{`reset login "alice": deleted 1 Redis key`, `reset login "nobody": not found, nothing deleted`}, nil},
-		{[]string{"reset", "-policy", "login", "alice"}, []string{`reset login "alice": not found, nothing deleted`}, nil},
+			[]string{`reset login "alice": deleted 1 Redis key`, `reset login "nobody": not found, nothing deleted`},
+			[]string{"nothing found for 1 of the 2 keys", "hint: "}},
+		{[]string{"reset", "-policy", "login", "alice"}, []string{`reset login "alice": not found, nothing deleted`}, []string{"hint: "}},
 		{[]string{"reset", "-policy", "quota", "app-1"}, []string{`reset quota "app-1": deleted 1 Redis key`}, nil},
 		// An InFlight policy's leases are one Redis key too.
 		{[]string{"reset", "-policy", "export", "app-1"}, []string{`reset export "app-1": deleted 1 Redis key`}, nil},
@@ -280,8 +310,12 @@ func TestResetCounts(t *testing.T) {
 		{[]string{"reset", "-policy", "global", "-shards", "4", "all"}, []string{`reset global "all": deleted 3 Redis keys`}, nil},
 	} {
 		code, stdout, stderr := execEnv(t, env, tc.args...)
-		want(t, tc.args, code, 0, stdout, tc.stdout...)
-		want(t, tc.args, code, 0, stderr, tc.stderr...)
+		wantCode := 0
+		if strings.Contains(stdout, "not found") {
+			wantCode = 1 // and a hint on stderr
+		}
+		want(t, tc.args, code, wantCode, stdout, tc.stdout...)
+		want(t, tc.args, code, wantCode, stderr, tc.stderr...)
 	}
 	// Only the policies' counts of instances are left.
 	if keys, _ := rdb.Keys(ctx, "*").Result(); slices.ContainsFunc(keys, func(k string) bool { return !strings.HasSuffix(k, ":fleet") }) {

@@ -1,0 +1,208 @@
+package guard
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/keyfunc"
+)
+
+// The LimitBy functions are the common cases in one call: a rate (limit
+// requests per window) for each client IP, API key or user, on a limiter
+// they build. Every adapter offers them under the same names, returning
+// its framework's middleware, so that one import and one line limit a
+// route:
+//
+//	r.Use(ginlimit.LimitByIP(100, time.Minute))
+//
+// Anything else (several rules, lockouts, tiers, calendar quotas, a
+// failure policy of your choice) is a core.Policy given to core.NewLimiter,
+// and the limiter given to New.
+
+// bucketsAbove is the largest limit the LimitBy functions keep exactly,
+// one entry per unit (core.SlidingLog); above it they count in buckets
+// (core.SlidingBuckets), whose memory per key does not grow with the
+// limit.
+const bucketsAbove = 1000
+
+// WithStore sets the store of the limiter that a LimitBy function builds
+// ([LimitByIP], [LimitByAppKey], [LimitByUser] and the adapters' functions
+// of the same names). By default each one has a store of its own, a
+// core.MemoryStore, which counts in this process only. Give every
+// instance of the app the same Redis store (redisstore.New(rdb)) to count
+// together. Limits on one store with the same policy name count together
+// too: the name is "<by>-<limit>-per-<window>" ("ip-100-per-1m") unless
+// [WithName] says otherwise, so on a shared store two routes with the same
+// rate share each client's budget until they are named apart.
+//
+// [New] panics on this option: a *core.Limiter has its store already. A
+// LimitBy function panics on a nil store.
+func WithStore(s core.Store) Option {
+	return func(c *config) {
+		c.rateSet = true
+		c.store = s
+		if s == nil {
+			c.store = nilStore{}
+		}
+	}
+}
+
+// nilStore marks WithStore(nil), refused when the limiter is built.
+type nilStore struct{ core.Store }
+
+// WithName sets the policy name (core.Policy.Name) of the limiter that a
+// LimitBy function builds: its key namespace in the store, its metrics
+// label and its name in the IETF header fields and problem bodies. By
+// default it is "<by>-<limit>-per-<window>", such as "ip-100-per-1m",
+// "appkey-1000-per-1h" or "user-50-per-1m". Name limits apart that share a
+// store and should not share budgets (see [WithStore]). A name must be
+// visible ASCII without braces, spaces, quotes or backslashes, at most 64
+// bytes; a LimitBy function panics on another.
+//
+// [New] panics on this option: a *core.Limiter has its policy already.
+func WithName(name string) Option {
+	return func(c *config) {
+		c.rateSet = true
+		c.name = name
+	}
+}
+
+// LimitByIP returns a guard that admits limit requests per window of
+// length per for each client IP address: keyfunc.ClientIP(), the TCP
+// peer's address (an IPv6 client by its /64). Behind a reverse proxy that
+// puts every client in one bucket: pass
+// WithKey(keyfunc.ClientIP(keyfunc.TrustedProxies("10.0.0.0/8"))) to read
+// the address your proxies forward.
+//
+// The limiter it builds counts on a memory store of its own unless
+// [WithStore] gives one, under a policy named as [WithName] says, with one
+// rule {limit, per}, exact up to 1000 per window (core.SlidingLog) and in
+// buckets above (core.SlidingBuckets). The observers of [WithObserver]
+// observe the limiter too. Every other option applies as in [New].
+//
+// LimitByIP panics, naming the field, if limit is below 1, per is under a
+// millisecond or not a whole number of microseconds, the store is nil or
+// the name invalid: programmer errors caught at start-up. Limits read from
+// configuration are better built with core.NewLimiter, which returns an
+// error, and given to New.
+func LimitByIP(limit int64, per time.Duration, opts ...Option) *Guard {
+	return newRate("LimitByIP", "ip", keyfunc.ClientIP(), limit, per, opts)
+}
+
+// LimitByAppKey returns a guard that admits limit requests per window of
+// length per for each API key: keyfunc.AppKey(), the X-API-Key header,
+// else the api_key query parameter (gRPC: the x-api-key metadata).
+// Requests without a key are not limited by it ([NoKeySkip]): put it after
+// the middleware that refuses unknown keys, pair it with [LimitByIP], or
+// pass WithNoKey([NoKeyReject]). It builds its limiter and panics as
+// [LimitByIP] does.
+func LimitByAppKey(limit int64, per time.Duration, opts ...Option) *Guard {
+	return newRate("LimitByAppKey", "appkey", keyfunc.AppKey(), limit, per, opts)
+}
+
+// LimitByUser returns a guard that admits limit requests per window of
+// length per for each user: keyfunc.UserIDFrom(user), the value your
+// authentication middleware stored under the key user — in the request
+// context (context.WithValue), with gin or echo c.Set, or fiber c.Locals
+// (gin and echo take string keys there). Put it after that middleware:
+// before it, no request has a user yet, nothing is limited, and the guard
+// logs one warning once the first 100 requests have all come without one.
+// Anonymous requests are not limited by it ([NoKeySkip]): pair it with
+// [LimitByIP]. It builds its limiter and panics as [LimitByIP] does, and
+// also on a nil user key.
+func LimitByUser(user any, limit int64, per time.Duration, opts ...Option) *Guard {
+	if user == nil {
+		panic("ratekit: LimitByUser: user key is nil")
+	}
+	return newRate("LimitByUser", "user", keyfunc.UserIDFrom(user), limit, per, opts)
+}
+
+// newRate builds the guard of a LimitBy function named fn: a limiter of
+// one rule {limit, per} keyed by key, named "<by>-<limit>-per-<per>" by
+// default.
+func newRate(fn, by string, key keyfunc.Func, limit int64, per time.Duration, opts []Option) *Guard {
+	switch {
+	case limit < 1:
+		panic(fmt.Sprintf("ratekit: %s: limit is %d, must be at least 1", fn, limit))
+	case per < time.Millisecond:
+		panic(fmt.Sprintf("ratekit: %s: per is %v, must be at least 1ms", fn, per))
+	case per%time.Microsecond != 0:
+		panic(fmt.Sprintf("ratekit: %s: per is %v, must be a whole number of microseconds", fn, per))
+	}
+	cfg := newConfig(append([]Option{WithKey(key)}, opts...))
+	p := core.Policy{Name: cfg.name, Rules: []core.Rule{{Limit: limit, Window: per}}}
+	if p.Name == "" {
+		p.Name = by + "-" + strconv.FormatInt(limit, 10) + "-per-" + shortDuration(per)
+	}
+	if limit > bucketsAbove {
+		p.Algorithm = core.SlidingBuckets
+	}
+	store := cfg.store
+	switch store.(type) {
+	case nil:
+		store = core.NewMemoryStore()
+	case nilStore:
+		panic(fmt.Sprintf("ratekit: %s: WithStore: store is nil", fn))
+	}
+	var lopts []core.Option
+	if cfg.observer != nil {
+		lopts = append(lopts, core.WithObserver(cfg.observer))
+	}
+	l, err := core.NewLimiter(store, p, lopts...)
+	if err != nil {
+		panic(fmt.Sprintf("ratekit: %s: %s", fn, strings.TrimPrefix(err.Error(), "ratekit: ")))
+	}
+	return build(l, cfg)
+}
+
+// shortDuration writes d as time.Duration.String does, without the zero
+// units at its end: "1m" rather than "1m0s", "24h" rather than "24h0m0s".
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// noKeyWarnAfter is how many requests in a row without a key, and none
+// with one before, make a limit warn that it limits nothing.
+const noKeyWarnAfter = 100
+
+// keyWatch watches the keys a limit finds, so that a key function that
+// finds none in any request, such as a per-user key put before the
+// authentication middleware (under NoKeySkip every request then goes
+// unlimited, silently), is reported once rather than never, or on every
+// request.
+type keyWatch struct {
+	keyed atomic.Bool  // a request had a key
+	none  atomic.Int64 // requests without a key while keyed is false
+}
+
+// found records a request with a key. Once one has been seen, the watch
+// costs one atomic load per request.
+func (w *keyWatch) found() {
+	if !w.keyed.Load() {
+		w.keyed.Store(true)
+	}
+}
+
+// missed records a request without a key under NoKeySkip, and logs the
+// warning when it is the noKeyWarnAfter-th and no request had a key.
+func (w *keyWatch) missed(ctx context.Context, policy string) {
+	if w.keyed.Load() || w.none.Add(1) != noKeyWarnAfter {
+		return
+	}
+	slog.Default().WarnContext(ctx, "ratekit: no request had a key for this limit, so none was limited "+
+		"(keyfunc.ErrNoKey, skipped under guard.NoKeySkip): is a per-user key placed before the "+
+		"middleware that sets the user?", "policy", policy, "requests", noKeyWarnAfter)
+}

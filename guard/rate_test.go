@@ -1,0 +1,263 @@
+package guard_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/guard"
+	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/keyfunc"
+	"github.com/ratekit/ratekit/redisstore"
+)
+
+// userKey is where the tests' authentication puts the user ID.
+type userKey struct{}
+
+// httpReq is a request view from peer, with the headers kv and, when
+// user is not "", the user ID in its context under userKey{}.
+func httpReq(peer, user string, kv ...string) keyfunc.Request {
+	r := httptest.NewRequest("GET", "/r", nil)
+	r.RemoteAddr = peer
+	for i := 0; i+1 < len(kv); i += 2 {
+		r.Header.Set(kv[i], kv[i+1])
+	}
+	if user != "" {
+		r = r.WithContext(context.WithValue(r.Context(), userKey{}, user))
+	}
+	return keyfunc.FromHTTP(r, "/r")
+}
+
+// outcomes admits each request in turn and returns their outcomes.
+func outcomes(g *guard.Guard, rs ...keyfunc.Request) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = g.Admit(context.Background(), r).Outcome.String()
+	}
+	return out
+}
+
+func TestLimitByKinds(t *testing.T) {
+	t.Parallel()
+	ip := func(peer string) keyfunc.Request { return httpReq(peer, "") }
+	app := func(key string) keyfunc.Request {
+		if key == "" {
+			return httpReq("192.0.2.1:1", "")
+		}
+		return httpReq("192.0.2.1:1", "", "X-API-Key", key)
+	}
+	usr := func(id string) keyfunc.Request { return httpReq("192.0.2.1:1", id) }
+	for _, tc := range []struct {
+		name string
+		g    *guard.Guard
+		rs   []keyfunc.Request
+		want string
+	}{
+		{"ip", guard.LimitByIP(2, time.Hour),
+			[]keyfunc.Request{ip("192.0.2.1:1"), ip("192.0.2.1:2"), ip("192.0.2.1:3"), ip("192.0.2.2:1")},
+			"allow allow deny allow"},
+		{"appkey", guard.LimitByAppKey(2, time.Hour),
+			[]keyfunc.Request{app("a"), app("a"), app("a"), app("b"), app("")},
+			"allow allow deny allow skip"},
+		{"user", guard.LimitByUser(userKey{}, 2, time.Hour),
+			[]keyfunc.Request{usr("ada"), usr("ada"), usr("ada"), usr("bob"), usr("")},
+			"allow allow deny allow skip"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := strings.Join(outcomes(tc.g, tc.rs...), " "); got != tc.want {
+				t.Errorf("outcomes = %s, want %s", got, tc.want)
+			}
+		})
+	}
+
+	t.Run("retry after", func(t *testing.T) {
+		g := guard.LimitByIP(1, time.Hour)
+		g.Admit(context.Background(), ip("192.0.2.1:1"))
+		v := g.Admit(context.Background(), ip("192.0.2.1:1"))
+		if v.Outcome != guard.OutcomeDeny || guard.Seconds(v.Decision.RetryAfter) != 3600 || v.Decision.Limit != 1 {
+			t.Errorf("second request: %v, RetryAfter %v, Limit %d; want deny after 1h, limit 1", v.Outcome, v.Decision.RetryAfter, v.Decision.Limit)
+		}
+	})
+
+	t.Run("options apply", func(t *testing.T) {
+		// WithKey replaces the default key: here the header X-Tenant.
+		g := guard.LimitByIP(1, time.Hour, guard.WithKey(keyfunc.Header("X-Tenant")))
+		got := outcomes(g, httpReq("192.0.2.1:1", "", "X-Tenant", "t1"), httpReq("192.0.2.2:1", "", "X-Tenant", "t1"),
+			httpReq("192.0.2.1:1", "", "X-Tenant", "t2"))
+		if want := "allow deny allow"; strings.Join(got, " ") != want {
+			t.Errorf("outcomes = %v, want %s", got, want)
+		}
+	})
+}
+
+func TestLimitByPolicy(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		g         *guard.Guard
+		name      string
+		algorithm core.Algorithm
+	}{
+		{guard.LimitByIP(100, time.Minute), "ip-100-per-1m", core.SlidingLog},
+		{guard.LimitByAppKey(1000, time.Hour), "appkey-1000-per-1h", core.SlidingLog},
+		{guard.LimitByAppKey(100_000, 24*time.Hour), "appkey-100000-per-24h", core.SlidingBuckets},
+		{guard.LimitByUser(userKey{}, 1001, 90*time.Second), "user-1001-per-1m30s", core.SlidingBuckets},
+		{guard.LimitByIP(5, 500*time.Millisecond), "ip-5-per-500ms", core.SlidingLog},
+		{guard.LimitByIP(5, 10*time.Second, guard.WithName("hello")), "hello", core.SlidingLog},
+	} {
+		p := tc.g.Limiter().Policy()
+		if p.Name != tc.name || p.Algorithm != tc.algorithm || len(p.Rules) != 1 {
+			t.Errorf("policy %+v, want name %q, algorithm %v, one rule", p, tc.name, tc.algorithm)
+		}
+	}
+}
+
+// Invalid configuration is a panic at construction that names the field.
+func TestLimitByPanics(t *testing.T) {
+	t.Parallel()
+	l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		f    func()
+		want string
+	}{
+		{"limit", func() { guard.LimitByIP(0, time.Minute) }, "LimitByIP: limit is 0, must be at least 1"},
+		{"per", func() { guard.LimitByAppKey(1, 0) }, "LimitByAppKey: per is 0s, must be at least 1ms"},
+		{"per negative", func() { guard.LimitByIP(1, -time.Second) }, "per is -1s"},
+		{"per fraction", func() { guard.LimitByIP(1, time.Millisecond+time.Nanosecond) }, "per is 1.000001ms, must be a whole number of microseconds"},
+		{"store", func() { guard.LimitByIP(1, time.Minute, guard.WithStore(nil)) }, "LimitByIP: WithStore: store is nil"},
+		{"name", func() { guard.LimitByIP(1, time.Minute, guard.WithName("my limit")) }, `LimitByIP: policy Name "my limit" must be`},
+		{"long name", func() { guard.LimitByIP(1, time.Minute, guard.WithName(strings.Repeat("n", 65))) }, "longer than 64 bytes"},
+		{"user key", func() { guard.LimitByUser(nil, 1, time.Minute) }, "LimitByUser: user key is nil"},
+		{"store on New", func() { guard.New(l, guard.WithStore(core.NewMemoryStore())) }, "guard.New: WithStore and WithName"},
+		{"name on New", func() { guard.New(l, guard.WithName("x")) }, "guard.New: WithStore and WithName"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				p := recover()
+				if p == nil || !strings.Contains(fmt.Sprint(p), tc.want) {
+					t.Errorf("panic %v, want one containing %q", p, tc.want)
+				}
+			}()
+			tc.f()
+		})
+	}
+}
+
+// Limits on one store count together when their names match, as two
+// instances of an app on one Redis do, and apart when they differ.
+func TestLimitByStore(t *testing.T) {
+	t.Parallel()
+	stores := map[string]func(t *testing.T) core.Store{
+		"memory": func(*testing.T) core.Store { return core.NewMemoryStore() },
+		"redis": func(t *testing.T) core.Store {
+			if testing.Short() {
+				t.Skip("starts a redis-server")
+			}
+			return redisstore.New(redistest.Start(t).Client(t))
+		},
+	}
+	for name, newStore := range stores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t)
+			a := guard.LimitByIP(2, time.Hour, guard.WithStore(s))
+			b := guard.LimitByIP(2, time.Hour, guard.WithStore(s)) // another instance
+			other := guard.LimitByIP(2, time.Hour, guard.WithStore(s), guard.WithName("signup"))
+			r := httpReq("192.0.2.1:1", "")
+			got := []string{}
+			for _, g := range []*guard.Guard{a, b, a, b, other} {
+				got = append(got, outcomes(g, r)...)
+			}
+			if want := "allow allow deny deny allow"; strings.Join(got, " ") != want {
+				t.Errorf("outcomes = %v, want %s", got, want)
+			}
+		})
+	}
+	t.Run("own stores", func(t *testing.T) {
+		t.Parallel()
+		// Without WithStore each has a memory store of its own.
+		a, b := guard.LimitByIP(1, time.Hour), guard.LimitByIP(1, time.Hour)
+		r := httpReq("192.0.2.1:1", "")
+		if got := append(outcomes(a, r), outcomes(b, r)...); strings.Join(got, " ") != "allow allow" {
+			t.Errorf("outcomes = %v, want allow allow", got)
+		}
+	})
+}
+
+// WithObserver observes the limiter a LimitBy function builds too: its
+// decisions, next to the guard's own events.
+func TestLimitByObserver(t *testing.T) {
+	t.Parallel()
+	var (
+		mu    sync.Mutex
+		kinds []core.EventKind
+	)
+	obs := core.ObserverFunc(func(_ context.Context, e core.Event) {
+		mu.Lock()
+		kinds = append(kinds, e.Kind)
+		mu.Unlock()
+	})
+	g := guard.LimitByAppKey(1, time.Hour, guard.WithObserver(obs))
+	outcomes(g, httpReq("192.0.2.1:1", "", "X-API-Key", "k"), httpReq("192.0.2.1:1", ""))
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []core.EventKind{core.EventDecision, core.EventSkip}; !slices.Equal(kinds, want) {
+		t.Errorf("events %v, want %v", kinds, want)
+	}
+}
+
+// A limit whose key function finds no key in any request (a per-user key
+// before the authentication middleware) logs one warning, after 100
+// requests, not one per request; one that has found a key never does.
+// Not parallel: it replaces slog's default logger.
+func TestLimitByUserBeforeAuthWarnsOnce(t *testing.T) {
+	var buf bytes.Buffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
+	defer slog.SetDefault(prev)
+
+	anon := httpReq("192.0.2.1:1", "")
+	g := guard.LimitByUser(userKey{}, 10, time.Minute)
+	outcomes(g, repeat(anon, 99)...)
+	if n := strings.Count(buf.String(), "no request had a key"); n != 0 {
+		t.Fatalf("after 99 requests without a user: %d warnings, want 0", n)
+	}
+	outcomes(g, repeat(anon, 150)...)
+	if n := strings.Count(buf.String(), "no request had a key"); n != 1 || !strings.Contains(buf.String(), "policy=user-10-per-1m") {
+		t.Fatalf("after 249 requests without a user: %d warnings, want 1 naming the policy:\n%s", n, buf.String())
+	}
+
+	buf.Reset()
+	seen := guard.LimitByUser(userKey{}, 10, time.Minute)
+	outcomes(seen, httpReq("192.0.2.1:1", "ada"))
+	outcomes(seen, repeat(anon, 200)...)
+	if buf.Len() != 0 {
+		t.Errorf("a limit that found a user warned:\n%s", buf.String())
+	}
+
+	// NoKeyReject answers keyless requests itself: nothing silent to warn of.
+	rejecting := guard.LimitByUser(userKey{}, 10, time.Minute, guard.WithNoKey(guard.NoKeyReject))
+	outcomes(rejecting, repeat(anon, 200)...)
+	if buf.Len() != 0 {
+		t.Errorf("a limit under NoKeyReject warned:\n%s", buf.String())
+	}
+}
+
+func repeat(r keyfunc.Request, n int) []keyfunc.Request {
+	rs := make([]keyfunc.Request, n)
+	for i := range rs {
+		rs[i] = r
+	}
+	return rs
+}

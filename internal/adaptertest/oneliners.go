@@ -1,0 +1,160 @@
+package adaptertest
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/guard"
+)
+
+// OneLiners are an adapter's LimitBy functions, the one-line middleware
+// of the common cases, with the signatures every adapter gives them; M is
+// the adapter's middleware type. An adapter's test lists its functions in
+// one, so that an adapter that lacks one, or gives it another signature,
+// does not compile.
+type OneLiners[M any] struct {
+	LimitByIP     func(limit int64, per time.Duration, opts ...guard.Option) M
+	LimitByAppKey func(limit int64, per time.Duration, opts ...guard.Option) M
+	LimitByUser   func(user any, limit int64, per time.Duration, opts ...guard.Option) M
+}
+
+// UserKey is the key under which the authentication of a [Serve] server
+// stores the user: gin and echo c.Set, fiber c.Locals, the request
+// context for net/http and gRPC.
+const UserKey = "user"
+
+// UserHeader is the header (gRPC: metadata) from which the authentication
+// of a [Serve] server takes the user ID; a request without it is
+// anonymous.
+const UserHeader = "X-User"
+
+// Serve starts a server for m: an authentication middleware that stores
+// the [UserHeader] value under [UserKey], then m, then a handler that
+// answers 200 (gRPC: the health service's Check). It returns how to call
+// it, and stops it in t.Cleanup.
+type Serve[M any] func(t *testing.T, m M) Call
+
+// Call sends one request, or gRPC call, from 127.0.0.1 with the headers
+// (gRPC: metadata) and returns the status and the response header fields.
+// gRPC maps its status code to the HTTP status of the same answer (OK 200,
+// ResourceExhausted 429, InvalidArgument 400, Unavailable 503) and returns
+// the header metadata as fields.
+type Call func(t *testing.T, header http.Header) (status int, fields http.Header)
+
+// RunOneLiners checks that an adapter's LimitBy functions exist (fs lists
+// them) and work alike: each keys by what it says, counts on its own
+// memory store or on the one guard.WithStore gives, takes guard options,
+// and panics at construction, naming the field, on an invalid rate.
+func RunOneLiners[M any](t *testing.T, fs OneLiners[M], serve Serve[M]) {
+	t.Helper()
+	type step struct {
+		header http.Header
+		want   int
+	}
+	ip, app, user := http.Header{}, func(k string) http.Header { return hdr("X-API-Key", k) }, func(u string) http.Header { return hdr(UserHeader, u) }
+	for _, tc := range []struct {
+		name  string
+		m     func() M
+		steps []step
+	}{
+		{"ip", func() M { return fs.LimitByIP(2, time.Hour) },
+			[]step{{ip, 200}, {ip, 200}, {ip, 429}, {app("a"), 429}}},
+		{"appkey", func() M { return fs.LimitByAppKey(1, time.Hour) },
+			[]step{{app("a"), 200}, {app("a"), 429}, {app("b"), 200}, {ip, 200}, {ip, 200}}},
+		{"user", func() M { return fs.LimitByUser(UserKey, 1, time.Hour) },
+			[]step{{user("ada"), 200}, {user("ada"), 429}, {user("bob"), 200}, {ip, 200}, {ip, 200}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			call := serve(t, tc.m())
+			for i, s := range tc.steps {
+				status, fields := call(t, s.header)
+				if status != s.want {
+					t.Fatalf("request %d (%v): status %d, want %d", i+1, s.header, status, s.want)
+				}
+				switch {
+				case status == 429 && (fields.Get("Retry-After") != "3600" || fields.Get("X-Ratelimit-Remaining") != "0"):
+					t.Errorf("request %d: denial with Retry-After %q, X-Ratelimit-Remaining %q; want 3600 and 0",
+						i+1, fields.Get("Retry-After"), fields.Get("X-Ratelimit-Remaining"))
+				case i == 0 && fields.Get("X-Ratelimit-Limit") == "":
+					t.Errorf("request 1: no X-Ratelimit-Limit field: %v", fields)
+				}
+			}
+		})
+	}
+
+	// Two middlewares on one store, as two instances of an app on one
+	// Redis, share each client's budget under the same name, and not
+	// under another.
+	t.Run("store", func(t *testing.T) {
+		t.Parallel()
+		s := core.NewMemoryStore()
+		a := serve(t, fs.LimitByIP(1, time.Hour, guard.WithStore(s)))
+		b := serve(t, fs.LimitByIP(1, time.Hour, guard.WithStore(s)))
+		other := serve(t, fs.LimitByIP(1, time.Hour, guard.WithStore(s), guard.WithName("signup")))
+		var got []int
+		for _, call := range []Call{a, b, other} {
+			status, _ := call(t, http.Header{})
+			got = append(got, status)
+		}
+		if fmt.Sprint(got) != "[200 429 200]" {
+			t.Errorf("statuses %v, want [200 429 200]", got)
+		}
+	})
+
+	t.Run("options", func(t *testing.T) {
+		t.Parallel()
+		call := serve(t, fs.LimitByAppKey(5, time.Minute, guard.WithHeaders(guard.HeadersIETF), guard.WithName("api-keys")))
+		status, fields := call(t, app("k"))
+		if status != 200 || !strings.HasPrefix(fields.Get("RateLimit-Policy"), `"api-keys";q=5;w=60`) || fields.Get("X-Ratelimit-Limit") != "" {
+			t.Errorf("status %d, RateLimit-Policy %q, X-Ratelimit-Limit %q; want 200, \"api-keys\";q=5;w=60…, none",
+				status, fields.Get("RateLimit-Policy"), fields.Get("X-Ratelimit-Limit"))
+		}
+	})
+
+	t.Run("panics", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			f    func()
+			want string
+		}{
+			{func() { fs.LimitByIP(0, time.Minute) }, "LimitByIP: limit is 0"},
+			{func() { fs.LimitByAppKey(10, 0) }, "LimitByAppKey: per is 0s"},
+			{func() { fs.LimitByUser(nil, 10, time.Minute) }, "LimitByUser: user key is nil"},
+			{func() { fs.LimitByUser(UserKey, -1, time.Minute) }, "LimitByUser: limit is -1"},
+			{func() { fs.LimitByIP(10, time.Minute, guard.WithStore(nil)) }, "WithStore: store is nil"},
+			{func() { fs.LimitByIP(10, time.Minute, guard.WithName("a b")) }, `policy Name "a b"`},
+		} {
+			func() {
+				defer func() {
+					if p := recover(); p == nil || !strings.Contains(fmt.Sprint(p), tc.want) {
+						t.Errorf("panic %v, want one containing %q", p, tc.want)
+					}
+				}()
+				tc.f()
+			}()
+		}
+	})
+}
+
+// HTTPCall returns the Call of an HTTP server at base ("http://host:port")
+// that serves [Path]: a GET with the given headers. Its idle connections
+// close before the server stops (register the server's cleanup first).
+func HTTPCall(t *testing.T, base string) Call {
+	t.Helper()
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	return func(t *testing.T, h http.Header) (int, http.Header) {
+		t.Helper()
+		res, err := try(server{url: base, client: client}, request{header: h})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.status, res.header
+	}
+}
