@@ -56,7 +56,7 @@ chromium:
 		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }
 
-## bench: the side-by-side comparison of every goal of issue 10 (own module bench/, own
+## bench: the side-by-side comparison with the peers, goal by goal (own module bench/, own
 ## redis-server, redis-benchmark for the ceiling; about 3 minutes, BENCHFLAGS=-quick for under
 ## a minute); writes bench/results/
 bench: redis-server

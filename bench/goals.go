@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// The goals of issue 10, each judged on this run's numbers alone: ratekit
+// The performance goals, each judged on this run's numbers alone: ratekit
 // against its peers (or the ceiling, or a fixed budget) measured in the
 // same run.
 
@@ -31,7 +31,7 @@ func (v verdict) String() string {
 
 // goalRow is one line of the goals table.
 type goalRow struct {
-	goal    int    // the goal's number in issue 10
+	goal    int    // the goal's number
 	name    string // what is measured
 	value   string // ratekit's measured value
 	peers   string // the peers' values in the same run
@@ -44,7 +44,7 @@ type goalRow struct {
 	score float64
 }
 
-// Goal budgets of issue 10.
+// Goal budgets.
 const (
 	goalStretch        = 1.5   // × the unpipelined ceiling at the most goroutines
 	goalClientAllocs   = 12    // client allocations per Redis decision

@@ -32,13 +32,18 @@
 //
 // # Stores
 //
-// [RedisStore] shares windows between app instances. Each decision is one
-// Lua function run atomically by Redis on one key per (policy, key),
-// named <prefix>:<policy>:{<key>}; the braces are a Redis Cluster hash
-// tag, so a decision touches one slot and runs on Cluster unchanged. Time
-// comes from the Redis server in microseconds. Concurrent decisions share
-// round trips: one call decides a batch. [MemoryStore] has the same
-// semantics in one process.
+// A [Store] keeps the windows; it is the whole contract between a limiter
+// and where its counts live, with optional capabilities ([Local],
+// [Leases], [Invalidator], [Fleet], [Partitioned], [Checker]) a limiter
+// looks for when it is built. [MemoryStore] keeps them in one process.
+// The Redis drivers beside this package (redisstore on go-redis,
+// rueidisstore on rueidis) share them between app instances: each
+// decision is one Lua function run atomically by Redis on one key per
+// (policy, key), named <prefix>:<policy>:{<key>}; the braces are a Redis
+// Cluster hash tag, so a decision touches one slot and runs on Cluster
+// unchanged. Time comes from the Redis server in microseconds, and
+// concurrent decisions share round trips. This package links no Redis
+// client.
 //
 // # When the store fails
 //

@@ -29,7 +29,7 @@ import (
 // [FailLocal] while a shared store fails: true (the default) gives each
 // instance its share of every limit, ⌊Limit / N⌋ and at least 1, where N
 // is the number of instances that use the policy, as the store last
-// counted them ([Fleet]: a RedisStore counts them; until it has, and on a
+// counted them ([Fleet]: the Redis drivers count them; until it has, and on a
 // store that does not, N is 1). During an outage that starts from empty
 // windows the fleet then admits at most N × max(1, ⌊Limit/N⌋) units per
 // window: the limit, or N when the limit is below N. false gives every

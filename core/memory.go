@@ -19,7 +19,7 @@ const memShards = 64
 const defaultMaxKeys = 1 << 20
 
 // MemoryStore is a [Store] that keeps windows in this process, with the
-// same semantics as [RedisStore]. It is the store for a single instance and
+// same semantics as the Redis drivers (package redisstore). It is the store for a single instance and
 // the local fallback of a [Limiter] (FailLocal).
 //
 // A decision hashes its key once, takes one of 64 locks of its policy and

@@ -25,7 +25,7 @@ type TierFunc func(ctx context.Context, key string) (tier string, err error)
 // carries over when its tier changes: a key moved to a higher tier gets
 // the higher limit on its next request after [Limiter.InvalidateTier] (or
 // after the cache entry expires), on every instance when the store is a
-// [RedisStore], and no cached denial of the old tier survives the move.
+// shared [Invalidator] store (Redis), and no cached denial of the old tier survives the move.
 //
 // A tier's calendar rule may have a Location of its own, so that a
 // customer's tier carries the customer's time zone ("pro/Europe/Paris"):
@@ -215,10 +215,10 @@ func (ts *tierSet) forgetAll() {
 
 // InvalidateTier forgets the cached tier of key, so that its next request
 // resolves the tier again: call it after a key's plan changes. On a
-// [RedisStore] every instance forgets it: the invalidation goes out on the
+// store that is an [Invalidator] (the Redis drivers) every instance forgets it: the invalidation goes out on the
 // store's invalidation channel (Redis pub/sub, the channel that carries
 // resets to the other instances' deny caches), and each limiter of the
-// policy on a RedisStore with the same prefix drops the key's cached tier
+// policy on that store (on Redis, with the same prefix) drops the key's cached tier
 // when the message arrives, a round trip later. An instance that is
 // reconnecting to Redis misses the message; it forgets every cached tier
 // when it subscribes again, and until then the cache's ttl

@@ -18,7 +18,7 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
 // them and returns the admission, or returns an error when ctx ends first.
 // It is AllowN for callers that would rather wait than be refused, such as
 // calls to an SMS provider or a partner API that allows so many requests
-// per second across the whole fleet: on a [RedisStore] every instance's
+// per second across the whole fleet: on a shared store (Redis) every instance's
 // callers wait for the same windows.
 //
 // A denial is not returned: WaitN sleeps until its RetryAfter, plus a

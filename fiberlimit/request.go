@@ -139,7 +139,7 @@ func contentEncodings(c *fiber.Ctx) ([]string, error) {
 const maxEncodingField = 255
 
 // errEncoding is the error of a body its Content-Encoding cannot decode.
-var errEncoding = reasoned{fmt.Errorf("fiberlimit: undecodable request body: %w", keyfunc.ErrInvalidKey), "malformed request body encoding"}
+var errEncoding = reasoned{fmt.Errorf("ratekit: fiberlimit: undecodable request body: %w", keyfunc.ErrInvalidKey), "malformed request body encoding"}
 
 // reasoned is a key error with a client-safe reason (keyfunc.Reason).
 type reasoned struct {
@@ -199,7 +199,7 @@ type cappedWriter struct {
 }
 
 // errCapped stops a decoder at the cap.
-var errCapped = errors.New("fiberlimit: body longer than the cap")
+var errCapped = errors.New("ratekit: fiberlimit: body longer than the cap")
 
 func (w *cappedWriter) Write(p []byte) (int, error) {
 	if room := w.max - int64(len(w.b)); int64(len(p)) > room {

@@ -92,15 +92,15 @@ type client struct {
 
 func newClient(fn string, l *core.Limiter, opts []guard.Option) *client {
 	if l == nil {
-		panic("grpclimit: " + fn + ": nil *core.Limiter")
+		panic("ratekit: grpclimit: " + fn + ": nil *core.Limiter")
 	}
 	g := guard.New(l, append([]guard.Option{guard.WithKey(targetKey)}, opts...)...)
 	cfg := newConfig(fn, g)
 	if cfg.deny != nil {
-		panic("grpclimit: " + fn + ": WithDenyHandler applies to server interceptors, not to outgoing calls")
+		panic("ratekit: grpclimit: " + fn + ": WithDenyHandler applies to server interceptors, not to outgoing calls")
 	}
 	if err := g.CheckOutbound(); err != nil {
-		panic("grpclimit: " + fn + ": " + err.Error())
+		panic("ratekit: grpclimit: " + fn + ": " + err.Error())
 	}
 	return &client{g: g, methods: cfg.methods}
 }
@@ -144,7 +144,7 @@ type waitError struct {
 	err error
 }
 
-func (e *waitError) Error() string              { return "grpclimit: " + e.err.Error() }
+func (e *waitError) Error() string              { return "ratekit: grpclimit: " + e.err.Error() }
 func (e *waitError) Unwrap() error              { return e.err }
 func (e *waitError) GRPCStatus() *status.Status { return e.st }
 

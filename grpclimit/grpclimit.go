@@ -132,7 +132,7 @@ func NewRouter(def *core.Limiter, routes map[string]*core.Limiter, opts ...guard
 		e.routes[m] = get(l)
 	}
 	if len(guards) == 0 {
-		panic("grpclimit: NewRouter: no limiter (def is nil and every route is nil)")
+		panic("ratekit: grpclimit: NewRouter: no limiter (def is nil and every route is nil)")
 	}
 	for _, g := range guards {
 		e.cfg = newConfig("NewRouter", g.g)
@@ -159,7 +159,7 @@ type engine struct {
 
 func newSingle(fn string, l *core.Limiter, opts []guard.Option) *engine {
 	if l == nil {
-		panic("grpclimit: " + fn + ": nil *core.Limiter")
+		panic("ratekit: grpclimit: " + fn + ": nil *core.Limiter")
 	}
 	g := newLimited(l, opts)
 	return &engine{cfg: newConfig(fn, g.g), def: g}

@@ -304,7 +304,7 @@ func TestRouterWithMethods(t *testing.T) {
 func TestKeys(t *testing.T) {
 	t.Parallel()
 	badKey := func(r keyfunc.Request) (string, error) {
-		return "", fmt.Errorf("keyfunc: x-user %q: secret detail: %w", r.Header("x-user"), keyfunc.ErrInvalidKey)
+		return "", fmt.Errorf("ratekit: keyfunc: x-user %q: secret detail: %w", r.Header("x-user"), keyfunc.ErrInvalidKey)
 	}
 	type step struct {
 		user   string

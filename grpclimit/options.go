@@ -102,6 +102,6 @@ func WithDenyHandler(deny func(ctx context.Context, v *guard.Verdict) error) gua
 func mustFullMethod(fn, m string) {
 	svc, method, ok := strings.Cut(strings.TrimPrefix(m, "/"), "/")
 	if !strings.HasPrefix(m, "/") || !ok || svc == "" || method == "" || strings.Contains(method, "/") {
-		panic("grpclimit: " + fn + ": " + strconv.Quote(m) + " is not a full method name (\"/package.Service/Method\")")
+		panic("ratekit: grpclimit: " + fn + ": " + strconv.Quote(m) + " is not a full method name (\"/package.Service/Method\")")
 	}
 }

@@ -13,7 +13,7 @@ import (
 
 // errNoBody is what Request.Body returns: the message has not been
 // decoded when the interceptor runs, and there is no neutral body to read.
-var errNoBody = fmt.Errorf("grpclimit: no request body before the handler: %w", keyfunc.ErrNoKey)
+var errNoBody = fmt.Errorf("ratekit: grpclimit: no request body before the handler: %w", keyfunc.ErrNoKey)
 
 // Request returns the [keyfunc.Request] view of a call with context ctx to
 // fullMethod, as the interceptors give it to key, skip and cost functions.

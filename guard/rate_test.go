@@ -139,8 +139,8 @@ func TestLimitByPanics(t *testing.T) {
 		{"name", func() { guard.LimitByIP(1, time.Minute, guard.WithName("my limit")) }, `LimitByIP: policy Name "my limit" must be`},
 		{"long name", func() { guard.LimitByIP(1, time.Minute, guard.WithName(strings.Repeat("n", 65))) }, "longer than 64 bytes"},
 		{"user key", func() { guard.LimitByUser(nil, 1, time.Minute) }, "LimitByUser: user key is nil"},
-		{"store on New", func() { guard.New(l, guard.WithStore(core.NewMemoryStore())) }, "guard.New: WithStore and WithName"},
-		{"name on New", func() { guard.New(l, guard.WithName("x")) }, "guard.New: WithStore and WithName"},
+		{"store on New", func() { guard.New(l, guard.WithStore(core.NewMemoryStore())) }, "ratekit: guard.New: WithStore and WithName"},
+		{"name on New", func() { guard.New(l, guard.WithName("x")) }, "ratekit: guard.New: WithStore and WithName"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			defer func() {

@@ -186,9 +186,9 @@ func (h *HTTPRequest) Body(limit int64) ([]byte, error) {
 	case errors.As(err, &mbe):
 		// http.MaxBytesReader in front cut the body short: too large all
 		// the same.
-		return nil, withReason(fmt.Errorf("keyfunc: reading body: %w: %w", err, ErrBodyTooLarge), "request body too large")
+		return nil, withReason(fmt.Errorf("ratekit: keyfunc: reading body: %w: %w", err, ErrBodyTooLarge), "request body too large")
 	case err != nil && err != io.EOF:
-		return nil, fmt.Errorf("keyfunc: reading body: %w", err)
+		return nil, fmt.Errorf("ratekit: keyfunc: reading body: %w", err)
 	case int64(len(h.buf)) > limit:
 		return nil, BodyTooLarge(limit)
 	}

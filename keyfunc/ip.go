@@ -25,7 +25,7 @@ const (
 
 // errBadPeer is returned for a RemoteAddr that is not an IP address. It
 // carries no detail from the request, so it cannot echo attacker input.
-var errBadPeer = fmt.Errorf("keyfunc: client ip: peer address is not an ip address: %w", ErrInvalidKey)
+var errBadPeer = fmt.Errorf("ratekit: keyfunc: client ip: peer address is not an ip address: %w", ErrInvalidKey)
 
 // TrustedProxies trusts the proxies in the given CIDR prefixes
 // ("10.0.0.0/8", "2001:db8::/32") or single addresses ("192.0.2.7"). Only
@@ -58,12 +58,12 @@ func ParseTrustedProxies(cidrs ...string) ([]netip.Prefix, error) {
 		if strings.Contains(s, "/") {
 			var err error
 			if p, err = netip.ParsePrefix(s); err != nil {
-				return nil, fmt.Errorf("keyfunc: trusted proxy %q is not a CIDR prefix: %w", s, err)
+				return nil, fmt.Errorf("ratekit: keyfunc: trusted proxy %q is not a CIDR prefix: %w", s, err)
 			}
 		} else {
 			a, err := netip.ParseAddr(s)
 			if err != nil {
-				return nil, fmt.Errorf("keyfunc: trusted proxy %q is not an ip address or CIDR prefix: %w", s, err)
+				return nil, fmt.Errorf("ratekit: keyfunc: trusted proxy %q is not an ip address or CIDR prefix: %w", s, err)
 			}
 			a = a.WithZone("")
 			p = netip.PrefixFrom(a, a.BitLen())
@@ -80,7 +80,7 @@ func TrustedPrefixes(p ...netip.Prefix) IPOption {
 	ps := make([]netip.Prefix, len(p))
 	for i, q := range p {
 		if !q.IsValid() {
-			panic(fmt.Sprintf("keyfunc: TrustedPrefixes: invalid prefix %v at index %d", q, i))
+			panic(fmt.Sprintf("ratekit: keyfunc: TrustedPrefixes: invalid prefix %v at index %d", q, i))
 		}
 		ps[i] = normPrefix(q)
 	}
@@ -123,7 +123,7 @@ func ForwardingHeader(name string) IPOption {
 		name = headerXForwardedFor
 	}
 	if !isToken(name) {
-		panic(fmt.Sprintf("keyfunc: ForwardingHeader: %q is not a valid header name", name))
+		panic(fmt.Sprintf("ratekit: keyfunc: ForwardingHeader: %q is not a valid header name", name))
 	}
 	name = textproto.CanonicalMIMEHeaderKey(name)
 	return func(c *ipConfig) { c.header = name }
@@ -149,7 +149,7 @@ func RealIPHeader(name string) IPOption {
 // bits is outside 1..128.
 func IPv6Prefix(bits int) IPOption {
 	if bits < 1 || bits > 128 {
-		panic(fmt.Sprintf("keyfunc: IPv6Prefix: %d bits is outside 1..128", bits))
+		panic(fmt.Sprintf("ratekit: keyfunc: IPv6Prefix: %d bits is outside 1..128", bits))
 	}
 	return func(c *ipConfig) { c.v6Bits = bits }
 }
@@ -160,7 +160,7 @@ func IPv6Prefix(bits int) IPOption {
 // IPv4Prefix panics if bits is outside 1..32.
 func IPv4Prefix(bits int) IPOption {
 	if bits < 1 || bits > 32 {
-		panic(fmt.Sprintf("keyfunc: IPv4Prefix: %d bits is outside 1..32", bits))
+		panic(fmt.Sprintf("ratekit: keyfunc: IPv4Prefix: %d bits is outside 1..32", bits))
 	}
 	return func(c *ipConfig) { c.v4Bits = bits }
 }
@@ -249,7 +249,7 @@ func ClientIP(opts ...IPOption) Func {
 // request, and the text it was read from, the way ClientIP does.
 func (c *ipConfig) resolver() func(r Request) (netip.Addr, string, error) {
 	forwarded := c.header == headerForwarded
-	errBadHop := withReason(fmt.Errorf("keyfunc: client ip: %s from a trusted proxy names no client address: %w",
+	errBadHop := withReason(fmt.Errorf("ratekit: keyfunc: client ip: %s from a trusted proxy names no client address: %w",
 		c.header, ErrInvalidKey), "invalid forwarding header")
 	return func(r Request) (netip.Addr, string, error) {
 		ra := r.RemoteAddr()
@@ -283,7 +283,7 @@ func InNetworks(prefixes []netip.Prefix, opts ...IPOption) func(r Request) bool 
 	nets := make([]netip.Prefix, len(prefixes))
 	for i, p := range prefixes {
 		if !p.IsValid() {
-			panic(fmt.Sprintf("keyfunc: InNetworks: invalid prefix %v at index %d", p, i))
+			panic(fmt.Sprintf("ratekit: keyfunc: InNetworks: invalid prefix %v at index %d", p, i))
 		}
 		nets[i] = normPrefix(p)
 	}

@@ -319,7 +319,7 @@ func TestParseTrustedProxies(t *testing.T) {
 			if err == nil || ps != nil {
 				t.Fatalf("ParseTrustedProxies(%q) = %v, %v; want error", bad, ps, err)
 			}
-			if !strings.HasPrefix(err.Error(), "keyfunc: ") || !strings.Contains(err.Error(), `"`+bad+`"`) {
+			if !strings.HasPrefix(err.Error(), "ratekit: keyfunc: ") || !strings.Contains(err.Error(), `"`+bad+`"`) {
 				t.Errorf("ParseTrustedProxies(%q) error %q does not name the entry", bad, err)
 			}
 		})

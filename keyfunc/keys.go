@@ -23,7 +23,7 @@ const MaxValueLen = 4096
 // a header that the client cannot choose freely or that you verify.
 func Header(name string) Func {
 	name = textproto.CanonicalMIMEHeaderKey(name)
-	tooLong := withReason(fmt.Errorf("keyfunc: header %.64q: value longer than %d bytes: %w", name, MaxValueLen, ErrInvalidKey), "key too long")
+	tooLong := withReason(fmt.Errorf("ratekit: keyfunc: header %.64q: value longer than %d bytes: %w", name, MaxValueLen, ErrInvalidKey), "key too long")
 	return func(r Request) (string, error) {
 		return bounded(r.Header(name), tooLong)
 	}
@@ -33,7 +33,7 @@ func Header(name string) Func {
 // absent or empty parameter is [ErrNoKey]; a value longer than [MaxValueLen]
 // is an error wrapping [ErrInvalidKey].
 func Query(name string) Func {
-	tooLong := withReason(fmt.Errorf("keyfunc: query %.64q: value longer than %d bytes: %w", name, MaxValueLen, ErrInvalidKey), "key too long")
+	tooLong := withReason(fmt.Errorf("ratekit: keyfunc: query %.64q: value longer than %d bytes: %w", name, MaxValueLen, ErrInvalidKey), "key too long")
 	return func(r Request) (string, error) {
 		return bounded(r.Query(name), tooLong)
 	}
@@ -87,9 +87,9 @@ func AppKey(opts ...AppKeyOption) Func {
 		o(&c)
 	}
 	if c.header == "" && c.query == "" {
-		panic("keyfunc: AppKey: both the header and the query source are disabled")
+		panic("ratekit: keyfunc: AppKey: both the header and the query source are disabled")
 	}
-	tooLong := withReason(fmt.Errorf("keyfunc: app key: longer than %d bytes: %w", MaxValueLen, ErrInvalidKey), "key too long")
+	tooLong := withReason(fmt.Errorf("ratekit: keyfunc: app key: longer than %d bytes: %w", MaxValueLen, ErrInvalidKey), "key too long")
 	return func(r Request) (string, error) {
 		var v string
 		if c.header != "" {
@@ -108,7 +108,7 @@ func AppKey(opts ...AppKeyOption) Func {
 // anonymous request). UserID panics if lookup is nil.
 func UserID(lookup func(Request) (string, bool)) Func {
 	if lookup == nil {
-		panic("keyfunc: UserID: nil lookup")
+		panic("ratekit: keyfunc: UserID: nil lookup")
 	}
 	return func(r Request) (string, error) {
 		id, ok := lookup(r)
@@ -150,7 +150,7 @@ func UserIDFrom(key any) Func {
 			}
 			id = v.String()
 		default:
-			return "", fmt.Errorf("keyfunc: user id: value of type %T is not a string, fmt.Stringer or integer", v)
+			return "", fmt.Errorf("ratekit: keyfunc: user id: value of type %T is not a string, fmt.Stringer or integer", v)
 		}
 		if id == "" {
 			return "", ErrNoKey
@@ -160,7 +160,7 @@ func UserIDFrom(key any) Func {
 }
 
 // errNoRoute is Route's error for a request view without a route pattern.
-var errNoRoute = errors.New("keyfunc: route: the request has no route pattern, only a path " +
+var errNoRoute = errors.New("ratekit: keyfunc: route: the request has no route pattern, only a path " +
 	"(a limiter outside the router, or no route matched)")
 
 // Route keys requests by endpoint, to limit an endpoint as a whole: the
@@ -211,11 +211,11 @@ func Route() Func {
 // holds a nil function.
 func Join(fs ...Func) Func {
 	if len(fs) == 0 {
-		panic("keyfunc: Join: no key functions")
+		panic("ratekit: keyfunc: Join: no key functions")
 	}
 	for i, f := range fs {
 		if f == nil {
-			panic(fmt.Sprintf("keyfunc: Join: key function %d is nil", i))
+			panic(fmt.Sprintf("ratekit: keyfunc: Join: key function %d is nil", i))
 		}
 	}
 	fs = append([]Func(nil), fs...)

@@ -431,8 +431,8 @@ func TestConstructorPanics(t *testing.T) {
 			t.Parallel()
 			defer func() {
 				msg, _ := recover().(string)
-				if !strings.HasPrefix(msg, "keyfunc: ") {
-					t.Errorf("panic value %q; want a message starting with \"keyfunc: \"", msg)
+				if !strings.HasPrefix(msg, "ratekit: keyfunc: ") {
+					t.Errorf("panic value %q; want a message starting with \"ratekit: keyfunc: \"", msg)
 				}
 			}()
 			tc.f()

@@ -38,5 +38,5 @@ func Reason(err error) string {
 // a body longer than limit: it wraps [ErrBodyTooLarge] (and so
 // [ErrInvalidKey]) and carries the reason "request body too large".
 func BodyTooLarge(limit int64) error {
-	return withReason(fmt.Errorf("keyfunc: body longer than %d bytes: %w", limit, ErrBodyTooLarge), "request body too large")
+	return withReason(fmt.Errorf("ratekit: keyfunc: body longer than %d bytes: %w", limit, ErrBodyTooLarge), "request body too large")
 }

@@ -10,19 +10,19 @@ import (
 // example an anonymous user when the key is the user ID. It is not a
 // malformed request: the middleware's no-key policy decides what happens
 // (by default the limiter is skipped for that request).
-var ErrNoKey = errors.New("keyfunc: no key")
+var ErrNoKey = errors.New("ratekit: keyfunc: no key")
 
 // ErrInvalidKey reports a key source that is present but malformed, such as
 // an unparseable phone number or an oversized body. Adapters answer it with
 // 400 Bad Request (gRPC: InvalidArgument), or 413 Content Too Large when it
 // is [ErrBodyTooLarge]. Key functions wrap it with detail.
-var ErrInvalidKey = errors.New("keyfunc: invalid key")
+var ErrInvalidKey = errors.New("ratekit: keyfunc: invalid key")
 
 // ErrBodyTooLarge reports a request body longer than a key function may
 // read (see [BodyTooLarge]). It wraps [ErrInvalidKey]: the key source is
 // malformed, but HTTP adapters answer it with 413 Content Too Large rather
 // than 400 (gRPC: InvalidArgument all the same).
-var ErrBodyTooLarge = fmt.Errorf("keyfunc: request body too large: %w", ErrInvalidKey)
+var ErrBodyTooLarge = fmt.Errorf("ratekit: keyfunc: request body too large: %w", ErrInvalidKey)
 
 // Func turns a request into the key a limiter counts under. It returns
 // [ErrNoKey] when the request has no key, and an error wrapping

@@ -53,7 +53,7 @@ import (
 // caught at start-up.
 func Transport(l *core.Limiter, base http.RoundTripper, opts ...guard.Option) http.RoundTripper {
 	if l == nil {
-		panic("nethttp: Transport: nil *core.Limiter")
+		panic("ratekit: nethttp: Transport: nil *core.Limiter")
 	}
 	if base == nil {
 		base = http.DefaultTransport
@@ -61,7 +61,7 @@ func Transport(l *core.Limiter, base http.RoundTripper, opts ...guard.Option) ht
 	g := guard.New(l, append([]guard.Option{guard.WithKey(hostKey)}, opts...)...)
 	g.ReadNatives("nethttp.Transport")
 	if err := g.CheckOutbound(); err != nil {
-		panic("nethttp: Transport: " + err.Error())
+		panic("ratekit: nethttp: Transport: " + err.Error())
 	}
 	return &transport{g: g, base: base}
 }
@@ -81,7 +81,7 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		if r.Body != nil {
 			_ = r.Body.Close()
 		}
-		return nil, fmt.Errorf("nethttp: Transport: %w", v.Err)
+		return nil, fmt.Errorf("ratekit: nethttp: Transport: %w", v.Err)
 	}
 	return t.base.RoundTrip(r)
 }
@@ -105,7 +105,7 @@ type outgoing struct {
 
 // errNoGetBody is what a key function reading the body of an outgoing
 // request without GetBody gets.
-var errNoGetBody = errors.New("nethttp: Transport: the request has a body but no GetBody, so a key function cannot read it without consuming it")
+var errNoGetBody = errors.New("ratekit: nethttp: Transport: the request has a body but no GetBody, so a key function cannot read it without consuming it")
 
 // Body reads at most limit bytes of a copy of the body from r.GetBody,
 // leaving r.Body untouched.
@@ -124,13 +124,13 @@ func (o *outgoing) Body(limit int64) ([]byte, error) {
 	}
 	rc, err := o.r.GetBody()
 	if err != nil {
-		return nil, fmt.Errorf("nethttp: Transport: GetBody: %w", err)
+		return nil, fmt.Errorf("ratekit: nethttp: Transport: GetBody: %w", err)
 	}
 	defer rc.Close()
 	b, err := io.ReadAll(io.LimitReader(rc, limit+1))
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("nethttp: Transport: reading a copy of the body: %w", err)
+		return nil, fmt.Errorf("ratekit: nethttp: Transport: reading a copy of the body: %w", err)
 	case int64(len(b)) > limit:
 		return nil, keyfunc.BodyTooLarge(limit)
 	}

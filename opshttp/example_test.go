@@ -133,7 +133,7 @@ func ExampleNewPage() {
 		fmt.Println(rec.Code, strings.Contains(rec.Body.String(), "Locked out until"))
 	}
 	// Output:
-	// opshttp: NewPage: no WithAuthorization option: the page resets limits, so it must sit behind the app's admin check
+	// ratekit: opshttp: NewPage: no WithAuthorization option: the page resets limits, so it must sit behind the app's admin check
 	// 401 false
 	// 200 true
 }

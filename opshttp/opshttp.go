@@ -117,11 +117,11 @@ func newHandler(caller string, limiters []*core.Limiter, opts []Option) (*handle
 	h := &handler{cfg: c, byName: map[string]*core.Limiter{}, keyers: map[string]func(string) (string, error){}}
 	for _, l := range limiters {
 		if l == nil {
-			return nil, fmt.Errorf("opshttp: %s: nil *core.Limiter", caller)
+			return nil, fmt.Errorf("ratekit: opshttp: %s: nil *core.Limiter", caller)
 		}
 		name := l.Policy().Name
 		if _, dup := h.byName[name]; dup {
-			return nil, fmt.Errorf("opshttp: %s: two limiters for policy %s", caller, name)
+			return nil, fmt.Errorf("ratekit: opshttp: %s: two limiters for policy %s", caller, name)
 		}
 		h.byName[name] = l
 		h.order = append(h.order, name)
@@ -129,11 +129,11 @@ func newHandler(caller string, limiters []*core.Limiter, opts []Option) (*handle
 	for _, k := range c.keyers {
 		switch _, known := h.byName[k.policy]; {
 		case k.derive == nil:
-			return nil, fmt.Errorf("opshttp: WithKeyer(%q): nil func", k.policy)
+			return nil, fmt.Errorf("ratekit: opshttp: WithKeyer(%q): nil func", k.policy)
 		case !known:
-			return nil, fmt.Errorf("opshttp: WithKeyer(%q): no limiter has this policy", k.policy)
+			return nil, fmt.Errorf("ratekit: opshttp: WithKeyer(%q): no limiter has this policy", k.policy)
 		case h.keyers[k.policy] != nil:
-			return nil, fmt.Errorf("opshttp: WithKeyer(%q): two keyers for one policy", k.policy)
+			return nil, fmt.Errorf("ratekit: opshttp: WithKeyer(%q): two keyers for one policy", k.policy)
 		}
 		h.keyers[k.policy] = k.derive
 	}
@@ -393,7 +393,7 @@ func (h *handler) peek(w http.ResponseWriter, r *http.Request, policy, seg strin
 	}
 	d, err := l.Peek(r.Context(), key)
 	if err != nil {
-		h.log(r, slog.LevelWarn, "opshttp: peek failed", l, err)
+		h.log(r, slog.LevelWarn, "ratekit: opshttp: peek failed", l, err)
 		writeJSON(w, http.StatusServiceUnavailable, Error{"peek failed"})
 		return
 	}
@@ -438,9 +438,9 @@ func (h *handler) reset(w http.ResponseWriter, r *http.Request, policy, seg stri
 func (h *handler) resetKey(r *http.Request, l *core.Limiter, key string) error {
 	err := l.Reset(r.Context(), key)
 	if err != nil {
-		h.log(r, slog.LevelWarn, "opshttp: reset failed", l, err)
+		h.log(r, slog.LevelWarn, "ratekit: opshttp: reset failed", l, err)
 	} else {
-		h.log(r, slog.LevelInfo, "opshttp: key reset", l, nil)
+		h.log(r, slog.LevelInfo, "ratekit: opshttp: key reset", l, nil)
 	}
 	for _, o := range h.cfg.observers {
 		o.Observe(r.Context(), core.Event{Kind: EventReset, Policy: l.Policy().Name, Key: key, Err: err})

@@ -103,12 +103,12 @@ func NewPage(limiters []*core.Limiter, opts ...Option) (*Page, error) {
 		return nil, err
 	}
 	if h.cfg.authorize == nil {
-		return nil, errors.New("opshttp: NewPage: no WithAuthorization option: the page resets limits, so it must sit behind the app's admin check")
+		return nil, errors.New("ratekit: opshttp: NewPage: no WithAuthorization option: the page resets limits, so it must sit behind the app's admin check")
 	}
 	p := &Page{h: h, cop: http.NewCrossOriginProtection()}
 	p.serve = h.cfg.authorize(http.HandlerFunc(p.route))
 	if p.serve == nil {
-		return nil, errors.New("opshttp: NewPage: WithAuthorization returned a nil handler")
+		return nil, errors.New("ratekit: opshttp: NewPage: WithAuthorization returned a nil handler")
 	}
 	return p, nil
 }
@@ -243,7 +243,7 @@ func csrfToken(r *http.Request) string {
 func (p *Page) render(w http.ResponseWriter, status int, d *pageData) {
 	var buf bytes.Buffer
 	if err := pageTmpl.Execute(&buf, d); err != nil {
-		http.Error(w, "opshttp: page failed", http.StatusInternalServerError)
+		http.Error(w, "ratekit: opshttp: page failed", http.StatusInternalServerError)
 		return
 	}
 	h := w.Header()
@@ -335,7 +335,7 @@ func (p *Page) peek(r *http.Request, policy string, l lookup) *resultView {
 	out := &resultView{Key: key, Derived: p.h.keyers[policy] != nil && !l.asKey}
 	d, err := lim.Peek(r.Context(), key)
 	if err != nil {
-		p.h.log(r, slog.LevelWarn, "opshttp: peek failed", lim, err)
+		p.h.log(r, slog.LevelWarn, "ratekit: opshttp: peek failed", lim, err)
 		out.Failed = true
 		return out
 	}
@@ -374,7 +374,7 @@ func (p *Page) top(r *http.Request, policy string) topView {
 	}
 	keys, err := p.h.cfg.top(r.Context(), policy, topN)
 	if err != nil {
-		p.h.log(r, slog.LevelWarn, "opshttp: top refused keys failed", p.h.byName[policy], err)
+		p.h.log(r, slog.LevelWarn, "ratekit: opshttp: top refused keys failed", p.h.byName[policy], err)
 		return topView{Failed: true}
 	}
 	return topView{Available: true, Keys: keys[:min(len(keys), topN)]}

@@ -194,7 +194,7 @@ func TestNewPageNeedsAuthorization(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := opshttp.NewPage(tc.limiters, tc.opts...)
-			if err == nil || p != nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "opshttp: ") {
+			if err == nil || p != nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "ratekit: opshttp: ") {
 				t.Errorf("NewPage = %v, %v; want an error naming %s", p, err, tc.want)
 			}
 		})

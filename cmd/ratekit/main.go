@@ -58,7 +58,7 @@
 //
 // A reset deletes the key's windows, lockout and calendar counts in Redis
 // and publishes the key on the store's invalidation channel
-// (<prefix>:invalidate), so every app instance whose RedisStore has the
+// (<prefix>:invalidate), so every app instance whose Redis store has the
 // same prefix drops its cached denials of the key (a lockout's included)
 // when the message arrives: the key is admitted everywhere at once, not
 // after the denials' retry times.

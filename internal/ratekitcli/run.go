@@ -172,7 +172,7 @@ func newFlags(name string, _ io.Writer) (*flag.FlagSet, *common) {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	c := &common{cmd: name}
-	fs.StringVar(&c.prefix, "prefix", "ratekit", "key prefix of the app's RedisStore (core.WithPrefix)")
+	fs.StringVar(&c.prefix, "prefix", "ratekit", "key prefix of the app's Redis store (redisstore.WithPrefix)")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "bound of the whole command")
 	return fs, c
 }
@@ -958,7 +958,7 @@ var keyKinds = [...]struct{ suffix, column string }{
 	{"", "SLIDINGLOG"}, {":b", "BUCKETS"}, {":c", "CALENDAR"}, {":l", "LOCKOUTS"}, {":lease", "INFLIGHT"},
 }
 
-// parseKey splits a RedisStore key, <prefix>:<policy>:{<key>} with the
+// parseKey splits a Redis store key, <prefix>:<policy>:{<key>} with the
 // suffix of its kind, an index in keyKinds.
 func parseKey(prefix, k string) (policy string, kind int, ok bool) {
 	rest, ok := strings.CutPrefix(k, prefix+":")

@@ -247,7 +247,7 @@ func testLockoutPeekRefundReset(t *testing.T, s *suite) {
 		t.Errorf("Allow(k) on A after a refund = %s, want still locked out", show(d))
 	}
 	// Reset lifts it in the store and in the resetting instance's deny
-	// cache. (Other instances hear of it through the store: RedisStore
+	// cache. (Other instances hear of it through the store: the Redis drivers
 	// publishes resets, see the core tests.)
 	if err := a.Reset(ctx(t), "k"); err != nil {
 		t.Fatal(err)

@@ -17,11 +17,11 @@ import (
 const MaxAccountLen = 320
 
 var (
-	errAccountTooLong  = withReason(fmt.Errorf("personal: account: longer than %d bytes: %w", MaxAccountLen, keyfunc.ErrInvalidKey), "invalid account name")
-	errAccountUTF8     = withReason(fmt.Errorf("personal: account: not valid UTF-8: %w", keyfunc.ErrInvalidKey), "invalid account name")
-	errAccountEmpty    = withReason(fmt.Errorf("personal: account: empty name: %w", keyfunc.ErrInvalidKey), "invalid account name")
-	errAccountNone     = withReason(fmt.Errorf("personal: account: request body holds no account name: %w", keyfunc.ErrInvalidKey), "no account name in request")
-	errAccountConflict = withReason(fmt.Errorf("personal: account: request names different accounts: %w", keyfunc.ErrInvalidKey), "conflicting account names in request")
+	errAccountTooLong  = withReason(fmt.Errorf("ratekit: personal: account: longer than %d bytes: %w", MaxAccountLen, keyfunc.ErrInvalidKey), "invalid account name")
+	errAccountUTF8     = withReason(fmt.Errorf("ratekit: personal: account: not valid UTF-8: %w", keyfunc.ErrInvalidKey), "invalid account name")
+	errAccountEmpty    = withReason(fmt.Errorf("ratekit: personal: account: empty name: %w", keyfunc.ErrInvalidKey), "invalid account name")
+	errAccountNone     = withReason(fmt.Errorf("ratekit: personal: account: request body holds no account name: %w", keyfunc.ErrInvalidKey), "no account name in request")
+	errAccountConflict = withReason(fmt.Errorf("ratekit: personal: account: request names different accounts: %w", keyfunc.ErrInvalidKey), "conflicting account names in request")
 )
 
 var account = &target{

@@ -3,7 +3,7 @@
 // account a login names, for login anti-bruteforce. Both return a
 // [keyfunc.Func] for any ratekit adapter.
 //
-//	echolimit.New(sms, echolimit.WithKey(personal.Phone(personal.DefaultRegion("CN"))))
+//	echolimit.New(sms, guard.WithKey(personal.Phone(personal.DefaultRegion("CN"))))
 //
 // # Pseudonyms
 //

@@ -25,9 +25,9 @@ type target struct {
 }
 
 var (
-	errJSONType  = withReason(fmt.Errorf("personal: json field is not a string or number: %w", keyfunc.ErrInvalidKey), "malformed request body")
-	errJSON      = withReason(fmt.Errorf("personal: body is not a json object: %w", keyfunc.ErrInvalidKey), "malformed request body")
-	errMultipart = withReason(fmt.Errorf("personal: multipart bodies are not supported: %w", keyfunc.ErrInvalidKey), "unsupported request body")
+	errJSONType  = withReason(fmt.Errorf("ratekit: personal: json field is not a string or number: %w", keyfunc.ErrInvalidKey), "malformed request body")
+	errJSON      = withReason(fmt.Errorf("ratekit: personal: body is not a json object: %w", keyfunc.ErrInvalidKey), "malformed request body")
+	errMultipart = withReason(fmt.Errorf("ratekit: personal: multipart bodies are not supported: %w", keyfunc.ErrInvalidKey), "unsupported request body")
 )
 
 // key returns the key for the value t finds in r: every source is read,

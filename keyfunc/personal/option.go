@@ -132,7 +132,7 @@ func Cleartext(on bool) Option {
 // [keyfunc.ErrInvalidKey]. MaxBody panics if n < 1.
 func MaxBody(n int64) Option {
 	if n < 1 {
-		panic(fmt.Sprintf("personal: MaxBody: %d is not positive", n))
+		panic(fmt.Sprintf("ratekit: personal: MaxBody: %d is not positive", n))
 	}
 	return func(c *config) { c.maxBody = n }
 }
@@ -145,7 +145,7 @@ func MaxBody(n int64) Option {
 func DefaultRegion(region string) Option {
 	region = strings.ToUpper(region)
 	if region != "" && !phonenumbers.GetSupportedRegions()[region] {
-		panic(fmt.Sprintf("personal: DefaultRegion: unknown region %.16q", region))
+		panic(fmt.Sprintf("ratekit: personal: DefaultRegion: unknown region %.16q", region))
 	}
 	return func(c *config) { c.region = region }
 }

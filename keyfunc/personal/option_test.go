@@ -26,8 +26,8 @@ func TestOptionPanics(t *testing.T) {
 			t.Parallel()
 			defer func() {
 				msg, _ := recover().(string)
-				if !strings.HasPrefix(msg, "personal: ") || len(msg) > 100 {
-					t.Errorf("panic value %q; want a short message starting with \"personal: \"", msg)
+				if !strings.HasPrefix(msg, "ratekit: personal: ") || len(msg) > 100 {
+					t.Errorf("panic value %q; want a short message starting with \"ratekit: personal: \"", msg)
 				}
 			}()
 			tc.f()
@@ -48,7 +48,7 @@ func TestReason(t *testing.T) {
 	if got := keyfunc.Reason(err); got != "invalid phone number" {
 		t.Errorf("Reason(%v) = %q, want %q", err, got, "invalid phone number")
 	}
-	wrapped := fmt.Errorf("guard: %w", err)
+	wrapped := fmt.Errorf("ratekit: guard: %w", err)
 	if got := keyfunc.Reason(wrapped); got != "invalid phone number" {
 		t.Errorf("Reason(%v) = %q, want %q", wrapped, got, "invalid phone number")
 	}

@@ -14,10 +14,10 @@ import (
 const maxPhoneLen = phonenumbers.MAX_INPUT_STRING_LENGTH
 
 var (
-	errPhoneInvalid  = withReason(fmt.Errorf("personal: phone: not a valid phone number: %w", keyfunc.ErrInvalidKey), "invalid phone number")
-	errPhoneTooLong  = withReason(fmt.Errorf("personal: phone: longer than %d bytes: %w", maxPhoneLen, keyfunc.ErrInvalidKey), "invalid phone number")
-	errPhoneNone     = withReason(fmt.Errorf("personal: phone: request body holds no phone number: %w", keyfunc.ErrInvalidKey), "no phone number in request")
-	errPhoneConflict = withReason(fmt.Errorf("personal: phone: request names different phone numbers: %w", keyfunc.ErrInvalidKey), "conflicting phone numbers in request")
+	errPhoneInvalid  = withReason(fmt.Errorf("ratekit: personal: phone: not a valid phone number: %w", keyfunc.ErrInvalidKey), "invalid phone number")
+	errPhoneTooLong  = withReason(fmt.Errorf("ratekit: personal: phone: longer than %d bytes: %w", maxPhoneLen, keyfunc.ErrInvalidKey), "invalid phone number")
+	errPhoneNone     = withReason(fmt.Errorf("ratekit: personal: phone: request body holds no phone number: %w", keyfunc.ErrInvalidKey), "no phone number in request")
+	errPhoneConflict = withReason(fmt.Errorf("ratekit: personal: phone: request names different phone numbers: %w", keyfunc.ErrInvalidKey), "conflicting phone numbers in request")
 )
 
 var phone = &target{
@@ -108,7 +108,7 @@ func normalizePhone(c *config, raw string) (string, error) {
 		}
 	}
 	if err != nil {
-		return "", withReason(fmt.Errorf("personal: phone: %w: %w", err, keyfunc.ErrInvalidKey), "invalid phone number")
+		return "", withReason(fmt.Errorf("ratekit: personal: phone: %w: %w", err, keyfunc.ErrInvalidKey), "invalid phone number")
 	}
 	return "", errPhoneInvalid
 }
