@@ -1,7 +1,6 @@
 package core
 
 import (
-	"context"
 	"time"
 )
 
@@ -75,7 +74,7 @@ type Decision struct {
 	Locked bool
 
 	states states
-	ticket ticket
+	ticket ticket // what Refund gives back
 }
 
 // Rules returns the state of every rule of the policy (of the key's tier
@@ -83,28 +82,6 @@ type Decision struct {
 // the windows (FailOpen, FailClosed). The slice shares the decision's
 // memory: copy it to keep it past the decision.
 func (d *Decision) Rules() []RuleState { return d.states.slice() }
-
-// Refund gives back the units the decision recorded, as if the request had
-// not been made: "count only failures" reserves a unit before the handler
-// and refunds it when the request turns out not to count. It does nothing
-// for a denial, for a fallback admission that recorded nothing, and for a
-// decision already refunded or whose key was reset since. The error wraps
-// the store's; the units then stay counted, which can only under-admit.
-//
-// Under an InFlight policy the units are a lease held while the request
-// runs, and Refund releases it: call it when the request ends, whatever
-// its outcome (the guard's adapters do, after the handler). Releasing is
-// exact: a lease is released once, however often Refund is called on the
-// decision or its copies. A release that fails is retried in the
-// background until it succeeds or the lease expires (Policy.LeaseTTL).
-func (d *Decision) Refund(ctx context.Context) error {
-	t := d.ticket
-	if !d.Allowed || t.owner == nil {
-		return nil
-	}
-	d.ticket = ticket{}
-	return t.owner.d.refund(ctx, t)
-}
 
 // states holds the rule states of a decision and the key's lockout.
 type states struct {
@@ -131,17 +108,4 @@ func (s *RuleStates) prepare(n int) []RuleState {
 	s.more = nil
 	return s.a[:n] // the callers set every state
 
-}
-
-// ticket identifies the units an admission recorded, for Refund.
-type ticket struct {
-	owner *Limiter
-	key   string // the store key (a shard's, with shards)
-	shard int    // the shard, with shards
-	at    int64
-	n     int64
-	local bool // recorded by the local fallback store
-	// mirror is the local time at which the local fallback store
-	// recorded the units the store admitted (FailLocal); 0: none.
-	mirror int64
 }

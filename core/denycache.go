@@ -118,9 +118,15 @@ func (st *denyStripe) makeRoom(now time.Time) {
 	}
 }
 
-// generation returns the removal count of key's stripe; read it before
-// the store call whose denial may be put.
-func (c *denyCache) generation(key string) uint64 { return c.stripe(key).Load() }
+// since is the state of the cache a store call began in: the removals of
+// its key's stripe, and the epoch (see resync).
+type since struct{ gen, epoch uint64 }
+
+// generation returns the state of the cache for key; read it before the
+// store call whose denial may be put.
+func (c *denyCache) generation(key string) since {
+	return since{gen: c.stripe(key).Load(), epoch: c.epoch.Load()}
+}
 
 // get writes the cached denial of key for n units at now to d, reporting
 // whether there was one (d is written only then). Only a denial
@@ -171,21 +177,23 @@ func (c *denyCache) get(key string, n int64, now time.Time, stale bool, d *Decis
 }
 
 // put remembers a store denial of key for n units decided at now by a
-// store call that began at generation gen; it does nothing if a removal
-// hit the key's stripe since.
-func (c *denyCache) put(key string, n int64, now time.Time, d Decision, gen uint64) {
+// store call that began at s; it does nothing if a removal hit the key's
+// stripe since. The denial belongs to the epoch the call began in: a
+// resync since (a reconnection, across which a removal may have been
+// missed) leaves it stale from the start.
+func (c *denyCache) put(key string, n int64, now time.Time, d Decision, s since) {
 	if d.RetryAfter <= 0 {
 		return
 	}
 	g := c.stripe(key)
-	if g.Load() != gen {
+	if g.Load() != s.gen {
 		return
 	}
 	// The store's clock (Redis TIME, wall time) and this process's
 	// monotonic clock may drift apart by up to NTP's 500 ppm; end the entry
 	// 1000 ppm early so that it never outlasts the store's own denial.
 	ttl := d.RetryAfter - d.RetryAfter/1000
-	e := &denyEntry{until: now.Add(ttl), at: now, n: n, epoch: c.epoch.Load(), d: d}
+	e := &denyEntry{until: now.Add(ttl), at: now, n: n, epoch: s.epoch, d: d}
 	st := c.of(key)
 	st.mu.Lock()
 	if _, ok := st.m[key]; !ok && len(st.m) >= st.max {
@@ -193,7 +201,7 @@ func (c *denyCache) put(key string, n int64, now time.Time, d Decision, gen uint
 	}
 	st.m[key] = e
 	st.mu.Unlock()
-	if g.Load() != gen {
+	if g.Load() != s.gen {
 		st.drop(key, e) // a removal ran between the check and the put
 	}
 }

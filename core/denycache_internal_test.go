@@ -72,3 +72,32 @@ func (c *denyCache) len() int {
 	}
 	return n
 }
+
+// TestDenyCacheEpochOfTheCall: a denial is stored under the epoch its
+// store call began in. One decided before a resubscription (across which
+// a reset's invalidation may have been lost) and put after it does not
+// answer while the store does, though it still holds when the store
+// fails.
+func TestDenyCacheEpochOfTheCall(t *testing.T) {
+	now := time.Now()
+	denial := func(retry time.Duration) Decision {
+		return Decision{RetryAfter: retry}
+	}
+	c := newDenyCache(10)
+	c.resync()
+	began := c.generation("k") // the store call begins
+	c.resync()                 // the subscription drops and comes back meanwhile
+	c.put("k", 1, now, denial(time.Hour), began)
+	var d Decision
+	if c.get("k", 1, now, false, &d) {
+		t.Errorf("a denial decided before a resync answered while the store answers: %+v", d)
+	}
+	if !c.get("k", 1, now, true, &d) {
+		t.Error("a denial decided before a resync did not answer while the store fails")
+	}
+	// A denial whose call began after the resync answers.
+	c.put("j", 1, now, denial(time.Hour), c.generation("j"))
+	if !c.get("j", 1, now, false, &d) {
+		t.Error("a denial of the current epoch did not answer")
+	}
+}

@@ -248,8 +248,10 @@ func (f *inFlight) fallback(key string, seq, n int64, take bool, br *breaker) De
 	return d
 }
 
-// refund releases the lease a ticket of this limiter identifies.
+// refund releases the lease a ticket of this limiter identifies, and
+// wakes the limiter's waiters.
 func (f *inFlight) refund(ctx context.Context, t ticket) error {
+	defer f.l.released.signal()
 	l := f.l
 	if t.local {
 		f.local.release(t.key, leaseID{f.owner, t.at})

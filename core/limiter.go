@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -157,6 +158,7 @@ type Limiter struct {
 	shards   *shardSet // nil unless Policy.Shards > 1
 	clock    func() time.Time
 	waits    waitQueues // callers of WaitN
+	released releases   // wakes them when a lease is released (InFlight)
 
 	fleet      func() int // the instances using the policy, on a Fleet store
 	wholeLimit bool       // WithLocalShare(false)
@@ -359,6 +361,41 @@ func (l *Limiter) query(key string, shard int, n int64, now time.Time) Query {
 	return q
 }
 
+// Refund gives back the units the decision recorded, as if the request had
+// not been made: "count only failures" reserves a unit before the handler
+// and refunds it when the request turns out not to count. It does nothing
+// for a denial, for a fallback admission that recorded nothing, and for a
+// decision already refunded or whose key was reset since. The error wraps
+// the store's; the units then stay counted, which can only under-admit.
+//
+// Under an InFlight policy the units are a lease held while the request
+// runs, and Refund releases it: call it when the request ends, whatever
+// its outcome (the guard's adapters do, after the handler). Releasing is
+// exact: a lease is released once, however often Refund is called on the
+// decision or its copies. A release that fails is retried in the
+// background until it succeeds or the lease expires (Policy.LeaseTTL).
+func (d *Decision) Refund(ctx context.Context) error {
+	t := d.ticket
+	if !d.Allowed || t.owner == nil {
+		return nil
+	}
+	d.ticket = ticket{}
+	return t.owner.d.refund(ctx, t)
+}
+
+// ticket identifies the units an admission recorded, for Refund.
+type ticket struct {
+	owner *Limiter
+	key   string // the store key (a shard's, with shards)
+	shard int    // the shard, with shards
+	at    int64
+	n     int64
+	local bool // recorded by the local fallback store
+	// mirror is the local time at which the local fallback store
+	// recorded the units the store admitted (FailLocal); 0: none.
+	mirror int64
+}
+
 // storeNow returns the time of a store call for the store: the limiter's
 // clock in µs, or 0 for the store's own.
 func (l *Limiter) storeNow() int64 {
@@ -448,10 +485,16 @@ func binding(rs []RuleState, allowed bool) int {
 // count after a successful login. The error wraps the store's.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	key = boundKey(key)
-	if l.shards != nil {
-		return l.shards.reset(ctx, l, key)
+	if l.shards == nil {
+		return l.resetKey(ctx, key, 0)
 	}
-	return l.resetKey(ctx, key, 0)
+	var errs []error
+	for i := range l.shards.count() {
+		if err := l.resetKey(ctx, shardKey(key, i), i); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // resetKey is Reset of a bounded store key (shard's, with shards).

@@ -89,7 +89,7 @@ func (r sharedRates) peek(ctx context.Context, key string, shard int) (Decision,
 func (r sharedRates) decide(ctx context.Context, q Query, shard int, now time.Time, op byte) (Decision, error) {
 	l := r.l
 	take := op == opTake
-	var gen uint64
+	var gen since
 	if take && l.deny != nil {
 		gen = l.deny.generation(q.Key)
 	}
@@ -129,7 +129,7 @@ func (r sharedRates) decide(ctx context.Context, q Query, shard int, now time.Ti
 // learn completes d, the store's answer res to a take of q decided at
 // now, and remembers what it teaches: the deny cache a denial, the local
 // fallback store an admission or a lockout.
-func (r sharedRates) learn(ctx context.Context, q *Query, shard int, now time.Time, gen uint64, res Result, lat time.Duration, d *Decision) {
+func (r sharedRates) learn(ctx context.Context, q *Query, shard int, now time.Time, gen since, res Result, lat time.Duration, d *Decision) {
 	l := r.l
 	if res.Allowed {
 		d.ticket = ticket{owner: l, key: q.Key, shard: shard, at: res.At, n: q.N, mirror: l.mirror(q)}

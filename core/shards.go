@@ -1,8 +1,6 @@
 package core
 
 import (
-	"context"
-	"errors"
 	"strconv"
 	"sync/atomic"
 )
@@ -80,13 +78,5 @@ func (s *shardSet) rules(i int, all []Rule) []Rule {
 	return s.shares[i]
 }
 
-// reset resets every shard of key.
-func (s *shardSet) reset(ctx context.Context, l *Limiter, key string) error {
-	var errs []error
-	for i := range s.n {
-		if err := l.resetKey(ctx, shardKey(key, i), i); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
+// count returns the number of shards.
+func (s *shardSet) count() int { return s.n }

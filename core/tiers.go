@@ -36,7 +36,9 @@ type TierFunc func(ctx context.Context, key string) (tier string, err error)
 // its tier changes.
 //
 // Resolved tiers are cached (see [WithTierCache]); resolve runs on the
-// request path on a miss, under the request's context.
+// request path on a miss, under the request's context. A lookup that
+// fails decides that request by the policy's own Rules and is not
+// cached: the next request asks again.
 func WithTiers(resolve TierFunc, tiers map[string][]Rule) Option {
 	return func(o *options) {
 		o.tierFunc = resolve
@@ -181,10 +183,13 @@ func (ts *tierSet) pick(ctx context.Context, key, bounded string) *Limiter {
 		}
 	}
 	gen := ts.gen.Load()
-	var l *Limiter
-	if name, err := ts.resolve(ctx, key); err == nil {
-		l = ts.by[name]
+	name, err := ts.resolve(ctx, key)
+	if err != nil {
+		// The default tier for this request alone: a failed lookup (a
+		// caller that hung up, a database blip) is no answer to cache.
+		return nil
 	}
+	l := ts.by[name]
 	if ts.cache != nil {
 		ts.cache.Add(bounded, tierEntry{l: l, exp: now.Add(ts.ttl)})
 		if ts.gen.Load() != gen {

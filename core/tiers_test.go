@@ -308,3 +308,35 @@ func TestRedisTierInvalidationAcrossInstances(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// TestTierLookupFailureNotCached: a lookup that fails (here, a caller that
+// hung up) decides its request by the policy's own rules, and is not
+// cached: the next requests of the key get its tier.
+func TestTierLookupFailureNotCached(t *testing.T) {
+	resolve := func(ctx context.Context, key string) (string, error) {
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+		return "restricted", nil
+	}
+	l := mustLimit(t, core.NewMemoryStore(), core.Policy{Name: "tiers-err", Rules: []core.Rule{{Limit: 100, Window: time.Minute}}},
+		core.WithTiers(resolve, map[string][]core.Rule{"restricted": {{Limit: 1, Window: time.Minute}}}))
+	hungUp, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := l.Allow(hungUp, "abuser"); err == nil {
+		t.Fatal("Allow with a canceled context = nil error")
+	}
+	admitted := 0
+	for range 10 {
+		d, err := l.Allow(context.Background(), "abuser")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 1 {
+		t.Errorf("after a failed lookup, %d of 10 calls admitted, want 1 (the restricted tier, 1 a minute)", admitted)
+	}
+}

@@ -41,6 +41,10 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
 // wait is the RetryAfter, which assumes that nothing is refunded or reset
 // meanwhile. Under Policy.Shards a RetryAfter is one shard's and another
 // may have room sooner, so WaitN then waits until the deadline instead.
+// Under Policy.InFlight no wait is known (a slot frees when a request
+// ends): the first waiter in line asks again as soon as this instance
+// releases a lease, and every 50 ms for releases on other instances,
+// until its deadline.
 //
 // Store failures are resolved by the failure policy, as for AllowN:
 // [FailOpen] admits at once; under [FailLocal] callers wait for the
@@ -82,7 +86,11 @@ func (l *Limiter) queue(ctx context.Context, key, bk string, n int64, denied *De
 	w.deadline, _ = ctx.Deadline()
 	q := l.queues().join(bk, w)
 	defer l.queues().leave(bk, q, w)
-	exact := l.shards == nil
+	// A denial's RetryAfter is exact, but for one shard of a key (another
+	// may have room sooner) or under InFlight (a fixed hint: a unit frees
+	// when a request ends): nobody is then told to give up early.
+	inFlight := l.policy.InFlight > 0
+	exact := l.shards == nil && !inFlight
 	if denied != nil && l.queues().learn(q, w, *denied, exact) {
 		return Decision{}, l.tooLate(*denied)
 	}
@@ -92,7 +100,7 @@ func (l *Limiter) queue(ctx context.Context, key, bk string, n int64, denied *De
 	// First in line: the only one here asking for key. Sleep until the
 	// key can fit n units, as far as anyone here knows, and ask.
 	var wait, window time.Duration
-	if at, win, known := l.queues().next(q, n); known {
+	if at, win, known := l.queues().next(q, n); known && !inFlight {
 		wait, window = time.Until(at), win
 	}
 	for {
@@ -109,8 +117,17 @@ func (l *Limiter) queue(ctx context.Context, key, bk string, n int64, denied *De
 			return Decision{}, l.tooLate(d)
 		}
 		wait, window = max(d.RetryAfter, minWait), d.Window
+		if inFlight {
+			// A lease released here wakes the waiter at once; one
+			// released on another instance is seen within a poll.
+			wait, window = leasePoll, 0
+		}
 	}
 }
+
+// leasePoll is how often a waiter for a concurrency slot asks the store
+// again, for leases released on other instances.
+const leasePoll = 50 * time.Millisecond
 
 // queues returns the lines of the limiter's waiters.
 func (l *Limiter) queues() *waitQueues { return &l.waits }
@@ -143,9 +160,39 @@ func (l *Limiter) sleep(ctx context.Context, w *waiter, wait, window time.Durati
 	select {
 	case <-t.C:
 		return nil
+	case <-l.released.wait():
+		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, ctx.Err())
 	}
+}
+
+// releases wakes the waiters of an InFlight policy when this instance
+// releases a lease.
+type releases struct {
+	mu sync.Mutex
+	ch chan struct{} // closed at the next release
+}
+
+// wait returns a channel closed at the next release; nil (never) for a
+// policy without leases, whose limiter signals none.
+func (r *releases) wait() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ch == nil {
+		r.ch = make(chan struct{})
+	}
+	return r.ch
+}
+
+// signal wakes every waiter.
+func (r *releases) signal() {
+	r.mu.Lock()
+	if r.ch != nil {
+		close(r.ch)
+		r.ch = nil
+	}
+	r.mu.Unlock()
 }
 
 // waitError wraps an error of waitQueues.await.

@@ -515,3 +515,53 @@ func inWindow(at []int64, now, w int64) int {
 	hi, _ := slices.BinarySearch(at, now+1)
 	return hi - lo
 }
+
+// TestWaitInFlight: a concurrency slot has no known wait: a waiter is
+// not refused for its deadline on the strength of the 1 s hint, wakes as
+// soon as this instance releases a lease, and sees one released on
+// another instance within a poll: well before the hint either way (the
+// bounds leave room for a loaded machine).
+func TestWaitInFlight(t *testing.T) {
+	p := core.Policy{Name: "wait-inflight", InFlight: 1}
+	for _, f := range fleets {
+		t.Run(f.name, func(t *testing.T) {
+			ls := f.new(t, 2, p)
+			ctx := context.Background()
+			for _, c := range []struct {
+				name     string
+				holder   *core.Limiter
+				deadline time.Duration // 0: none
+				within   time.Duration
+			}{
+				{"same instance, deadline", ls[0], 800 * time.Millisecond, 300 * time.Millisecond},
+				{"same instance, no deadline", ls[0], 0, 300 * time.Millisecond},
+				{"other instance", ls[1], 800 * time.Millisecond, 400 * time.Millisecond},
+			} {
+				held, err := c.holder.Allow(ctx, "slot")
+				if err != nil || !held.Allowed {
+					t.Fatalf("%s: Allow(slot) = %+v, %v", c.name, held, err)
+				}
+				const holdFor = 50 * time.Millisecond
+				go func() {
+					time.Sleep(holdFor)
+					_ = held.Refund(ctx)
+				}()
+				wctx, cancel := ctx, context.CancelFunc(func() {})
+				if c.deadline > 0 {
+					wctx, cancel = context.WithTimeout(ctx, c.deadline)
+				}
+				start := time.Now()
+				d, err := ls[0].Wait(wctx, "slot")
+				took := time.Since(start)
+				cancel()
+				if err != nil || !d.Allowed {
+					t.Fatalf("%s: Wait(slot) = %+v, %v after %v; want admitted once the slot is released (after %v)", c.name, d, err, took, holdFor)
+				}
+				if took < holdFor-5*time.Millisecond || took > holdFor+c.within {
+					t.Errorf("%s: Wait admitted after %v, want about %v (+ at most %v)", c.name, took, holdFor, c.within)
+				}
+				_ = d.Refund(ctx)
+			}
+		})
+	}
+}
