@@ -35,6 +35,7 @@ type MemoryStore struct {
 	seed      maphash.Seed
 	maxKeys   int64
 	keys      atomic.Int64 // keys held, in every policy
+	shedding  sync.Mutex   // held by the one goroutine making room
 
 	mu       sync.Mutex
 	policies map[string]*memPolicy
@@ -58,11 +59,25 @@ type memoryOptions struct {
 
 // WithMaxKeys bounds the number of keys the store holds; 1,048,576 by
 // default (a limiter's FailLocal fallback store holds at most 100,000).
-// When a new key would exceed it, the key least recently used among a
-// sample of its policy's keys is forgotten, as if its window had passed:
-// a flood of new keys (rotating client addresses) costs bounded memory,
-// at the price of forgetting windows once the bound is reached. It must
-// be at least 1.
+// It must be at least 1.
+//
+// When a new key takes the store past the bound, a key of the policy
+// that holds the most keys is forgotten, as if its window had passed: the
+// least recently used of a sample, never one locked out (Policy.Lockout)
+// before its lockout ends. So a client who floods new keys (rotating
+// addresses, phone numbers or account names) costs bounded memory, and
+// what it can achieve is bounded too:
+//   - it cannot make another policy forget its windows while its own
+//     policy holds more keys: the flooded policy pays for the flood;
+//   - within the flooded policy, once the store is full, it can make keys
+//     not used lately forget their windows; a key in active use is rarely
+//     the least recently used of the sample;
+//   - it cannot lift a lockout: locked-out keys are kept even past the
+//     bound, up to twice the bound; only a store holding twice its bound
+//     forgets locked-out keys too, the least recently used first.
+//
+// Size the bound above the keys expected within the longest window, or
+// use a shared store (package redisstore), whose memory Redis bounds.
 func WithMaxKeys(n int) MemoryOption {
 	return func(o *memoryOptions) { o.maxKeys = n }
 }
@@ -71,10 +86,12 @@ func WithMaxKeys(n int) MemoryOption {
 type memPolicy struct {
 	name   string
 	store  *MemoryStore
+	keys   atomic.Int64 // keys held
 	shards [memShards]memShard
 }
 
 type memShard struct {
+	policy *memPolicy
 	mu     sync.Mutex
 	m      map[string]*memLog
 	keys   []*memLog // the values of m, for sweeping in turn
@@ -161,6 +178,7 @@ func (s *MemoryStore) policy(name string) *memPolicy {
 		p = &memPolicy{name: name, store: s}
 		for i := range p.shards {
 			p.shards[i].m = make(map[string]*memLog)
+			p.shards[i].policy = p
 		}
 		s.policies[name] = p
 		list := append(slices.Clone(*s.list.Load()), p)
@@ -235,11 +253,9 @@ func (p *memPolicy) decide(q *Query, take bool, st *states) (allowed bool, at in
 	if lg != nil {
 		lg.used = max(lg.used, now)
 	}
-	swept := sh.sweep(now)
+	sh.sweep(now)
 	sh.mu.Unlock()
-	if swept > 0 {
-		p.store.keys.Add(int64(-swept))
-	}
+	p.store.shed(now)
 	p.store.tick(now)
 	return allowed, now
 }
@@ -361,12 +377,11 @@ func (lg *memLog) compact() {
 	}
 }
 
-// insert adds a key to the shard, forgetting another if the store is
-// full; sh.mu is held.
+// insert adds a key to the shard; sh.mu is held. The caller calls
+// MemoryStore.shed once it has released sh.mu.
 func (p *memPolicy) insert(sh *memShard, key string, now int64) *memLog {
-	if p.store.keys.Add(1) > p.store.maxKeys {
-		sh.evictOne(p.store)
-	}
+	p.keys.Add(1)
+	p.store.keys.Add(1)
 	var lg *memLog
 	if n := len(sh.free); n > 0 {
 		lg = sh.free[n-1]
@@ -381,26 +396,69 @@ func (p *memPolicy) insert(sh *memShard, key string, now int64) *memLog {
 	return lg
 }
 
-// evictOne forgets the least recently used of a few keys of the shard, or
-// of another shard when this one is empty; sh.mu is held.
-func (sh *memShard) evictOne(s *MemoryStore) {
-	if len(sh.keys) == 0 {
-		// Keys of this shard cannot make room; the next sweep of the
-		// fuller shards will. Stay a little over the bound meanwhile.
+// shed forgets keys while the store holds more than its bound (see
+// WithMaxKeys), from the policy holding the most keys: the least recently
+// used of a sample of a shard, keys locked out spared unless the store
+// holds twice its bound. One goroutine sheds at a time, the others go on;
+// no shard lock is held.
+func (s *MemoryStore) shed(now int64) {
+	if s.keys.Load() <= s.maxKeys || !s.shedding.TryLock() {
 		return
 	}
-	victim := sh.keys[rand.IntN(len(sh.keys))]
-	for range 7 {
-		if k := sh.keys[rand.IntN(len(sh.keys))]; k.used < victim.used {
-			victim = k
+	defer s.shedding.Unlock()
+	for range 8 {
+		over := s.keys.Load() - s.maxKeys
+		if over <= 0 {
+			return
+		}
+		p := s.heaviest()
+		if p == nil || !p.evictOne(now, over >= s.maxKeys) {
+			return
 		}
 	}
-	sh.remove(victim)
-	s.keys.Add(-1)
+}
+
+// heaviest returns the policy holding the most keys.
+func (s *MemoryStore) heaviest() *memPolicy {
+	var top *memPolicy
+	for _, p := range *s.list.Load() {
+		if top == nil || p.keys.Load() > top.keys.Load() {
+			top = p
+		}
+	}
+	return top
+}
+
+// evictOne forgets the least recently used of a few keys of a few shards
+// of the policy, sparing keys locked out at now unless evenLocked; it
+// reports whether it forgot one.
+func (p *memPolicy) evictOne(now int64, evenLocked bool) bool {
+	start := rand.IntN(memShards)
+	for i := range 4 {
+		sh := &p.shards[(start+i*memShards/4)%memShards]
+		sh.mu.Lock()
+		var victim *memLog
+		for range min(8, len(sh.keys)) {
+			k := sh.keys[rand.IntN(len(sh.keys))]
+			if (evenLocked || k.lock <= now) && (victim == nil || k.used < victim.used) {
+				victim = k
+			}
+		}
+		if victim != nil {
+			sh.remove(victim)
+		}
+		sh.mu.Unlock()
+		if victim != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // remove deletes lg from the shard; sh.mu is held.
 func (sh *memShard) remove(lg *memLog) {
+	sh.policy.keys.Add(-1)
+	sh.policy.store.keys.Add(-1)
 	delete(sh.m, lg.key)
 	last := len(sh.keys) - 1
 	sh.keys[lg.index] = sh.keys[last]
@@ -527,18 +585,16 @@ func (lg *memLog) recount(i int) {
 // deletes the expired ones, going round the shard's keys in turn, so that
 // every key is looked at within len(keys)/2 operations of the shard:
 // more than a stream of keys each seen once can add.
-func (sh *memShard) sweep(now int64) int {
+func (sh *memShard) sweep(now int64) {
 	sh.ops++
-	if sh.ops%16 != 0 {
-		return 0
+	if sh.ops%16 == 0 {
+		sh.sweepSome(now, 32)
 	}
-	return sh.sweepSome(now, 32)
 }
 
 // sweepSome looks at up to limit keys from the cursor on and deletes the
-// expired ones; it returns how many it deleted.
-func (sh *memShard) sweepSome(now int64, limit int) int {
-	deleted := 0
+// expired ones.
+func (sh *memShard) sweepSome(now int64, limit int) {
 	for range min(limit, len(sh.keys)) {
 		if sh.cursor >= len(sh.keys) {
 			sh.cursor = 0
@@ -546,12 +602,10 @@ func (sh *memShard) sweepSome(now int64, limit int) int {
 		lg := sh.keys[sh.cursor]
 		if lg.expires <= now {
 			sh.remove(lg) // the last key moves to the cursor
-			deleted++
 			continue
 		}
 		sh.cursor++
 	}
-	return deleted
 }
 
 // tick sweeps the shards of every policy in turn, 64 keys every 16
@@ -567,9 +621,8 @@ func (s *MemoryStore) tick(now int64) {
 	p := list[int(n/memShards)%len(list)]
 	sh := &p.shards[n%memShards]
 	sh.mu.Lock()
-	d := sh.sweepSome(now, 64)
+	sh.sweepSome(now, 64)
 	sh.mu.Unlock()
-	s.keys.Add(int64(-d))
 }
 
 // Refund implements [Store].
@@ -639,7 +692,6 @@ func (s *MemoryStore) Reset(ctx context.Context, q Query) error {
 	sh.mu.Lock()
 	if lg := sh.m[q.Key]; lg != nil {
 		sh.remove(lg)
-		s.keys.Add(-1)
 	}
 	sh.mu.Unlock()
 	s.resetLeases(q.Policy, q.Key)
@@ -1009,11 +1061,9 @@ func (p *memPolicy) record(q *Query) int64 {
 		lg.add(now, q.N)
 	}
 	lg.expires = max(lg.expires, now+maxW+maxG)
-	swept := sh.sweep(now)
+	sh.sweep(now)
 	sh.mu.Unlock()
-	if swept > 0 {
-		p.store.keys.Add(int64(-swept))
-	}
+	p.store.shed(now)
 	return now
 }
 
@@ -1033,6 +1083,7 @@ func (p *memPolicy) lockFor(q *Query, d time.Duration) {
 	lg.lockKeep = max(lg.lockKeep, lg.lock)
 	lg.expires = max(lg.expires, lg.lock)
 	sh.mu.Unlock()
+	p.store.shed(now)
 }
 
 // unlock lifts key's lockout, if it has one.

@@ -347,6 +347,80 @@ func TestMemoryBounded(t *testing.T) {
 	})
 }
 
+// TestMemoryEvictionFair: a flood of keys in one policy of a shared
+// store is paid for by that policy: another policy's window holds, and no
+// flood lifts a lockout before it ends (issue 20 item 6).
+func TestMemoryEvictionFair(t *testing.T) {
+	ctx := context.Background()
+	t.Run("other policies keep their windows", func(t *testing.T) {
+		store := core.NewMemoryStore(core.WithMaxKeys(2000))
+		sms := mustLimit(t, store, core.Policy{Name: "fair-sms-phone", Rules: []core.Rule{{Limit: 5, Window: time.Hour}}})
+		login := mustLimit(t, store, core.Policy{Name: "fair-login-ip", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}})
+		for i := range 2000 {
+			if _, err := sms.Allow(ctx, "+4420"+strconv.Itoa(7000000+i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d, err := login.Allow(ctx, "198.51.100.7"); err != nil || !d.Allowed {
+			t.Fatalf("victim's first request = %+v, %v; want allowed", d, err)
+		}
+		for i := range 200 {
+			if _, err := login.Allow(ctx, "203.0.113."+strconv.Itoa(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range 2000 { // the flood goes on
+			_, _ = sms.Allow(ctx, "+4421"+strconv.Itoa(7000000+i))
+		}
+		if d, _ := login.Allow(ctx, "198.51.100.7"); d.Allowed {
+			t.Errorf("victim's second request inside the hour = %+v, want denied: the sms flood made login-ip forget it", d)
+		}
+		for i := range 200 {
+			if d, _ := login.Allow(ctx, "203.0.113."+strconv.Itoa(i)); d.Allowed {
+				t.Fatalf("login-ip client %d's second request was admitted: its window was forgotten", i)
+			}
+		}
+		if n := store.Len(); n > 2000+memShardsSlack {
+			t.Errorf("the store holds %d keys, want at most about 2000", n)
+		}
+	})
+	t.Run("a lockout holds", func(t *testing.T) {
+		store := core.NewMemoryStore(core.WithMaxKeys(500))
+		l := mustLimit(t, store, core.Policy{Name: "fair-login-account", Rules: []core.Rule{{Limit: 3, Window: time.Hour}},
+			Lockout: core.Lockout{For: 24 * time.Hour}})
+		for range 4 {
+			_, _ = l.Allow(ctx, "alice")
+		}
+		if d, _ := l.Peek(ctx, "alice"); !d.Locked {
+			t.Fatalf("alice after 4 requests = %+v, want locked out", d)
+		}
+		for i := range 2000 {
+			if _, err := l.Allow(ctx, "user"+strconv.Itoa(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d, _ := l.Allow(ctx, "alice"); d.Allowed || !d.Locked {
+			t.Errorf("alice after 2,000 requests for other accounts = %+v, want still locked out", d)
+		}
+		if n := store.Len(); n > 500+memShardsSlack {
+			t.Errorf("the store holds %d keys, want at most about 500", n)
+		}
+	})
+	t.Run("locked-out keys are bounded too", func(t *testing.T) {
+		store := core.NewMemoryStore(core.WithMaxKeys(100))
+		l := mustLimit(t, store, core.Policy{Name: "fair-lock-flood", Rules: []core.Rule{{Limit: 1, Window: time.Hour}},
+			Lockout: core.Lockout{For: time.Hour}})
+		for i := range 1000 {
+			k := "acct" + strconv.Itoa(i)
+			_, _ = l.Allow(ctx, k)
+			_, _ = l.Allow(ctx, k) // locked out
+			if n := store.Len(); n > 2*100+memShardsSlack {
+				t.Fatalf("after %d locked-out keys the store holds %d, want at most about twice its bound", i+1, n)
+			}
+		}
+	})
+}
+
 // memShardsSlack is how far over its bound a store may briefly be: a new
 // key in an empty shard makes no room until that shard has keys.
 const memShardsSlack = 64
