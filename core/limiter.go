@@ -365,8 +365,11 @@ func (l *Limiter) query(key string, shard int, n int64, now time.Time) Query {
 // not been made: "count only failures" reserves a unit before the handler
 // and refunds it when the request turns out not to count. It does nothing
 // for a denial, for a fallback admission that recorded nothing, and for a
-// decision already refunded or whose key was reset since. The error wraps
-// the store's; the units then stay counted, which can only under-admit.
+// decision already refunded or whose key was reset since, under every
+// algorithm and calendar rule: the key's windows are then new, and the
+// refund must not add room to them. (Under WithClock, "since" is read on
+// the instances' clocks, which must then agree.) The error wraps the
+// store's; the units then stay counted, which can only under-admit.
 //
 // Under an InFlight policy the units are a lease held while the request
 // runs, and Refund releases it: call it when the request ends, whatever

@@ -98,6 +98,10 @@ type memShard struct {
 	cursor int
 	ops    uint32
 	free   []*memLog // removed logs, for new keys to reuse
+	// forgot is the latest decision time of a key reset or evicted: a
+	// key made again is born after it, so that a refund of a decision
+	// made before the reset does nothing.
+	forgot int64
 }
 
 // memFree bounds the removed logs a shard keeps for reuse, and
@@ -122,6 +126,7 @@ type memLog struct {
 	bk      []memBuckets     // SlidingBuckets
 	expires int64            // µs; the key holds nothing live after
 	used    int64            // µs; last decision
+	born    int64            // µs; no decision before it is refunded
 
 	cal      []memPeriod // calendar rules: the units of each period
 	lock     int64       // µs; the key is locked out until then
@@ -241,6 +246,9 @@ func (p *memPolicy) decide(q *Query, take bool, st *states) (allowed bool, at in
 		// that one's time, so that the decisions of a key are in the
 		// order of their times, as Redis reads TIME inside the script.
 		now = lg.used
+	}
+	if q.Now == 0 && lg == nil && now <= sh.forgot {
+		now = sh.forgot + 1 // after the decisions of a key reset (see refund)
 	}
 	switch {
 	case q.Lockout.For > 0 || hasCalendar(q.Rules):
@@ -391,6 +399,7 @@ func (p *memPolicy) insert(sh *memShard, key string, now int64) *memLog {
 	} else {
 		lg = &memLog{key: key, index: len(sh.keys), used: now}
 	}
+	lg.born = max(now, sh.forgot+1)
 	sh.m[key] = lg
 	sh.keys = append(sh.keys, lg)
 	return lg
@@ -445,6 +454,7 @@ func (p *memPolicy) evictOne(now int64, evenLocked bool) bool {
 			}
 		}
 		if victim != nil {
+			sh.forgot = max(sh.forgot, victim.used)
 			sh.remove(victim)
 		}
 		sh.mu.Unlock()
@@ -634,13 +644,14 @@ func (s *MemoryStore) Refund(ctx context.Context, q Query, at int64) error {
 	return nil
 }
 
-// refund gives back q.N units recorded at time at.
+// refund gives back q.N units recorded at time at, unless the key was
+// reset (or forgotten) since: its units then went with it.
 func (p *memPolicy) refund(q *Query, at int64) {
 	sh := p.shard(q.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	lg := sh.m[q.Key]
-	if lg == nil {
+	if lg == nil || at < lg.born {
 		return
 	}
 	if hasCalendar(q.Rules) {
@@ -691,6 +702,7 @@ func (s *MemoryStore) Reset(ctx context.Context, q Query) error {
 	sh := p.shard(q.Key)
 	sh.mu.Lock()
 	if lg := sh.m[q.Key]; lg != nil {
+		sh.forgot = max(sh.forgot, lg.used)
 		sh.remove(lg)
 	}
 	sh.mu.Unlock()
@@ -1023,6 +1035,9 @@ func (p *memPolicy) record(q *Query) int64 {
 	lg := sh.m[q.Key]
 	if lg != nil && lg.used > now {
 		now = lg.used // keep the key's times in order (see decide)
+	}
+	if lg == nil && now <= sh.forgot {
+		now = sh.forgot + 1 // see decide
 	}
 	if lg == nil {
 		lg = p.insert(sh, q.Key, now)

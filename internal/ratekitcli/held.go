@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratekit/ratekit/internal/redislib"
 )
 
 // held is what Redis holds for one key of a policy, read as the store
@@ -97,6 +99,9 @@ func readHeld(ctx context.Context, rdb redis.UniversalClient, base string) (held
 		h.logTTL = logTTL.Val()
 	}
 	for f, v := range buckets.Val() {
+		if f == redislib.BornField {
+			continue
+		}
 		b, err := parseBucket(f, v)
 		if err != nil {
 			wrongType = fmt.Errorf("%s:b: %w", base, err)
@@ -109,6 +114,9 @@ func readHeld(ctx context.Context, rdb redis.UniversalClient, base string) (held
 	})
 	h.bucketsTTL = bTTL.Val()
 	for f, v := range cal.Val() {
+		if f == redislib.BornField {
+			continue
+		}
 		p, err := parsePeriod(f, v)
 		if err != nil {
 			wrongType = fmt.Errorf("%s:c: %w", base, err)

@@ -23,6 +23,11 @@ const (
 	LeaseSuffix    = ":lease"
 )
 
+// BornField is the field of the buckets and calendar hashes that holds
+// the time, in µs, the key was made: a refund of a decision made before
+// it does nothing, the key having been reset since.
+const BornField = "b"
+
 // AllKeys returns every Redis key of policy's bounded key, for a reset.
 func AllKeys(prefix, policy, bounded string) []string {
 	k := Key(prefix, policy, bounded)

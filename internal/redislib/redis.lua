@@ -63,7 +63,9 @@ end
 --   <base>:c  a HASH of the units admitted per calendar period, field
 --             '<kind letter><start>:<end>'; a new period's field drops
 --             those of ended periods, and the key expires when its last
---             period ends.
+--             period ends. Field 'b' is the time the key was made: a
+--             refund of a decision before it (the key was reset since)
+--             does nothing.
 -- Their reply has, after the sliding rules' states, per calendar rule the
 -- units used, the wait, the time until its period ends and the period's
 -- length, then the time the lockout has left (0: none).
@@ -136,10 +138,13 @@ local function calAdd(ck, cals, n, now, cnow)
   if not fresh then return end
   -- A new period: drop those that have ended; the key lives until the
   -- last one ends.
+  call('HSETNX', ck, 'b', format('%d', now))
   local last, stale = now, {}
   for _, f in ipairs(call('HKEYS', ck)) do
     local e = tonumber(string.match(f, ':(%d+)$'))
-    if not e or e <= now then
+    if f == 'b' then
+      -- when the key was made
+    elseif not e or e <= now then
       stale[#stale + 1] = f
     elseif e > last then
       last = e
@@ -149,8 +154,11 @@ local function calAdd(ck, cals, n, now, cnow)
   call('PEXPIRE', ck, format('%d', ceil((last - now) / 1000) + 1 + lag(cnow)))
 end
 
--- calRefund gives n units back to the periods that held time at.
+-- calRefund gives n units back to the periods that held time at, unless
+-- the key was made after at.
 local function calRefund(ck, cals, n, at)
+  local born = tonumber(call('HGET', ck, 'b'))
+  if not born or at < born then return end
   for _, c in ipairs(cals) do
     period(c, at)
     if call('HEXISTS', ck, c.f) == 1 and call('HINCRBY', ck, c.f, -n) <= 0 then
@@ -547,7 +555,9 @@ end)
 -- batch of decisions in one call.
 --
 -- Each key is a HASH of bucket counts: field '<width>:<index>' holds the
--- units admitted in [index*width, (index+1)*width) µs. Rules count the
+-- units admitted in [index*width, (index+1)*width) µs; field 'b' is the
+-- time the key was made, before which no refund applies (the key was
+-- reset since). Rules count the
 -- buckets of their own width, so rules that share a window share buckets,
 -- and a key keeps its usage when its tier's limits change. A bucket is
 -- counted in full while any part of it lies inside the window, so the
@@ -567,7 +577,10 @@ local function fmt(x) return string.format('%.0f', x) end
 
 local function decideBuckets(key, op, n, now, cnow, rules, at)
   if op == 2 then
-    -- Refund: give the units back to the buckets of the take's time.
+    -- Refund: give the units back to the buckets of the take's time,
+    -- unless the key was made after it.
+    local born = tonumber(call('HGET', key, 'b'))
+    if not born or at < born then return pack('<dd', 1, at), 1 end
     local done = {}
     for _, r in ipairs(rules) do
       local g = r[3]
@@ -596,12 +609,15 @@ local function decideBuckets(key, op, n, now, cnow, rules, at)
   local fields = call('HGETALL', key)
   local buckets = {} -- width -> list of {index, count}
   local stale = {}
+  local born = false
   for j = 1, #fields, 2 do
     local f = fields[j]
     local c = string.find(f, ':', 1, true)
     local g = c and tonumber(string.sub(f, 1, c - 1))
     local b = c and tonumber(string.sub(f, c + 1))
-    if g == nil or b == nil or lowest[g] == nil or b < lowest[g] then
+    if f == 'b' then
+      born = true
+    elseif g == nil or b == nil or lowest[g] == nil or b < lowest[g] then
       -- Older than every window, of a width no rule uses any more, or
       -- not a bucket at all.
       stale[#stale + 1] = f
@@ -651,6 +667,7 @@ local function decideBuckets(key, op, n, now, cnow, rules, at)
   end
 
   if op == 1 and allowed == 1 then
+    if not born then call('HSET', key, 'b', fmt(now)) end
     local done = {}
     for i, r in ipairs(rules) do
       local g = r[3]

@@ -65,6 +65,7 @@ func Run(t *testing.T, newStore func(t *testing.T) core.Store, opts ...core.Opti
 		{"Peek", testPeek},
 		{"Reset", testReset},
 		{"Refund", testRefund},
+		{"RefundAfterReset", testRefundAfterReset},
 		{"Isolation", testIsolation},
 		{"NewLimiterValidation", testValidation},
 		{"LongKeys", testLongKeys},
@@ -874,6 +875,44 @@ func testRefund(t *testing.T, s *suite) {
 	}
 	if d := peek(t, l, "n"); d.Remaining != 2 || d.Rules()[0].Used != 0 {
 		t.Errorf("Peek(n) after refunding AllowN(n, 2) = %s, want Remaining 2", show(d))
+	}
+}
+
+// testRefundAfterReset: Decision.Refund does nothing for a decision whose
+// key was reset since, for every algorithm, with and without a calendar
+// rule: the refund must not hand the new window an extra unit.
+func testRefundAfterReset(t *testing.T, s *suite) {
+	for _, tc := range []struct {
+		name  string
+		rules []core.Rule
+	}{
+		{"sliding", []core.Rule{{Limit: 3, Window: time.Minute}}},
+		{"calendar", []core.Rule{{Limit: 3, Calendar: core.Day}}},
+		{"both", []core.Rule{{Limit: 3, Window: time.Minute}, {Limit: 5, Calendar: core.Day}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			algorithms(t, func(t *testing.T, algo core.Algorithm) {
+				l, _ := s.policyLimiter(t, core.Policy{Rules: tc.rules, Algorithm: algo})
+				kept := allow(t, l, "k")
+				if !kept.Allowed {
+					t.Fatalf("Allow(k) = %s, want allowed", show(kept))
+				}
+				if err := l.Reset(ctx(t), "k"); err != nil {
+					t.Fatal(err)
+				}
+				for i := range 3 {
+					if d := allow(t, l, "k"); !d.Allowed {
+						t.Fatalf("Allow(k) #%d after Reset = %s, want allowed", i+1, show(d))
+					}
+				}
+				if err := kept.Refund(ctx(t)); err != nil {
+					t.Fatal(err)
+				}
+				if d := allow(t, l, "k"); d.Allowed {
+					t.Errorf("Allow(k) after refunding a decision made before the Reset = %s, want denied: 4 units against a limit of 3", show(d))
+				}
+			})
+		})
 	}
 }
 
