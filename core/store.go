@@ -45,7 +45,7 @@ type Store interface {
 	Peek(ctx context.Context, q Query) (Result, error)
 	// Refund removes q.N of the units a successful Take recorded for
 	// q.Key at store time at (its Result.At), or as many as are left;
-	// nothing when the key was reset after at (storetest checks it).
+	// nothing when the key was reset after at.
 	Refund(ctx context.Context, q Query, at int64) error
 	// Reset forgets everything recorded for q.Policy and q.Key: its
 	// windows, calendar counts, lockout and leases.
