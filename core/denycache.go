@@ -226,4 +226,5 @@ func (c *denyCache) remove(key string) {
 func (s *RuleState) shorten(elapsed time.Duration) {
 	s.RetryAfter = max(0, s.RetryAfter-elapsed)
 	s.ResetAfter = max(0, s.ResetAfter-elapsed)
+	s.NextAfter = max(0, s.NextAfter-elapsed)
 }

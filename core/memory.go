@@ -290,6 +290,9 @@ func (p *memPolicy) decideLog(sh *memShard, lg *memLog, q *Query, take bool, now
 			}
 			rs[i].Used += q.N
 			rs[i].ResetAfter = time.Duration(q.Rules[i].Window.Microseconds()) * time.Microsecond
+			if rs[i].NextAfter == 0 {
+				rs[i].NextAfter = rs[i].ResetAfter
+			}
 		}
 	}
 	return allowed
@@ -324,6 +327,7 @@ func (lg *memLog) evaluate(rules []Rule, n, now, maxW int64, states []RuleState)
 		st := RuleState{Limit: r.Limit, Window: r.Window, Used: used}
 		if used > 0 {
 			st.ResetAfter = time.Duration(newest+w-now) * time.Microsecond
+			st.NextAfter = time.Duration(ev[c].at+w-now) * time.Microsecond
 		}
 		if need := used + n - r.Limit; need > 0 {
 			allowed = false
@@ -507,6 +511,7 @@ func evaluate(ev []memEvent, rules []Rule, n, now int64, states []RuleState) boo
 		st := RuleState{Limit: r.Limit, Window: r.Window, Used: used}
 		if used > 0 {
 			st.ResetAfter = time.Duration(newest+w-now) * time.Microsecond
+			st.NextAfter = time.Duration(ev[idx].at+w-now) * time.Microsecond
 		}
 		if need := used + n - r.Limit; need > 0 {
 			allowed = false
@@ -770,6 +775,9 @@ func (p *memPolicy) decideBuckets(sh *memShard, lg *memLog, q *Query, take bool,
 			}
 			rs[i].Used += q.N
 			rs[i].ResetAfter = time.Duration((now/g+1)*g+r.Window.Microseconds()-now) * time.Microsecond
+			if rs[i].NextAfter == 0 {
+				rs[i].NextAfter = rs[i].ResetAfter
+			}
 		}
 		lg.expires = max(lg.expires, now+maxW+maxG)
 	}
@@ -819,6 +827,7 @@ func bucketState(bk []memEvent, r Rule, g, n, now int64) RuleState {
 	}
 	if len(bk) > 0 {
 		st.ResetAfter = time.Duration((bk[len(bk)-1].at+1)*g+w-now) * time.Microsecond
+		st.NextAfter = time.Duration((bk[0].at+1)*g+w-now) * time.Microsecond
 	}
 	if need := st.Used + n - r.Limit; need > 0 {
 		var acc int64
@@ -931,6 +940,7 @@ func (lg *memLog) periods(q *Query, now int64, cal []RuleState, ends []int64) (_
 		used := lg.periodUsed(start, end)
 		s := RuleState{Limit: r.Limit, Window: time.Duration(end-start) * time.Microsecond, Calendar: r.Calendar,
 			Used: used, ResetAfter: time.Duration(end-now) * time.Microsecond}
+		s.NextAfter = s.ResetAfter
 		if used+q.N > r.Limit {
 			fits = false
 			s.RetryAfter = s.ResetAfter

@@ -133,6 +133,10 @@ type RuleState struct {
 	// when its current period ends and its count starts anew, used or
 	// not.
 	ResetAfter time.Duration
+	// NextAfter is when the oldest units in the window leave it, so that
+	// the window has more room than now; zero when it holds none. For a
+	// calendar rule, it is ResetAfter. It is never after ResetAfter.
+	NextAfter time.Duration
 }
 
 // Remaining returns the units left in the rule's window.

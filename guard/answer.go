@@ -22,14 +22,18 @@ type HeaderStyle uint8
 const (
 	// HeadersXRateLimit writes X-RateLimit-Limit, X-RateLimit-Remaining
 	// and X-RateLimit-Reset (delta-seconds until the binding rule's window
-	// is empty, or its calendar period ends, or the key's lockout ends).
+	// is empty, or its calendar period ends, or the key's lockout ends:
+	// when the whole limit is available again, never before Retry-After;
+	// the IETF t is when more quota is, see HeadersIETF).
 	// They describe one limit: the decision the answer shows (the guard's
 	// own on an admission, the denying limit's on a denial), replacing
 	// those of an outer middleware. It is the default.
 	HeadersXRateLimit HeaderStyle = 1 << iota
 	// HeadersIETF writes the IETF draft-10 structured fields
 	// RateLimit-Policy and RateLimit, one item per rule, each with a
-	// hashed partition key (pk): on an admission, the items of every
+	// hashed partition key (pk) and, in RateLimit, the remaining quota r
+	// and t, delta-seconds until more quota is available (on a denial,
+	// until the request fits, which is Retry-After for the denying rule): on an admission, the items of every
 	// limit that admitted the request (the guard's own, then those added
 	// with [WithAlso]); on a denial, the denying limit's. The fields are
 	// lists, added to those of other ratekit middlewares on the same
@@ -356,7 +360,12 @@ func (v *Verdict) ietf(hs *headerSet, buf []byte) []byte {
 // of RateLimit-Policy on pass 0 and of RateLimit on pass 1; *n counts the
 // items of the field so far. One item per rule, named by the policy (and
 // the window or calendar period when there are several rules). A
-// calendar rule's w is the length of its current period. While the key
+// calendar rule's w is the length of its current period. An item's t is,
+// as draft-10 §4.1.2 defines it, the time until more quota is available:
+// for a rule that denied the request, until this request fits (so that
+// Retry-After is never earlier); otherwise until the window's oldest
+// units leave it (core.RuleState.NextAfter), or its period ends; 0 when
+// the window holds nothing. While the key
 // is locked out (core.Decision.Locked) no item has any quota left until
 // the lockout ends. An InFlight policy is one item of quota unit
 // "concurrent-requests", without a window or a reset time.
@@ -383,7 +392,8 @@ func appendItems(buf []byte, pass int, lim *limit, key string, d *core.Decision,
 	}
 	items := d.Rules()
 	if len(items) == 0 {
-		items = []core.RuleState{{Limit: d.Limit, Window: d.Window, Used: d.Limit - d.Remaining, ResetAfter: d.ResetAfter}}
+		items = []core.RuleState{{Limit: d.Limit, Window: d.Window, Used: d.Limit - d.Remaining,
+			RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, NextAfter: d.ResetAfter}}
 	}
 	multi := len(items) > 1
 	for i, r := range items {
@@ -398,14 +408,17 @@ func appendItems(buf []byte, pass int, lim *limit, key string, d *core.Decision,
 			buf = append(buf, ";w="...)
 			buf = appendInt(buf, Seconds(r.Window))
 		} else {
-			left, reset := r.Remaining(), r.ResetAfter
+			left, more := r.Remaining(), r.NextAfter
+			if r.RetryAfter > 0 {
+				more = r.RetryAfter // the rule denied: room for this request
+			}
 			if d.Locked {
-				left, reset = 0, max(reset, d.RetryAfter)
+				left, more = 0, max(more, d.RetryAfter)
 			}
 			buf = append(buf, ";r="...)
 			buf = appendInt(buf, left)
 			buf = append(buf, ";t="...)
-			buf = appendInt(buf, Seconds(reset))
+			buf = appendInt(buf, Seconds(more))
 		}
 		buf = append(buf, ";pk=:"...)
 		buf = append(buf, pk[:]...)

@@ -182,3 +182,72 @@ func TestForeverLockoutAnswer(t *testing.T) {
 		}
 	}
 }
+
+// TestIETFResetIsMoreQuota: an item's t is the time until more quota is
+// available (draft-10 §4.1.2), not until the window is empty, and on a
+// denial it is when the request fits, so that Retry-After never points
+// earlier (§5); X-RateLimit-Reset stays the time until the window is
+// empty (issue 20 item 11).
+func TestIETFResetIsMoreQuota(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		algo core.Algorithm
+		// The answers: the draft's example (t, X-RateLimit-Reset), then the
+		// denial's second request (t) and third (Retry-After and t,
+		// X-RateLimit-Reset). SlidingBuckets counts a bucket (1 s wide
+		// here) whole while any of it is in the window: 1 s later.
+		draftT, draftReset, secondT, retry, reset string
+	}{
+		{core.SlidingLog, "58", "60", "5", "4", "9"},
+		{core.SlidingBuckets, "59", "61", "6", "5", "10"},
+	} {
+		algo := tc.algo
+		t.Run(algo.String(), func(t *testing.T) {
+			t.Run("draft example", func(t *testing.T) {
+				// q=100;w=60: 39 units at 0 s, one at 2 s give r=60;t=58.
+				now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+				l := stepped(t, core.Policy{Name: "api", Algorithm: algo, Rules: []core.Rule{{Limit: 100, Window: time.Minute}}}, &now)
+				g := guard.New(l, guard.WithHeaders(guard.HeadersXRateLimit|guard.HeadersIETF), guard.WithCost(func(keyfunc.Request) int64 {
+					if now.Second() == 0 {
+						return 39
+					}
+					return 1
+				}))
+				g.Admit(ctx, req())
+				now = now.Add(2 * time.Second)
+				v := g.Admit(ctx, req())
+				h := headers(&v)
+				if got, want := noPK(h[guard.HeaderRateLimit]), `"api";r=60;t=`+tc.draftT; got != want {
+					t.Errorf("RateLimit = %q, want %q: t is when the 39 units of 0 s leave", got, want)
+				}
+				if h[guard.HeaderReset] != tc.draftReset {
+					t.Errorf("X-RateLimit-Reset = %q, want %s: when the window is empty", h[guard.HeaderReset], tc.draftReset)
+				}
+			})
+			t.Run("denial", func(t *testing.T) {
+				// 2 per 10 s, requests at 0 s and 5 s; a third at 6 s.
+				now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+				l := stepped(t, core.Policy{Name: "api", Algorithm: algo, Rules: []core.Rule{{Limit: 2, Window: 10 * time.Second}}}, &now)
+				g := guard.New(l, guard.WithHeaders(guard.HeadersXRateLimit|guard.HeadersIETF))
+				g.Admit(ctx, req())
+				now = now.Add(5 * time.Second)
+				v := g.Admit(ctx, req())
+				if got, want := noPK(headers(&v)[guard.HeaderRateLimit]), `"api";r=0;t=`+tc.secondT; got != want {
+					t.Errorf("second request: RateLimit = %q, want %q: the unit of 0 s leaves at 10 s", got, want)
+				}
+				now = now.Add(time.Second)
+				v = g.Admit(ctx, req())
+				h := headers(&v)
+				if v.Outcome != guard.OutcomeDeny || h[guard.HeaderRetryAfter] != tc.retry {
+					t.Fatalf("third request = %v, Retry-After %q; want denied, %s", v.Outcome, h[guard.HeaderRetryAfter], tc.retry)
+				}
+				if got, want := noPK(h[guard.HeaderRateLimit]), `"api";r=0;t=`+tc.retry; got != want {
+					t.Errorf("RateLimit = %q, want %q: Retry-After must not be earlier than t", got, want)
+				}
+				if h[guard.HeaderReset] != tc.reset {
+					t.Errorf("X-RateLimit-Reset = %q, want %s: when the window is empty", h[guard.HeaderReset], tc.reset)
+				}
+			})
+		})
+	}
+}

@@ -392,7 +392,8 @@ func (c *Call) decodeStates(next func() float64) {
 			continue // after the sliding rules
 		}
 		rs[i] = core.RuleState{Limit: rl.Limit, Window: rl.Window, Used: int64(next()),
-			RetryAfter: time.Duration(next()) * time.Microsecond, ResetAfter: time.Duration(next()) * time.Microsecond}
+			RetryAfter: time.Duration(next()) * time.Microsecond, ResetAfter: time.Duration(next()) * time.Microsecond,
+			NextAfter: time.Duration(next()) * time.Microsecond}
 	}
 	c.LockedFor = 0
 	if c.more {
@@ -401,6 +402,7 @@ func (c *Call) decodeStates(next func() float64) {
 				rs[i] = core.RuleState{Limit: rl.Limit, Calendar: rl.Calendar, Used: int64(next()),
 					RetryAfter: time.Duration(next()) * time.Microsecond, ResetAfter: time.Duration(next()) * time.Microsecond,
 					Window: time.Duration(next()) * time.Microsecond}
+				rs[i].NextAfter = rs[i].ResetAfter
 			}
 		}
 		c.LockedFor = time.Duration(next()) * time.Microsecond

@@ -270,7 +270,8 @@ end
 -- Returns one string of little-endian doubles; per decision: allowed, the
 -- time of the decision (of the admitted units, for a take), then per rule
 -- the units used in the window, the wait until n units fit (0 when they
--- fit) and the time until the window is empty, in µs. A refund returns
+-- fit), the time until the window is empty and the time until its oldest
+-- entry leaves it (0 when empty), in µs. A refund returns
 -- {1, time}. A decision that fails returns {-1, length} and the error
 -- text, without failing the others.
 
@@ -376,7 +377,7 @@ local function ttl(e, t, cnow)
   return format('%d', px)
 end
 
-local limits, windows, used, retry, starts = {}, {}, {}, {}, {}
+local limits, windows, used, retry, starts, nexts = {}, {}, {}, {}, {}, {}
 
 local function decide(op, n, keep, now, cnow, nr, maxw, at)
   if op == 2 then
@@ -418,6 +419,8 @@ local function decide(op, n, keep, now, cnow, nr, maxw, at)
     if w == maxw and f > lo then dead = f end
     local u = cnt - f
     used[i] = u
+    nexts[i] = 0
+    if u > 0 then nexts[i] = entry(f) + w - now end
     if u + n > l then
       allowed = 0
       -- The (l-n+1)-th newest entry must leave the window.
@@ -467,19 +470,22 @@ local function decide(op, n, keep, now, cnow, nr, maxw, at)
       end
       if renew then call('PEXPIRE', key, ttl(expat, t, cnow)) end
     end
-    for i = 1, nr do used[i] = used[i] + n end
+    for i = 1, nr do
+      used[i] = used[i] + n
+      if nexts[i] == 0 then nexts[i] = t + windows[i] - now end
+    end
     newest = t
   end
   if nr == 1 then
     local reset = 0
     if used[1] > 0 then reset = newest + windows[1] - now end
-    return pack('<ddddd', allowed, t, used[1], retry[1], reset), allowed
+    return pack('<dddddd', allowed, t, used[1], retry[1], reset, nexts[1]), allowed
   end
   local out = pack('<dd', allowed, t)
   for i = 1, nr do
     local reset = 0
     if used[i] > 0 then reset = newest + windows[i] - now end
-    out = out .. pack('<ddd', used[i], retry[i], reset)
+    out = out .. pack('<dddd', used[i], retry[i], reset, nexts[i])
   end
   return out, allowed
 end
@@ -570,8 +576,8 @@ end)
 --            (µs) per rule; a refund has one more double, the time of the
 --            take.
 -- Returns one string of little-endian doubles; per decision: allowed, the
--- time of the decision, then per rule used, retry and reset (µs); a
--- refund returns {1, time}. A decision that fails returns {-1, length}
+-- time of the decision, then per rule used, retry, reset and the time
+-- until its oldest bucket stops counting (µs); a refund returns {1, time}. A decision that fails returns {-1, length}
 -- and the error text.
 local function fmt(x) return string.format('%.0f', x) end
 
@@ -636,14 +642,17 @@ local function decideBuckets(key, op, n, now, cnow, rules, at)
   end
 
   local allowed = 1
-  local used, retry, newest = {}, {}, {}
+  local used, retry, newest, oldest = {}, {}, {}, {}
   for i, r in ipairs(rules) do
     local l, w, g = r[1], r[2], r[3]
     local lo = math.floor((now - w) / g)
     local list = buckets[g] or {}
     local c = 0
     for _, b in ipairs(list) do
-      if b[1] >= lo then c = c + b[2] end
+      if b[1] >= lo then
+        c = c + b[2]
+        if not oldest[i] then oldest[i] = b[1] end
+      end
     end
     used[i] = c
     retry[i] = 0
@@ -678,6 +687,7 @@ local function decideBuckets(key, op, n, now, cnow, rules, at)
       end
       used[i] = used[i] + n
       newest[i] = b
+      if not oldest[i] then oldest[i] = b end
     end
     local ttl = math.ceil(maxspan / 1000) + 1
     if cnow ~= 0 then
@@ -689,11 +699,12 @@ local function decideBuckets(key, op, n, now, cnow, rules, at)
   local out = {pack('<dd', allowed, now)}
   for i, r in ipairs(rules) do
     local w, g = r[2], r[3]
-    local reset = 0
+    local reset, nxt = 0, 0
     if used[i] > 0 and newest[i] then
       reset = (newest[i] + 1) * g + w - now
+      nxt = (oldest[i] + 1) * g + w - now
     end
-    out[#out + 1] = pack('<ddd', used[i], retry[i], reset)
+    out[#out + 1] = pack('<dddd', used[i], retry[i], reset, nxt)
   end
   return table.concat(out), allowed
 end

@@ -66,6 +66,7 @@ func Run(t *testing.T, newStore func(t *testing.T) core.Store, opts ...core.Opti
 		{"Reset", testReset},
 		{"Refund", testRefund},
 		{"RefundAfterReset", testRefundAfterReset},
+		{"NextAfter", testNextAfter},
 		{"Isolation", testIsolation},
 		{"NewLimiterValidation", testValidation},
 		{"LongKeys", testLongKeys},
@@ -914,6 +915,82 @@ func testRefundAfterReset(t *testing.T, s *suite) {
 			})
 		})
 	}
+}
+
+// testNextAfter: a rule's NextAfter is when the oldest units of its
+// window leave it (the draft's example: 39 units at 0 s and 1 at 2 s of
+// 100 per 60 s are freed in 58 s), the RetryAfter of a rule that denies
+// one unit, and 0 for an empty window. Under SlidingBuckets a unit leaves
+// when its whole bucket (Window/60 wide) has.
+func testNextAfter(t *testing.T, s *suite) {
+	algorithms(t, func(t *testing.T, algo core.Algorithm) {
+		start := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+		clk := NewClock(start)
+		// leaves is when a unit admitted at a leaves window w, seen at now.
+		leaves := func(a time.Time, w time.Duration) time.Duration {
+			if algo == core.SlidingBuckets {
+				g := w.Microseconds() / 60
+				return time.Duration((a.UnixMicro()/g+1)*g+w.Microseconds()-clk.Now().UnixMicro()) * time.Microsecond
+			}
+			return a.Add(w).Sub(clk.Now())
+		}
+		minute, ten := time.Minute, 10*time.Second
+		l, _ := s.policyLimiter(t, core.Policy{Algorithm: algo, Rules: []core.Rule{{Limit: 100, Window: minute}}},
+			core.WithClock(clk.Now))
+		if d := allowN(t, l, "k", 39); d.Rules()[0].NextAfter != leaves(start, minute) {
+			t.Errorf("39 units: NextAfter %v, want %v (the units themselves leave)", d.Rules()[0].NextAfter, leaves(start, minute))
+		}
+		if d := peek(t, l, "fresh"); d.Rules()[0].NextAfter != 0 {
+			t.Errorf("empty window: NextAfter %v, want 0", d.Rules()[0].NextAfter)
+		}
+		clk.Add(2 * time.Second)
+		if d := allow(t, l, "k"); d.Remaining != 60 || d.Rules()[0].NextAfter != leaves(start, minute) {
+			t.Errorf("1 unit at 2 s: Remaining %d, NextAfter %v; want 60, %v", d.Remaining, d.Rules()[0].NextAfter, leaves(start, minute))
+		}
+		clk.Set(start)
+		l2, _ := s.policyLimiter(t, core.Policy{Algorithm: algo,
+			Rules: []core.Rule{{Limit: 100, Window: minute}, {Limit: 2, Window: ten}}},
+			core.WithClock(clk.Now))
+		allow(t, l2, "k")
+		clk.Add(2 * time.Second)
+		at2 := clk.Now()
+		d := allow(t, l2, "k")
+		r := d.Rules()
+		if r[0].NextAfter != leaves(start, minute) || r[0].ResetAfter != leaves(at2, minute) {
+			t.Errorf("at 2 s: NextAfter %v, ResetAfter %v; want %v, %v", r[0].NextAfter, r[0].ResetAfter,
+				leaves(start, minute), leaves(at2, minute))
+		}
+		if r[1].NextAfter != leaves(start, ten) || r[1].ResetAfter != leaves(at2, ten) {
+			t.Errorf("at 2 s, 10 s rule: NextAfter %v, ResetAfter %v; want %v, %v", r[1].NextAfter, r[1].ResetAfter,
+				leaves(start, ten), leaves(at2, ten))
+		}
+		clk.Add(time.Second)
+		d = allow(t, l2, "k") // denied by the 10 s rule
+		if r := d.Rules()[1]; d.Allowed || r.NextAfter != leaves(start, ten) || r.RetryAfter != r.NextAfter {
+			t.Errorf("at 3 s: %s, NextAfter %v; want denied, RetryAfter and NextAfter %v", show(d), r.NextAfter, leaves(start, ten))
+		}
+
+		// A long window: a store that reads only part of it (the Lua
+		// reads a long log around its hints) still finds the oldest unit.
+		clk.Set(start)
+		long, _ := s.policyLimiter(t, core.Policy{Algorithm: algo, Rules: []core.Rule{{Limit: 1000, Window: minute}}},
+			core.WithClock(clk.Now))
+		for range 200 { // one unit every 100 ms, from 0 s to 19.9 s
+			allow(t, long, "k")
+			clk.Add(100 * time.Millisecond)
+		}
+		for _, tc := range []struct{ at, oldest time.Duration }{
+			{30 * time.Second, 0},
+			{60*time.Second + 50*time.Millisecond, 100 * time.Millisecond},
+			{75*time.Second + 20*time.Millisecond, 15100 * time.Millisecond},
+		} {
+			clk.Set(start.Add(tc.at))
+			if d := allow(t, long, "k"); d.Rules()[0].NextAfter != leaves(start.Add(tc.oldest), minute) {
+				t.Errorf("long window at %v: NextAfter %v, want %v (the unit of %v)", tc.at, d.Rules()[0].NextAfter,
+					leaves(start.Add(tc.oldest), minute), tc.oldest)
+			}
+		}
+	})
 }
 
 func testIsolation(t *testing.T, s *suite) {
