@@ -164,7 +164,19 @@ func TestLimitByStore(t *testing.T) {
 			if testing.Short() {
 				t.Skip("starts a redis-server")
 			}
-			return redisstore.New(redistest.Start(t).Client(t))
+			s := redisstore.New(redistest.Start(t).Client(t))
+			// Open a connection and load the library with time to spare:
+			// on a busy machine the first call may take more than the 20 ms
+			// timeout and be decided locally, as it should.
+			l, err := core.NewLimiter(s, core.Policy{Name: "warm-up", Rules: []core.Rule{{Limit: 1, Window: time.Second}}},
+				core.WithTimeout(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d, err := l.Allow(context.Background(), "warm-up"); err != nil || d.Source != core.SourceStore {
+				t.Fatalf("warming the store: Allow = %+v, %v; want a decision of the store", d, err)
+			}
+			return s
 		},
 	}
 	for name, newStore := range stores {
