@@ -79,7 +79,10 @@ func (s *Store) checkNode(ctx context.Context, c redis.UniversalClient) error {
 	case err != nil:
 		return fmt.Errorf("ratekit: redis store: check %s: %w", addr, err)
 	}
-	return e.Check(addr)
+	if err := e.Check(addr); err != nil {
+		return fmt.Errorf("ratekit: redis store: %w", err)
+	}
+	return nil
 }
 
 // usable runs on the server c talks to what the store's decisions need:
