@@ -200,15 +200,18 @@ func commandCalls(t *testing.T, srv *redistest.Server, cmd string) int64 {
 func TestLostReplyCountedOnce(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := redistest.NewProxy(t, srv.Addr())
-	// No background PING in the test's time: the next request the proxy
-	// sees is the decision's.
+	// One connection (rueidis opens one more per GOMAXPROCS doubling, each
+	// on first use), and no background PING in the test's time: the next
+	// request the proxy sees is the decision's.
 	client := newClientOpt(t, rueidis.ClientOption{InitAddress: []string{proxy.Addr()},
-		Dialer: net.Dialer{KeepAlive: time.Minute}, DisableCache: true})
+		PipelineMultiplex: -1, Dialer: net.Dialer{KeepAlive: time.Minute}, DisableCache: true})
 	store := newStore(t, client)
 	const limit = 10
 	p := core.Policy{Name: "retry", Rules: []core.Rule{{Limit: limit, Window: time.Minute}}}
-	// Long enough for rueidis to reconnect and retry, if it did.
-	l := mustLimit(t, store, p, core.WithTimeout(3*time.Second), core.WithDenyCache(0))
+	// Long enough for rueidis to reconnect and retry, if it did; neither
+	// a subscription (no deny cache) nor the fleet's announcements (the
+	// whole limit locally) share the connection.
+	l := mustLimit(t, store, p, core.WithTimeout(3*time.Second), core.WithDenyCache(0), core.WithLocalShare(false))
 	ctx := context.Background()
 	if d, err := l.Allow(ctx, "warm"); err != nil || d.Source != core.SourceStore {
 		t.Fatalf("Allow(warm) = %+v, %v", d, err)
