@@ -8,8 +8,11 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/redis/rueidis"
+
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/redisstore"
+	"github.com/ratekit/ratekit/rueidisstore"
 )
 
 // BenchmarkLimiterAllow measures one decision on each store, from one
@@ -29,6 +32,18 @@ func BenchmarkLimiterAllow(b *testing.B) {
 	b.Run("redis-unbatched", func(b *testing.B) {
 		srv := redistest.Start(b)
 		benchAllow(b, redisstore.New(srv.Client(b), redisstore.WithBatching(1)))
+	})
+	// The second driver, on rueidis with its default options.
+	b.Run("rueidis", func(b *testing.B) {
+		srv := redistest.Start(b)
+		client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(client.Close)
+		store := rueidisstore.New(client)
+		b.Cleanup(store.Close)
+		benchAllow(b, store)
 	})
 }
 

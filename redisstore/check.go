@@ -79,7 +79,10 @@ func (s *Store) checkNode(ctx context.Context, c redis.UniversalClient) error {
 	case err != nil:
 		return fmt.Errorf("ratekit: redis store: check %s: %w", addr, err)
 	}
-	return e.Check(addr)
+	if err := e.Check(addr); err != nil {
+		return fmt.Errorf("ratekit: redis store: %w", err)
+	}
+	return nil
 }
 
 // usable runs on the server c talks to what the store's decisions need:
@@ -99,13 +102,7 @@ func (s *Store) usable(ctx context.Context, c redis.UniversalClient) error {
 	if err := c.Publish(ctx, s.watch.channel, "").Err(); err != nil {
 		return fmt.Errorf("PUBLISH %s: %w", s.watch.channel, err)
 	}
-	s.watch.mu.Lock()
-	policies := make([]string, 0, len(s.watch.fleet))
-	for p := range s.watch.fleet {
-		policies = append(policies, p)
-	}
-	s.watch.mu.Unlock()
-	for _, p := range policies {
+	for _, p := range s.watch.fleet.Policies() {
 		k := redislib.FleetKey(s.prefix, p)
 		typ, err := c.Type(ctx, k).Result()
 		if err != nil {

@@ -302,10 +302,12 @@ func (noRetry) NoRetry() bool { return true }
 
 // batchCmd is one script call of a flight and the calls it decides.
 type batchCmd struct {
-	cmd    noRetry
-	calls  []*redislib.Call
-	script bool // sent as a script even where the server has functions
-	eval   bool // a script sent with its source (EVAL), not its hash
+	cmd      noRetry
+	calls    []*redislib.Call
+	script   bool // sent as a script even where the server has functions
+	eval     bool // a script sent with its source (EVAL), not its hash
+	scripted bool // cmd is a script call (EVALSHA, EVAL), not FCALL
+	again    bool // Redis refused cmd without running it: send it again
 }
 
 // scratch is the memory of a flight, reused from one to the next.
@@ -323,7 +325,9 @@ func (s *Store) flight(ctx context.Context, calls []*redislib.Call) {
 	sc.groups = redislib.Group(calls, s.cluster, sc.groups)
 	cmds := sc.cmds[:0]
 	for _, g := range sc.groups {
-		cmds = append(cmds, batchCmd{cmd: s.command(ctx, g, false, false), calls: g})
+		b := batchCmd{calls: g}
+		b.cmd, b.scripted = s.command(ctx, g, false, false)
+		cmds = append(cmds, b)
 	}
 	_ = s.exec(ctx, cmds, s.client) // each command carries its own error
 	for _, c := range calls {
@@ -348,21 +352,13 @@ func answer(b *batchCmd) {
 // command that met NOSCRIPT (a restarted or flushed Redis, a replica just
 // promoted) is sent again with the script's source, which loads it; one
 // that Redis refused before running it is sent again after a pause; both
-// while ctx allows, a few times at most. A client that ignores ctx may
-// hold exec past ctx's deadline; the callers are not held, they wait on
-// their own contexts.
+// while ctx allows, a few times at most, and alone: a command that ran,
+// or may have, is never sent twice. A client that ignores ctx may hold
+// exec past ctx's deadline; the callers are not held, they wait on their
+// own contexts.
 func (s *Store) exec(ctx context.Context, cmds []batchCmd, c processor) error {
 	for attempt := 0; ; attempt++ {
-		var err error
-		if len(cmds) == 1 {
-			err = c.Process(ctx, cmds[0].cmd)
-		} else {
-			p := c.Pipeline()
-			for i := range cmds {
-				_ = p.Process(ctx, cmds[i].cmd)
-			}
-			_, err = p.Exec(ctx)
-		}
+		err := send(ctx, cmds, attempt > 0, c)
 		if err == nil || attempt >= 4 || ctx.Err() != nil {
 			return err
 		}
@@ -383,44 +379,69 @@ func (s *Store) exec(ctx context.Context, cmds []batchCmd, c processor) error {
 			time.Sleep(d)
 		}
 		// Only commands sent again are rebuilt: the others keep their
-		// error for answer.
+		// answer or error.
 		for i := range cmds {
-			if cmds[i].cmd.Err() != nil {
-				cmds[i].cmd = s.command(ctx, cmds[i].calls, cmds[i].script, cmds[i].eval)
+			if b := &cmds[i]; b.again {
+				b.cmd, b.scripted = s.command(ctx, b.calls, b.script, b.eval)
 			}
 		}
 	}
 }
 
-// retry reads the errors of cmds and marks those to send again: whether
-// any is (again), after a pause (pause), and after loading the library
-// (load).
+// send sends cmds on c, or with again only those marked to be sent again:
+// one as it is, several in a pipeline.
+func send(ctx context.Context, cmds []batchCmd, again bool, c processor) error {
+	var one *batchCmd
+	n := 0
+	for i := range cmds {
+		if !again || cmds[i].again {
+			one = &cmds[i]
+			n++
+		}
+	}
+	if n == 1 {
+		return c.Process(ctx, one.cmd)
+	}
+	p := c.Pipeline()
+	for i := range cmds {
+		if !again || cmds[i].again {
+			_ = p.Process(ctx, cmds[i].cmd)
+		}
+	}
+	_, err := p.Exec(ctx)
+	return err
+}
+
+// retry reads the errors of cmds and marks those Redis refused without
+// running them to be sent again (see redislib.RetryOf): whether any is
+// (again), after a pause (pause), and after loading the library (load).
 func (s *Store) retry(cmds []batchCmd) (again, pause, load bool) {
 	for i := range cmds {
-		e := cmds[i].cmd.Err()
+		b := &cmds[i]
+		b.again = false
+		e := b.cmd.Err()
 		if e == nil || !isRedisError(e) && !errors.Is(e, redis.ErrNoScript) {
 			continue
 		}
-		msg := e.Error()
-		switch {
-		case redislib.NoScript(msg) || errors.Is(e, redis.ErrNoScript):
-			cmds[i].eval = true
-		case redislib.NoFunction(msg):
-			load = true
-		case redislib.OutOfMemory(msg) && !cmds[i].script && !s.scripts.Load():
-			// A full Redis refuses every function call up front; a
-			// script is refused only when it writes, so that denials
-			// are still decided by the store.
-			cmds[i].script = true
-		case redislib.UnknownCommand(msg) || redislib.NoPermission(msg) && !cmds[i].script && !s.scripts.Load():
-			// A server before Redis 7, or an ACL that does not permit
-			// FCALL: scripts from now on.
-			s.scripts.Store(true)
-		case redislib.Refused(msg):
-			pause = true
-		default:
-			continue
+		r := redislib.RetryOf(e.Error(), b.scripted)
+		if errors.Is(e, redis.ErrNoScript) {
+			r = redislib.RetryEval
 		}
+		switch r {
+		case redislib.RetryNone:
+			continue
+		case redislib.RetryEval:
+			b.eval = true
+		case redislib.RetryLoad:
+			load = true
+		case redislib.RetryScript:
+			b.script = true
+		case redislib.RetryScripts:
+			s.scripts.Store(true)
+		case redislib.RetryPause:
+			pause = true
+		}
+		b.again = true
 		again = true
 	}
 	return again, pause, load
@@ -460,8 +481,9 @@ type processor interface {
 
 // command builds the call deciding calls, all of one kind: FCALL of the
 // library's function, or where the server has none (or for leases)
-// EVALSHA of the script, or EVAL with its source when eval is set.
-func (s *Store) command(ctx context.Context, calls []*redislib.Call, script, eval bool) noRetry {
+// EVALSHA of the script, or EVAL with its source when eval is set; and
+// says whether it is a script call.
+func (s *Store) command(ctx context.Context, calls []*redislib.Call, script, eval bool) (cmd noRetry, scripted bool) {
 	fn, sc := redislib.Function(calls[0].Kind)
 	// The first call's buffers carry the command: go-redis is done with
 	// them when the flight is, and a call whose caller gave up stays
@@ -472,9 +494,9 @@ func (s *Store) command(ctx context.Context, calls []*redislib.Call, script, eva
 	case fn != "" && !script && !s.scripts.Load():
 		args = append(args, "fcall", fn)
 	case eval:
-		args = append(args, "eval", sc.Source)
+		args, scripted = append(args, "eval", sc.Source), true
 	default:
-		args = append(args, "evalsha", sc.SHA)
+		args, scripted = append(args, "evalsha", sc.SHA), true
 	}
 	args = append(args, len(calls))
 	for _, c := range calls {
@@ -485,7 +507,7 @@ func (s *Store) command(ctx context.Context, calls []*redislib.Call, script, eva
 		args = append(args, s.watch.channel)
 	}
 	lead.Args = args
-	return noRetry{redis.NewStringCmd(ctx, args...)}
+	return noRetry{redis.NewStringCmd(ctx, args...)}, scripted
 }
 
 // runAndWait runs a take alone on one connection of the key's master and,
@@ -523,14 +545,15 @@ func (s *Store) takeAndWait(ctx context.Context, c *redislib.Call) {
 	conn := node.Conn()
 	defer conn.Close()
 	c.One[0] = c
-	cmds := []batchCmd{{cmd: s.command(ctx, c.One[:], false, false), calls: c.One[:]}}
+	cmds := []batchCmd{{calls: c.One[:]}}
+	cmds[0].cmd, cmds[0].scripted = s.command(ctx, c.One[:], false, false)
 	err := s.exec(ctx, cmds, conn)
 	_, moved := redis.IsMovedError(err)
 	_, ask := redis.IsAskError(err)
 	if moved || ask {
 		// The key's slot moved or is moving: the cluster client follows
 		// the redirect; this decision does not wait.
-		cmds[0].cmd = s.command(ctx, cmds[0].calls, cmds[0].script, cmds[0].eval)
+		cmds[0].cmd, cmds[0].scripted = s.command(ctx, cmds[0].calls, cmds[0].script, cmds[0].eval)
 		_ = s.exec(ctx, cmds, s.client)
 		answer(&cmds[0])
 		if c.Err == nil && c.Allowed {

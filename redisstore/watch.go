@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,29 +17,19 @@ import (
 )
 
 // watcher carries invalidations between the instances of a Store and
-// counts them. A refund or reset publishes the Redis key on the store's
-// channel, and every instance hears it; [Store.Invalidate] publishes the
-// key's Redis name with a tier suffix. Messages sent while the
-// subscription is down are lost, so each (re)subscription tells every
-// watcher to resync. The same goroutine announces this instance for
-// every policy joined ([Store.Join]).
+// counts them: one goroutine subscribes to the store's channel, hands
+// what it hears to the watchers, and announces this instance for every
+// policy joined ([Store.Join]).
 type watcher struct {
-	s       *Store
-	channel string
-
-	mu         sync.Mutex
-	watchers   map[string][]func(core.Invalidation) // by policy name
-	subscribed bool                                 // the subscription is confirmed
-	fleet      map[string]*atomic.Int64             // instances by policy name (Join)
-	start      sync.Once
-
-	instance string    // this process's name in the fleet keys
-	beat     time.Time // when the fleet was last announced
+	s        *Store
+	channel  string
+	watchers *redislib.Watchers
+	fleet    *redislib.Fleet
+	start    sync.Once
 }
 
 func newWatcher(s *Store) *watcher {
-	return &watcher{s: s, channel: redislib.Channel(s.prefix), instance: strconv.FormatUint(rand.Uint64(), 36),
-		watchers: make(map[string][]func(core.Invalidation)), fleet: make(map[string]*atomic.Int64)}
+	return &watcher{s: s, channel: redislib.Channel(s.prefix), watchers: redislib.NewWatchers(s.prefix), fleet: redislib.NewFleet()}
 }
 
 // Watch implements [core.Invalidator]: f hears every reset and refund of
@@ -49,16 +37,8 @@ func newWatcher(s *Store) *watcher {
 // Redis and prefix, through the store's pub/sub channel
 // (<prefix>:invalidate), and a Resync at every (re)subscription.
 func (s *Store) Watch(policy string, f func(core.Invalidation)) {
-	w := s.watch
-	w.mu.Lock()
-	w.watchers[policy] = append(w.watchers[policy], f)
-	subscribed := w.subscribed
-	w.mu.Unlock()
-	if subscribed {
-		// Listening already: f hears everything from now on.
-		f(core.Invalidation{Resync: true})
-	}
-	w.start.Do(func() { go w.run() })
+	s.watch.watchers.Add(policy, f)
+	s.watch.start.Do(func() { go s.watch.run() })
 }
 
 // Invalidate implements [core.Invalidator]: it publishes the tier
@@ -74,21 +54,21 @@ func (s *Store) Invalidate(ctx context.Context, policy, key string) error {
 	return nil
 }
 
-// run receives invalidations, and announces the fleet every fleetBeat,
-// until the client is closed.
+// run receives invalidations, and announces the fleet every beat, until
+// the client is closed.
 func (w *watcher) run() {
 	ctx := context.Background()
 	ps := w.s.client.Subscribe(ctx, w.channel)
 	defer ps.Close()
 	backoff := 10 * time.Millisecond
 	for {
-		msg, err := ps.ReceiveTimeout(ctx, w.untilBeat())
+		msg, err := ps.ReceiveTimeout(ctx, w.fleet.UntilBeat())
 		if err == nil {
 			backoff = 10 * time.Millisecond
 			w.handle(msg)
 		}
-		if w.beatDue() {
-			w.announceAll()
+		for p, n := range w.fleet.Due() {
+			w.announce(p, n)
 		}
 		if err != nil {
 			if errors.Is(err, redis.ErrClosed) {
@@ -98,9 +78,7 @@ func (w *watcher) run() {
 			if errors.As(err, &ne) && ne.Timeout() {
 				continue // time to announce
 			}
-			w.mu.Lock()
-			w.subscribed = false
-			w.mu.Unlock()
+			w.watchers.Lost()
 			// go-redis reconnects and subscribes again on the next
 			// Receive; until then cached denials stay silent.
 			time.Sleep(backoff)
@@ -114,69 +92,32 @@ func (w *watcher) handle(msg any) {
 	switch m := msg.(type) {
 	case *redis.Subscription:
 		if m.Kind == "subscribe" {
-			// Invalidations sent before now may have been missed.
-			w.mu.Lock()
-			w.subscribed = true
-			var fs []func(core.Invalidation)
-			for _, f := range w.watchers {
-				fs = append(fs, f...)
-			}
-			w.mu.Unlock()
-			for _, f := range fs {
-				f(core.Invalidation{Resync: true})
-			}
+			w.watchers.Subscribed()
 		}
 	case *redis.Message:
-		rk, tier := strings.CutSuffix(m.Payload, redislib.TierSuffix)
-		policy, key, ok := redislib.ParseKey(w.s.prefix, rk)
-		if !ok {
-			return
-		}
-		w.mu.Lock()
-		fs := w.watchers[policy]
-		w.mu.Unlock()
-		for _, f := range fs {
-			f(core.Invalidation{Key: key, Tier: tier})
-		}
+		w.watchers.Message(m.Payload)
 	}
 }
-
-// fleetBeat is how often a Store announces its instance for every policy
-// its limiters joined, and fleetTTL how long an announcement counts: an
-// instance that stops is no longer counted after at most fleetTTL.
-const (
-	fleetBeat = 2 * time.Second
-	fleetTTL  = 3 * fleetBeat
-)
 
 // Join implements [core.Fleet]: the store's subscription goroutine
 // announces this instance for policy every two seconds, in a sorted set
 // named <prefix>:<policy>:fleet, and an announcement counts for six
 // seconds.
 func (s *Store) Join(policy string) func() int {
-	w := s.watch
-	w.mu.Lock()
-	n := w.fleet[policy]
-	fresh := n == nil
-	if fresh {
-		n = new(atomic.Int64)
-		w.fleet[policy] = n
-		w.beat = time.Now() // announced below
-	}
-	w.mu.Unlock()
+	n, fresh := s.watch.fleet.Join(policy)
 	if fresh {
 		// Counted at once, not at the next beat.
-		go w.announce(policy, n)
+		go s.watch.announce(policy, n)
 	}
-	w.start.Do(func() { go w.run() })
-	return func() int { return int(max(1, n.Load())) }
+	s.watch.start.Do(func() { go s.watch.run() })
+	return redislib.Instances(n)
 }
 
 // announce announces this instance for policy in its sorted set, scored
 // by when the announcement ends by the server's clock, drops the
 // announcements that have ended, and stores how many are left.
 func (w *watcher) announce(policy string, n *atomic.Int64) {
-	ctx, cancel := context.WithTimeout(context.Background(), fleetBeat/2)
+	ctx, cancel := context.WithTimeout(context.Background(), redislib.FleetBeat/2)
 	defer cancel()
 	now, err := w.s.client.Time(ctx).Result()
 	if err != nil {
@@ -185,9 +126,9 @@ func (w *watcher) announce(policy string, n *atomic.Int64) {
 	k, ms := redislib.FleetKey(w.s.prefix, policy), now.UnixMilli()
 	var card *redis.IntCmd
 	_, err = w.s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZAdd(ctx, k, redis.Z{Score: float64(ms + fleetTTL.Milliseconds()), Member: w.instance})
+		p.ZAdd(ctx, k, redis.Z{Score: float64(ms + redislib.FleetTTL.Milliseconds()), Member: w.fleet.Instance})
 		p.ZRemRangeByScore(ctx, k, "-inf", strconv.FormatInt(ms, 10))
-		p.PExpire(ctx, k, fleetTTL)
+		p.PExpire(ctx, k, redislib.FleetTTL)
 		card = p.ZCard(ctx, k)
 		return nil
 	})
@@ -196,57 +137,11 @@ func (w *watcher) announce(policy string, n *atomic.Int64) {
 	}
 }
 
-// untilBeat returns how long the subscription may wait for a message
-// before the fleet is due to be announced; 0 (no limit) when no policy
-// joined it.
-func (w *watcher) untilBeat() time.Duration {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.fleet) == 0 {
-		return 0
-	}
-	return max(time.Millisecond, time.Until(w.beat.Add(fleetBeat)))
-}
-
-// beatDue reports whether the fleet is due to be announced.
-func (w *watcher) beatDue() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.fleet) > 0 && time.Since(w.beat) >= fleetBeat
-}
-
-// announceAll announces this instance for every policy it joined.
-func (w *watcher) announceAll() {
-	w.mu.Lock()
-	w.beat = time.Now()
-	policies := make(map[string]*atomic.Int64, len(w.fleet))
-	for p, n := range w.fleet {
-		policies[p] = n
-	}
-	w.mu.Unlock()
-	for p, n := range policies {
-		w.announce(p, n)
-	}
-}
-
-// partitions names the groups of slots of a Cluster's breakers.
-var partitions = func() [breakerGroups]string {
-	var names [breakerGroups]string
-	for i := range names {
-		names[i] = "slots-" + strconv.Itoa(i)
-	}
-	return names
-}()
-
-// breakerGroups is the number of circuit breakers of a limiter on a Redis
-// Cluster, each for 16384/breakerGroups slots.
-const breakerGroups = 64
-
 // Partition implements [core.Partitioned]: on a Redis Cluster, the group
 // of slots of the key's slot; elsewhere, one partition.
 func (s *Store) Partition(policy, key string) string {
 	if !s.cluster {
 		return ""
 	}
-	return partitions[redislib.KeySlot(s.prefix, policy, key)*breakerGroups/16384]
+	return redislib.Partition(s.prefix, policy, key)
 }

@@ -1,6 +1,8 @@
 // Package layout_test checks that the packages depend on each other as the
-// design says: adapters on guard, guard on core and keyfunc, and core and
-// keyfunc on nothing of ratekit, nor on heavy libraries.
+// design says: adapters on guard, guard on core and keyfunc, the Redis
+// drivers on core and internal/redislib, each on its own client only, and
+// core and keyfunc on nothing of ratekit, nor on heavy libraries nor on a
+// Redis client.
 package layout_test
 
 import (
@@ -12,6 +14,13 @@ import (
 )
 
 const module = "github.com/ratekit/ratekit"
+
+// The Redis clients: each driver links its own, and nothing else links
+// either.
+const (
+	goRedis = "github.com/redis/go-redis"
+	rueidis = "github.com/redis/rueidis"
+)
 
 // deps returns the packages pkg depends on, itself included, as go list
 // reports them for the build (not the tests).
@@ -32,10 +41,13 @@ func TestDependencies(t *testing.T) {
 		// banned lists import path prefixes pkg must not link.
 		banned []string
 	}{
-		{"core", nil, []string{"net/http", "github.com/nyaruka/phonenumbers", "google.golang.org/protobuf", "golang.org/x/text"}},
-		{"keyfunc", nil, []string{"github.com/nyaruka/phonenumbers", "google.golang.org/protobuf", "golang.org/x/text"}},
+		{"core", nil, []string{"net/http", "github.com/nyaruka/phonenumbers", "google.golang.org/protobuf", "golang.org/x/text", goRedis, rueidis}},
+		{"keyfunc", nil, []string{"github.com/nyaruka/phonenumbers", "google.golang.org/protobuf", "golang.org/x/text", goRedis, rueidis}},
+		{"internal/redislib", []string{"core"}, []string{"net/http", goRedis, rueidis}},
+		{"redisstore", []string{"core", "internal/redislib"}, []string{"net/http", "github.com/nyaruka/phonenumbers", rueidis}},
+		{"rueidisstore", []string{"core", "internal/redislib"}, []string{"net/http", "github.com/nyaruka/phonenumbers", goRedis}},
 		{"keyfunc/personal", []string{"keyfunc"}, nil},
-		{"guard", []string{"core", "keyfunc"}, []string{"github.com/nyaruka/phonenumbers", "golang.org/x/text"}},
+		{"guard", []string{"core", "keyfunc"}, []string{"github.com/nyaruka/phonenumbers", "golang.org/x/text", goRedis, rueidis}},
 		{"nethttp", []string{"core", "guard", "keyfunc"}, []string{"github.com/nyaruka/phonenumbers"}},
 		{"ginlimit", []string{"core", "guard", "keyfunc"}, []string{"github.com/nyaruka/phonenumbers"}},
 		{"echolimit", []string{"core", "guard", "keyfunc"}, []string{"github.com/nyaruka/phonenumbers"}},
@@ -79,7 +91,7 @@ func TestMemoryOnlyBinary(t *testing.T) {
 	}
 	var client int
 	for _, line := range strings.Split(string(out), "\n") {
-		for _, banned := range []string{"phonenumbers", "google.golang.org/protobuf", "golang.org/x/text"} {
+		for _, banned := range []string{"phonenumbers", "google.golang.org/protobuf", "golang.org/x/text", rueidis} {
 			if strings.Contains(line, banned) {
 				t.Errorf("a memory-only program links %s: %s", banned, line)
 			}
@@ -98,4 +110,33 @@ func TestMemoryOnlyBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("memory-only program: %.1f MB, %d go-redis methods", float64(fi.Size())/1e6, client)
+}
+
+// TestGoRedisOnlyBinary builds a program that limits on a redisstore
+// Store, and checks that it links no rueidis: a go-redis user does not
+// pay for the second driver.
+func TestGoRedisOnlyBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a program")
+	}
+	bin := filepath.Join(t.TempDir(), "goredisonly")
+	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/goredisonly").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command("go", "tool", "nm", bin).Output()
+	if err != nil {
+		t.Fatalf("go tool nm: %v", err)
+	}
+	var goredis int
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, rueidis) {
+			t.Errorf("a go-redis program links rueidis: %s", line)
+		}
+		if strings.Contains(line, goRedis+"/v9.(*") {
+			goredis++
+		}
+	}
+	if goredis == 0 {
+		t.Error("the go-redis program links no go-redis method: the check proves nothing")
+	}
 }

@@ -121,6 +121,11 @@ func (b *Blob) MarshalBinary() ([]byte, error) { return b.b, nil }
 // Bytes returns the packed arguments.
 func (b *Blob) Bytes() []byte { return b.b }
 
+// Drop forgets the memory of the packed arguments, for a client that may
+// still read it after its call returned (a command given up while it
+// waited in the client's queue): the next Encode allocates anew.
+func (b *Blob) Drop() { b.b = nil }
+
 // Decision sets c up to decide q (a peek, take or refund of the units
 // taken at store time at) on the keys of prefix. wall is this process's
 // clock in µs, around which calendar periods are found when the server's

@@ -130,7 +130,7 @@ func EvictionOfInfo(info string) (e Eviction, ok bool) {
 }
 
 // Check returns an error wrapping ErrUnsafeEviction, naming the server at
-// addr, unless the policy is noeviction.
+// addr, unless the policy is noeviction. The driver adds its prefix.
 func (e Eviction) Check(addr string) error {
 	if e.Policy == "noeviction" {
 		return nil
@@ -139,6 +139,6 @@ func (e Eviction) Check(addr string) error {
 	if e.MaxMemory > 0 {
 		limit = "maxmemory " + strconv.FormatInt(e.MaxMemory, 10) + " bytes"
 	}
-	return fmt.Errorf("ratekit: redis store: %s: maxmemory-policy %s (%s) can evict live limiter keys, resetting their limits; use noeviction: %w",
+	return fmt.Errorf("%s: maxmemory-policy %s (%s) can evict live limiter keys, resetting their limits; use noeviction: %w",
 		addr, e.Policy, limit, ErrUnsafeEviction)
 }

@@ -1,0 +1,590 @@
+package rueidisstore_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/redislib"
+	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/storetest"
+	"github.com/ratekit/ratekit/redisstore"
+	"github.com/ratekit/ratekit/rueidisstore"
+)
+
+// newClient returns a rueidis client of the servers at addrs (one server,
+// or the nodes of a Cluster), closed when t ends.
+func newClient(t testing.TB, addrs ...string) rueidis.Client {
+	t.Helper()
+	return newClientOpt(t, rueidis.ClientOption{InitAddress: addrs})
+}
+
+// newClientOpt returns a rueidis client built with opt, closed when t
+// ends.
+func newClientOpt(t testing.TB, opt rueidis.ClientOption) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		t.Fatalf("rueidis.NewClient(%v): %v", opt.InitAddress, err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// newStore returns a store on client, closed when t ends (before the
+// client).
+func newStore(t testing.TB, client rueidis.Client, opts ...rueidisstore.Option) *rueidisstore.Store {
+	t.Helper()
+	s := rueidisstore.New(client, opts...)
+	t.Cleanup(s.Close)
+	return s
+}
+
+// mustLimit returns a limiter or fails t.
+func mustLimit(t testing.TB, store core.Store, p core.Policy, opts ...core.Option) *core.Limiter {
+	t.Helper()
+	l, err := core.NewLimiter(store, p, opts...)
+	if err != nil {
+		t.Fatalf("NewLimiter(%+v): %v", p, err)
+	}
+	return l
+}
+
+// TestStore runs the store suite on one Redis, with the server's clock
+// and with the limiter's.
+func TestStore(t *testing.T) {
+	srv := redistest.Start(t)
+	client := newClient(t, srv.Addr())
+	t.Run("ServerTime", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T) core.Store { return newStore(t, client) })
+	})
+	t.Run("ClientTime", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T) core.Store {
+			return newStore(t, client, rueidisstore.WithPrefix("ct"))
+		}, core.WithClock(time.Now))
+	})
+	t.Run("Unbatched", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T) core.Store {
+			return newStore(t, client, rueidisstore.WithPrefix("one"), rueidisstore.WithBatching(1))
+		})
+	})
+}
+
+// TestCluster runs the store suite on a Cluster of three masters, with
+// the server's clock and with the limiter's; then 3000 users' keys spread
+// over the three masters, each decided on its own slot, and named in
+// partitions as redisstore names them.
+func TestCluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	client := newClient(t, c.Addrs()...)
+	if m := client.Mode(); m != rueidis.ClientModeCluster {
+		t.Fatalf("client mode %v, want cluster", m)
+	}
+	t.Run("ServerTime", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T) core.Store { return newStore(t, client) })
+	})
+	t.Run("ClientTime", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T) core.Store {
+			return newStore(t, client, rueidisstore.WithPrefix("ct"))
+		}, core.WithClock(time.Now))
+	})
+	t.Run("Spread", func(t *testing.T) {
+		const users = 3000
+		store := newStore(t, client, rueidisstore.WithPrefix("spread"))
+		l := mustLimit(t, store, core.Policy{Name: "users", Rules: []core.Rule{{Limit: 5, Window: time.Minute}}},
+			core.WithTimeout(5*time.Second))
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				for u := g; u < users; u += 8 {
+					if d, err := l.Allow(ctx, fmt.Sprint("u", u)); err != nil || !d.Allowed || d.Source != core.SourceStore {
+						t.Errorf("Allow(u%d) = %+v, %v; want admitted by the store", u, d, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		perMaster := make(map[int]int)
+		partitions := make(map[string]bool)
+		gr := redisstore.New(c.Client(t), redisstore.WithPrefix("spread"))
+		for u := range users {
+			key := fmt.Sprint("u", u)
+			perMaster[c.SlotOwner(redistest.Slot(store.Key("users", key)))]++
+			p := store.Partition("users", key)
+			if want := gr.Partition("users", key); p != want {
+				t.Fatalf("Partition(users, %s) = %q, redisstore names it %q", key, p, want)
+			}
+			partitions[p] = true
+		}
+		if len(perMaster) != 3 {
+			t.Errorf("keys on %d masters, want 3: %v", len(perMaster), perMaster)
+		}
+		if len(partitions) < 32 {
+			t.Errorf("%d partitions named, want most of the 64 slot groups", len(partitions))
+		}
+		for u := 0; u < users; u += 60 {
+			// Each key is on the master of its slot.
+			k := store.Key("users", fmt.Sprint("u", u))
+			if n, _ := c.Node(c.SlotOwner(redistest.Slot(k))).Do(t, "STRLEN", k).(int64); n == 0 {
+				t.Fatalf("%s is not on the master of its slot", k)
+			}
+		}
+	})
+	t.Run("Check", func(t *testing.T) {
+		store := newStore(t, client)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := store.Check(ctx); err != nil {
+			t.Errorf("Check() on a Cluster that fits = %v, want nil", err)
+		}
+	})
+}
+
+// hammer runs instances limiters of p, each on a rueidis client of its
+// own, with goroutines each sending each Allow(key) at once from one
+// start, and returns how many were allowed; it fails t on an error or a
+// fallback decision.
+func hammer(t *testing.T, ls []*core.Limiter, goroutines, each int, key string) int64 {
+	t.Helper()
+	var allowed, fallbacks atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for _, l := range ls {
+		for range goroutines {
+			wg.Go(func() {
+				<-start
+				for range each {
+					d, err := l.Allow(context.Background(), key)
+					switch {
+					case err != nil:
+						t.Errorf("Allow(%s): %v", key, err)
+						return
+					case d.Source.Fallback():
+						fallbacks.Add(1)
+					case d.Allowed:
+						allowed.Add(1)
+					}
+				}
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	if n := fallbacks.Load(); n != 0 {
+		t.Errorf("%d decisions were fallbacks, want 0: the store must decide every one", n)
+	}
+	return allowed.Load()
+}
+
+// TestExactness: 4 app instances (4 limiters on 4 rueidis clients) with
+// 64 goroutines each on one key admit exactly the limit between them, and
+// Redis holds exactly the limit's entries.
+func TestExactness(t *testing.T) {
+	const (
+		limit      = 1000
+		instances  = 4
+		goroutines = 64
+		each       = 8
+	)
+	srv := redistest.Start(t)
+	p := core.Policy{Name: "exact", Rules: []core.Rule{{Limit: limit, Window: 30 * time.Second}}}
+	ls := make([]*core.Limiter, instances)
+	for i := range ls {
+		ls[i] = mustLimit(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(2*time.Second))
+	}
+	if got := hammer(t, ls, goroutines, each, "k"); got != limit {
+		t.Errorf("%d instances x %d goroutines x %d Allow(k) with Limit %d: %d allowed, want exactly %d",
+			instances, goroutines, each, limit, got, limit)
+	}
+	// The log is a header (the TTL's end, the number of hints h, h hints)
+	// then 8 bytes per entry.
+	key := newStore(t, newClient(t, srv.Addr())).Key(p.Name, "k")
+	if n, _ := srv.Do(t, "STRLEN", key).(int64); n < 8*limit || n > 8*(limit+2+64) {
+		t.Errorf("STRLEN %s = %d, want %d entries of 8 bytes and a short header", key, n, limit)
+	}
+	d, err := ls[0].Peek(context.Background(), "k")
+	if err != nil || d.Rules()[0].Used != limit {
+		t.Errorf("Peek(k) = %+v, %v; want Used %d", d, err, limit)
+	}
+}
+
+// TestSharedWithRedisstore: instances on rueidis and on go-redis share one
+// Redis and one prefix: they decide one key's window together, exactly,
+// and see each other's resets.
+func TestSharedWithRedisstore(t *testing.T) {
+	const limit = 300
+	srv := redistest.Start(t)
+	p := core.Policy{Name: "mixed", Rules: []core.Rule{{Limit: limit, Window: time.Minute}}}
+	ls := []*core.Limiter{
+		mustLimit(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(2*time.Second)),
+		mustLimit(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(2*time.Second)),
+		mustLimit(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(2*time.Second)),
+		mustLimit(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(2*time.Second)),
+	}
+	if got := hammer(t, ls, 16, 10, "k"); got != limit {
+		t.Errorf("2 rueidis and 2 go-redis instances: %d allowed, want exactly %d", got, limit)
+	}
+	ctx := context.Background()
+	if err := ls[0].Reset(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := ls[1].Peek(ctx, "k"); err != nil || d.Rules()[0].Used != 0 {
+		t.Errorf("go-redis Peek(k) after a reset on rueidis = %+v, %v; want Used 0", d, err)
+	}
+	if d, err := ls[1].AllowN(ctx, "k", 3); err != nil || !d.Allowed {
+		t.Fatalf("go-redis AllowN(k, 3) = %+v, %v", d, err)
+	}
+	if d, err := ls[2].Peek(ctx, "k"); err != nil || d.Rules()[0].Used != 3 {
+		t.Errorf("rueidis Peek(k) after 3 units on go-redis = %+v, %v; want Used 3", d, err)
+	}
+}
+
+// TestDenyCacheAcrossInstances: a key denied and cached on instance A is
+// admitted by A as soon as instance B resets it, or refunds units of it:
+// the reset and the refund reach A's deny cache over pub/sub.
+func TestDenyCacheAcrossInstances(t *testing.T) {
+	srv := redistest.Start(t)
+	p := core.Policy{Name: "across", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}}
+	a := mustLimit(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(5*time.Second))
+	b := mustLimit(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(5*time.Second))
+	ctx := context.Background()
+	// cached fills key on A until A answers it from its deny cache.
+	cached := func(key string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			d, err := a.Allow(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Source == core.SourceCache {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		t.Fatalf("A never answered %s from its deny cache", key)
+	}
+	// admittedByA waits until A admits key, and fails after a second.
+	admittedByA := func(what, key string) {
+		t.Helper()
+		start := time.Now()
+		for time.Since(start) < time.Second {
+			d, err := a.Allow(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				t.Logf("%s: A admits %s again after %v", what, key, time.Since(start).Round(time.Millisecond))
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		t.Errorf("%s: A still denies %s a second later, want the reset seen at once", what, key)
+	}
+
+	cached("alice")
+	if err := b.Reset(ctx, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	admittedByA("reset on B", "alice")
+
+	// Count-only-failures: B reserved a unit, A fills the key and caches
+	// its denial, then B refunds: A admits one more.
+	d, err := b.Allow(ctx, "bob")
+	if err != nil || !d.Allowed {
+		t.Fatalf("B Allow(bob) = %+v, %v", d, err)
+	}
+	cached("bob")
+	if err := d.Refund(ctx); err != nil {
+		t.Fatal(err)
+	}
+	admittedByA("refund on B", "bob")
+}
+
+// TestWatchResyncs: a watcher hears a Resync when the subscription is
+// confirmed, the invalidations of its policy's keys from any instance
+// (reset and tier), and a Resync again after its connection is killed.
+func TestWatchResyncs(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newStore(t, newClient(t, srv.Addr()))
+	b := newStore(t, newClient(t, srv.Addr()))
+	heard := make(chan core.Invalidation, 16)
+	a.Watch("w", func(inv core.Invalidation) { heard <- inv })
+	next := func(want core.Invalidation) {
+		t.Helper()
+		select {
+		case got := <-heard:
+			if got != want {
+				t.Fatalf("heard %+v, want %+v", got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("heard nothing in 5 s, want %+v", want)
+		}
+	}
+	next(core.Invalidation{Resync: true})
+	ctx := context.Background()
+	if err := b.Reset(ctx, core.Query{Policy: "w", Key: "k1"}); err != nil {
+		t.Fatal(err)
+	}
+	next(core.Invalidation{Key: "k1"})
+	if err := b.Invalidate(ctx, "w", "k2"); err != nil {
+		t.Fatal(err)
+	}
+	next(core.Invalidation{Key: "k2", Tier: true})
+	if err := b.Reset(ctx, core.Query{Policy: "other", Key: "k3"}); err != nil {
+		t.Fatal(err)
+	}
+	// The subscriber's connection dies: rueidis subscribes again, and
+	// the watcher resyncs.
+	srv.Do(t, "CLIENT", "KILL", "TYPE", "pubsub")
+	next(core.Invalidation{Resync: true})
+	if err := b.Reset(ctx, core.Query{Policy: "w", Key: "k4"}); err != nil {
+		t.Fatal(err)
+	}
+	next(core.Invalidation{Key: "k4"})
+}
+
+// TestFleet: three instances on one Redis, two on rueidis and one on
+// go-redis, count three; when Redis stops, each admits its share of the
+// limit under FailLocal, ⌊6/3⌋ = 2, so a fresh key gets 6 in all.
+func TestFleet(t *testing.T) {
+	const limit = 6
+	srv := redistest.Start(t)
+	p := core.Policy{Name: "share", Rules: []core.Rule{{Limit: limit, Window: time.Minute}}}
+	fleets := []core.Fleet{
+		newStore(t, newClient(t, srv.Addr())),
+		newStore(t, newClient(t, srv.Addr())),
+		redisstore.New(srv.Client(t)),
+	}
+	ls := make([]*core.Limiter, len(fleets))
+	counts := make([]func() int, len(fleets))
+	for i, f := range fleets {
+		ls[i] = mustLimit(t, f.(core.Store), p, core.WithBreaker(0, 0), core.WithTimeout(time.Second))
+		counts[i] = f.Join(p.Name) // the limiter joined it: this counts once
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for i, n := range counts {
+		for n() != len(fleets) {
+			if time.Now().After(deadline) {
+				t.Fatalf("instance %d counts %d instances, want %d", i, n(), len(fleets))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	ctx := context.Background()
+	for _, l := range ls {
+		if d, err := l.Peek(ctx, "warm"); err != nil || d.Source != core.SourceStore {
+			t.Fatalf("Peek(warm) = %+v, %v; want the store's answer", d, err)
+		}
+	}
+	srv.Stop()
+	admitted := 0
+	for i, l := range ls {
+		for range 2 * limit {
+			d, err := l.Allow(ctx, "fresh")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Source != core.SourceLocal {
+				t.Fatalf("instance %d: Allow(fresh) with Redis stopped = %+v, want Source local", i, d)
+			}
+			if d.Allowed {
+				admitted++
+			}
+		}
+	}
+	if admitted != limit {
+		t.Errorf("admitted during the outage by 3 instances: %d, want %d (2 each)", admitted, limit)
+	}
+}
+
+// TestLeasesAcrossInstances: an InFlight limit holds across two instances
+// on their own clients: what one holds the other cannot take, a release
+// on one frees a unit for the other, and under concurrency no more than
+// the limit is ever in flight.
+func TestLeasesAcrossInstances(t *testing.T) {
+	const k = 3
+	srv := redistest.Start(t)
+	p := core.Policy{Name: "exports", InFlight: k}
+	a := mustLimit(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(5*time.Second))
+	b := mustLimit(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(5*time.Second))
+	ctx := context.Background()
+	var held []core.Decision
+	for i := range k {
+		d, err := a.Allow(ctx, "tenant")
+		if err != nil || !d.Allowed || d.Remaining != int64(k-1-i) || d.Source != core.SourceStore {
+			t.Fatalf("A Allow #%d = %+v, %v; want admitted, %d remaining", i+1, d, err, k-1-i)
+		}
+		held = append(held, d)
+	}
+	if d, err := b.Allow(ctx, "tenant"); err != nil || d.Allowed || d.RetryAfter != time.Second {
+		t.Fatalf("B Allow with A holding %d = %+v, %v; want denied with the 1s hint", k, d, err)
+	}
+	if err := held[0].Refund(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d, err := b.Allow(ctx, "tenant")
+	if err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("B Allow after A released one = %+v, %v; want admitted, 0 remaining", d, err)
+	}
+	held = append(held[1:], d)
+	if d, err := a.Peek(ctx, "tenant"); err != nil || d.Remaining != 0 {
+		t.Errorf("A Peek = %+v, %v; want 0 remaining", d, err)
+	}
+	for i := range held {
+		if err := held[i].Refund(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var cur, peak, admitted atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 16 {
+		l := []*core.Limiter{a, b}[i%2]
+		wg.Go(func() {
+			for range 20 {
+				d, err := l.Allow(ctx, "busy")
+				if err != nil || d.Source != core.SourceStore {
+					t.Errorf("Allow(busy) = %+v, %v; want the store's decision", d, err)
+					return
+				}
+				if !d.Allowed {
+					continue
+				}
+				admitted.Add(1)
+				n := cur.Add(1)
+				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+				}
+				time.Sleep(time.Millisecond)
+				cur.Add(-1)
+				if err := d.Refund(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := peak.Load(); got != k {
+		t.Errorf("2 instances x 8 goroutines: at most %d requests in flight, want exactly %d", got, k)
+	}
+	for _, l := range []*core.Limiter{a, b} {
+		if d, err := l.Peek(ctx, "busy"); err != nil || d.Remaining != k {
+			t.Errorf("Peek(busy) after every release = %+v, %v; want %d remaining", d, err, k)
+		}
+	}
+	t.Logf("%d of 320 requests admitted, at most %d in flight", admitted.Load(), peak.Load())
+}
+
+// TestConfigPanicsNameTheOption: the constructor panics, at
+// construction, with a message naming what is wrong.
+func TestConfigPanicsNameTheOption(t *testing.T) {
+	srv := redistest.Start(t)
+	client := newClient(t, srv.Addr())
+	for _, tc := range []struct {
+		name string
+		f    func()
+		want string
+	}{
+		{"New nil", func() { rueidisstore.New(nil) }, "rueidisstore.New"},
+		{"WithBatching zero", func() { rueidisstore.New(client, rueidisstore.WithBatching(0)) }, "WithBatching"},
+		{"WithBatching too many", func() { rueidisstore.New(client, rueidisstore.WithBatching(1001)) }, "WithBatching"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				msg := fmt.Sprint(recover())
+				if !strings.HasPrefix(msg, "ratekit: ") || !strings.Contains(msg, tc.want) {
+					t.Errorf("panic %q, want a message starting with \"ratekit: \" naming %s", msg, tc.want)
+				}
+			}()
+			tc.f()
+		})
+	}
+}
+
+// TestGoroutinesEnd: the store's goroutines (the subscription, the
+// fleet's announcements) end once its client is closed, on one Redis and
+// on a Cluster; and with Close, after a failed dial too, when rueidis no
+// longer says the client closed.
+func TestGoroutinesEnd(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redistest.StartCluster(t)
+	// running starts a store on a client of addrs with a limiter that
+	// watches it and joins its fleet, and waits for its goroutines.
+	running := func(t *testing.T, addrs ...string) (rueidis.Client, *rueidisstore.Store) {
+		t.Helper()
+		client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		store := rueidisstore.New(client)
+		l := mustLimit(t, store, core.Policy{Name: "g", Rules: []core.Rule{{Limit: 1, Window: time.Second}}},
+			core.WithTimeout(5*time.Second))
+		if d, err := l.Allow(context.Background(), "k"); err != nil || d.Source != core.SourceStore {
+			t.Fatalf("Allow = %+v, %v", d, err)
+		}
+		if !goroutinesOf(store, time.Second) {
+			t.Fatal("no goroutine of the store runs: the test would prove nothing")
+		}
+		return client, store
+	}
+	// ended fails t unless the goroutines of store end within d.
+	ended := func(t *testing.T, store *rueidisstore.Store, d time.Duration) {
+		t.Helper()
+		deadline := time.Now().Add(d)
+		for goroutinesOf(store, 0) {
+			if time.Now().After(deadline) {
+				buf := make([]byte, 1<<20)
+				t.Fatalf("goroutines of the store still run:\n%s", buf[:runtime.Stack(buf, true)])
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for name, addrs := range map[string][]string{"standalone": {srv.Addr()}, "cluster": c.Addrs()} {
+		t.Run("client closed, "+name, func(t *testing.T) {
+			client, store := running(t, addrs...)
+			client.Close()
+			ended(t, store, redislib.FleetBeat+time.Second) // the announcements end within a beat
+		})
+	}
+	t.Run("store closed after a failed dial", func(t *testing.T) {
+		srv := redistest.Start(t)
+		client, store := running(t, srv.Addr())
+		srv.Stop()
+		// A dial fails.
+		if err := store.Check(context.Background()); err == nil {
+			t.Fatal("Check() on a stopped Redis = nil")
+		}
+		client.Close()
+		store.Close()
+		ended(t, store, 0)
+	})
+}
+
+// goroutinesOf reports whether a goroutine of store runs, waiting up to d
+// for one to show.
+func goroutinesOf(store *rueidisstore.Store, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		buf := make([]byte, 1<<20)
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		for _, f := range []string{"receive", "announceEvery", "announce"} {
+			if strings.Contains(stacks, fmt.Sprintf("rueidisstore.(*Store).%s(%p", f, store)) {
+				return true
+			}
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
