@@ -22,9 +22,8 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/grpclimit"
 	"github.com/ratekit/ratekit/guard"
-	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc"
-	"github.com/ratekit/ratekit/redisstore"
 )
 
 // partner is a stand-in for a partner's gRPC server: the test service on
@@ -73,33 +72,6 @@ func (p *partner) dial(t *testing.T, l *core.Limiter, opts ...guard.Option) test
 	return testpb.NewTestServiceClient(cc)
 }
 
-// clientFleets are the ways the client tests run n app instances on one
-// limit: n limiters on one Redis, each with its own client (skipped with
-// -short), or on one MemoryStore.
-var clientFleets = []struct {
-	name string
-	new  func(t *testing.T, n int, p core.Policy, opts ...core.Option) []*core.Limiter
-}{
-	{"memory", func(t *testing.T, n int, p core.Policy, opts ...core.Option) []*core.Limiter {
-		store := core.NewMemoryStore()
-		ls := make([]*core.Limiter, n)
-		for i := range ls {
-			ls[i] = newLimiterOn(t, store, p.Name, p.Rules, opts...)
-		}
-		return ls
-	}},
-	{"redis", func(t *testing.T, n int, p core.Policy, opts ...core.Option) []*core.Limiter {
-		srv := redistest.Start(t)
-		ls := make([]*core.Limiter, n)
-		for i := range ls {
-			// A generous store timeout: a loaded machine under -race must not
-			// make decisions fall back to the local store.
-			ls[i] = newLimiterOn(t, redisstore.New(srv.Client(t)), p.Name, p.Rules, append([]core.Option{core.WithTimeout(2 * time.Second)}, opts...)...)
-		}
-		return ls
-	}},
-}
-
 // TestClientFleet: 4 instances x 5 goroutines call one partner through
 // one limit, keyed by the connection's target. With 10 per hour and 5 s
 // to wait, exactly 10 calls reach it and the others fail at once with
@@ -107,12 +79,12 @@ var clientFleets = []struct {
 // stream waits its turn and reaches it.
 func TestClientFleet(t *testing.T) {
 	const n, m = 4, 5
-	for _, f := range clientFleets {
-		t.Run(f.name, func(t *testing.T) {
+	for _, f := range testkit.Backends() {
+		t.Run(f.Name, func(t *testing.T) {
 			t.Parallel()
 			t.Run("deadline", func(t *testing.T) {
 				p := newPartner(t)
-				ls := f.new(t, n, core.Policy{Name: "hour", Rules: []core.Rule{{Limit: 10, Window: time.Hour}}})
+				ls := testkit.Fleet(t, n, f, core.Policy{Name: "hour", Rules: []core.Rule{{Limit: 10, Window: time.Hour}}})
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
 				var ok, late atomic.Int64
@@ -140,13 +112,8 @@ func TestClientFleet(t *testing.T) {
 			})
 			t.Run("wait", func(t *testing.T) {
 				p := newPartner(t)
-				var denied atomic.Int64
-				obs := core.ObserverFunc(func(_ context.Context, e core.Event) {
-					if e.Kind == core.EventDecision && !e.Decision.Allowed {
-						denied.Add(1)
-					}
-				})
-				ls := f.new(t, n, core.Policy{Name: "burst", Rules: []core.Rule{{Limit: 5, Window: 200 * time.Millisecond}}}, core.WithObserver(obs))
+				obs := &testkit.Events{}
+				ls := testkit.Fleet(t, n, f, core.Policy{Name: "burst", Rules: []core.Rule{{Limit: 5, Window: 200 * time.Millisecond}}}, core.WithObserver(obs))
 				var wg sync.WaitGroup
 				for _, l := range ls {
 					c := p.dial(t, l)
@@ -165,8 +132,8 @@ func TestClientFleet(t *testing.T) {
 					}
 				}
 				wg.Wait()
-				if p.calls.Load() != n*m || denied.Load() == 0 {
-					t.Errorf("%d calls reached the partner after %d denials, want all %d after some waiting", p.calls.Load(), denied.Load(), n*m)
+				if p.calls.Load() != n*m || obs.Denials() == 0 {
+					t.Errorf("%d calls reached the partner after %d denials, want all %d after some waiting", p.calls.Load(), obs.Denials(), n*m)
 				}
 			})
 		})
@@ -177,7 +144,7 @@ func TestClientFleet(t *testing.T) {
 // admitted: a status with a fixed message, wrapping the cause.
 func TestClientErrors(t *testing.T) {
 	p := newPartner(t)
-	l := newLimiter(t, "errors", []core.Rule{{Limit: 1, Window: time.Hour}})
+	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "errors", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}})
 	short := func() (context.Context, context.CancelFunc) {
 		return context.WithTimeout(context.Background(), 5*time.Second)
 	}
@@ -202,7 +169,7 @@ func TestClientErrors(t *testing.T) {
 	}
 
 	// A stream is charged when it opens: the second fails to open.
-	s := p.dial(t, newLimiter(t, "streams", []core.Rule{{Limit: 1, Window: time.Hour}}))
+	s := p.dial(t, testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "streams", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}}))
 	if _, got, err := openStream(s, "", 5); err != nil || got != 5 {
 		t.Fatalf("first stream: %d messages, %v; want 5", got, err)
 	}
@@ -212,13 +179,8 @@ func TestClientErrors(t *testing.T) {
 	}
 
 	// Canceled while waiting.
-	var denied atomic.Int64
-	obs := core.ObserverFunc(func(_ context.Context, e core.Event) {
-		if e.Kind == core.EventDecision && !e.Decision.Allowed {
-			denied.Add(1)
-		}
-	})
-	w := p.dial(t, newLimiter(t, "cancel", []core.Rule{{Limit: 1, Window: time.Hour}}, core.WithObserver(obs)))
+	obs := &testkit.Events{}
+	w := p.dial(t, testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "cancel", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}}, core.WithObserver(obs)))
 	if _, err := w.EmptyCall(context.Background(), &testpb.Empty{}); err != nil {
 		t.Fatal(err)
 	}
@@ -228,18 +190,14 @@ func TestClientErrors(t *testing.T) {
 		_, err := w.EmptyCall(cctx, &testpb.Empty{})
 		done <- err
 	}()
-	for deadline := time.Now().Add(10 * time.Second); denied.Load() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the second call never waited")
-		}
-	}
+	testkit.WaitUntil(t, "the second call waits", func() bool { return obs.Denials() > 0 })
 	ccancel()
 	if err := <-done; status.Code(err) != codes.Canceled || !errors.Is(err, context.Canceled) {
 		t.Errorf("call canceled while waiting = %v, want Canceled", err)
 	}
 
 	// A cost that can never fit.
-	e := p.dial(t, newLimiter(t, "cost", perMinute(2)), guard.WithCost(func(keyfunc.Request) int64 { return 3 }))
+	e := p.dial(t, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("cost", testkit.PerMinute(2))), guard.WithCost(func(keyfunc.Request) int64 { return 3 }))
 	if _, err := e.EmptyCall(context.Background(), &testpb.Empty{}); status.Code(err) != codes.ResourceExhausted || !errors.Is(err, core.ErrInvalidCost) {
 		t.Errorf("call of cost 3 on a limit of 2 = %v, want ResourceExhausted wrapping ErrInvalidCost", err)
 	}
@@ -251,7 +209,7 @@ func TestClientErrors(t *testing.T) {
 // TestClientMethods: WithMethods throttles only the named methods.
 func TestClientMethods(t *testing.T) {
 	p := newPartner(t)
-	c := p.dial(t, newLimiter(t, "methods", []core.Rule{{Limit: 1, Window: time.Hour}}), grpclimit.WithMethods(unaryCall))
+	c := p.dial(t, testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "methods", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}}), grpclimit.WithMethods(unaryCall))
 	for range 3 {
 		if _, err := c.EmptyCall(context.Background(), &testpb.Empty{}); err != nil {
 			t.Fatalf("EmptyCall (not throttled) = %v", err)
@@ -270,11 +228,8 @@ func TestClientMethods(t *testing.T) {
 // TestClientPanics: what an outgoing call cannot honour is refused when
 // the interceptor is built, by a panic naming it, never at call time.
 func TestClientPanics(t *testing.T) {
-	l := newLimiter(t, "panics", perMinute(1))
-	conc, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "conc", InFlight: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("panics", testkit.PerMinute(1)))
+	conc := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "conc", InFlight: 1})
 	for name, tc := range map[string]struct {
 		f    func()
 		want string // in the panic's message
@@ -309,7 +264,7 @@ func TestClientPanics(t *testing.T) {
 func TestClientBlock(t *testing.T) {
 	p := newPartner(t)
 	banned := func(r keyfunc.Request) bool { return r.Header("x-tenant") == "banned" }
-	c := p.dial(t, newLimiter(t, "block", perMinute(5)), guard.WithBlock(banned))
+	c := p.dial(t, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("block", testkit.PerMinute(5))), guard.WithBlock(banned))
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-tenant", "banned")
 	if _, err := c.UnaryCall(ctx, simpleRequest()); status.Code(err) != codes.PermissionDenied || !errors.Is(err, guard.ErrBlocked) {
 		t.Errorf("blocked UnaryCall = %v, want PermissionDenied wrapping guard.ErrBlocked", err)
@@ -330,14 +285,8 @@ func TestClientAlsoHoldsWhenSent(t *testing.T) {
 	t.Parallel()
 	p := newPartner(t)
 	store := core.NewMemoryStore()
-	per, err := core.NewLimiter(store, core.Policy{Name: "per", Rules: []core.Rule{{Limit: 3, Window: 200 * time.Millisecond}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	global, err := core.NewLimiter(store, core.Policy{Name: "global", Rules: []core.Rule{{Limit: 12, Window: time.Second}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	per := testkit.Limiter(t, store, core.Policy{Name: "per", Rules: []core.Rule{{Limit: 3, Window: 200 * time.Millisecond}}})
+	global := testkit.Limiter(t, store, core.Policy{Name: "global", Rules: []core.Rule{{Limit: 12, Window: time.Second}}})
 	if _, err := global.AllowN(context.Background(), "all", 12); err != nil {
 		t.Fatal(err)
 	}

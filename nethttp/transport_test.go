@@ -16,10 +16,9 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
-	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/nethttp"
-	"github.com/ratekit/ratekit/redisstore"
 )
 
 // provider is a stand-in for an SMS provider: it counts the requests that
@@ -62,54 +61,18 @@ func post(ctx context.Context, c *http.Client, url, body string) (int, error) {
 	return res.StatusCode, nil
 }
 
-// instances are the ways the transport tests run n app instances on one
-// limit: n limiters on one Redis, each with its own client (skipped with
-// -short), or on one MemoryStore.
-var instances = []struct {
-	name string
-	new  func(t *testing.T, n int, p core.Policy, opts ...core.Option) []*core.Limiter
-}{
-	{"memory", func(t *testing.T, n int, p core.Policy, opts ...core.Option) []*core.Limiter {
-		store := core.NewMemoryStore()
-		ls := make([]*core.Limiter, n)
-		for i := range ls {
-			ls[i] = mustLimiter(t, store, p, opts...)
-		}
-		return ls
-	}},
-	{"redis", func(t *testing.T, n int, p core.Policy, opts ...core.Option) []*core.Limiter {
-		srv := redistest.Start(t)
-		ls := make([]*core.Limiter, n)
-		for i := range ls {
-			// A generous store timeout: a loaded machine under -race must not
-			// make decisions fall back to the local store.
-			ls[i] = mustLimiter(t, redisstore.New(srv.Client(t)), p, append([]core.Option{core.WithTimeout(2 * time.Second)}, opts...)...)
-		}
-		return ls
-	}},
-}
-
-func mustLimiter(t *testing.T, store core.Store, p core.Policy, opts ...core.Option) *core.Limiter {
-	t.Helper()
-	l, err := core.NewLimiter(store, p, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
 // TestTransportFleet: 4 instances x 5 goroutines send through one limit.
 // With a limit of 10 per hour and 5 s to wait, exactly 10 requests reach
 // the provider and the others fail at once; with 5 per 200 ms and no
 // deadline, every request waits its turn and reaches it.
 func TestTransportFleet(t *testing.T) {
 	const n, m = 4, 5
-	for _, in := range instances {
-		t.Run(in.name, func(t *testing.T) {
+	for _, in := range testkit.Backends() {
+		t.Run(in.Name, func(t *testing.T) {
 			t.Parallel()
 			t.Run("deadline", func(t *testing.T) {
 				p := newProvider(t)
-				ls := in.new(t, n, core.Policy{Name: "hour", Rules: []core.Rule{{Limit: 10, Window: time.Hour}}})
+				ls := testkit.Fleet(t, n, in, core.Policy{Name: "hour", Rules: []core.Rule{{Limit: 10, Window: time.Hour}}})
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
 				var ok, late atomic.Int64
@@ -137,13 +100,8 @@ func TestTransportFleet(t *testing.T) {
 			})
 			t.Run("wait", func(t *testing.T) {
 				p := newProvider(t)
-				var denied atomic.Int64
-				obs := core.ObserverFunc(func(_ context.Context, e core.Event) {
-					if e.Kind == core.EventDecision && !e.Decision.Allowed {
-						denied.Add(1)
-					}
-				})
-				ls := in.new(t, n, core.Policy{Name: "burst", Rules: []core.Rule{{Limit: 5, Window: 200 * time.Millisecond}}}, core.WithObserver(obs))
+				obs := &testkit.Events{}
+				ls := testkit.Fleet(t, n, in, core.Policy{Name: "burst", Rules: []core.Rule{{Limit: 5, Window: 200 * time.Millisecond}}}, core.WithObserver(obs))
 				var wg sync.WaitGroup
 				for _, l := range ls {
 					c := &http.Client{Transport: nethttp.Transport(l, nil)}
@@ -156,8 +114,8 @@ func TestTransportFleet(t *testing.T) {
 					}
 				}
 				wg.Wait()
-				if p.hits.Load() != n*m || denied.Load() == 0 {
-					t.Errorf("%d requests reached the provider after %d denials, want all %d after some waiting", p.hits.Load(), denied.Load(), n*m)
+				if p.hits.Load() != n*m || obs.Denials() == 0 {
+					t.Errorf("%d requests reached the provider after %d denials, want all %d after some waiting", p.hits.Load(), obs.Denials(), n*m)
 				}
 			})
 		})
@@ -171,7 +129,7 @@ func TestTransportKeys(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	a, b := newProvider(t), newProvider(t)
-	l := mustLimiter(t, core.NewMemoryStore(), core.Policy{Name: "hosts", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}})
+	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "hosts", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}})
 	c := &http.Client{Transport: nethttp.Transport(l, nil)}
 	for _, url := range []string{a.URL, b.URL} {
 		if status, err := post(ctx, c, url, "{}"); err != nil || status != http.StatusAccepted {
@@ -234,13 +192,8 @@ func (c *closeRecorder) Close() error {
 // is not modified.
 func TestTransportContext(t *testing.T) {
 	p := newProvider(t)
-	var denied atomic.Int64
-	obs := core.ObserverFunc(func(_ context.Context, e core.Event) {
-		if e.Kind == core.EventDecision && !e.Decision.Allowed {
-			denied.Add(1)
-		}
-	})
-	l := mustLimiter(t, core.NewMemoryStore(), core.Policy{Name: "ctx", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}}, core.WithObserver(obs))
+	obs := &testkit.Events{}
+	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "ctx", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}}, core.WithObserver(obs))
 	rt := nethttp.Transport(l, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, p.URL, strings.NewReader("{}"))
@@ -256,7 +209,7 @@ func TestTransportContext(t *testing.T) {
 		_, err := rt.RoundTrip(req2)
 		done <- err
 	}()
-	waitUntil(t, func() bool { return denied.Load() == 1 })
+	testkit.WaitUntil(t, "the second request waits", func() bool { return obs.Denials() == 1 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("RoundTrip with its context canceled while waiting = %v, want context.Canceled", err)
@@ -266,16 +219,6 @@ func TestTransportContext(t *testing.T) {
 	}
 	if p.hits.Load() != 1 {
 		t.Errorf("%d requests reached the provider, want 1", p.hits.Load())
-	}
-}
-
-// waitUntil polls cond every millisecond and fails t after 10 s.
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
 	}
 }
 
@@ -289,7 +232,7 @@ func (c *idleCloser) CloseIdleConnections() { c.closed = true }
 
 func TestTransportCloseIdleConnections(t *testing.T) {
 	base := &idleCloser{RoundTripper: http.DefaultTransport}
-	c := &http.Client{Transport: nethttp.Transport(newLimiter(t, 1), base)}
+	c := &http.Client{Transport: nethttp.Transport(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(1))), base)}
 	c.CloseIdleConnections()
 	if !base.closed {
 		t.Error("http.Client.CloseIdleConnections did not reach the base RoundTripper")
@@ -300,20 +243,24 @@ func TestTransportCloseIdleConnections(t *testing.T) {
 // when the Transport is built, by a panic naming it, never at request
 // time.
 func TestTransportPanics(t *testing.T) {
-	conc := mustLimiter(t, core.NewMemoryStore(), core.Policy{Name: "conc", InFlight: 1})
+	conc := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "conc", InFlight: 1})
 	for name, tc := range map[string]struct {
 		f    func()
 		want string // in the panic's message
 	}{
 		"nil limiter": {func() { nethttp.Transport(nil, nil) }, "nil"},
-		"WithCountIf": {func() { nethttp.Transport(newLimiter(t, 1), nil, guard.WithCountIf(guard.StatusSuccess)) }, "WithCountIf"},
-		"WithResetIf": {func() { nethttp.Transport(newLimiter(t, 1), nil, guard.WithResetIf(guard.StatusSuccess)) }, "WithResetIf"},
-		"InFlight":    {func() { nethttp.Transport(conc, nil) }, `InFlight policy "conc"`},
+		"WithCountIf": {func() {
+			nethttp.Transport(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(1))), nil, guard.WithCountIf(guard.StatusSuccess))
+		}, "WithCountIf"},
+		"WithResetIf": {func() {
+			nethttp.Transport(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(1))), nil, guard.WithResetIf(guard.StatusSuccess))
+		}, "WithResetIf"},
+		"InFlight": {func() { nethttp.Transport(conc, nil) }, `InFlight policy "conc"`},
 		"InFlight added": {func() {
-			nethttp.Transport(newLimiter(t, 1), nil, guard.WithAlso(conc, keyfunc.Header("X-User")))
+			nethttp.Transport(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(1))), nil, guard.WithAlso(conc, keyfunc.Header("X-User")))
 		}, `InFlight policy "conc"`},
 		"WithRoute": {func() {
-			nethttp.Transport(newLimiter(t, 1), nil, nethttp.WithRoute(func(*http.Request) string { return "" }))
+			nethttp.Transport(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(1))), nil, nethttp.WithRoute(func(*http.Request) string { return "" }))
 		}, "another adapter"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -333,7 +280,7 @@ func TestTransportPanics(t *testing.T) {
 func TestTransportBlock(t *testing.T) {
 	p := newProvider(t)
 	banned := func(r keyfunc.Request) bool { return strings.Contains(r.Path(), "/banned") }
-	c := &http.Client{Transport: nethttp.Transport(newLimiter(t, 5), nil, guard.WithBlock(banned))}
+	c := &http.Client{Transport: nethttp.Transport(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(5))), nil, guard.WithBlock(banned))}
 	if _, err := post(context.Background(), c, p.URL+"/banned", "{}"); !errors.Is(err, guard.ErrBlocked) {
 		t.Errorf("post to a blocked path = %v, want an error wrapping guard.ErrBlocked", err)
 	}
@@ -384,8 +331,8 @@ func maxIn(times []time.Time, d time.Duration) int {
 func TestTransportAlsoHoldsWhenSent(t *testing.T) {
 	t.Parallel()
 	store := core.NewMemoryStore()
-	host := mustLimiter(t, store, core.Policy{Name: "host", Rules: []core.Rule{{Limit: 5, Window: 200 * time.Millisecond}}})
-	global := mustLimiter(t, store, core.Policy{Name: "global", Rules: []core.Rule{{Limit: 20, Window: time.Second}}})
+	host := testkit.Limiter(t, store, core.Policy{Name: "host", Rules: []core.Rule{{Limit: 5, Window: 200 * time.Millisecond}}})
+	global := testkit.Limiter(t, store, core.Policy{Name: "global", Rules: []core.Rule{{Limit: 20, Window: time.Second}}})
 	everyone := func(keyfunc.Request) (string, error) { return "all", nil }
 	ctx := context.Background()
 	if _, err := global.AllowN(ctx, "all", 20); err != nil {
