@@ -394,7 +394,7 @@ func TestFailurePolicy(t *testing.T) {
 		t.Run(tc.policy.String(), func(t *testing.T) {
 			t.Parallel()
 			obs := &testkit.Events{}
-			l := testkit.Limiter(t, failingStore{}, testkit.Policy("fail", testkit.PerMinute(2)), core.WithFailurePolicy(tc.policy), core.WithObserver(obs))
+			l := testkit.Limiter(t, testkit.FailingStore{Err: errStoreDown}, testkit.Policy("fail", testkit.PerMinute(2)), core.WithFailurePolicy(tc.policy), core.WithObserver(obs))
 			opts := []guard.Option{guard.WithKey(userKey)}
 			c := serveBufconn(t,
 				grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l, opts...)),

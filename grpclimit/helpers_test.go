@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
-	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
@@ -174,21 +173,8 @@ func details(err error) (*errdetails.RetryInfo, *errdetails.QuotaFailure) {
 	return ri, qf
 }
 
-// failingStore fails every call, like a Redis that is down.
-type failingStore struct{}
-
+// errStoreDown is the error of a store that is down.
 var errStoreDown = errors.New("store down: secret internal detail")
-
-func (failingStore) Take(context.Context, core.Query) (core.Result, error) {
-	return core.Result{}, errStoreDown
-}
-func (failingStore) Peek(context.Context, core.Query) (core.Result, error) {
-	return core.Result{}, errStoreDown
-}
-func (failingStore) Refund(context.Context, core.Query, int64) error { return errStoreDown }
-func (failingStore) Reset(context.Context, core.Query) error         { return errStoreDown }
-
-var _ core.Store = failingStore{}
 
 // testpbClient is the test service's client.
 type testpbClient = testpb.TestServiceClient

@@ -54,18 +54,6 @@ func req() *request {
 	return &request{header: map[string]string{}, query: map[string]string{}, peer: "192.0.2.1:1234"}
 }
 
-// user keys by the X-User header: none is no key, "!" is malformed.
-func user(r keyfunc.Request) (string, error) {
-	switch u := r.Header("X-User"); u {
-	case "":
-		return "", keyfunc.ErrNoKey
-	case "!":
-		return "", errors.New("malformed user")
-	default:
-		return u, nil
-	}
-}
-
 // cost reads the cost from the query.
 func cost(r keyfunc.Request) int64 {
 	var n int64
@@ -127,7 +115,7 @@ func TestAdmit(t *testing.T) {
 		{
 			name: "no key: skipped by default",
 			setup: func(t *testing.T) (*core.Limiter, []guard.Option) {
-				return testkit.Limiter(t, mem(), testkit.Policy("nokey", testkit.PerHour(1))), []guard.Option{guard.WithKey(user)}
+				return testkit.Limiter(t, mem(), testkit.Policy("nokey", testkit.PerHour(1))), []guard.Option{guard.WithKey(testkit.UserKey)}
 			},
 			steps: []step{
 				{r: req(), want: guard.OutcomeSkip}, {r: req(), want: guard.OutcomeSkip},
@@ -137,7 +125,7 @@ func TestAdmit(t *testing.T) {
 		{
 			name: "no key: shared bucket",
 			setup: func(t *testing.T) (*core.Limiter, []guard.Option) {
-				return testkit.Limiter(t, mem(), testkit.Policy("shared", testkit.PerHour(1))), []guard.Option{guard.WithKey(user), guard.WithNoKey(guard.NoKeyShared)}
+				return testkit.Limiter(t, mem(), testkit.Policy("shared", testkit.PerHour(1))), []guard.Option{guard.WithKey(testkit.UserKey), guard.WithNoKey(guard.NoKeyShared)}
 			},
 			steps: []step{{r: req(), want: guard.OutcomeAllow}, {r: req(), want: guard.OutcomeDeny}},
 			after: func(t *testing.T, l *core.Limiter) {
@@ -149,21 +137,21 @@ func TestAdmit(t *testing.T) {
 		{
 			name: "no key: rejected",
 			setup: func(t *testing.T) (*core.Limiter, []guard.Option) {
-				return testkit.Limiter(t, mem(), testkit.Policy("reject", testkit.PerHour(1))), []guard.Option{guard.WithKey(user), guard.WithNoKey(guard.NoKeyReject)}
+				return testkit.Limiter(t, mem(), testkit.Policy("reject", testkit.PerHour(1))), []guard.Option{guard.WithKey(testkit.UserKey), guard.WithNoKey(guard.NoKeyReject)}
 			},
 			steps: []step{{r: req(), want: guard.OutcomeInvalid, body: "bad request: missing or malformed rate-limit key\n"}},
 		},
 		{
 			name: "malformed key: rejected, or skipped as configured",
 			setup: func(t *testing.T) (*core.Limiter, []guard.Option) {
-				return testkit.Limiter(t, mem(), testkit.Policy("badkey", testkit.PerHour(1))), []guard.Option{guard.WithKey(user)}
+				return testkit.Limiter(t, mem(), testkit.Policy("badkey", testkit.PerHour(1))), []guard.Option{guard.WithKey(testkit.UserKey)}
 			},
 			steps: []step{{r: req().with("X-User", "!"), want: guard.OutcomeInvalid, headers: map[string]string{guard.HeaderLimit: ""}}},
 		},
 		{
 			name: "malformed key skipped",
 			setup: func(t *testing.T) (*core.Limiter, []guard.Option) {
-				return testkit.Limiter(t, mem(), testkit.Policy("badkey-skip", testkit.PerHour(1))), []guard.Option{guard.WithKey(user), guard.WithKeyError(guard.KeyErrorSkip)}
+				return testkit.Limiter(t, mem(), testkit.Policy("badkey-skip", testkit.PerHour(1))), []guard.Option{guard.WithKey(testkit.UserKey), guard.WithKeyError(guard.KeyErrorSkip)}
 			},
 			steps: []step{{r: req().with("X-User", "!"), want: guard.OutcomeSkip}, {r: req().with("X-User", "!"), want: guard.OutcomeSkip}},
 		},
@@ -218,7 +206,7 @@ func TestAdmit(t *testing.T) {
 		{
 			name: "FailClosed is 503 with Retry-After",
 			setup: func(t *testing.T) (*core.Limiter, []guard.Option) {
-				l := testkit.Limiter(t, failing{}, core.Policy{Name: "closed", Rules: []core.Rule{testkit.PerHour(5)}},
+				l := testkit.Limiter(t, testkit.FailingStore{Err: errDown}, core.Policy{Name: "closed", Rules: []core.Rule{testkit.PerHour(5)}},
 					core.WithFailurePolicy(core.FailClosed), core.WithBreaker(0, 0))
 				return l, nil
 			},
@@ -276,7 +264,7 @@ func TestAlso(t *testing.T) {
 	t.Run("denial refunds the others", func(t *testing.T) {
 		phone := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("phone", testkit.PerHour(5)))
 		ip := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("ip", testkit.PerHour(1)))
-		g := guard.New(phone, guard.WithKey(user), guard.WithAlso(ip, keyfunc.ClientIP()))
+		g := guard.New(phone, guard.WithKey(testkit.UserKey), guard.WithAlso(ip, keyfunc.ClientIP()))
 		if v := g.Admit(ctx, req().with("X-User", "a")); v.Outcome != guard.OutcomeAllow {
 			t.Fatalf("first = %v, want allow", v.Outcome)
 		}
@@ -291,7 +279,7 @@ func TestAlso(t *testing.T) {
 	t.Run("the guard's own key missing, the added limit still decides", func(t *testing.T) {
 		users := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("user", testkit.PerHour(100)))
 		ip := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("ip", testkit.PerHour(3)))
-		g := guard.New(users, guard.WithKey(user), guard.WithAlso(ip, keyfunc.ClientIP()))
+		g := guard.New(users, guard.WithKey(testkit.UserKey), guard.WithAlso(ip, keyfunc.ClientIP()))
 		var got []guard.Outcome
 		for range 5 {
 			v := g.Admit(ctx, req()) // anonymous
@@ -308,7 +296,7 @@ func TestAlso(t *testing.T) {
 	t.Run("an added limit without a key is skipped alone", func(t *testing.T) {
 		ips := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("ip", testkit.PerHour(2)))
 		users := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("user", testkit.PerHour(1)))
-		g := guard.New(ips, guard.WithAlso(users, user))
+		g := guard.New(ips, guard.WithAlso(users, testkit.UserKey))
 		for i, want := range []guard.Outcome{guard.OutcomeAllow, guard.OutcomeAllow, guard.OutcomeDeny} {
 			if v := g.Admit(ctx, req()); v.Outcome != want {
 				t.Errorf("request %d = %v, want %v", i, v.Outcome, want)
@@ -335,7 +323,7 @@ func TestObserverLayers(t *testing.T) {
 	ctx := context.Background()
 	obs := &testkit.Events{}
 	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "obs", Rules: []core.Rule{testkit.PerHour(1)}}, core.WithObserver(obs))
-	g := guard.New(l, guard.WithKey(user), guard.WithDryRun(true), guard.WithObserver(obs))
+	g := guard.New(l, guard.WithKey(testkit.UserKey), guard.WithDryRun(true), guard.WithObserver(obs))
 	for _, u := range []string{"a", "a", "a", "", "!"} {
 		if v := g.Admit(ctx, req().with("X-User", u)); !v.Proceed() && v.Outcome != guard.OutcomeInvalid {
 			t.Fatalf("user %q: %v", u, v.Outcome)
@@ -411,7 +399,7 @@ func TestNatives(t *testing.T) {
 		methods []string
 	)
 	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("n", testkit.PerHour(1)))
-	g := guard.New(l, guard.Native(deny("a")), guard.WithKey(user), guard.Native(methods{"x"}), guard.Native(deny("b")), guard.Native(methods{"y"}))
+	g := guard.New(l, guard.Native(deny("a")), guard.WithKey(testkit.UserKey), guard.Native(methods{"x"}), guard.Native(deny("b")), guard.Native(methods{"y"}))
 	var (
 		d  deny
 		ms []methods
@@ -435,7 +423,7 @@ func TestPanics(t *testing.T) {
 	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("p", testkit.PerHour(1)))
 	for name, f := range map[string]func(){
 		"New(nil)":           func() { guard.New(nil) },
-		"WithAlso(nil, key)": func() { guard.WithAlso(nil, user) },
+		"WithAlso(nil, key)": func() { guard.WithAlso(nil, testkit.UserKey) },
 		"WithAlso(l, nil)":   func() { guard.WithAlso(l, nil) },
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -450,14 +438,7 @@ func TestPanics(t *testing.T) {
 }
 
 // failing is a store that fails every call.
-type failing struct{}
-
 var errDown = errors.New("store down")
-
-func (failing) Take(context.Context, core.Query) (core.Result, error) { return core.Result{}, errDown }
-func (failing) Peek(context.Context, core.Query) (core.Result, error) { return core.Result{}, errDown }
-func (failing) Refund(context.Context, core.Query, int64) error       { return errDown }
-func (failing) Reset(context.Context, core.Query) error               { return errDown }
 
 // remote hides that a store is a MemoryStore, so that the limiter treats
 // it as a store with a timeout and a deny cache.
@@ -484,7 +465,7 @@ func TestRefusalAnswers(t *testing.T) {
 		return testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("p", testkit.PerHour(1)))
 	}
 	closed := func(t *testing.T) *core.Limiter {
-		l := testkit.Limiter(t, failing{}, core.Policy{Name: "closed", Rules: []core.Rule{testkit.PerHour(5)}},
+		l := testkit.Limiter(t, testkit.FailingStore{Err: errDown}, core.Policy{Name: "closed", Rules: []core.Rule{testkit.PerHour(5)}},
 			core.WithFailurePolicy(core.FailClosed), core.WithBreaker(0, 0))
 		return l
 	}
@@ -565,7 +546,7 @@ func TestBlock(t *testing.T) {
 	blocked := func(r keyfunc.Request) bool { return r.Header("X-User") == "mallory" }
 	for _, dry := range []bool{false, true} {
 		l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("block", testkit.PerHour(1)))
-		g := guard.New(l, guard.WithKey(user), guard.WithBlock(blocked), guard.WithSkip(func(keyfunc.Request) bool { return true }),
+		g := guard.New(l, guard.WithKey(testkit.UserKey), guard.WithBlock(blocked), guard.WithSkip(func(keyfunc.Request) bool { return true }),
 			guard.WithDryRun(dry), guard.WithObserver(obs))
 		v := g.Admit(ctx, req().with("X-User", "mallory"))
 		if v.Outcome != guard.OutcomeBlocked || v.Proceed() || v.Status() != 403 || len(headers(&v)) != 0 {

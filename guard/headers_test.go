@@ -23,7 +23,7 @@ func TestHeaderWriters(t *testing.T) {
 	ctx := context.Background()
 	for _, style := range []guard.HeaderStyle{guard.HeadersXRateLimit, guard.HeadersIETF, guard.HeadersXRateLimit | guard.HeadersIETF} {
 		l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("writers", core.Rule{Limit: 50_000, Window: 90 * time.Second}, core.Rule{Limit: 100_000, Window: 24 * time.Hour}))
-		g := guard.New(l, guard.WithHeaders(style), guard.WithKey(user))
+		g := guard.New(l, guard.WithHeaders(style), guard.WithKey(testkit.UserKey))
 		first := g.Admit(ctx, req().with("X-User", "alice"))
 		want := headers(&first)
 		h := http.Header{}

@@ -109,7 +109,7 @@ func TestLockoutAlso(t *testing.T) {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	account := stepped(t, core.Policy{Name: "account", Rules: []core.Rule{testkit.PerHour(1)}, Lockout: core.Lockout{For: time.Hour}}, &now)
 	ip := stepped(t, core.Policy{Name: "ip", Rules: []core.Rule{testkit.PerHour(2)}}, &now)
-	g := guard.New(account, guard.WithKey(user), guard.WithAlso(ip, keyfunc.ClientIP()))
+	g := guard.New(account, guard.WithKey(testkit.UserKey), guard.WithAlso(ip, keyfunc.ClientIP()))
 	for _, u := range []string{"a", "b"} {
 		if v := g.Admit(ctx, req().with("X-User", u)); v.Outcome != guard.OutcomeAllow {
 			t.Fatalf("user %s: %v, want allowed", u, v.Outcome)

@@ -63,7 +63,7 @@ func TestWait(t *testing.T) {
 				}
 			}
 			rec := &testkit.Events{}
-			g := guard.New(l, append([]guard.Option{guard.WithKey(user), guard.WithObserver(rec)}, tc.opts...)...)
+			g := guard.New(l, append([]guard.Option{guard.WithKey(testkit.UserKey), guard.WithObserver(rec)}, tc.opts...)...)
 			c := tc.ctx
 			if c == nil {
 				c = ctx
@@ -93,7 +93,7 @@ func TestWaitAlso(t *testing.T) {
 	own := testkit.Limiter(t, store, testkit.Policy("own", testkit.PerHour(5)))
 	global := testkit.Limiter(t, store, testkit.Policy("global", core.Rule{Limit: 1, Window: 100 * time.Millisecond}))
 	everyone := func(keyfunc.Request) (string, error) { return "all", nil }
-	g := guard.New(own, guard.WithKey(user), guard.WithAlso(global, everyone))
+	g := guard.New(own, guard.WithKey(testkit.UserKey), guard.WithAlso(global, everyone))
 
 	for i := range 2 {
 		// The second waits for the global limit's window, holding nothing.
@@ -107,7 +107,7 @@ func TestWaitAlso(t *testing.T) {
 	}
 
 	// The global limit cannot fit before the deadline: own's unit is refunded.
-	gl := guard.New(own, guard.WithKey(user), guard.WithAlso(testkit.Limiter(t, store, testkit.Policy("full", testkit.PerHour(1))), everyone))
+	gl := guard.New(own, guard.WithKey(testkit.UserKey), guard.WithAlso(testkit.Limiter(t, store, testkit.Policy("full", testkit.PerHour(1))), everyone))
 	if v := gl.Wait(ctx, req().with("X-User", "bob")); v.Outcome != guard.OutcomeAllow {
 		t.Fatalf("Wait(bob) = %v, want allowed", v.Outcome)
 	}
@@ -130,7 +130,7 @@ func TestWaitBlock(t *testing.T) {
 	obs := &testkit.Events{}
 	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("out-block", testkit.PerHour(1)))
 	blocked := func(r keyfunc.Request) bool { return r.Header("X-User") == "mallory" }
-	g := guard.New(l, guard.WithKey(user), guard.WithBlock(blocked), guard.WithObserver(obs),
+	g := guard.New(l, guard.WithKey(testkit.UserKey), guard.WithBlock(blocked), guard.WithObserver(obs),
 		guard.WithSkip(func(r keyfunc.Request) bool { return r.Header("X-Skip") != "" }))
 	v := g.Wait(ctx, req().with("X-User", "mallory", "X-Skip", "1"))
 	if v.Outcome != guard.OutcomeBlocked || v.Proceed() || !errors.Is(v.Err, guard.ErrBlocked) {
@@ -158,14 +158,14 @@ func TestCheckOutbound(t *testing.T) {
 		want string // "" means no error
 	}{
 		{"plain", guard.New(rate), ""},
-		{"every option that applies", guard.New(rate, guard.WithKey(user), guard.WithSkip(func(keyfunc.Request) bool { return false }),
+		{"every option that applies", guard.New(rate, guard.WithKey(testkit.UserKey), guard.WithSkip(func(keyfunc.Request) bool { return false }),
 			guard.WithBlock(func(keyfunc.Request) bool { return false }), guard.WithCost(cost), guard.WithNoKey(guard.NoKeyShared),
 			guard.WithKeyError(guard.KeyErrorSkip), guard.WithDryRun(true), guard.WithObserver(&testkit.Events{}),
-			guard.WithAlso(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("out-also", testkit.PerHour(1))), user)), ""},
+			guard.WithAlso(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("out-also", testkit.PerHour(1))), testkit.UserKey)), ""},
 		{"count-if", guard.New(rate, guard.WithCountIf(guard.StatusAuthFailure)), "WithCountIf"},
 		{"reset-if", guard.New(rate, guard.WithResetIf(guard.StatusSuccess)), "WithResetIf"},
 		{"in flight", guard.New(conc), `InFlight policy "out-conc"`},
-		{"in flight added", guard.New(rate, guard.WithAlso(conc, user)), `InFlight policy "out-conc"`},
+		{"in flight added", guard.New(rate, guard.WithAlso(conc, testkit.UserKey)), `InFlight policy "out-conc"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.g.CheckOutbound()
@@ -195,7 +195,7 @@ func TestWaitAlsoHoldsWhenSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	everyone := func(keyfunc.Request) (string, error) { return "all", nil }
-	g := guard.New(own, guard.WithKey(user), guard.WithAlso(global, everyone))
+	g := guard.New(own, guard.WithKey(testkit.UserKey), guard.WithAlso(global, everyone))
 	var (
 		mu    sync.Mutex
 		times []time.Time

@@ -19,19 +19,9 @@ import (
 	"github.com/ratekit/ratekit/opshttp"
 )
 
-// failingStore fails every call with an error whose text must not reach
-// the client.
-type failingStore struct{ core.Store }
-
+// errSecret is the error of a store that is down, whose text must not
+// reach the client.
 var errSecret = errors.New("dial redis://:hunter2@10.0.0.1:6379: refused")
-
-func (failingStore) Take(context.Context, core.Query) (core.Result, error) {
-	return core.Result{}, errSecret
-}
-func (failingStore) Peek(context.Context, core.Query) (core.Result, error) {
-	return core.Result{}, errSecret
-}
-func (failingStore) Reset(context.Context, core.Query) error { return errSecret }
 
 type fixture struct {
 	srv    *httptest.Server
@@ -46,7 +36,7 @@ func setup(t *testing.T) *fixture {
 	f := &fixture{logs: &bytes.Buffer{}}
 	f.login = testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "login", Rules: []core.Rule{{Limit: 5, Window: 15 * time.Minute}, {Limit: 20, Window: 24 * time.Hour}}})
 	f.quota = testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "quota", Rules: []core.Rule{{Limit: 100000, Window: 24 * time.Hour}}, Algorithm: core.SlidingBuckets})
-	f.broken = testkit.Limiter(t, failingStore{}, core.Policy{Name: "broken", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
+	f.broken = testkit.Limiter(t, testkit.FailingStore{Err: errSecret}, core.Policy{Name: "broken", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
 	h := opshttp.Handler([]*core.Limiter{f.login, f.quota, f.broken}, opshttp.WithLogger(slog.New(slog.NewTextHandler(f.logs, nil))))
 	f.srv = httptest.NewServer(http.StripPrefix("/admin", h))
 	t.Cleanup(f.srv.Close)
@@ -244,7 +234,7 @@ func (o *recorded) take() ([]core.Event, []string) {
 // failed, reaches the observers with the request's context; peeks do not.
 func TestHandlerReportsResets(t *testing.T) {
 	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "login", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}})
-	broken := testkit.Limiter(t, failingStore{}, core.Policy{Name: "broken", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
+	broken := testkit.Limiter(t, testkit.FailingStore{Err: errSecret}, core.Policy{Name: "broken", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
 	obs := &recorded{}
 	srv := mounted(t, opshttp.Handler([]*core.Limiter{l, broken}, opshttp.WithObserver(obs), opshttp.WithObserver(nil),
 		opshttp.WithAuthorization(testAuth)))

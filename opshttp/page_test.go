@@ -51,7 +51,7 @@ func newPageFixture(t *testing.T, opts ...opshttp.Option) *pageFixture {
 		Lockout: core.Lockout{For: f.lockoutFor, Max: 24 * time.Hour}})
 	f.ip = testkit.Limiter(t, store, core.Policy{Name: "login-ip", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}})
 	f.api = testkit.Limiter(t, store, core.Policy{Name: "api", Rules: []core.Rule{{Limit: 10, Window: time.Second}, {Limit: 1000, Calendar: core.Month, Location: paris}}})
-	f.broken = testkit.Limiter(t, failingStore{}, core.Policy{Name: "broken", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
+	f.broken = testkit.Limiter(t, testkit.FailingStore{Err: errSecret}, core.Policy{Name: "broken", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
 	f.aliceKey, err = personal.AccountKey("alice@example.com", f.accountOpts...)
 	if err != nil {
 		t.Fatal(err)

@@ -834,7 +834,7 @@ var cases = []testCase{
 			Options{Key: userKey, NoKey: new(guard.NoKeyReject), Body: problem})
 		checkStatusProblem(t, "no key", get(t, nokey), http.StatusBadRequest, "Bad Request", "missing or malformed rate-limit key")
 
-		closed := testkit.Limiter(t, failingStore{}, core.Policy{Name: "problem-closed", Rules: []core.Rule{{Limit: 5, Window: hour}}},
+		closed := testkit.Limiter(t, testkit.FailingStore{Err: errDown}, core.Policy{Name: "problem-closed", Rules: []core.Rule{{Limit: 5, Window: hour}}},
 			core.WithFailurePolicy(core.FailClosed), core.WithBreaker(0, 0))
 		res := get(t, start(t, newServer, closed, Options{Body: problem}))
 		checkStatusProblem(t, "store down", res, http.StatusServiceUnavailable, "Service Unavailable", "rate limiter unavailable")
@@ -977,7 +977,7 @@ var cases = []testCase{
 	{"fail closed answers 503", func(t *testing.T, newServer NewServer) {
 		// One observer for the limiter and the middleware: each event once.
 		obs := &testkit.Events{}
-		l := testkit.Limiter(t, failingStore{}, core.Policy{Name: "closed", Rules: []core.Rule{{Limit: 5, Window: hour}}},
+		l := testkit.Limiter(t, testkit.FailingStore{Err: errDown}, core.Policy{Name: "closed", Rules: []core.Rule{{Limit: 5, Window: hour}}},
 			core.WithFailurePolicy(core.FailClosed), core.WithBreaker(0, 0), core.WithObserver(obs))
 		base := start(t, newServer, l, Options{Observer: obs})
 		res := get(t, base)
@@ -1001,7 +1001,7 @@ var cases = []testCase{
 	}},
 
 	{"fail open passes without headers", func(t *testing.T, newServer NewServer) {
-		l := testkit.Limiter(t, failingStore{}, core.Policy{Name: "open", Rules: []core.Rule{{Limit: 1, Window: hour}}},
+		l := testkit.Limiter(t, testkit.FailingStore{Err: errDown}, core.Policy{Name: "open", Rules: []core.Rule{{Limit: 1, Window: hour}}},
 			core.WithFailurePolicy(core.FailOpen))
 		base := start(t, newServer, l, Options{})
 		for range 3 {
@@ -1098,7 +1098,7 @@ var cases = []testCase{
 	}},
 
 	{"fail local keeps limiting", func(t *testing.T, newServer NewServer) {
-		l := testkit.Limiter(t, failingStore{}, core.Policy{Name: "local", Rules: []core.Rule{{Limit: 2, Window: hour}}})
+		l := testkit.Limiter(t, testkit.FailingStore{Err: errDown}, core.Policy{Name: "local", Rules: []core.Rule{{Limit: 2, Window: hour}}})
 		base := start(t, newServer, l, Options{})
 		res := get(t, base)
 		wantStatus(t, "first", res, http.StatusOK)

@@ -40,7 +40,7 @@ func Run(t *testing.T, obs core.Observer, whileOpen func()) {
 	ctx := context.Background()
 
 	login := guard.New(testkit.Limiter(t, remote{core.NewMemoryStore()}, testkit.Policy("login", testkit.PerMinute(2)), core.WithObserver(obs)),
-		guard.WithKey(userKey), guard.WithObserver(obs))
+		guard.WithKey(testkit.UserKey), guard.WithObserver(obs))
 	for i, step := range []struct {
 		user string
 		want guard.Outcome
@@ -54,7 +54,7 @@ func Run(t *testing.T, obs core.Observer, whileOpen func()) {
 	}
 
 	dry := guard.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("dry", testkit.PerMinute(1)), core.WithObserver(obs)),
-		guard.WithKey(userKey), guard.WithDryRun(true), guard.WithObserver(obs))
+		guard.WithKey(testkit.UserKey), guard.WithDryRun(true), guard.WithObserver(obs))
 	for i := range 2 {
 		if v := admit(dry, "bob"); v.Outcome != guard.OutcomeAllow {
 			t.Fatalf("dry request %d: outcome %v, want allow", i+1, v.Outcome)
@@ -86,18 +86,6 @@ func Run(t *testing.T, obs core.Observer, whileOpen func()) {
 		if d, err := ban.Allow(ctx, "mallory"); err != nil || d.Allowed != (i == 0) || d.Locked != (i > 0) {
 			t.Fatalf("ban call %d = %+v, %v; want allowed, then locked out", i+1, d, err)
 		}
-	}
-}
-
-// userKey keys by X-User: absent is no key (skipped), "!" is malformed.
-func userKey(r keyfunc.Request) (string, error) {
-	switch u := r.Header("X-User"); u {
-	case "":
-		return "", keyfunc.ErrNoKey
-	case "!":
-		return "", errors.New("malformed user")
-	default:
-		return u, nil
 	}
 }
 

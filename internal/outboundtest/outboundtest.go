@@ -132,26 +132,11 @@ func (r Refusal) String() string {
 
 // Header fields the cases send.
 const (
-	userHeader   = "X-User"   // the key of most cases: absent is no key, "!" malformed
-	costHeader   = "X-Cost"   // the cost of a request, 1 when absent
-	tenantHeader = "X-Tenant" // "banned" is blocked
-	skipHeader   = "X-Skip"   // present is skipped
+	userHeader   = testkit.UserHeader // the key of most cases: absent is no key, "!" malformed
+	costHeader   = "X-Cost"           // the cost of a request, 1 when absent
+	tenantHeader = "X-Tenant"         // "banned" is blocked
+	skipHeader   = "X-Skip"           // present is skipped
 )
-
-// errMalformed is the error of the user key for a malformed user.
-var errMalformed = errors.New("outboundtest: malformed user")
-
-// userKey keys by the X-User header.
-func userKey(r keyfunc.Request) (string, error) {
-	switch u := r.Header(userHeader); u {
-	case "":
-		return "", keyfunc.ErrNoKey
-	case "!":
-		return "", errMalformed
-	default:
-		return u, nil
-	}
-}
 
 // everyone keys every request by "all".
 func everyone(keyfunc.Request) (string, error) { return "all", nil }
@@ -391,7 +376,7 @@ func maxIn(times []time.Time, d time.Duration) int {
 func testDeadline(t *testing.T, h Harness) {
 	srv := h.Start(t)
 	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("deadline", testkit.PerHour(1)))
-	send := srv.Client(t, l, guard.WithKey(userKey))
+	send := srv.Client(t, l, guard.WithKey(testkit.UserKey))
 	for _, u := range []string{"alice", "bob"} {
 		if err := send(context.Background(), user(u)); err != nil {
 			t.Fatalf("%s's first request = %v, want nil", u, err)
@@ -408,7 +393,7 @@ func testDeadline(t *testing.T, h Harness) {
 	if _, err := full.Allow(ctx, "all"); err != nil {
 		t.Fatal(err)
 	}
-	also := srv.Client(t, l, guard.WithKey(userKey), guard.WithAlso(full, everyone))
+	also := srv.Client(t, l, guard.WithKey(testkit.UserKey), guard.WithAlso(full, everyone))
 	refused(t, h, "carol's request with an added limit full", also(ctx, user("carol")), Deadline, context.DeadlineExceeded)
 	if late() {
 		t.Errorf("carol's request returned late, want at once")
@@ -444,7 +429,7 @@ func testBlocked(t *testing.T, h Harness) {
 	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("block", testkit.PerHour(1)))
 	banned := func(r keyfunc.Request) bool { return r.Header(tenantHeader) == "banned" }
 	skip := func(r keyfunc.Request) bool { return r.Header(skipHeader) != "" }
-	send := srv.Client(t, l, guard.WithKey(userKey), guard.WithBlock(banned), guard.WithSkip(skip), guard.WithObserver(obs))
+	send := srv.Client(t, l, guard.WithKey(testkit.UserKey), guard.WithBlock(banned), guard.WithSkip(skip), guard.WithObserver(obs))
 	if err := send(context.Background(), user("alice")); err != nil {
 		t.Fatalf("alice's request = %v, want nil", err)
 	}
@@ -470,7 +455,7 @@ func testSkipped(t *testing.T, h Harness) {
 	srv := h.Start(t)
 	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("skip", testkit.PerHour(1)))
 	skip := func(r keyfunc.Request) bool { return r.Header(skipHeader) != "" }
-	send := srv.Client(t, l, guard.WithKey(userKey), guard.WithSkip(skip))
+	send := srv.Client(t, l, guard.WithKey(testkit.UserKey), guard.WithSkip(skip))
 	ctx, _ := short(t)
 	if err := send(ctx, user("alice")); err != nil {
 		t.Fatalf("alice's request = %v, want nil", err)
@@ -485,10 +470,10 @@ func testSkipped(t *testing.T, h Harness) {
 func testNoKey(t *testing.T, h Harness) {
 	srv := h.Start(t)
 	ctx, _ := short(t)
-	skipped := srv.Client(t, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("nokey", testkit.PerHour(1))), guard.WithKey(userKey))
+	skipped := srv.Client(t, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("nokey", testkit.PerHour(1))), guard.WithKey(testkit.UserKey))
 	passes(t, ctx, skipped, 3, nil, "request without a key")
 	rejected := srv.Client(t, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("reject", testkit.PerHour(1))),
-		guard.WithKey(userKey), guard.WithNoKey(guard.NoKeyReject))
+		guard.WithKey(testkit.UserKey), guard.WithNoKey(guard.NoKeyReject))
 	refused(t, h, "a request without a key under NoKeyReject", rejected(ctx, nil), Invalid, keyfunc.ErrNoKey)
 	arrived(t, srv, 3)
 }
@@ -499,9 +484,9 @@ func testMalformedKey(t *testing.T, h Harness) {
 	srv := h.Start(t)
 	ctx, _ := short(t)
 	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("badkey", testkit.PerHour(1)))
-	send := srv.Client(t, l, guard.WithKey(userKey))
-	refused(t, h, "a request with a malformed key", send(ctx, user("!")), Invalid, errMalformed)
-	skipping := srv.Client(t, l, guard.WithKey(userKey), guard.WithKeyError(guard.KeyErrorSkip))
+	send := srv.Client(t, l, guard.WithKey(testkit.UserKey))
+	refused(t, h, "a request with a malformed key", send(ctx, user("!")), Invalid, testkit.ErrMalformedUser)
+	skipping := srv.Client(t, l, guard.WithKey(testkit.UserKey), guard.WithKeyError(guard.KeyErrorSkip))
 	passes(t, ctx, skipping, 2, user("!"), "request with a malformed key under KeyErrorSkip")
 	arrived(t, srv, 2)
 }
@@ -513,7 +498,7 @@ func testCost(t *testing.T, h Harness) {
 	srv := h.Start(t)
 	ctx, _ := short(t)
 	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("cost", testkit.PerHour(3)))
-	send := srv.Client(t, l, guard.WithKey(userKey), guard.WithCost(costOf))
+	send := srv.Client(t, l, guard.WithKey(testkit.UserKey), guard.WithCost(costOf))
 	if err := send(ctx, map[string]string{userHeader: "alice", costHeader: "2"}); err != nil {
 		t.Fatalf("request of cost 2 = %v, want nil", err)
 	}
@@ -535,7 +520,7 @@ func testDryRun(t *testing.T, h Harness) {
 	ctx, _ := short(t)
 	obs := &testkit.Events{}
 	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("dry", testkit.PerHour(1)))
-	send := srv.Client(t, l, guard.WithKey(userKey), guard.WithDryRun(true), guard.WithObserver(obs))
+	send := srv.Client(t, l, guard.WithKey(testkit.UserKey), guard.WithDryRun(true), guard.WithObserver(obs))
 	passes(t, ctx, send, 3, user("alice"), "request under dry run")
 	if got := obs.Count(core.EventDryRun); got != 2 {
 		t.Errorf("the observer saw %d dry-run events, want 2", got)
@@ -561,7 +546,7 @@ func testConstruction(t *testing.T, h Harness) {
 		{"WithCountIf", l, []guard.Option{guard.WithCountIf(always)}, "WithCountIf"},
 		{"WithResetIf", l, []guard.Option{guard.WithResetIf(always)}, "WithResetIf"},
 		{"InFlight", conc, nil, `InFlight policy "conc"`},
-		{"InFlight added", l, []guard.Option{guard.WithAlso(conc, userKey)}, `InFlight policy "conc"`},
+		{"InFlight added", l, []guard.Option{guard.WithAlso(conc, testkit.UserKey)}, `InFlight policy "conc"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			defer func() {

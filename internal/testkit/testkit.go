@@ -1,8 +1,10 @@
 // Package testkit builds what ratekit's tests share: a limiter that fails
 // the test instead of returning an error ([Limiter]), a fleet of app
 // instances on one shared limit on each backend ([Fleet], [Backends]), an
-// observer that keeps the events it sees ([Events]), and a poll for a
-// condition another goroutine makes true ([WaitUntil]).
+// observer that keeps the events it sees ([Events]), a store that is
+// down ([FailingStore]), a key function by
+// user ([UserKey]), and a poll for a condition another goroutine makes
+// true ([WaitUntil]).
 //
 // A second store driver joins every fleet test by one more entry in
 // [Backends].
@@ -10,12 +12,14 @@ package testkit
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/redisstore"
 )
 
@@ -150,6 +154,47 @@ func (r *Events) count(match func(core.Event) bool) int {
 		}
 	}
 	return n
+}
+
+// FailingStore is a core.Store that is down: every call fails with Err.
+type FailingStore struct{ Err error }
+
+// Take implements core.Store.
+func (s FailingStore) Take(context.Context, core.Query) (core.Result, error) {
+	return core.Result{}, s.Err
+}
+
+// Peek implements core.Store.
+func (s FailingStore) Peek(context.Context, core.Query) (core.Result, error) {
+	return core.Result{}, s.Err
+}
+
+// Refund implements core.Store.
+func (s FailingStore) Refund(context.Context, core.Query, int64) error { return s.Err }
+
+// Reset implements core.Store.
+func (s FailingStore) Reset(context.Context, core.Query) error { return s.Err }
+
+var _ core.Store = FailingStore{}
+
+// UserHeader is the header field [UserKey] keys by.
+const UserHeader = "X-User"
+
+// ErrMalformedUser is the error of [UserKey] for the user "!".
+var ErrMalformedUser = errors.New("testkit: malformed user")
+
+// UserKey keys a request by its [UserHeader]: none is no key
+// (keyfunc.ErrNoKey), and "!" is a malformed key source
+// ([ErrMalformedUser]).
+func UserKey(r keyfunc.Request) (string, error) {
+	switch u := r.Header(UserHeader); u {
+	case "":
+		return "", keyfunc.ErrNoKey
+	case "!":
+		return "", ErrMalformedUser
+	default:
+		return u, nil
+	}
 }
 
 // WaitUntil polls cond every millisecond, and fails t after 10 s, naming

@@ -2,13 +2,17 @@ package testkit_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/keyfunc"
 )
 
 // fatalTB is a testing.TB whose Fatalf records the message and ends the
@@ -131,6 +135,44 @@ func TestEvents(t *testing.T) {
 	all[0].Kind = core.EventSkip
 	if got := r.Count(core.EventSkip); got != 1 {
 		t.Errorf("after changing All's result, Count(EventSkip) = %d, want 1: All returns a copy", got)
+	}
+}
+
+func TestFailingStore(t *testing.T) {
+	down := errors.New("down")
+	s := testkit.FailingStore{Err: down}
+	ctx := context.Background()
+	q := core.Query{Key: "k"}
+	_, take := s.Take(ctx, q)
+	_, peek := s.Peek(ctx, q)
+	for name, err := range map[string]error{"Take": take, "Peek": peek, "Refund": s.Refund(ctx, q, 0), "Reset": s.Reset(ctx, q)} {
+		if !errors.Is(err, down) {
+			t.Errorf("%s = %v, want %v", name, err, down)
+		}
+	}
+	l := testkit.Limiter(t, s, testkit.Policy("down", testkit.PerHour(1)), core.WithFailurePolicy(core.FailClosed))
+	if d, err := l.Allow(ctx, "k"); err != nil || d.Allowed || d.Source != core.SourceClosed {
+		t.Errorf("Allow on a FailingStore under FailClosed = %+v, %v; want denied by FailClosed", d, err)
+	}
+}
+
+func TestUserKey(t *testing.T) {
+	for _, tc := range []struct {
+		user    string
+		want    string
+		wantErr error
+	}{
+		{"alice", "alice", nil},
+		{"", "", keyfunc.ErrNoKey},
+		{"!", "", testkit.ErrMalformedUser},
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		if tc.user != "" {
+			r.Header.Set(testkit.UserHeader, tc.user)
+		}
+		if got, err := testkit.UserKey(keyfunc.FromHTTP(r, "/")); got != tc.want || !errors.Is(err, tc.wantErr) || (err == nil) != (tc.wantErr == nil) {
+			t.Errorf("UserKey(%s: %q) = %q, %v; want %q, %v", testkit.UserHeader, tc.user, got, err, tc.want, tc.wantErr)
+		}
 	}
 }
 
