@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
 
@@ -23,11 +24,11 @@ func TestRedisBatchingExact(t *testing.T) {
 			srv := redistest.Start(t)
 			admin := srv.Client(t)
 			store := redisstore.New(srv.Client(t), redisstore.WithBatching(batch))
-			hot := mustLimit(t, store, core.Policy{Name: "hot", Rules: []core.Rule{{Limit: 500, Window: time.Minute}}},
+			hot := testkit.Limiter(t, store, core.Policy{Name: "hot", Rules: []core.Rule{{Limit: 500, Window: time.Minute}}},
 				core.WithTimeout(5*time.Second), core.WithDenyCache(0))
-			log := mustLimit(t, store, core.Policy{Name: "log", Rules: []core.Rule{{Limit: 3, Window: time.Minute}, {Limit: 5, Window: time.Hour}}},
+			log := testkit.Limiter(t, store, core.Policy{Name: "log", Rules: []core.Rule{{Limit: 3, Window: time.Minute}, {Limit: 5, Window: time.Hour}}},
 				core.WithTimeout(5*time.Second), core.WithDenyCache(0))
-			buckets := mustLimit(t, store, core.Policy{Name: "buckets", Algorithm: core.SlidingBuckets,
+			buckets := testkit.Limiter(t, store, core.Policy{Name: "buckets", Algorithm: core.SlidingBuckets,
 				Rules: []core.Rule{{Limit: 4, Window: time.Minute}}}, core.WithTimeout(5*time.Second), core.WithDenyCache(0))
 			// Load the library first: the first calls of a new server find
 			// it missing and are sent again.

@@ -10,6 +10,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/storetest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
 
@@ -68,7 +69,7 @@ func TestRedisCalendarKeyBounded(t *testing.T) {
 	rdb := srv.Client(t)
 	store := redisstore.New(rdb)
 	clk := storetest.NewClock(time.Now().Add(time.Hour))
-	l := mustLimit(t, store, core.Policy{Name: "bounded",
+	l := testkit.Limiter(t, store, core.Policy{Name: "bounded",
 		Rules: []core.Rule{{Limit: 100, Calendar: core.Day}, {Limit: 1000, Calendar: core.Month}}}, core.WithClock(clk.Now))
 	ck := store.Key("bounded", "k") + ":c"
 	for day := range 70 {
@@ -105,7 +106,7 @@ func TestCalendarTiers(t *testing.T) {
 		s    core.Store
 	}{{"memory", core.NewMemoryStore()}, {"redis", redisstore.New(redistest.Start(t).Client(t))}} {
 		t.Run(store.name, func(t *testing.T) {
-			l := mustLimit(t, store.s, base, core.WithTiers(p.resolve, tiers), core.WithClock(clk.Now), core.WithTimeout(2*time.Second))
+			l := testkit.Limiter(t, store.s, base, core.WithTiers(p.resolve, tiers), core.WithClock(clk.Now), core.WithTimeout(2*time.Second))
 			for _, tc := range []struct {
 				key    string
 				limit  int64
@@ -147,7 +148,7 @@ func TestCalendarShards(t *testing.T) {
 	srv := redistest.Start(t)
 	noon := storetest.ZoneWithMidnightAt(time.Now().Truncate(time.Second).Add(12 * time.Hour))
 	for _, store := range []core.Store{core.NewMemoryStore(), redisstore.New(srv.Client(t))} {
-		l := mustLimit(t, store, core.Policy{Name: "global", Shards: 4,
+		l := testkit.Limiter(t, store, core.Policy{Name: "global", Shards: 4,
 			Rules: []core.Rule{{Limit: 1000, Window: time.Minute}, {Limit: 30, Calendar: core.Day, Location: noon}}},
 			core.WithTimeout(2*time.Second))
 		allowed := 0

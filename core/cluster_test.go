@@ -16,6 +16,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/storetest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
 
@@ -175,7 +176,7 @@ func TestRedisCluster(t *testing.T) {
 		// WAIT 1 on masters without replicas: every admission waits the
 		// timeout, is reported short, and still stands.
 		store := redisstore.New(e.rdb, redisstore.WithPrefix("wait0"), redisstore.WithWaitReplicas(1, 5*time.Millisecond))
-		l := mustLimit(t, store, core.Policy{Name: "w", Rules: []core.Rule{{Limit: 2, Window: time.Minute}}}, core.WithTimeout(5*time.Second))
+		l := testkit.Limiter(t, store, core.Policy{Name: "w", Rules: []core.Rule{{Limit: 2, Window: time.Minute}}}, core.WithTimeout(5*time.Second))
 		ctx := context.Background()
 		for _, key := range []string{"a", "a", "a", "b"} {
 			if _, err := l.Allow(ctx, key); err != nil {
@@ -202,7 +203,7 @@ func TestRedisClusterReplicas(t *testing.T) {
 	e := newClusterEnv(t, redistest.WithReplicas())
 	t.Run("WaitReplicas", func(t *testing.T) {
 		store := redisstore.New(e.rdb, redisstore.WithPrefix("wait1"), redisstore.WithWaitReplicas(1, time.Second))
-		l := mustLimit(t, store, core.Policy{Name: "w", Rules: []core.Rule{{Limit: 1, Window: time.Minute}}}, core.WithTimeout(5*time.Second))
+		l := testkit.Limiter(t, store, core.Policy{Name: "w", Rules: []core.Rule{{Limit: 1, Window: time.Minute}}}, core.WithTimeout(5*time.Second))
 		ctx := context.Background()
 		const users = 200
 		for u := range users {
@@ -254,7 +255,7 @@ func testClusterSpread(t *testing.T, e *clusterEnv) {
 	const users = 3000
 	ctx := context.Background()
 	store := redisstore.New(e.rdb, redisstore.WithPrefix("spread"))
-	l := mustLimit(t, store, core.Policy{Name: "users", Rules: []core.Rule{{Limit: 5, Window: time.Minute}}}, core.WithTimeout(5*time.Second))
+	l := testkit.Limiter(t, store, core.Policy{Name: "users", Rules: []core.Rule{{Limit: 5, Window: time.Minute}}}, core.WithTimeout(5*time.Second))
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
@@ -328,7 +329,7 @@ func testClusterReset(t *testing.T, e *clusterEnv) {
 	store := redisstore.New(e.rdb, redisstore.WithPrefix("reset"))
 	for _, alg := range []core.Algorithm{core.SlidingLog, core.SlidingBuckets} {
 		p := core.Policy{Name: "r" + strconv.Itoa(int(alg)), Algorithm: alg, Rules: []core.Rule{{Limit: 2, Window: time.Minute}}}
-		l := mustLimit(t, store, p, core.WithTimeout(5*time.Second))
+		l := testkit.Limiter(t, store, p, core.WithTimeout(5*time.Second))
 		for _, key := range []string{"plain", "", "}", "}x", "{", "{}", "{a}", "a{b}c", "x}y", strings.Repeat("z", 300)} {
 			name := fmt.Sprintf("%v/%.20q", alg, key)
 			for i, want := range []bool{true, true, false} {
@@ -441,7 +442,7 @@ type keyStats struct {
 
 func newHammer(t *testing.T, store core.Store, keys []string) *hammer {
 	h := &hammer{t: t, keys: keys, stats: make([]keyStats, len(keys))}
-	h.l = mustLimit(t, store, core.Policy{Name: "h", Rules: []core.Rule{{Limit: hammerLimit, Window: time.Minute}}},
+	h.l = testkit.Limiter(t, store, core.Policy{Name: "h", Rules: []core.Rule{{Limit: hammerLimit, Window: time.Minute}}},
 		core.WithTimeout(3*time.Second),
 		core.WithObserver(core.ObserverFunc(func(_ context.Context, ev core.Event) {
 			if ev.Kind == core.EventStoreError && h.storeErrs.Add(1) <= 3 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
 
@@ -24,7 +25,7 @@ func fleetOf(t *testing.T, srv *redistest.Server, n int, p core.Policy, opts ...
 	for i := range ls {
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
 		t.Cleanup(func() { _ = rdb.Close() })
-		ls[i] = mustLimit(t, redisstore.New(rdb), p, append([]core.Option{core.WithBreaker(0, 0)}, opts...)...)
+		ls[i] = testkit.Limiter(t, redisstore.New(rdb), p, append([]core.Option{core.WithBreaker(0, 0)}, opts...)...)
 		warmLimiter(t, ls[i])
 	}
 	if core.Counted(ls[0]) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
 
@@ -167,13 +168,13 @@ func runFault(t *testing.T, fk faultKind, fp core.FailurePolicy, prm faultParams
 		rdb := redis.NewClient(&redis.Options{Addr: addr})
 		t.Cleanup(func() { _ = rdb.Close() })
 		obs := &eventLog{}
-		insts[i] = &instance{obs: obs, l: mustLimit(t, redisstore.New(rdb), p,
+		insts[i] = &instance{obs: obs, l: testkit.Limiter(t, redisstore.New(rdb), p,
 			core.WithFailurePolicy(fp), core.WithBreaker(5, prm.cooldown), core.WithObserver(obs), core.WithTimeout(prm.timeout))}
 	}
 	ctx := context.Background()
 	// The set-up goes through a limiter with a long timeout: on a loaded
 	// machine a 20 ms call can time out before any fault.
-	setup := mustLimit(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(5*time.Second), core.WithDenyCache(0))
+	setup := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(5*time.Second), core.WithDenyCache(0))
 	// "pre" holds limit-2 units in Redis before the fault; after it, the
 	// store should admit exactly 2 more if the window survived.
 	for i := range prm.limit - 2 {
@@ -497,8 +498,8 @@ func TestRedisScriptsAfterRestart(t *testing.T) {
 	obs := &eventLog{}
 	opts := []core.Option{core.WithObserver(obs), core.WithTimeout(2 * time.Second)}
 	rules := []core.Rule{{Limit: 10, Window: time.Minute}}
-	logL := mustLimit(t, redisstore.New(rdb), core.Policy{Name: "restart-log", Rules: rules}, opts...)
-	bucketL := mustLimit(t, redisstore.New(rdb), core.Policy{Name: "restart-buckets", Rules: rules, Algorithm: core.SlidingBuckets}, opts...)
+	logL := testkit.Limiter(t, redisstore.New(rdb), core.Policy{Name: "restart-log", Rules: rules}, opts...)
+	bucketL := testkit.Limiter(t, redisstore.New(rdb), core.Policy{Name: "restart-buckets", Rules: rules, Algorithm: core.SlidingBuckets}, opts...)
 	ctx := context.Background()
 	allow := func(l *core.Limiter) func() (core.Decision, error) {
 		return func() (core.Decision, error) { return l.Allow(ctx, "k") }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
 
@@ -130,7 +131,7 @@ func TestLimiterCheck(t *testing.T) {
 	p := core.Policy{Name: "check", Rules: []core.Rule{{Limit: 1, Window: time.Minute}}}
 	t.Run("memory", func(t *testing.T) {
 		obs := &eventLog{}
-		l := mustLimit(t, core.NewMemoryStore(), p, core.WithObserver(obs))
+		l := testkit.Limiter(t, core.NewMemoryStore(), p, core.WithObserver(obs))
 		if err := l.Check(context.Background()); err != nil {
 			t.Errorf("Check() on a MemoryStore = %v, want nil", err)
 		}
@@ -155,7 +156,7 @@ func TestLimiterCheck(t *testing.T) {
 					t.Errorf("event %v names policy %q, want %q", e.Kind, e.Policy, p.Name)
 				}
 			})
-			l := mustLimit(t, redisstore.New(srv.Client(t)), p, core.WithObserver(obs), core.WithObserver(rec))
+			l := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, core.WithObserver(obs), core.WithObserver(rec))
 			err := l.Check(context.Background())
 			if got := errors.Is(err, redisstore.ErrUnsafeEviction); got != tc.unsafe {
 				t.Fatalf("Check() = %v, want unsafe=%v", err, tc.unsafe)
@@ -200,7 +201,7 @@ func TestRedisEviction(t *testing.T) {
 				t.Fatalf("Check() = %v, want unsafe=%v", err, tc.evicted)
 			}
 			p := core.Policy{Name: "evict", Rules: []core.Rule{{Limit: limit, Window: time.Minute}}}
-			l := mustLimit(t, store, p, core.WithDenyCache(0), core.WithTimeout(2*time.Second))
+			l := testkit.Limiter(t, store, p, core.WithDenyCache(0), core.WithTimeout(2*time.Second))
 			ctx := context.Background()
 			for i := range limit + 1 {
 				d, err := l.Allow(ctx, "victim")
@@ -340,7 +341,7 @@ func TestRedisCheckMisconfigured(t *testing.T) {
 			rdb := redis.NewClient(tc.client(srv))
 			t.Cleanup(func() { _ = rdb.Close() })
 			store := redisstore.New(rdb)
-			l := mustLimit(t, store, p)
+			l := testkit.Limiter(t, store, p)
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
 			err := l.Check(cctx)
@@ -369,7 +370,7 @@ func TestRedisCheckMisconfigured(t *testing.T) {
 	t.Run("ok", func(t *testing.T) {
 		srv := redistest.Start(t)
 		store := redisstore.New(srv.Client(t))
-		mustLimit(t, store, p)
+		testkit.Limiter(t, store, p)
 		if err := store.Check(ctx); err != nil {
 			t.Fatalf("Check() on a Redis that fits = %v, want nil", err)
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
 
@@ -25,7 +26,7 @@ func TestHostileKeysOnRedis(t *testing.T) {
 	rdb := srv.Client(t)
 	store := redisstore.New(rdb)
 	p := core.Policy{Name: "odd", Rules: []core.Rule{{Limit: 1, Window: time.Minute}}}
-	l := mustLimit(t, store, p, core.WithTimeout(5*time.Second))
+	l := testkit.Limiter(t, store, p, core.WithTimeout(5*time.Second))
 	ctx := context.Background()
 	for _, key := range []string{"", "{", "}", "{}", "}{", "a:b", "a}b{c", "\x00", "\r\n*3\r\n", "\xff\xfe", "#", strings.Repeat("{", 200)} {
 		for i, want := range []bool{true, false} {
@@ -50,7 +51,7 @@ func TestHostileRandomKeyFlood(t *testing.T) {
 			flood  = 50000
 		)
 		st := core.NewMemoryStore()
-		l := mustLimit(t, st, core.Policy{Name: "flood", Rules: []core.Rule{{Limit: 1, Window: window}}})
+		l := testkit.Limiter(t, st, core.Policy{Name: "flood", Rules: []core.Rule{{Limit: 1, Window: window}}})
 		ctx := context.Background()
 		peak := 0
 		start := time.Now()
@@ -68,7 +69,7 @@ func TestHostileRandomKeyFlood(t *testing.T) {
 		// Then the window passes and ordinary traffic of another policy
 		// on the same store, on a few keys, sweeps the rest.
 		time.Sleep(2 * window)
-		app := mustLimit(t, st, core.Policy{Name: "app", Rules: []core.Rule{{Limit: 100_000, Window: time.Minute}}})
+		app := testkit.Limiter(t, st, core.Policy{Name: "app", Rules: []core.Rule{{Limit: 100_000, Window: time.Minute}}})
 		for i := range 20000 {
 			if _, err := app.Allow(ctx, strconv.Itoa(i%10)); err != nil {
 				t.Fatal(err)
@@ -90,7 +91,7 @@ func TestHostileRandomKeyFlood(t *testing.T) {
 		store := redisstore.New(rdb)
 		ctx := context.Background()
 		for _, alg := range []core.Algorithm{core.SlidingLog, core.SlidingBuckets} {
-			l := mustLimit(t, store, core.Policy{Name: "flood-" + alg.String(), Algorithm: alg,
+			l := testkit.Limiter(t, store, core.Policy{Name: "flood-" + alg.String(), Algorithm: alg,
 				Rules: []core.Rule{{Limit: 1, Window: time.Second}, {Limit: 5, Window: 10 * time.Second}}}, core.WithTimeout(5*time.Second))
 			for i := range 1000 {
 				if d, err := l.Allow(ctx, fmt.Sprintf("r%d-%x", i, rand.Uint64())); err != nil || d.Source != core.SourceStore {
@@ -140,7 +141,7 @@ func TestHostileHugeCost(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	store := redisstore.New(rdb)
-	l := mustLimit(t, store, core.Policy{Name: "huge-cost", Rules: []core.Rule{{Limit: 100_000, Window: time.Hour}}},
+	l := testkit.Limiter(t, store, core.Policy{Name: "huge-cost", Rules: []core.Rule{{Limit: 100_000, Window: time.Hour}}},
 		core.WithTimeout(10*time.Second))
 	ctx := context.Background()
 	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {

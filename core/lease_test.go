@@ -15,6 +15,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
 
@@ -55,7 +56,7 @@ func storeOn(rdb redis.UniversalClient) core.Store {
 // enough that a loaded machine never makes it fall back.
 func inFlight(t *testing.T, s core.Store, name string, k int64, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	return mustLimit(t, s, core.Policy{Name: name, InFlight: k}, append([]core.Option{core.WithTimeout(5 * time.Second)}, opts...)...)
+	return testkit.Limiter(t, s, core.Policy{Name: name, InFlight: k}, append([]core.Option{core.WithTimeout(5 * time.Second)}, opts...)...)
 }
 
 func wantHeld(t *testing.T, l *core.Limiter, key string, want int64) {
@@ -247,8 +248,8 @@ func TestInFlightDeadInstance(t *testing.T) {
 			obs := &eventLog{}
 			p := core.Policy{Name: "dead-" + b.name, InFlight: k, LeaseTTL: ttl}
 			deadStore := b.instance(t)
-			dead := mustLimit(t, deadStore, p, core.WithClock(now), core.WithTimeout(5*time.Second), core.WithObserver(obs))
-			alive := mustLimit(t, b.instance(t), p, core.WithClock(now), core.WithTimeout(5*time.Second))
+			dead := testkit.Limiter(t, deadStore, p, core.WithClock(now), core.WithTimeout(5*time.Second), core.WithObserver(obs))
+			alive := testkit.Limiter(t, b.instance(t), p, core.WithClock(now), core.WithTimeout(5*time.Second))
 			ctx := context.Background()
 			var held []core.Decision
 			for i := range k {
@@ -304,8 +305,8 @@ func TestInFlightRenewal(t *testing.T) {
 	const ttl = 10 * time.Second
 	now, step := clockAt()
 	p := core.Policy{Name: "renew", InFlight: 1, LeaseTTL: ttl}
-	a := mustLimit(t, redisstore.New(srv.Client(t)), p, core.WithClock(now), core.WithTimeout(5*time.Second))
-	b := mustLimit(t, redisstore.New(srv.Client(t)), p, core.WithClock(now), core.WithTimeout(5*time.Second))
+	a := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, core.WithClock(now), core.WithTimeout(5*time.Second))
+	b := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, core.WithClock(now), core.WithTimeout(5*time.Second))
 	ctx := context.Background()
 	d, err := a.Allow(ctx, "long")
 	if err != nil || !d.Allowed {
@@ -342,8 +343,8 @@ func TestInFlightRenewalTicker(t *testing.T) {
 	t.Cleanup(func() { _ = rdbA.Close(); _ = rdbB.Close() })
 	const ttl = time.Second
 	p := core.Policy{Name: "ticker", InFlight: 1, LeaseTTL: ttl}
-	a := mustLimit(t, redisstore.New(rdbA), p, core.WithTimeout(5*time.Second))
-	b := mustLimit(t, redisstore.New(rdbB), p, core.WithTimeout(5*time.Second))
+	a := testkit.Limiter(t, redisstore.New(rdbA), p, core.WithTimeout(5*time.Second))
+	b := testkit.Limiter(t, redisstore.New(rdbB), p, core.WithTimeout(5*time.Second))
 	ctx := context.Background()
 	d, err := a.Allow(ctx, "download")
 	if err != nil || !d.Allowed {
@@ -447,7 +448,7 @@ func TestInFlightRedisLayout(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	const ttl = 5 * time.Second
-	l := mustLimit(t, redisstore.New(srv.Client(t)), core.Policy{Name: "layout", InFlight: 3, LeaseTTL: ttl}, core.WithTimeout(5*time.Second))
+	l := testkit.Limiter(t, redisstore.New(srv.Client(t)), core.Policy{Name: "layout", InFlight: 3, LeaseTTL: ttl}, core.WithTimeout(5*time.Second))
 	ctx := context.Background()
 	const key = "ratekit:layout:{acct}:lease"
 	var held []core.Decision
@@ -493,7 +494,7 @@ func TestInFlightLostLease(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	obs := &eventLog{}
-	l := mustLimit(t, redisstore.New(srv.Client(t)), core.Policy{Name: "lost", InFlight: 1},
+	l := testkit.Limiter(t, redisstore.New(srv.Client(t)), core.Policy{Name: "lost", InFlight: 1},
 		core.WithTimeout(5*time.Second), core.WithObserver(obs))
 	ctx := context.Background()
 	d, _ := l.Allow(ctx, "k")
@@ -528,7 +529,7 @@ func TestInFlightReleaseRetried(t *testing.T) {
 	proxy := redistest.NewProxy(t, srv.Addr())
 	p := core.Policy{Name: "retry", InFlight: 1, LeaseTTL: 3 * time.Second}
 	obs := &eventLog{}
-	a := mustLimit(t, redisstore.New(redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})), p,
+	a := testkit.Limiter(t, redisstore.New(redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})), p,
 		core.WithTimeout(time.Second), core.WithObserver(obs))
 	b := inFlight(t, redisstore.New(srv.Client(t)), "retry", 1)
 	ctx := context.Background()
@@ -579,7 +580,7 @@ func TestInFlightStoreDown(t *testing.T) {
 		t.Run(tc.policy.String(), func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.Start(t)
-			l := mustLimit(t, redisstore.New(srv.Client(t)), core.Policy{Name: "down", InFlight: 2},
+			l := testkit.Limiter(t, redisstore.New(srv.Client(t)), core.Policy{Name: "down", InFlight: 2},
 				core.WithFailurePolicy(tc.policy), core.WithTimeout(100*time.Millisecond))
 			srv.Stop()
 			ctx := context.Background()
@@ -614,7 +615,7 @@ func TestInFlightAllowAll(t *testing.T) {
 	t.Parallel()
 	store := core.NewMemoryStore()
 	conc := inFlight(t, store, "conc", 1)
-	rate := mustLimit(t, store, core.Policy{Name: "rate", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}})
+	rate := testkit.Limiter(t, store, core.Policy{Name: "rate", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}})
 	ctx := context.Background()
 	claims := []core.Claim{{Limiter: conc, Key: "k"}, {Limiter: rate, Key: "k"}}
 	ds, err := core.AllowAll(ctx, claims...)
@@ -649,7 +650,7 @@ func TestInFlightBreakerAndTimeout(t *testing.T) {
 	obs := &eventLog{}
 	// The whole limit locally: no count of instances, whose announcements
 	// would add ZADDs of their own to the commandstats read below.
-	l := mustLimit(t, redisstore.New(srv.Client(t)), core.Policy{Name: "paused", InFlight: 2, LeaseTTL: ttl},
+	l := testkit.Limiter(t, redisstore.New(srv.Client(t)), core.Policy{Name: "paused", InFlight: 2, LeaseTTL: ttl},
 		core.WithTimeout(timeout), core.WithObserver(obs), core.WithLocalShare(false))
 	ctx := context.Background()
 	if d, err := l.Allow(ctx, "warm"); err != nil || d.Source != core.SourceStore {

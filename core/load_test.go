@@ -14,6 +14,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/race"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
 
@@ -89,7 +90,7 @@ func TestRedisSaturatedApp(t *testing.T) {
 				rdb := redis.NewClient(&opt)
 				t.Cleanup(func() { _ = rdb.Close() })
 				events[i] = &eventLog{}
-				ls[i] = mustLimit(t, redisstore.New(rdb), p, core.WithObserver(events[i]))
+				ls[i] = testkit.Limiter(t, redisstore.New(rdb), p, core.WithObserver(events[i]))
 				warmLimiter(t, ls[i])
 			}
 			waitInstances(t, 2, ls[:]...)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
 
@@ -32,7 +33,7 @@ func TestRedisLockoutAcrossInstances(t *testing.T) {
 	})
 	ls := make([]*core.Limiter, instances)
 	for i := range ls {
-		ls[i] = mustLimit(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(2*time.Second), core.WithObserver(obs))
+		ls[i] = testkit.Limiter(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(2*time.Second), core.WithObserver(obs))
 	}
 	var allowed, denied atomic.Int64
 	var wg sync.WaitGroup
@@ -151,7 +152,7 @@ func TestRedisLockoutKeys(t *testing.T) {
 		{"growing", core.Lockout{For: time.Minute, Max: time.Hour}, time.Minute + time.Hour},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := mustLimit(t, store, core.Policy{Name: "keys-" + tc.name, Rules: []core.Rule{{Limit: 1, Window: time.Second}}, Lockout: tc.lockout},
+			l := testkit.Limiter(t, store, core.Policy{Name: "keys-" + tc.name, Rules: []core.Rule{{Limit: 1, Window: time.Second}}, Lockout: tc.lockout},
 				core.WithTimeout(2*time.Second))
 			if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
 				t.Fatalf("Allow #1 = %+v, %v", d, err)
@@ -172,7 +173,7 @@ func TestRedisLockoutKeys(t *testing.T) {
 // lockout of its own.
 func TestLockoutFailLocal(t *testing.T) {
 	srv := redistest.Start(t)
-	l := mustLimit(t, redisstore.New(srv.Client(t)),
+	l := testkit.Limiter(t, redisstore.New(srv.Client(t)),
 		core.Policy{Name: "fl", Rules: []core.Rule{{Limit: 1, Window: time.Second}}, Lockout: core.Lockout{For: time.Hour}},
 		core.WithTimeout(100*time.Millisecond), core.WithBreaker(0, 0), core.WithDenyCache(0))
 	srv.Stop()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/storetest"
+	"github.com/ratekit/ratekit/internal/testkit"
 )
 
 func TestMemoryStore(t *testing.T) {
@@ -308,7 +309,7 @@ func TestMemoryBounded(t *testing.T) {
 	ctx := context.Background()
 	t.Run("max keys", func(t *testing.T) {
 		store := core.NewMemoryStore(core.WithMaxKeys(1000))
-		l := mustLimit(t, store, core.Policy{Name: "flood", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}})
+		l := testkit.Limiter(t, store, core.Policy{Name: "flood", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}})
 		hot := "hot"
 		for i := range 20000 {
 			if i%10 == 0 {
@@ -328,8 +329,8 @@ func TestMemoryBounded(t *testing.T) {
 	t.Run("idle keys swept", func(t *testing.T) {
 		clock := newTestClock()
 		store := core.NewMemoryStore()
-		idle := mustLimit(t, store, core.Policy{Name: "idle", Rules: []core.Rule{{Limit: 1, Window: time.Second}}}, core.WithClock(clock.Now))
-		busy := mustLimit(t, store, core.Policy{Name: "busy", Rules: []core.Rule{{Limit: 100_000, Window: time.Second}}}, core.WithClock(clock.Now))
+		idle := testkit.Limiter(t, store, core.Policy{Name: "idle", Rules: []core.Rule{{Limit: 1, Window: time.Second}}}, core.WithClock(clock.Now))
+		busy := testkit.Limiter(t, store, core.Policy{Name: "busy", Rules: []core.Rule{{Limit: 100_000, Window: time.Second}}}, core.WithClock(clock.Now))
 		const keys = 20000
 		for i := range keys {
 			_, _ = idle.Allow(ctx, "k"+strconv.Itoa(i))

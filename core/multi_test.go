@@ -6,22 +6,14 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/testkit"
 )
-
-func mustLimiter(t testing.TB, store core.Store, name string, rules ...core.Rule) *core.Limiter {
-	t.Helper()
-	l, err := core.NewLimiter(store, core.Policy{Name: name, Rules: rules})
-	if err != nil {
-		t.Fatalf("NewLimiter(%q): %v", name, err)
-	}
-	return l
-}
 
 func TestAllowAllDeniedConsumesNothing(t *testing.T) {
 	store := core.NewMemoryStore()
-	phone := mustLimiter(t, store, "sms-phone", core.Rule{Limit: 5, Window: time.Hour})
-	ip := mustLimiter(t, store, "sms-ip", core.Rule{Limit: 2, Window: time.Hour})
-	global := mustLimiter(t, store, "sms-global", core.Rule{Limit: 100, Window: time.Hour})
+	phone := testkit.Limiter(t, store, testkit.Policy("sms-phone", core.Rule{Limit: 5, Window: time.Hour}))
+	ip := testkit.Limiter(t, store, testkit.Policy("sms-ip", core.Rule{Limit: 2, Window: time.Hour}))
+	global := testkit.Limiter(t, store, testkit.Policy("sms-global", core.Rule{Limit: 100, Window: time.Hour}))
 	ctx := context.Background()
 	send := func(number string) bool {
 		ds, err := core.AllowAll(ctx,
@@ -54,7 +46,7 @@ func TestAllowAllDeniedConsumesNothing(t *testing.T) {
 }
 
 func TestAllowAllNilLimiter(t *testing.T) {
-	l := mustLimiter(t, core.NewMemoryStore(), "a", core.Rule{Limit: 1, Window: time.Minute})
+	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("a", core.Rule{Limit: 1, Window: time.Minute}))
 	ctx := context.Background()
 	if _, err := core.AllowAll(ctx, core.Claim{Limiter: l, Key: "k"}, core.Claim{Key: "k"}); err == nil {
 		t.Fatal("AllowAll with a nil limiter: want an error")

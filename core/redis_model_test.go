@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
 
@@ -36,8 +37,8 @@ func TestRedisMatchesMemory(t *testing.T) {
 				p.Rules = p.Rules[1:]
 			}
 			opts := []core.Option{core.WithClock(clock.Now), core.WithDenyCache(0), core.WithTimeout(time.Second)}
-			red := mustLimit(t, redisstore.New(rdb), p, opts...)
-			mem := mustLimit(t, core.NewMemoryStore(), p, opts...)
+			red := testkit.Limiter(t, redisstore.New(rdb), p, opts...)
+			mem := testkit.Limiter(t, core.NewMemoryStore(), p, opts...)
 			type held struct{ r, m core.Decision }
 			var admitted []held
 			keys := []string{"a", "b"}

@@ -21,6 +21,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/storetest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
 
@@ -64,23 +65,13 @@ func TestRedisStore(t *testing.T) {
 	})
 }
 
-// mustLimit returns a limiter or fails t.
-func mustLimit(t *testing.T, store core.Store, p core.Policy, opts ...core.Option) *core.Limiter {
-	t.Helper()
-	l, err := core.NewLimiter(store, p, opts...)
-	if err != nil {
-		t.Fatalf("NewLimiter(%+v): %v", p, err)
-	}
-	return l
-}
-
 // warm readies store for a test that times its calls: a decision with a
 // generous timeout opens a connection and loads the library, so that the
 // test's first decision under the 20 ms default pays for neither on a
 // busy machine.
 func warm(t *testing.T, store core.Store) {
 	t.Helper()
-	l := mustLimit(t, store, core.Policy{Name: "warm-up", Rules: []core.Rule{{Limit: 1, Window: time.Second}}},
+	l := testkit.Limiter(t, store, core.Policy{Name: "warm-up", Rules: []core.Rule{{Limit: 1, Window: time.Second}}},
 		core.WithTimeout(5*time.Second))
 	if d, err := l.Allow(context.Background(), "warm-up"); err != nil || d.Source != core.SourceStore {
 		t.Fatalf("warming the store: Allow = %+v, %v; want a decision of the store", d, err)
@@ -174,7 +165,7 @@ func hammerRedis(t *testing.T, srv *redistest.Server, p core.Policy, instances, 
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for range instances {
-		l := mustLimit(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(2*time.Second))
+		l := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(2*time.Second))
 		for range goroutines {
 			wg.Go(func() {
 				<-start
@@ -241,7 +232,7 @@ func TestRedisClassic(t *testing.T) {
 
 	t.Run("limiter", func(t *testing.T) {
 		p := core.Policy{Name: "classic", Rules: []core.Rule{{Limit: limit, Window: window}}}
-		l := mustLimit(t, store, p, core.WithTimeout(2*time.Second), core.WithDenyCache(0))
+		l := testkit.Limiter(t, store, p, core.WithTimeout(2*time.Second), core.WithDenyCache(0))
 		type call struct {
 			before, after time.Time
 			d             core.Decision
@@ -358,7 +349,7 @@ func TestRedisSameInstant(t *testing.T) {
 
 	t.Run("AllowN", func(t *testing.T) {
 		store := redisstore.New(rdb)
-		l := mustLimit(t, store, core.Policy{Name: "n", Rules: []core.Rule{{Limit: 10, Window: time.Minute}}})
+		l := testkit.Limiter(t, store, core.Policy{Name: "n", Rules: []core.Rule{{Limit: 10, Window: time.Minute}}})
 		d, err := l.AllowN(context.Background(), "k", 5)
 		if err != nil || !d.Allowed || d.Remaining != 5 {
 			t.Fatalf("AllowN(k, 5) = %+v, %v; want allowed, Remaining 5", d, err)
@@ -385,7 +376,7 @@ func TestRedisSameInstant(t *testing.T) {
 		t.Run("concurrent "+tc.name, func(t *testing.T) {
 			const n = 300
 			store := redisstore.New(rdb, redisstore.WithPrefix(strings.ReplaceAll(tc.name, " ", "")))
-			l := mustLimit(t, store, core.Policy{Name: "c", Rules: []core.Rule{{Limit: 1000, Window: time.Minute}}},
+			l := testkit.Limiter(t, store, core.Policy{Name: "c", Rules: []core.Rule{{Limit: 1000, Window: time.Minute}}},
 				append([]core.Option{core.WithTimeout(2 * time.Second)}, tc.opts...)...)
 			var allowed atomic.Int64
 			var wg sync.WaitGroup
@@ -428,7 +419,7 @@ func TestRedisMultiRule(t *testing.T) {
 	rdb := srv.Client(t)
 	store := redisstore.New(rdb)
 	p := core.Policy{Name: "multi", Rules: []core.Rule{{Limit: 1, Window: short}, {Limit: 3, Window: long}}}
-	l := mustLimit(t, store, p, core.WithTimeout(2*time.Second))
+	l := testkit.Limiter(t, store, p, core.WithTimeout(2*time.Second))
 	var allowed, burstAllowed atomic.Int64
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -499,7 +490,7 @@ func TestRedisKeysExpire(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := strings.ReplaceAll(tc.name, " ", "-")
-			l := mustLimit(t, store, core.Policy{Name: name, Rules: tc.rules})
+			l := testkit.Limiter(t, store, core.Policy{Name: name, Rules: tc.rules})
 			key := store.Key(name, "k")
 			if _, err := l.Peek(ctx, "k"); err != nil {
 				t.Fatal(err)
@@ -544,8 +535,8 @@ func TestRedisTimeoutWhilePaused(t *testing.T) {
 	warm(t, store)
 	obs := &eventLog{}
 	p := core.Policy{Name: "paused", Rules: []core.Rule{{Limit: 3, Window: time.Minute}}}
-	withBreaker := mustLimit(t, store, p, core.WithObserver(obs))
-	noBreaker := mustLimit(t, store, core.Policy{Name: "paused-nb", Rules: p.Rules}, core.WithBreaker(0, 0))
+	withBreaker := testkit.Limiter(t, store, p, core.WithObserver(obs))
+	noBreaker := testkit.Limiter(t, store, core.Policy{Name: "paused-nb", Rules: p.Rules}, core.WithBreaker(0, 0))
 	ctx := context.Background()
 	for _, l := range []*core.Limiter{withBreaker, noBreaker} {
 		if d, err := l.Allow(ctx, "warm"); err != nil || d.Source != core.SourceStore {
@@ -645,7 +636,7 @@ func TestRedisRetryCountedOnce(t *testing.T) {
 	const limit = 10
 	p := core.Policy{Name: "retry", Rules: []core.Rule{{Limit: limit, Window: time.Minute}}}
 	// Long enough for go-redis to reconnect and retry, if it did.
-	l := mustLimit(t, store, p, core.WithTimeout(3*time.Second), core.WithDenyCache(0))
+	l := testkit.Limiter(t, store, p, core.WithTimeout(3*time.Second), core.WithDenyCache(0))
 	ctx := context.Background()
 	// Load the script and open a connection, so that the next request the
 	// proxy sees is the EVALSHA of the decision.
@@ -732,7 +723,7 @@ func TestRedisPoolExhausted(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	store := redisstore.New(rdb)
 	warm(t, store)
-	l := mustLimit(t, store, core.Policy{Name: "pool", Rules: []core.Rule{{Limit: 100, Window: time.Minute}}}, core.WithBreaker(0, 0))
+	l := testkit.Limiter(t, store, core.Policy{Name: "pool", Rules: []core.Rule{{Limit: 100, Window: time.Minute}}}, core.WithBreaker(0, 0))
 	conn := rdb.Conn() // holds the pool's only connection
 	t.Cleanup(func() { _ = conn.Close() })
 	if err := conn.Ping(context.Background()).Err(); err != nil {
@@ -792,7 +783,7 @@ func TestRedisDown(t *testing.T) {
 			obs := &eventLog{}
 			store := redisstore.New(rdb)
 			warm(t, store)
-			l := mustLimit(t, store, core.Policy{Name: "down", Rules: []core.Rule{{Limit: limit, Window: time.Minute}}},
+			l := testkit.Limiter(t, store, core.Policy{Name: "down", Rules: []core.Rule{{Limit: limit, Window: time.Minute}}},
 				core.WithFailurePolicy(tc.policy), core.WithBreaker(5, cooldown), core.WithObserver(obs))
 			ctx := context.Background()
 			if d, err := l.Allow(ctx, "warm"); err != nil || d.Source != core.SourceStore {
@@ -886,7 +877,7 @@ func TestRedisLibraryReload(t *testing.T) {
 			store := redisstore.New(rdb)
 			p := core.Policy{Name: "flush", Rules: []core.Rule{{Limit: 10, Window: time.Minute}}}
 			// A reload is two round trips: give them time on a busy machine.
-			l := mustLimit(t, store, p, core.WithTimeout(2*time.Second))
+			l := testkit.Limiter(t, store, p, core.WithTimeout(2*time.Second))
 			ctx := context.Background()
 			d1, err := l.Allow(ctx, "k")
 			if err != nil || d1.Source != core.SourceStore {
@@ -978,7 +969,7 @@ func TestRedisDenyCache(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	rec := &recStore{Store: redisstore.New(rdb)}
-	l := mustLimit(t, rec, core.Policy{Name: "deny", Rules: []core.Rule{{Limit: limit, Window: window}}}, core.WithTimeout(2*time.Second))
+	l := testkit.Limiter(t, rec, core.Policy{Name: "deny", Rules: []core.Rule{{Limit: limit, Window: window}}}, core.WithTimeout(2*time.Second))
 	ctx := context.Background()
 	type call struct {
 		before, after time.Time
@@ -1108,7 +1099,7 @@ func TestRedisLargeLog(t *testing.T) {
 	store := redisstore.New(rdb)
 	const limit = 5000
 	window := 2 * time.Second
-	l := mustLimit(t, store, core.Policy{Name: "large", Rules: []core.Rule{{Limit: limit, Window: window}, {Limit: 4 * limit, Window: 10 * time.Second}}},
+	l := testkit.Limiter(t, store, core.Policy{Name: "large", Rules: []core.Rule{{Limit: limit, Window: window}, {Limit: 4 * limit, Window: 10 * time.Second}}},
 		core.WithTimeout(5*time.Second), core.WithDenyCache(0))
 	ctx := context.Background()
 	key := store.Key("large", "k")
@@ -1159,7 +1150,7 @@ func TestRedisLargeLog(t *testing.T) {
 		t.Errorf("Peek after = %+v, want 100 used in 2s and %d in 10s", d.Rules(), limit+100)
 	}
 	// A key whose entries all die is trimmed by the next admissions.
-	short := mustLimit(t, store, core.Policy{Name: "large-short", Rules: []core.Rule{{Limit: 3000, Window: 300 * time.Millisecond}}},
+	short := testkit.Limiter(t, store, core.Policy{Name: "large-short", Rules: []core.Rule{{Limit: 3000, Window: 300 * time.Millisecond}}},
 		core.WithTimeout(5*time.Second), core.WithDenyCache(0))
 	for range 30 {
 		if d, err := short.AllowN(ctx, "k", 100); err != nil || !d.Allowed {
@@ -1184,8 +1175,8 @@ func TestRedisLargeLog(t *testing.T) {
 func TestRedisDenyCacheAcrossInstances(t *testing.T) {
 	srv := redistest.Start(t)
 	p := core.Policy{Name: "across", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}}
-	a := mustLimit(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(5*time.Second))
-	b := mustLimit(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(5*time.Second))
+	a := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(5*time.Second))
+	b := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(5*time.Second))
 	ctx := context.Background()
 	// cached fills key on A until A answers it from its deny cache.
 	cached := func(key string) {
@@ -1254,7 +1245,7 @@ func TestPeekIsNotADecision(t *testing.T) {
 		}
 	})
 	ctx := context.Background()
-	l := mustLimit(t, core.NewMemoryStore(), core.Policy{Name: "peek", Rules: []core.Rule{{Limit: 1, Window: time.Minute}}}, core.WithObserver(obs))
+	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "peek", Rules: []core.Rule{{Limit: 1, Window: time.Minute}}}, core.WithObserver(obs))
 	_, _ = l.Allow(ctx, "k")
 	for range 10 {
 		if _, err := l.Peek(ctx, "k"); err != nil {
@@ -1266,7 +1257,7 @@ func TestPeekIsNotADecision(t *testing.T) {
 	}
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	failing := mustLimit(t, redisstore.New(rdb), core.Policy{Name: "peek", Rules: []core.Rule{{Limit: 1, Window: time.Minute}}},
+	failing := testkit.Limiter(t, redisstore.New(rdb), core.Policy{Name: "peek", Rules: []core.Rule{{Limit: 1, Window: time.Minute}}},
 		core.WithObserver(obs), core.WithBreaker(2, time.Minute))
 	srv.Stop()
 	for range 5 {
@@ -1287,7 +1278,7 @@ func TestRedisClientTimeTTL(t *testing.T) {
 	store := redisstore.New(rdb)
 	const lag = 30 * time.Second
 	slow := func() time.Time { return time.Now().Add(-lag) }
-	l := mustLimit(t, store, core.Policy{Name: "slow", Rules: []core.Rule{{Limit: 1, Window: time.Second}}}, core.WithClock(slow))
+	l := testkit.Limiter(t, store, core.Policy{Name: "slow", Rules: []core.Rule{{Limit: 1, Window: time.Second}}}, core.WithClock(slow))
 	ctx := context.Background()
 	if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
 		t.Fatalf("Allow = %+v, %v", d, err)
@@ -1308,7 +1299,7 @@ func TestRedisClientTimeTTL(t *testing.T) {
 	base := time.Now().Add(-time.Minute)
 	var step atomic.Int64
 	stepped := func() time.Time { return base.Add(time.Duration(step.Load())) }
-	l2 := mustLimit(t, store, core.Policy{Name: "stepped", Rules: []core.Rule{{Limit: 1000, Window: 10 * time.Second}}}, core.WithClock(stepped))
+	l2 := testkit.Limiter(t, store, core.Policy{Name: "stepped", Rules: []core.Rule{{Limit: 1000, Window: 10 * time.Second}}}, core.WithClock(stepped))
 	for _, s := range []struct {
 		at time.Duration
 		n  int64
@@ -1330,7 +1321,7 @@ func TestRedisClientTimeTTL(t *testing.T) {
 // larger one, whose wait is longer.
 func TestDenyCacheCost(t *testing.T) {
 	clock := newTestClock()
-	l := mustLimit(t, remote{core.NewMemoryStore()}, core.Policy{Name: "cost", Rules: []core.Rule{{Limit: 5, Window: time.Minute}}},
+	l := testkit.Limiter(t, remote{core.NewMemoryStore()}, core.Policy{Name: "cost", Rules: []core.Rule{{Limit: 5, Window: time.Minute}}},
 		core.WithClock(clock.Now))
 	ctx := context.Background()
 	for _, n := range []int64{2, 2, 1} {

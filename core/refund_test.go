@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
 
@@ -25,7 +26,7 @@ func TestRefundOnce(t *testing.T) {
 	}{{"memory", core.NewMemoryStore()}, {"redis", redisstore.New(srv.Client(t))}} {
 		for _, alg := range []core.Algorithm{core.SlidingLog, core.SlidingBuckets} {
 			t.Run(store.name+"/"+alg.String(), func(t *testing.T) {
-				l := mustLimit(t, store.s, core.Policy{Name: "refund-" + alg.String(), Algorithm: alg, Buckets: 10,
+				l := testkit.Limiter(t, store.s, core.Policy{Name: "refund-" + alg.String(), Algorithm: alg, Buckets: 10,
 					Rules: []core.Rule{{Limit: 5, Window: time.Minute}}}, core.WithTimeout(5*time.Second))
 				var ds []core.Decision
 				for i := range 3 {
@@ -56,7 +57,7 @@ func TestRefundFailureReported(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := redistest.NewProxy(t, srv.Addr())
 	obs := &eventLog{}
-	l := mustLimit(t, redisstore.New(redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})),
+	l := testkit.Limiter(t, redisstore.New(redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})),
 		core.Policy{Name: "refund-fail", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}},
 		core.WithTimeout(time.Second), core.WithObserver(obs))
 	ctx := context.Background()

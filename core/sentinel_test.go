@@ -13,6 +13,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
 
@@ -73,7 +74,7 @@ func runFailover(t *testing.T, lag time.Duration, storeOpts ...redisstore.Option
 	store := redisstore.New(rdb, storeOpts...)
 	policy := core.Policy{Name: "fo", Rules: []core.Rule{{Limit: failoverLimit, Window: 10 * time.Minute}}}
 	var storeErrs atomic.Int64
-	l := mustLimit(t, store, policy, core.WithTimeout(300*time.Millisecond),
+	l := testkit.Limiter(t, store, policy, core.WithTimeout(300*time.Millisecond),
 		core.WithObserver(core.ObserverFunc(func(_ context.Context, e core.Event) {
 			if e.Kind == core.EventStoreError && storeErrs.Add(1) <= 3 {
 				t.Logf("store error: %v", e.Err)
@@ -179,7 +180,7 @@ func runFailover(t *testing.T, lag time.Duration, storeOpts ...redisstore.Option
 
 	// Ask every key the store admitted units for until the new master
 	// denies it.
-	audit := mustLimit(t, redisstore.New(rdb), policy, core.WithTimeout(5*time.Second), core.WithDenyCache(0))
+	audit := testkit.Limiter(t, redisstore.New(rdb), policy, core.WithTimeout(5*time.Second), core.WithDenyCache(0))
 	for key, c := range counts {
 		r.localAdmitted += c.local
 		if c.store == 0 {
@@ -274,7 +275,7 @@ func TestRedisMinReplicasToWrite(t *testing.T) {
 	master.Do(t, "CONFIG", "SET", "min-replicas-max-lag", "1")
 
 	var noReplicas atomic.Int64
-	l := mustLimit(t, redisstore.New(master.Client(t)), core.Policy{Name: "mr", Rules: []core.Rule{{Limit: 5, Window: time.Minute}}},
+	l := testkit.Limiter(t, redisstore.New(master.Client(t)), core.Policy{Name: "mr", Rules: []core.Rule{{Limit: 5, Window: time.Minute}}},
 		core.WithTimeout(time.Second), core.WithBreaker(0, 0),
 		core.WithObserver(core.ObserverFunc(func(_ context.Context, e core.Event) {
 			if e.Kind == core.EventStoreError && strings.Contains(e.Err.Error(), "NOREPLICAS") {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
 
@@ -70,7 +71,7 @@ func TestShardsShares(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := &queryLog{Store: core.NewMemoryStore()}
-			l := mustLimit(t, st, core.Policy{Name: "shares", Rules: tc.rules, Shards: tc.shards})
+			l := testkit.Limiter(t, st, core.Policy{Name: "shares", Rules: tc.rules, Shards: tc.shards})
 			for range 2 * tc.shards {
 				if _, err := l.Allow(context.Background(), "k"); err != nil {
 					t.Fatal(err)
@@ -125,7 +126,7 @@ func TestShardsNeverOverAdmit(t *testing.T) {
 			var wg sync.WaitGroup
 			for range instances {
 				// A generous timeout: a fallback would decide locally.
-				l := mustLimit(t, st, p, core.WithTimeout(5*time.Second))
+				l := testkit.Limiter(t, st, p, core.WithTimeout(5*time.Second))
 				for range goroutines {
 					wg.Go(func() {
 						for range each {
@@ -166,7 +167,7 @@ func TestShardsRedisKeys(t *testing.T) {
 	rdb := srv.Client(t)
 	store := redisstore.New(rdb)
 	p := core.Policy{Name: "global", Rules: []core.Rule{{Limit: 1000, Window: time.Minute}}, Shards: shards}
-	l := mustLimit(t, store, p, core.WithTimeout(5*time.Second))
+	l := testkit.Limiter(t, store, p, core.WithTimeout(5*time.Second))
 	ctx := context.Background()
 	for _, key := range []string{"all", "user:42", strings.Repeat("x", 300)} {
 		for range shards {
@@ -206,7 +207,7 @@ func TestShardsPrecision(t *testing.T) {
 			run := func(seed uint64, step func(r *rand.Rand) time.Duration, requests int) (worst int, perWindow []int) {
 				now := time.Unix(1000, 0)
 				st := core.NewMemoryStore()
-				l := mustLimit(t, st, core.Policy{Name: "p", Rules: []core.Rule{{Limit: int64(tc.limit), Window: window}}, Shards: tc.shards},
+				l := testkit.Limiter(t, st, core.Policy{Name: "p", Rules: []core.Rule{{Limit: int64(tc.limit), Window: window}}, Shards: tc.shards},
 					core.WithClock(func() time.Time { return now }))
 				r := rand.New(rand.NewPCG(seed, 7))
 				var adm []time.Time // admission times, in order
@@ -286,7 +287,7 @@ func TestShardsOperations(t *testing.T) {
 	ctx := context.Background()
 	p := core.Policy{Name: "ops", Rules: []core.Rule{{Limit: 10, Window: time.Minute}}, Shards: 4} // shares 3, 3, 2, 2
 	st := &queryLog{Store: core.NewMemoryStore()}
-	l := mustLimit(t, st, p)
+	l := testkit.Limiter(t, st, p)
 
 	if _, err := l.AllowN(ctx, "k", 3); !errors.Is(err, core.ErrInvalidCost) {
 		t.Errorf("AllowN(k, 3) with a smallest share of 2 = %v, want ErrInvalidCost", err)

@@ -13,41 +13,9 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
-
-// waitTimeout is the store timeout of the limiters in these tests: generous,
-// so that a loaded machine under -race never makes a decision fall back to
-// the local store, which would make the counts meaningless.
-const waitTimeout = 2 * time.Second
-
-// fleets are the ways the tests run n app instances on one limit: on
-// Redis, n limiters each with its own RedisStore and go-redis client on
-// one server (skipped with -short); in memory, n limiters on one
-// MemoryStore.
-var fleets = []struct {
-	name string
-	new  func(t *testing.T, n int, p core.Policy, opts ...core.Option) []*core.Limiter
-}{
-	// One process on a MemoryStore: one limiter of the policy, whose
-	// callers wait in one line, however many "instances" the test asks.
-	{"memory", func(t *testing.T, n int, p core.Policy, opts ...core.Option) []*core.Limiter {
-		l := mustLimit(t, core.NewMemoryStore(), p, opts...)
-		ls := make([]*core.Limiter, n)
-		for i := range ls {
-			ls[i] = l
-		}
-		return ls
-	}},
-	{"redis", func(t *testing.T, n int, p core.Policy, opts ...core.Option) []*core.Limiter {
-		srv := redistest.Start(t)
-		ls := make([]*core.Limiter, n)
-		for i := range ls {
-			ls[i] = mustLimit(t, redisstore.New(srv.Client(t)), p, append([]core.Option{core.WithTimeout(waitTimeout)}, opts...)...)
-		}
-		return ls
-	}},
-}
 
 // fill takes every unit of key's smallest limit on l.
 func fill(t *testing.T, l *core.Limiter, key string) core.Decision {
@@ -88,10 +56,10 @@ func peekUsed(t *testing.T, l *core.Limiter, key string) int64 {
 // TestWaitInvalidCost: a cost that can never fit fails at once, whether or
 // not others wait for the key, and so does a done context.
 func TestWaitInvalidCost(t *testing.T) {
-	for _, f := range fleets {
-		t.Run(f.name, func(t *testing.T) {
+	for _, f := range testkit.Backends() {
+		t.Run(f.Name, func(t *testing.T) {
 			t.Parallel()
-			l := f.new(t, 1, core.Policy{Name: "cost", Rules: []core.Rule{{Limit: 3, Window: time.Hour}, {Limit: 5, Window: 24 * time.Hour}}})[0]
+			l := testkit.Fleet(t, 1, f, core.Policy{Name: "cost", Rules: []core.Rule{{Limit: 3, Window: time.Hour}, {Limit: 5, Window: 24 * time.Hour}}})[0]
 			ctx := context.Background()
 			for _, n := range []int64{0, -1, 4} {
 				if _, err := l.WaitN(ctx, "k", n); !errors.Is(err, core.ErrInvalidCost) {
@@ -129,10 +97,10 @@ func TestWaitInvalidCost(t *testing.T) {
 // store's own decision times.
 func TestWaitAdmitsWhenItFits(t *testing.T) {
 	const window = 200 * time.Millisecond
-	for _, f := range fleets {
-		t.Run(f.name, func(t *testing.T) {
+	for _, f := range testkit.Backends() {
+		t.Run(f.Name, func(t *testing.T) {
 			t.Parallel()
-			l := f.new(t, 1, core.Policy{Name: "fits", Rules: []core.Rule{{Limit: 2, Window: window}}})[0]
+			l := testkit.Fleet(t, 1, f, core.Policy{Name: "fits", Rules: []core.Rule{{Limit: 2, Window: window}}})[0]
 			ctx := context.Background()
 			first, err := l.Wait(ctx, "k")
 			if err != nil || !first.Allowed || first.Remaining != 1 || first.Source != core.SourceStore {
@@ -170,10 +138,10 @@ func TestWaitAdmitsWhenItFits(t *testing.T) {
 // queued behind it, with an error wrapping context.DeadlineExceeded; the
 // context is not done yet when it returns.
 func TestWaitFailsFast(t *testing.T) {
-	for _, f := range fleets {
-		t.Run(f.name, func(t *testing.T) {
+	for _, f := range testkit.Backends() {
+		t.Run(f.Name, func(t *testing.T) {
 			t.Parallel()
-			l := f.new(t, 1, core.Policy{Name: "fast", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}})[0]
+			l := testkit.Fleet(t, 1, f, core.Policy{Name: "fast", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}})[0]
 			fill(t, l, "k")
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -220,10 +188,10 @@ func TestWaitInOrder(t *testing.T) {
 		window  = 100 * time.Millisecond
 		waiters = 5
 	)
-	for _, f := range fleets {
-		t.Run(f.name, func(t *testing.T) {
+	for _, f := range testkit.Backends() {
+		t.Run(f.Name, func(t *testing.T) {
 			t.Parallel()
-			l := f.new(t, 1, core.Policy{Name: "order", Rules: []core.Rule{{Limit: 1, Window: window}}})[0]
+			l := testkit.Fleet(t, 1, f, core.Policy{Name: "order", Rules: []core.Rule{{Limit: 1, Window: window}}})[0]
 			prev := core.AdmittedAt(fill(t, l, "k"))
 			ds := make([]core.Decision, waiters)
 			var wg sync.WaitGroup
@@ -258,8 +226,8 @@ func TestWaitNoStampede(t *testing.T) {
 		window  = 50 * time.Millisecond
 		callers = 40
 	)
-	for _, f := range fleets {
-		t.Run(f.name, func(t *testing.T) {
+	for _, f := range testkit.Backends() {
+		t.Run(f.Name, func(t *testing.T) {
 			t.Parallel()
 			var decisions, fallbacks atomic.Int64
 			obs := core.ObserverFunc(func(_ context.Context, e core.Event) {
@@ -270,7 +238,7 @@ func TestWaitNoStampede(t *testing.T) {
 					}
 				}
 			})
-			l := f.new(t, 1, core.Policy{Name: "stampede", Rules: []core.Rule{{Limit: limit, Window: window}}}, core.WithObserver(obs))[0]
+			l := testkit.Fleet(t, 1, f, core.Policy{Name: "stampede", Rules: []core.Rule{{Limit: limit, Window: window}}}, core.WithObserver(obs))[0]
 			var wg sync.WaitGroup
 			start := make(chan struct{})
 			for range callers {
@@ -314,9 +282,9 @@ func TestWaitFailClosed(t *testing.T) {
 	p := core.Policy{Name: "closed", Rules: []core.Rule{{Limit: 5, Window: time.Minute}}}
 	// A short store timeout, so that a call to the stopped server fails
 	// well before the callers' deadlines whatever go-redis does to dial.
-	l := mustLimit(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(100*time.Millisecond),
+	l := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(100*time.Millisecond),
 		core.WithFailurePolicy(core.FailClosed), core.WithBreaker(1, time.Second), core.WithDenyCache(0), core.WithObserver(obs))
-	open := mustLimit(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(100*time.Millisecond), core.WithFailurePolicy(core.FailOpen))
+	open := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(100*time.Millisecond), core.WithFailurePolicy(core.FailOpen))
 	srv.Stop()
 
 	if d, err := open.Wait(context.Background(), "k"); err != nil || !d.Allowed || d.Source != core.SourceOpen {
@@ -378,8 +346,8 @@ func TestWaitFleet(t *testing.T) {
 		goroutines = 8
 		run        = 3500 * time.Millisecond
 	)
-	for _, f := range fleets {
-		t.Run(f.name, func(t *testing.T) {
+	for _, f := range testkit.Backends() {
+		t.Run(f.Name, func(t *testing.T) {
 			var asked, fall atomic.Int64
 			obs := core.ObserverFunc(func(_ context.Context, e core.Event) {
 				if e.Kind == core.EventDecision {
@@ -389,7 +357,7 @@ func TestWaitFleet(t *testing.T) {
 					}
 				}
 			})
-			ls := f.new(t, instances, core.Policy{Name: "provider", Rules: []core.Rule{{Limit: limit, Window: window}}}, core.WithObserver(obs))
+			ls := testkit.Fleet(t, instances, f, core.Policy{Name: "provider", Rules: []core.Rule{{Limit: limit, Window: window}}}, core.WithObserver(obs))
 			r := runFleet(t, ls, goroutines, run)
 			r.asked, r.fall = asked.Load(), fall.Load()
 			checkFleet(t, r, limit, window, instances*goroutines)

@@ -7,24 +7,15 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/echolimit"
 	"github.com/ratekit/ratekit/guard"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc"
 )
-
-func newLimiter(t testing.TB, limit int64) *core.Limiter {
-	t.Helper()
-	l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "test", Rules: []core.Rule{{Limit: limit, Window: time.Hour}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
 
 func serve(e *echo.Echo, path string) *httptest.ResponseRecorder {
 	rec := httptest.NewRecorder()
@@ -56,7 +47,7 @@ func TestDenyHandlerHTTPError(t *testing.T) {
 	deny := echolimit.WithDenyHandler(func(c echo.Context, v *guard.Verdict) error {
 		return echo.NewHTTPError(http.StatusTooManyRequests, "slow down")
 	})
-	e.GET("/", ok, echolimit.New(newLimiter(t, 1), deny))
+	e.GET("/", ok, echolimit.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(1))), deny))
 	serve(e, "/")
 	rec := serve(e, "/")
 	if rec.Code != http.StatusTooManyRequests || rec.Body.String() != "{\"error\":\"slow down\"}\n" {
@@ -73,7 +64,7 @@ func TestDefaultDenyBypassesErrorHandler(t *testing.T) {
 	e := echo.New()
 	called := false
 	e.HTTPErrorHandler = func(err error, c echo.Context) { called = true }
-	e.GET("/", ok, echolimit.New(newLimiter(t, 1)))
+	e.GET("/", ok, echolimit.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(1)))))
 	serve(e, "/")
 	rec := serve(e, "/")
 	if rec.Code != http.StatusTooManyRequests || called {
@@ -84,7 +75,7 @@ func TestDefaultDenyBypassesErrorHandler(t *testing.T) {
 func TestSkipper(t *testing.T) {
 	e := echo.New()
 	skip := echolimit.WithSkipper(func(c echo.Context) bool { return c.QueryParam("internal") == "1" })
-	e.GET("/", ok, echolimit.New(newLimiter(t, 1), skip))
+	e.GET("/", ok, echolimit.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(1))), skip))
 	for range 3 {
 		if rec := serve(e, "/?internal=1"); rec.Code != http.StatusOK || rec.Header().Get(guard.HeaderLimit) != "" {
 			t.Fatalf("skipped: %d %v, want 200 without rate-limit headers", rec.Code, rec.Header())
@@ -116,7 +107,7 @@ func TestContextLocalsAndRoute(t *testing.T) {
 			return next(c)
 		}
 	}
-	e.GET("/users/:id", ok, setUser, echolimit.New(newLimiter(t, 5), guard.WithKey(key)))
+	e.GET("/users/:id", ok, setUser, echolimit.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(5))), guard.WithKey(key)))
 	req := httptest.NewRequestWithContext(context.WithValue(context.Background(), ctxKey{}, "request"), http.MethodGet, "/users/7", nil)
 	e.ServeHTTP(httptest.NewRecorder(), req)
 	if ctx == nil || ctx.Value(ctxKey{}) != "request" || user != "alice" || route != "/users/:id" {
@@ -131,7 +122,7 @@ func TestCountIfCommittedError(t *testing.T) {
 	e.GET("/", func(c echo.Context) error {
 		_ = c.String(http.StatusOK, "done")
 		return echo.NewHTTPError(http.StatusInternalServerError)
-	}, echolimit.New(newLimiter(t, 1), guard.WithCountIf(func(s int) bool { return s >= 400 })))
+	}, echolimit.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(1))), guard.WithCountIf(func(s int) bool { return s >= 400 })))
 	for i := range 3 {
 		if rec := serve(e, "/"); rec.Code != http.StatusOK {
 			t.Fatalf("request %d: status %d, want 200 (refunded: the client got 200)", i+1, rec.Code)
@@ -177,7 +168,7 @@ func TestCountIfCustomErrorHandler(t *testing.T) {
 				}
 				e.DefaultHTTPErrorHandler(err, c)
 			}
-			e.POST("/login", tc.handler, echolimit.New(newLimiter(t, 3), guard.WithCountIf(guard.StatusAuthFailure)))
+			e.POST("/login", tc.handler, echolimit.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(3))), guard.WithCountIf(guard.StatusAuthFailure)))
 			var got []int
 			for i := range 10 {
 				calls = 0

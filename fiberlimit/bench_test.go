@@ -3,13 +3,12 @@ package fiberlimit_test
 import (
 	"net"
 	"testing"
-	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
 
-	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/fiberlimit"
+	"github.com/ratekit/ratekit/internal/adaptertest"
 )
 
 // BenchmarkMiddleware compares a trivial fiber route without and with the
@@ -40,20 +39,7 @@ func BenchmarkMiddleware(b *testing.B) {
 	})
 	b.Run("ratekit", func(b *testing.B) {
 		app := fiber.New()
-		app.Get("/", fiberlimit.New(benchLimiter(b)), ok)
+		app.Get("/", fiberlimit.New(adaptertest.BenchLimiter(b)), ok)
 		run(b, app)
 	})
-}
-
-// benchLimiter never denies: the sliding log of one key over a 1 ms window
-// stays small, so the store's cost is steady.
-func benchLimiter(b *testing.B) *core.Limiter {
-	l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{
-		Name:  "bench",
-		Rules: []core.Rule{{Limit: 100_000, Window: time.Millisecond}},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return l
 }

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
@@ -19,17 +18,9 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/fiberlimit"
 	"github.com/ratekit/ratekit/guard"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc"
 )
-
-func newLimiter(t testing.TB, limit int64) *core.Limiter {
-	t.Helper()
-	l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "test", Rules: []core.Rule{{Limit: limit, Window: time.Hour}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
 
 func test(t *testing.T, app *fiber.App, req *http.Request) (int, http.Header, string) {
 	t.Helper()
@@ -64,7 +55,7 @@ func TestNewPanicsOnNilLimiter(t *testing.T) {
 func TestNext(t *testing.T) {
 	app := fiber.New()
 	next := fiberlimit.WithNext(func(c *fiber.Ctx) bool { return c.Query("internal") == "1" })
-	app.Get("/", fiberlimit.New(newLimiter(t, 1), next), ok)
+	app.Get("/", fiberlimit.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(1))), next), ok)
 	for range 3 {
 		if s, h, _ := test(t, app, httptest.NewRequest(http.MethodGet, "/?internal=1", nil)); s != 200 || h.Get(guard.HeaderLimit) != "" {
 			t.Fatalf("skipped: %d %v, want 200 without rate-limit headers", s, h)
@@ -90,7 +81,7 @@ func TestDenyHandlerError(t *testing.T) {
 	deny := fiberlimit.WithDenyHandler(func(c *fiber.Ctx, v *guard.Verdict) error {
 		return fiber.NewError(fiber.StatusTooManyRequests, "slow down")
 	})
-	app.Get("/", fiberlimit.New(newLimiter(t, 1), deny), ok)
+	app.Get("/", fiberlimit.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(1))), deny), ok)
 	test(t, app, httptest.NewRequest(http.MethodGet, "/", nil))
 	s, h, body := test(t, app, httptest.NewRequest(http.MethodGet, "/", nil))
 	if s != 429 || body != `{"error":"slow down"}` || h.Get(guard.HeaderRetryAfter) != "3600" {
@@ -115,7 +106,7 @@ func TestLocalsAndUserContext(t *testing.T) {
 		c.SetUserContext(context.WithValue(context.Background(), ctxKey{}, "request"))
 		return c.Next()
 	})
-	app.Get("/", fiberlimit.New(newLimiter(t, 5), guard.WithKey(key)), ok)
+	app.Get("/", fiberlimit.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(5))), guard.WithKey(key)), ok)
 	test(t, app, httptest.NewRequest(http.MethodGet, "/", nil))
 	if local != "alice" || fromCtx != "request" || ctx == nil || ctx.Value(ctxKey{}) != "request" {
 		t.Errorf("Value: local %v, context %v; context %v; want alice, request and the user context", local, fromCtx, ctx)
@@ -126,7 +117,7 @@ func TestLocalsAndUserContext(t *testing.T) {
 // when fiber is configured to trust a proxy header from anyone.
 func TestPeerNotProxyHeader(t *testing.T) {
 	app := fiber.New(fiber.Config{ProxyHeader: fiber.HeaderXForwardedFor, DisableStartupMessage: true})
-	app.Get("/", fiberlimit.New(newLimiter(t, 1)), ok)
+	app.Get("/", fiberlimit.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(1)))), ok)
 	base := serve(t, app)
 	hc := client(t)
 	var got []int
@@ -166,7 +157,7 @@ func TestRequestViewCopies(t *testing.T) {
 		return s.header, nil
 	}
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
-	app.All("/items/:id", fiberlimit.New(newLimiter(t, 100), guard.WithKey(key)), ok)
+	app.All("/items/:id", fiberlimit.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(100))), guard.WithKey(key)), ok)
 	base := serve(t, app)
 	hc := client(t)
 
@@ -232,7 +223,7 @@ func TestCountIfCustomErrorHandler(t *testing.T) {
 			if tc.want == 500 {
 				errorHandler = func(*fiber.Ctx, error) error { calls++; return errors.New("error handler failed") }
 			}
-			mw := fiberlimit.New(newLimiter(t, 3), guard.WithKey(func(keyfunc.Request) (string, error) { return "k", nil }),
+			mw := fiberlimit.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(3))), guard.WithKey(func(keyfunc.Request) (string, error) { return "k", nil }),
 				guard.WithCountIf(guard.StatusAuthFailure))
 			app := fiber.New(fiber.Config{ErrorHandler: errorHandler})
 			path := "/login"
@@ -317,7 +308,7 @@ func TestBodyAsHandlerSeesIt(t *testing.T) {
 				return "k", err
 			}
 			app := fiber.New()
-			app.Post("/", fiberlimit.New(newLimiter(t, 100), guard.WithKey(key)), func(c *fiber.Ctx) error {
+			app.Post("/", fiberlimit.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(100))), guard.WithKey(key)), func(c *fiber.Ctx) error {
 				handlerSaw = string(c.Body())
 				return c.SendString("ok")
 			})

@@ -17,6 +17,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/fiberlimit"
 	"github.com/ratekit/ratekit/guard"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
@@ -24,11 +25,7 @@ import (
 // key, on a fresh MemoryStore.
 func inFlightLimiter(t *testing.T, k int64) *core.Limiter {
 	t.Helper()
-	l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "downloads", InFlight: k})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+	return testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "downloads", InFlight: k})
 }
 
 // inFlight returns the leases key holds on l.

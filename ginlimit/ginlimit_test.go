@@ -12,17 +12,9 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/ginlimit"
 	"github.com/ratekit/ratekit/guard"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc"
 )
-
-func newLimiter(t testing.TB, limit int64, opts ...core.Option) *core.Limiter {
-	t.Helper()
-	l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "test", Rules: []core.Rule{{Limit: limit, Window: 3600e9}}}, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
 
 func TestNewPanicsOnNilLimiter(t *testing.T) {
 	defer func() {
@@ -55,7 +47,7 @@ func TestContextAndLocals(t *testing.T) {
 	r.GET("/", func(c *gin.Context) {
 		c.Set("user", "alice")
 		c.Set(localKey{}, "typed")
-	}, ginlimit.New(newLimiter(t, 5, core.WithObserver(obs)), guard.WithKey(key)), func(c *gin.Context) {
+	}, ginlimit.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(5)), core.WithObserver(obs)), guard.WithKey(key)), func(c *gin.Context) {
 		c.Status(http.StatusNoContent)
 	})
 
@@ -88,7 +80,7 @@ func TestDenyAbortsChain(t *testing.T) {
 	deny := ginlimit.WithDenyHandler(func(c *gin.Context, v *guard.Verdict) {
 		c.String(http.StatusTooManyRequests, "later")
 	})
-	r.GET("/", ginlimit.New(newLimiter(t, 1), deny), func(c *gin.Context) { ran++ })
+	r.GET("/", ginlimit.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(1))), deny), func(c *gin.Context) { ran++ })
 	for range 3 {
 		r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
 	}
@@ -101,7 +93,7 @@ func TestDenyAbortsChain(t *testing.T) {
 // pattern, so keyfunc.Route keys per route, not per path.
 func TestRouteIsFullPath(t *testing.T) {
 	r := gin.New()
-	r.GET("/users/:id", ginlimit.New(newLimiter(t, 1), guard.WithKey(keyfunc.Route())), func(c *gin.Context) {})
+	r.GET("/users/:id", ginlimit.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(1))), guard.WithKey(keyfunc.Route())), func(c *gin.Context) {})
 	var got []int
 	for _, p := range []string{"/users/1", "/users/2"} {
 		rec := httptest.NewRecorder()
@@ -124,7 +116,7 @@ func TestCountIfErrorMiddleware(t *testing.T) {
 		}
 	}
 	r := gin.New()
-	mw := ginlimit.New(newLimiter(t, 1), guard.WithCountIf(func(s int) bool { return s == http.StatusUnauthorized }))
+	mw := ginlimit.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(1))), guard.WithCountIf(func(s int) bool { return s == http.StatusUnauthorized }))
 	r.POST("/login", mw, renderErrors, func(c *gin.Context) { _ = c.Error(errors.New("bad password")) })
 	var got []int
 	for range 2 {

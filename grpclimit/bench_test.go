@@ -16,6 +16,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/grpclimit"
 	"github.com/ratekit/ratekit/guard"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
@@ -59,7 +60,7 @@ func BenchmarkUnaryInterceptor(b *testing.B) {
 	})
 	b.Run("guard-only", func(b *testing.B) {
 		// guard.Guard.Admit alone, for the adapter's share of the cost.
-		g := guard.New(newLimiter(b, "bench", roomy), guard.WithKey(rotate))
+		g := guard.New(testkit.Limiter(b, core.NewMemoryStore(), core.Policy{Name: "bench", Rules: roomy}), guard.WithKey(rotate))
 		r := grpclimit.Request(ctx, emptyCall)
 		b.ReportAllocs()
 		for b.Loop() {
@@ -69,7 +70,7 @@ func BenchmarkUnaryInterceptor(b *testing.B) {
 		}
 	})
 	b.Run("allowed", func(b *testing.B) {
-		icpt := grpclimit.UnaryServerInterceptor(newLimiter(b, "bench", roomy), guard.WithKey(rotate))
+		icpt := grpclimit.UnaryServerInterceptor(testkit.Limiter(b, core.NewMemoryStore(), core.Policy{Name: "bench", Rules: roomy}), guard.WithKey(rotate))
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := icpt(ctx, req, info, handler); err != nil {
@@ -78,7 +79,7 @@ func BenchmarkUnaryInterceptor(b *testing.B) {
 		}
 	})
 	b.Run("allowed-ietf", func(b *testing.B) {
-		icpt := grpclimit.UnaryServerInterceptor(newLimiter(b, "bench", roomy),
+		icpt := grpclimit.UnaryServerInterceptor(testkit.Limiter(b, core.NewMemoryStore(), core.Policy{Name: "bench", Rules: roomy}),
 			guard.WithKey(rotate), guard.WithHeaders(guard.HeadersIETF))
 		b.ReportAllocs()
 		for b.Loop() {
@@ -89,7 +90,7 @@ func BenchmarkUnaryInterceptor(b *testing.B) {
 	})
 	b.Run("other-method", func(b *testing.B) {
 		// A method outside WithMethods passes straight through.
-		icpt := grpclimit.UnaryServerInterceptor(newLimiter(b, "bench", roomy),
+		icpt := grpclimit.UnaryServerInterceptor(testkit.Limiter(b, core.NewMemoryStore(), core.Policy{Name: "bench", Rules: roomy}),
 			guard.WithKey(rotate), grpclimit.WithMethods(unaryCall))
 		b.ReportAllocs()
 		for b.Loop() {
@@ -100,7 +101,7 @@ func BenchmarkUnaryInterceptor(b *testing.B) {
 	})
 	b.Run("denied", func(b *testing.B) {
 		// One key over its limit: answered from the deny cache.
-		icpt := grpclimit.UnaryServerInterceptor(newLimiter(b, "bench", []core.Rule{{Limit: 1, Window: time.Hour}}),
+		icpt := grpclimit.UnaryServerInterceptor(testkit.Limiter(b, core.NewMemoryStore(), core.Policy{Name: "bench", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}}),
 			guard.WithKey(keyfunc.Header("x-user")))
 		_, _ = icpt(ctx, req, info, handler)
 		b.ReportAllocs()

@@ -2,12 +2,9 @@ package grpclimit_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,15 +13,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/grpclimit"
 	"github.com/ratekit/ratekit/guard"
-	"github.com/ratekit/ratekit/internal/redistest"
-	"github.com/ratekit/ratekit/keyfunc"
-	"github.com/ratekit/ratekit/redisstore"
+	"github.com/ratekit/ratekit/internal/testkit"
 )
 
 // partner is a stand-in for a partner's gRPC server: the test service on
@@ -73,185 +67,10 @@ func (p *partner) dial(t *testing.T, l *core.Limiter, opts ...guard.Option) test
 	return testpb.NewTestServiceClient(cc)
 }
 
-// clientFleets are the ways the client tests run n app instances on one
-// limit: n limiters on one Redis, each with its own client (skipped with
-// -short), or on one MemoryStore.
-var clientFleets = []struct {
-	name string
-	new  func(t *testing.T, n int, p core.Policy, opts ...core.Option) []*core.Limiter
-}{
-	{"memory", func(t *testing.T, n int, p core.Policy, opts ...core.Option) []*core.Limiter {
-		store := core.NewMemoryStore()
-		ls := make([]*core.Limiter, n)
-		for i := range ls {
-			ls[i] = newLimiterOn(t, store, p.Name, p.Rules, opts...)
-		}
-		return ls
-	}},
-	{"redis", func(t *testing.T, n int, p core.Policy, opts ...core.Option) []*core.Limiter {
-		srv := redistest.Start(t)
-		ls := make([]*core.Limiter, n)
-		for i := range ls {
-			// A generous store timeout: a loaded machine under -race must not
-			// make decisions fall back to the local store.
-			ls[i] = newLimiterOn(t, redisstore.New(srv.Client(t)), p.Name, p.Rules, append([]core.Option{core.WithTimeout(2 * time.Second)}, opts...)...)
-		}
-		return ls
-	}},
-}
-
-// TestClientFleet: 4 instances x 5 goroutines call one partner through
-// one limit, keyed by the connection's target. With 10 per hour and 5 s
-// to wait, exactly 10 calls reach it and the others fail at once with
-// DeadlineExceeded; with 5 per 200 ms and no deadline, every call and
-// stream waits its turn and reaches it.
-func TestClientFleet(t *testing.T) {
-	const n, m = 4, 5
-	for _, f := range clientFleets {
-		t.Run(f.name, func(t *testing.T) {
-			t.Parallel()
-			t.Run("deadline", func(t *testing.T) {
-				p := newPartner(t)
-				ls := f.new(t, n, core.Policy{Name: "hour", Rules: []core.Rule{{Limit: 10, Window: time.Hour}}})
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				var ok, late atomic.Int64
-				var wg sync.WaitGroup
-				for _, l := range ls {
-					c := p.dial(t, l)
-					for range m {
-						wg.Go(func() {
-							_, err := c.EmptyCall(ctx, &testpb.Empty{})
-							switch {
-							case err == nil:
-								ok.Add(1)
-							case status.Code(err) == codes.DeadlineExceeded && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-								late.Add(1)
-							default:
-								t.Errorf("EmptyCall = %v (context: %v), want OK or DeadlineExceeded before the deadline", err, ctx.Err())
-							}
-						})
-					}
-				}
-				wg.Wait()
-				if ok.Load() != 10 || late.Load() != n*m-10 || p.calls.Load() != 10 {
-					t.Errorf("%d calls made, %d failed fast, %d reached the partner; want 10, %d, 10", ok.Load(), late.Load(), p.calls.Load(), n*m-10)
-				}
-			})
-			t.Run("wait", func(t *testing.T) {
-				p := newPartner(t)
-				var denied atomic.Int64
-				obs := core.ObserverFunc(func(_ context.Context, e core.Event) {
-					if e.Kind == core.EventDecision && !e.Decision.Allowed {
-						denied.Add(1)
-					}
-				})
-				ls := f.new(t, n, core.Policy{Name: "burst", Rules: []core.Rule{{Limit: 5, Window: 200 * time.Millisecond}}}, core.WithObserver(obs))
-				var wg sync.WaitGroup
-				for _, l := range ls {
-					c := p.dial(t, l)
-					for i := range m {
-						wg.Go(func() {
-							if i%2 == 0 {
-								if _, err := c.EmptyCall(context.Background(), &testpb.Empty{}); err != nil {
-									t.Errorf("EmptyCall = %v, want OK after waiting", err)
-								}
-								return
-							}
-							if _, got, err := openStream(c, "", 3); err != nil || got != 3 {
-								t.Errorf("stream: %d messages, %v; want 3 after waiting", got, err)
-							}
-						})
-					}
-				}
-				wg.Wait()
-				if p.calls.Load() != n*m || denied.Load() == 0 {
-					t.Errorf("%d calls reached the partner after %d denials, want all %d after some waiting", p.calls.Load(), denied.Load(), n*m)
-				}
-			})
-		})
-	}
-}
-
-// TestClientErrors: what a throttled client gets when a call cannot be
-// admitted: a status with a fixed message, wrapping the cause.
-func TestClientErrors(t *testing.T) {
-	p := newPartner(t)
-	l := newLimiter(t, "errors", []core.Rule{{Limit: 1, Window: time.Hour}})
-	short := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.Background(), 5*time.Second)
-	}
-
-	// Keyed by metadata: one call per user.
-	c := p.dial(t, l, guard.WithKey(userKey), guard.WithNoKey(guard.NoKeyReject))
-	if _, err := c.EmptyCall(withUser("alice"), &testpb.Empty{}); err != nil {
-		t.Fatalf("alice's first call: %v", err)
-	}
-	if _, err := c.EmptyCall(withUser("bob"), &testpb.Empty{}); err != nil {
-		t.Fatalf("bob's first call: %v", err)
-	}
-	ctx, cancel := short()
-	defer cancel()
-	_, err := c.EmptyCall(metadata.AppendToOutgoingContext(ctx, "x-user", "alice"), &testpb.Empty{})
-	if st := status.Convert(err); st.Code() != codes.DeadlineExceeded || st.Message() != "deadline exceeded while waiting for the rate limit" ||
-		!errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
-		t.Errorf("alice's second call = %v (status %v %q), want DeadlineExceeded at once with a fixed message", err, st.Code(), st.Message())
-	}
-	if _, err := c.EmptyCall(context.Background(), &testpb.Empty{}); status.Code(err) != codes.InvalidArgument {
-		t.Errorf("anonymous call under NoKeyReject = %v, want InvalidArgument", err)
-	}
-
-	// A stream is charged when it opens: the second fails to open.
-	s := p.dial(t, newLimiter(t, "streams", []core.Rule{{Limit: 1, Window: time.Hour}}))
-	if _, got, err := openStream(s, "", 5); err != nil || got != 5 {
-		t.Fatalf("first stream: %d messages, %v; want 5", got, err)
-	}
-	_, err = s.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{})
-	if status.Code(err) != codes.DeadlineExceeded || ctx.Err() != nil {
-		t.Errorf("second stream = %v, want DeadlineExceeded at once on opening", err)
-	}
-
-	// Canceled while waiting.
-	var denied atomic.Int64
-	obs := core.ObserverFunc(func(_ context.Context, e core.Event) {
-		if e.Kind == core.EventDecision && !e.Decision.Allowed {
-			denied.Add(1)
-		}
-	})
-	w := p.dial(t, newLimiter(t, "cancel", []core.Rule{{Limit: 1, Window: time.Hour}}, core.WithObserver(obs)))
-	if _, err := w.EmptyCall(context.Background(), &testpb.Empty{}); err != nil {
-		t.Fatal(err)
-	}
-	cctx, ccancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		_, err := w.EmptyCall(cctx, &testpb.Empty{})
-		done <- err
-	}()
-	for deadline := time.Now().Add(10 * time.Second); denied.Load() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the second call never waited")
-		}
-	}
-	ccancel()
-	if err := <-done; status.Code(err) != codes.Canceled || !errors.Is(err, context.Canceled) {
-		t.Errorf("call canceled while waiting = %v, want Canceled", err)
-	}
-
-	// A cost that can never fit.
-	e := p.dial(t, newLimiter(t, "cost", perMinute(2)), guard.WithCost(func(keyfunc.Request) int64 { return 3 }))
-	if _, err := e.EmptyCall(context.Background(), &testpb.Empty{}); status.Code(err) != codes.ResourceExhausted || !errors.Is(err, core.ErrInvalidCost) {
-		t.Errorf("call of cost 3 on a limit of 2 = %v, want ResourceExhausted wrapping ErrInvalidCost", err)
-	}
-	if got := p.calls.Load(); got != 4 {
-		t.Errorf("%d calls reached the partner, want 4", got)
-	}
-}
-
 // TestClientMethods: WithMethods throttles only the named methods.
 func TestClientMethods(t *testing.T) {
 	p := newPartner(t)
-	c := p.dial(t, newLimiter(t, "methods", []core.Rule{{Limit: 1, Window: time.Hour}}), grpclimit.WithMethods(unaryCall))
+	c := p.dial(t, testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "methods", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}}), grpclimit.WithMethods(unaryCall))
 	for range 3 {
 		if _, err := c.EmptyCall(context.Background(), &testpb.Empty{}); err != nil {
 			t.Fatalf("EmptyCall (not throttled) = %v", err)
@@ -267,123 +86,25 @@ func TestClientMethods(t *testing.T) {
 	}
 }
 
-// TestClientPanics: what an outgoing call cannot honour is refused when
-// the interceptor is built, by a panic naming it, never at call time.
-func TestClientPanics(t *testing.T) {
-	l := newLimiter(t, "panics", perMinute(1))
-	conc, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "conc", InFlight: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, tc := range map[string]struct {
-		f    func()
-		want string // in the panic's message
-	}{
-		"nil limiter": {func() { grpclimit.UnaryClientInterceptor(nil) }, "nil"},
-		"WithCountIf": {func() {
-			grpclimit.StreamClientInterceptor(l, grpclimit.WithCountIf(func(codes.Code) bool { return true }))
-		}, "WithCountIf"},
-		"WithResetIf": {func() {
-			grpclimit.UnaryClientInterceptor(l, grpclimit.WithResetIf(func(codes.Code) bool { return true }))
-		}, "WithResetIf"},
-		"InFlight": {func() { grpclimit.UnaryClientInterceptor(conc) }, `InFlight policy "conc"`},
-		"WithDenyHandler": {func() {
-			grpclimit.UnaryClientInterceptor(l, grpclimit.WithDenyHandler(func(context.Context, *guard.Verdict) error { return nil }))
-		}, "WithDenyHandler"},
+// TestClientPanicsOnDenyHandler: WithDenyHandler, which applies to
+// server interceptors, is refused when a client interceptor is built, by
+// a panic naming it. (A nil limiter and what outgoing calls cannot honour
+// are cases of the outbound suite.)
+func TestClientPanicsOnDenyHandler(t *testing.T) {
+	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("panics", testkit.PerMinute(1)))
+	deny := grpclimit.WithDenyHandler(func(context.Context, *guard.Verdict) error { return nil })
+	for name, build := range map[string]func(){
+		"UnaryClientInterceptor":  func() { grpclimit.UnaryClientInterceptor(l, deny) },
+		"StreamClientInterceptor": func() { grpclimit.StreamClientInterceptor(l, deny) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
 				p := recover()
-				if msg := fmt.Sprint(p); p == nil || !strings.Contains(msg, tc.want) || !strings.Contains(msg, "ClientInterceptor") {
-					t.Errorf("client interceptor with %s: panic %v, want one naming %q", name, p, tc.want)
+				if msg := fmt.Sprint(p); p == nil || !strings.Contains(msg, "WithDenyHandler") || !strings.Contains(msg, name) {
+					t.Errorf("%s with WithDenyHandler: panic %v, want one naming both", name, p)
 				}
 			}()
-			tc.f()
+			build()
 		})
-	}
-}
-
-// TestClientBlock: WithBlock refuses a call before it waits or reaches
-// the server, with PermissionDenied and an error wrapping
-// guard.ErrBlocked.
-func TestClientBlock(t *testing.T) {
-	p := newPartner(t)
-	banned := func(r keyfunc.Request) bool { return r.Header("x-tenant") == "banned" }
-	c := p.dial(t, newLimiter(t, "block", perMinute(5)), guard.WithBlock(banned))
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-tenant", "banned")
-	if _, err := c.UnaryCall(ctx, simpleRequest()); status.Code(err) != codes.PermissionDenied || !errors.Is(err, guard.ErrBlocked) {
-		t.Errorf("blocked UnaryCall = %v, want PermissionDenied wrapping guard.ErrBlocked", err)
-	}
-	if _, err := c.UnaryCall(context.Background(), simpleRequest()); err != nil {
-		t.Errorf("UnaryCall = %v, want nil", err)
-	}
-	if n := p.calls.Load(); n != 1 {
-		t.Errorf("%d calls reached the server, want 1", n)
-	}
-}
-
-// TestClientAlsoHoldsWhenSent: with WithAlso, every limit holds when a
-// call goes on. A limit of 3 per 200 ms and another of 12 per second,
-// full at first: 18 concurrent calls never send more than 3 within
-// 200 ms, although the second limit frees 12 at once.
-func TestClientAlsoHoldsWhenSent(t *testing.T) {
-	t.Parallel()
-	p := newPartner(t)
-	store := core.NewMemoryStore()
-	per, err := core.NewLimiter(store, core.Policy{Name: "per", Rules: []core.Rule{{Limit: 3, Window: 200 * time.Millisecond}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	global, err := core.NewLimiter(store, core.Policy{Name: "global", Rules: []core.Rule{{Limit: 12, Window: time.Second}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := global.AllowN(context.Background(), "all", 12); err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu    sync.Mutex
-		times []time.Time
-	)
-	cc, err := grpc.NewClient(p.target,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(
-			grpclimit.UnaryClientInterceptor(per, guard.WithAlso(global, func(keyfunc.Request) (string, error) { return "all", nil })),
-			// After the limit: when the call leaves.
-			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				mu.Lock()
-				times = append(times, time.Now())
-				mu.Unlock()
-				return invoker(ctx, method, req, reply, cc, opts...)
-			}),
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close() })
-	c := testpb.NewTestServiceClient(cc)
-	var wg sync.WaitGroup
-	for range 18 {
-		wg.Go(func() {
-			if _, err := c.UnaryCall(context.Background(), simpleRequest()); err != nil {
-				t.Errorf("UnaryCall = %v", err)
-			}
-		})
-	}
-	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
-	for i := range times {
-		n := 0
-		for j := i; j < len(times) && times[j].Sub(times[i]) < 180*time.Millisecond; j++ {
-			n++
-		}
-		if n > 3 {
-			t.Fatalf("%d calls left within 180 ms; the first limit allows 3 per 200 ms", n)
-		}
-	}
-	if len(times) != 18 {
-		t.Errorf("%d calls left, want 18", len(times))
 	}
 }

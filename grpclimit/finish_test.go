@@ -13,8 +13,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/grpclimit"
 	"github.com/ratekit/ratekit/guard"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
@@ -108,11 +110,11 @@ func TestPanicFinishes(t *testing.T) {
 	}{
 		{"unary", func(t *testing.T, opts ...guard.Option) testpbClient {
 			return serveBufconn(t, grpc.ChainUnaryInterceptor(recoverUnary,
-				grpclimit.UnaryServerInterceptor(newLimiter(t, "panic-unary", perMinute(1)), opts...), panicUnary))
+				grpclimit.UnaryServerInterceptor(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("panic-unary", testkit.PerMinute(1))), opts...), panicUnary))
 		}, callUnaryMD},
 		{"stream", func(t *testing.T, opts ...guard.Option) testpbClient {
 			return serveBufconn(t, grpc.ChainStreamInterceptor(recoverStream,
-				grpclimit.StreamServerInterceptor(newLimiter(t, "panic-stream", perMinute(1)), opts...), panicStream))
+				grpclimit.StreamServerInterceptor(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("panic-stream", testkit.PerMinute(1))), opts...), panicStream))
 		}, callStreamMD},
 	}
 	for _, tc := range tests {
@@ -160,11 +162,11 @@ func TestMetadataAfterHeadersSent(t *testing.T) {
 	}{
 		{"unary", func(t *testing.T) testpbClient {
 			return serveBufconn(t, grpc.ChainUnaryInterceptor(sendHeadersUnary,
-				grpclimit.UnaryServerInterceptor(newLimiter(t, "early-unary", perMinute(1)), guard.WithKey(userKey))))
+				grpclimit.UnaryServerInterceptor(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("early-unary", testkit.PerMinute(1))), guard.WithKey(userKey))))
 		}, callUnaryMD},
 		{"stream", func(t *testing.T) testpbClient {
 			return serveBufconn(t, grpc.ChainStreamInterceptor(sendHeadersStream,
-				grpclimit.StreamServerInterceptor(newLimiter(t, "early-stream", perMinute(1)), guard.WithKey(userKey))))
+				grpclimit.StreamServerInterceptor(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("early-stream", testkit.PerMinute(1))), guard.WithKey(userKey))))
 		}, callStreamMD},
 	}
 	for _, tc := range tests {
@@ -198,7 +200,7 @@ func TestMetadataAfterHeadersSent(t *testing.T) {
 func TestBodyTooLargeIsInvalidArgument(t *testing.T) {
 	t.Parallel()
 	tooLarge := func(keyfunc.Request) (string, error) { return "", keyfunc.BodyTooLarge(10) }
-	c := serveBufconn(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(newLimiter(t, "large", perMinute(5)), guard.WithKey(tooLarge))))
+	c := serveBufconn(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("large", testkit.PerMinute(5))), guard.WithKey(tooLarge))))
 	_, err := callEmpty(c, "u")
 	if st := status.Convert(err); st.Code() != codes.InvalidArgument || st.Message() != "request body too large" {
 		t.Errorf("call = %v, want InvalidArgument \"request body too large\"", err)

@@ -21,6 +21,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/grpclimit"
 	"github.com/ratekit/ratekit/guard"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
@@ -62,7 +63,7 @@ func TestUnaryDeny(t *testing.T) {
 			if tc.style != nil {
 				opts = append(opts, guard.WithHeaders(*tc.style))
 			}
-			l := newLimiter(t, "api", perMinute(limit))
+			l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("api", testkit.PerMinute(limit)))
 			c := serveBufconn(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l, opts...)))
 			const user = "alice-secret-key"
 
@@ -141,7 +142,7 @@ func checkMD(t *testing.T, what string, md metadata.MD, want, absent []string) {
 
 func TestMultiRuleQuotaFailure(t *testing.T) {
 	t.Parallel()
-	l := newLimiter(t, "sms", []core.Rule{{Limit: 1, Window: time.Minute}, {Limit: 5, Window: time.Hour}})
+	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "sms", Rules: []core.Rule{{Limit: 1, Window: time.Minute}, {Limit: 5, Window: time.Hour}}})
 	c := serveBufconn(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l, guard.WithKey(userKey))))
 	if _, err := callEmpty(c, "u"); err != nil {
 		t.Fatalf("call 1: EmptyCall = %v, want OK", err)
@@ -170,7 +171,7 @@ func TestMultiRuleQuotaFailure(t *testing.T) {
 func TestStreamInterceptor(t *testing.T) {
 	t.Parallel()
 	const limit, messages = 2, 3
-	l := newLimiter(t, "streams", perMinute(limit))
+	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("streams", testkit.PerMinute(limit)))
 	c := serveBufconn(t, grpc.StreamInterceptor(grpclimit.StreamServerInterceptor(l, guard.WithKey(userKey))))
 
 	// Each stream is charged once when it opens, whatever it carries.
@@ -201,7 +202,7 @@ func TestStreamInterceptor(t *testing.T) {
 
 func TestWithMethods(t *testing.T) {
 	t.Parallel()
-	l := newLimiter(t, "empty-only", perMinute(1))
+	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("empty-only", testkit.PerMinute(1)))
 	opts := []guard.Option{guard.WithKey(userKey), grpclimit.WithMethods(emptyCall)}
 	c := serveBufconn(t,
 		grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l, opts...)),
@@ -229,8 +230,8 @@ func TestWithMethods(t *testing.T) {
 
 func TestRouter(t *testing.T) {
 	t.Parallel()
-	def := newLimiter(t, "default", perMinute(1))
-	shared := newLimiter(t, "shared", perMinute(2))
+	def := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("default", testkit.PerMinute(1)))
+	shared := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("shared", testkit.PerMinute(2)))
 	r := grpclimit.NewRouter(def, map[string]*core.Limiter{
 		emptyCall:     shared,
 		cacheableCall: shared, // counts together with EmptyCall
@@ -285,7 +286,7 @@ func TestRouter(t *testing.T) {
 
 func TestRouterWithMethods(t *testing.T) {
 	t.Parallel()
-	def := newLimiter(t, "default", perMinute(1))
+	def := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("default", testkit.PerMinute(1)))
 	r := grpclimit.NewRouter(def, nil, guard.WithKey(userKey), grpclimit.WithMethods(emptyCall))
 	c := serveBufconn(t, grpc.UnaryInterceptor(r.UnaryServerInterceptor()))
 	for i := range 3 {
@@ -359,7 +360,7 @@ func TestKeys(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			l := newLimiter(t, "keys", perMinute(2))
+			l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("keys", testkit.PerMinute(2)))
 			c := serveBufconn(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l, tc.opts...)))
 			for i, s := range tc.steps {
 				md, err := callEmpty(c, s.user)
@@ -392,17 +393,8 @@ func TestFailurePolicy(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.policy.String(), func(t *testing.T) {
 			t.Parallel()
-			var mu sync.Mutex
-			var storeErrors int
-			obs := core.ObserverFunc(func(_ context.Context, e core.Event) {
-				if e.Kind == core.EventStoreError {
-					mu.Lock()
-					storeErrors++
-					mu.Unlock()
-				}
-			})
-			l := newLimiterOn(t, failingStore{}, "fail", perMinute(2),
-				core.WithFailurePolicy(tc.policy), core.WithObserver(obs))
+			obs := &testkit.Events{}
+			l := testkit.Limiter(t, testkit.FailingStore{Err: errStoreDown}, testkit.Policy("fail", testkit.PerMinute(2)), core.WithFailurePolicy(tc.policy), core.WithObserver(obs))
 			opts := []guard.Option{guard.WithKey(userKey)}
 			c := serveBufconn(t,
 				grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l, opts...)),
@@ -425,9 +417,7 @@ func TestFailurePolicy(t *testing.T) {
 					t.Errorf("stream = %v, want Unavailable", err)
 				}
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			if storeErrors == 0 {
+			if obs.Count(core.EventStoreError) == 0 {
 				t.Errorf("observer saw no store error")
 			}
 		})
@@ -436,16 +426,8 @@ func TestFailurePolicy(t *testing.T) {
 
 func TestDryRun(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var dry int
-	obs := core.ObserverFunc(func(_ context.Context, e core.Event) {
-		if e.Kind == core.EventDryRun {
-			mu.Lock()
-			dry++
-			mu.Unlock()
-		}
-	})
-	l := newLimiter(t, "dry", perMinute(1))
+	obs := &testkit.Events{}
+	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("dry", testkit.PerMinute(1)))
 	c := serveBufconn(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l,
 		guard.WithKey(userKey), guard.WithDryRun(true), guard.WithObserver(obs))))
 	for i := range 3 {
@@ -457,9 +439,7 @@ func TestDryRun(t *testing.T) {
 			t.Errorf("call %d: dry-run denial sent retry-after", i+1)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if dry != 2 {
+	if dry := obs.Count(core.EventDryRun); dry != 2 {
 		t.Errorf("observer saw %d dry-run denials, want 2", dry)
 	}
 }
@@ -502,7 +482,7 @@ func TestCountIf(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			l := newLimiter(t, "login", perMinute(2))
+			l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("login", testkit.PerMinute(2)))
 			opts := append([]guard.Option{guard.WithKey(userKey)}, tc.opts...)
 			c := serveBufconn(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l, opts...)))
 			for i, s := range tc.steps {
@@ -515,7 +495,7 @@ func TestCountIf(t *testing.T) {
 
 	t.Run("stream", func(t *testing.T) {
 		t.Parallel()
-		l := newLimiter(t, "login-stream", perMinute(1))
+		l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("login-stream", testkit.PerMinute(1)))
 		c := serveBufconn(t, grpc.StreamInterceptor(grpclimit.StreamServerInterceptor(l,
 			guard.WithKey(userKey), grpclimit.WithCountIf(func(c codes.Code) bool { return c != codes.OK }))))
 		for i := range 3 {
@@ -528,7 +508,7 @@ func TestCountIf(t *testing.T) {
 
 func TestSkipAndCost(t *testing.T) {
 	t.Parallel()
-	l := newLimiter(t, "cost", perMinute(4))
+	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("cost", testkit.PerMinute(4)))
 	c := serveBufconn(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l,
 		guard.WithKey(userKey),
 		guard.WithSkip(func(r keyfunc.Request) bool { return r.Route() == unaryCall }),
@@ -578,7 +558,7 @@ func TestDenyHandler(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			l := newLimiter(t, "deny", perMinute(1))
+			l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("deny", testkit.PerMinute(1)))
 			c := serveBufconn(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l,
 				guard.WithKey(userKey), grpclimit.WithDenyHandler(tc.handler))))
 			if _, err := callEmpty(c, "u"); err != nil {
@@ -597,7 +577,7 @@ func TestDenyHandler(t *testing.T) {
 
 func TestDenyHandlerOnlyForDenials(t *testing.T) {
 	t.Parallel()
-	l := newLimiter(t, "deny-only", perMinute(1))
+	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("deny-only", testkit.PerMinute(1)))
 	called := make(chan guard.Outcome, 1)
 	c := serveBufconn(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l,
 		guard.WithKey(userKey), guard.WithNoKey(guard.NoKeyReject),
@@ -637,7 +617,7 @@ func TestTCPClientIP(t *testing.T) {
 		mu.Unlock()
 		return false
 	}
-	l := newLimiter(t, "ip", perMinute(2), core.WithObserver(obs))
+	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("ip", testkit.PerMinute(2)), core.WithObserver(obs))
 	c := serveTCP(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l, guard.WithSkip(spy))))
 	for i, want := range []codes.Code{codes.OK, codes.OK, codes.ResourceExhausted} {
 		if _, err := callEmpty(c, ""); status.Code(err) != want {
@@ -709,7 +689,7 @@ func TestRequest(t *testing.T) {
 // (so SetHeader fails): they must neither panic nor fail the call.
 func TestOutsideServer(t *testing.T) {
 	t.Parallel()
-	l := newLimiter(t, "direct", perMinute(1))
+	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("direct", testkit.PerMinute(1)))
 	key := guard.WithKey(func(keyfunc.Request) (string, error) { return "k", nil })
 	unary := grpclimit.UnaryServerInterceptor(l, key)
 	info := &grpc.UnaryServerInfo{FullMethod: emptyCall}
@@ -764,7 +744,7 @@ func (s fakeStream) RecvMsg(any) error            { return nil }
 
 func TestPanics(t *testing.T) {
 	t.Parallel()
-	l := newLimiter(t, "p", perMinute(1))
+	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("p", testkit.PerMinute(1)))
 	tests := []struct {
 		name string
 		f    func()
@@ -795,8 +775,8 @@ func TestPanics(t *testing.T) {
 func TestWithAlso(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	main := newLimiter(t, "api", perMinute(5))
-	tenant := newLimiter(t, "tenant", perMinute(1))
+	main := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("api", testkit.PerMinute(5)))
+	tenant := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("tenant", testkit.PerMinute(1)))
 	c := serveBufconn(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(main,
 		guard.WithKey(userKey), guard.WithAlso(tenant, userKey))))
 	if _, err := callEmpty(c, "u"); err != nil {
@@ -828,9 +808,9 @@ func TestWithAlso(t *testing.T) {
 func TestStackedIETF(t *testing.T) {
 	ietf := guard.WithHeaders(guard.HeadersIETF)
 	everyone := func(keyfunc.Request) (string, error) { return "all", nil }
-	perUser := newLimiter(t, "per-user", perMinute(5))
-	global := newLimiter(t, "global", perMinute(50))
-	tenant := newLimiter(t, "tenant", perMinute(20))
+	perUser := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("per-user", testkit.PerMinute(5)))
+	global := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("global", testkit.PerMinute(50)))
+	tenant := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("tenant", testkit.PerMinute(20)))
 	c := serveBufconn(t,
 		grpc.ChainUnaryInterceptor(
 			grpclimit.UnaryServerInterceptor(perUser, guard.WithKey(userKey), ietf),

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"testing"
-	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -17,7 +16,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
-	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
@@ -99,24 +97,6 @@ func serveTCP(t *testing.T, opts ...grpc.ServerOption) testpb.TestServiceClient 
 	return serve(t, lis, "passthrough:///"+lis.Addr().String(), nil, opts...)
 }
 
-// newLimiter returns a limiter on a fresh memory store.
-func newLimiter(t testing.TB, name string, rules []core.Rule, opts ...core.Option) *core.Limiter {
-	t.Helper()
-	return newLimiterOn(t, core.NewMemoryStore(), name, rules, opts...)
-}
-
-func newLimiterOn(t testing.TB, s core.Store, name string, rules []core.Rule, opts ...core.Option) *core.Limiter {
-	t.Helper()
-	l, err := core.NewLimiter(s, core.Policy{Name: name, Rules: rules}, opts...)
-	if err != nil {
-		t.Fatalf("core.NewLimiter(%q) = %v", name, err)
-	}
-	return l
-}
-
-// perMinute is one rule of limit calls per minute.
-func perMinute(limit int64) []core.Rule { return []core.Rule{{Limit: limit, Window: time.Minute}} }
-
 // userKey keys calls by the x-user metadata. keyfunc.Header asks for
 // "X-User": the view matches names in lowercase.
 var userKey = keyfunc.Header("x-user")
@@ -193,21 +173,8 @@ func details(err error) (*errdetails.RetryInfo, *errdetails.QuotaFailure) {
 	return ri, qf
 }
 
-// failingStore fails every call, like a Redis that is down.
-type failingStore struct{}
-
+// errStoreDown is the error of a store that is down.
 var errStoreDown = errors.New("store down: secret internal detail")
-
-func (failingStore) Take(context.Context, core.Query) (core.Result, error) {
-	return core.Result{}, errStoreDown
-}
-func (failingStore) Peek(context.Context, core.Query) (core.Result, error) {
-	return core.Result{}, errStoreDown
-}
-func (failingStore) Refund(context.Context, core.Query, int64) error { return errStoreDown }
-func (failingStore) Reset(context.Context, core.Query) error         { return errStoreDown }
-
-var _ core.Store = failingStore{}
 
 // testpbClient is the test service's client.
 type testpbClient = testpb.TestServiceClient

@@ -15,6 +15,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/grpclimit"
 	"github.com/ratekit/ratekit/guard"
+	"github.com/ratekit/ratekit/internal/testkit"
 )
 
 // holder keeps calls carrying x-hold metadata in the handler until it is
@@ -77,10 +78,7 @@ func TestInFlight(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "export-" + tc.name, InFlight: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
+			l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "export-" + tc.name, InFlight: 1})
 			h := newHolder(t)
 			c := tc.serve(t, l, h)
 			type result struct {

@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
@@ -54,57 +54,10 @@ func req() *request {
 	return &request{header: map[string]string{}, query: map[string]string{}, peer: "192.0.2.1:1234"}
 }
 
-// user keys by the X-User header: none is no key, "!" is malformed.
-func user(r keyfunc.Request) (string, error) {
-	switch u := r.Header("X-User"); u {
-	case "":
-		return "", keyfunc.ErrNoKey
-	case "!":
-		return "", errors.New("malformed user")
-	default:
-		return u, nil
-	}
-}
-
 // cost reads the cost from the query.
 func cost(r keyfunc.Request) int64 {
 	var n int64
 	_, _ = fmt.Sscan(r.Query("cost"), &n)
-	return n
-}
-
-func limiter(t *testing.T, store core.Store, name string, rules ...core.Rule) *core.Limiter {
-	t.Helper()
-	l, err := core.NewLimiter(store, core.Policy{Name: name, Rules: rules})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
-func perHour(n int64) core.Rule { return core.Rule{Limit: n, Window: time.Hour} }
-
-// recorder keeps the events an observer sees.
-type recorder struct {
-	mu     sync.Mutex
-	events []core.Event
-}
-
-func (r *recorder) Observe(_ context.Context, e core.Event) {
-	r.mu.Lock()
-	r.events = append(r.events, e)
-	r.mu.Unlock()
-}
-
-func (r *recorder) count(k core.EventKind) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, e := range r.events {
-		if e.Kind == k {
-			n++
-		}
-	}
 	return n
 }
 
@@ -136,7 +89,7 @@ func TestAdmit(t *testing.T) {
 		{
 			name: "allow then deny, with X-RateLimit headers",
 			setup: func(t *testing.T) (*core.Limiter, []guard.Option) {
-				return limiter(t, mem(), "basic", perHour(2)), nil
+				return testkit.Limiter(t, mem(), testkit.Policy("basic", testkit.PerHour(2))), nil
 			},
 			steps: []step{
 				{r: req(), want: guard.OutcomeAllow, headers: map[string]string{guard.HeaderLimit: "2", guard.HeaderRemaining: "1", guard.HeaderReset: "3600", guard.HeaderRetryAfter: ""}},
@@ -150,7 +103,7 @@ func TestAdmit(t *testing.T) {
 		{
 			name: "skip predicate",
 			setup: func(t *testing.T) (*core.Limiter, []guard.Option) {
-				return limiter(t, mem(), "skip", perHour(1)), []guard.Option{guard.WithSkip(func(r keyfunc.Request) bool { return r.Header("X-Health") != "" })}
+				return testkit.Limiter(t, mem(), testkit.Policy("skip", testkit.PerHour(1))), []guard.Option{guard.WithSkip(func(r keyfunc.Request) bool { return r.Header("X-Health") != "" })}
 			},
 			steps: []step{
 				{r: req().with("X-Health", "1"), want: guard.OutcomeSkip, headers: map[string]string{guard.HeaderLimit: ""}},
@@ -162,7 +115,7 @@ func TestAdmit(t *testing.T) {
 		{
 			name: "no key: skipped by default",
 			setup: func(t *testing.T) (*core.Limiter, []guard.Option) {
-				return limiter(t, mem(), "nokey", perHour(1)), []guard.Option{guard.WithKey(user)}
+				return testkit.Limiter(t, mem(), testkit.Policy("nokey", testkit.PerHour(1))), []guard.Option{guard.WithKey(testkit.UserKey)}
 			},
 			steps: []step{
 				{r: req(), want: guard.OutcomeSkip}, {r: req(), want: guard.OutcomeSkip},
@@ -172,7 +125,7 @@ func TestAdmit(t *testing.T) {
 		{
 			name: "no key: shared bucket",
 			setup: func(t *testing.T) (*core.Limiter, []guard.Option) {
-				return limiter(t, mem(), "shared", perHour(1)), []guard.Option{guard.WithKey(user), guard.WithNoKey(guard.NoKeyShared)}
+				return testkit.Limiter(t, mem(), testkit.Policy("shared", testkit.PerHour(1))), []guard.Option{guard.WithKey(testkit.UserKey), guard.WithNoKey(guard.NoKeyShared)}
 			},
 			steps: []step{{r: req(), want: guard.OutcomeAllow}, {r: req(), want: guard.OutcomeDeny}},
 			after: func(t *testing.T, l *core.Limiter) {
@@ -184,28 +137,28 @@ func TestAdmit(t *testing.T) {
 		{
 			name: "no key: rejected",
 			setup: func(t *testing.T) (*core.Limiter, []guard.Option) {
-				return limiter(t, mem(), "reject", perHour(1)), []guard.Option{guard.WithKey(user), guard.WithNoKey(guard.NoKeyReject)}
+				return testkit.Limiter(t, mem(), testkit.Policy("reject", testkit.PerHour(1))), []guard.Option{guard.WithKey(testkit.UserKey), guard.WithNoKey(guard.NoKeyReject)}
 			},
 			steps: []step{{r: req(), want: guard.OutcomeInvalid, body: "bad request: missing or malformed rate-limit key\n"}},
 		},
 		{
 			name: "malformed key: rejected, or skipped as configured",
 			setup: func(t *testing.T) (*core.Limiter, []guard.Option) {
-				return limiter(t, mem(), "badkey", perHour(1)), []guard.Option{guard.WithKey(user)}
+				return testkit.Limiter(t, mem(), testkit.Policy("badkey", testkit.PerHour(1))), []guard.Option{guard.WithKey(testkit.UserKey)}
 			},
 			steps: []step{{r: req().with("X-User", "!"), want: guard.OutcomeInvalid, headers: map[string]string{guard.HeaderLimit: ""}}},
 		},
 		{
 			name: "malformed key skipped",
 			setup: func(t *testing.T) (*core.Limiter, []guard.Option) {
-				return limiter(t, mem(), "badkey-skip", perHour(1)), []guard.Option{guard.WithKey(user), guard.WithKeyError(guard.KeyErrorSkip)}
+				return testkit.Limiter(t, mem(), testkit.Policy("badkey-skip", testkit.PerHour(1))), []guard.Option{guard.WithKey(testkit.UserKey), guard.WithKeyError(guard.KeyErrorSkip)}
 			},
 			steps: []step{{r: req().with("X-User", "!"), want: guard.OutcomeSkip}, {r: req().with("X-User", "!"), want: guard.OutcomeSkip}},
 		},
 		{
 			name: "cost: weights, below 1 is malformed, above the limit never fits",
 			setup: func(t *testing.T) (*core.Limiter, []guard.Option) {
-				return limiter(t, mem(), "cost", perHour(10)), []guard.Option{guard.WithCost(cost)}
+				return testkit.Limiter(t, mem(), testkit.Policy("cost", testkit.PerHour(10))), []guard.Option{guard.WithCost(cost)}
 			},
 			steps: []step{
 				{r: req().withQuery("cost", "3"), want: guard.OutcomeAllow, headers: map[string]string{guard.HeaderRemaining: "7"}},
@@ -219,7 +172,7 @@ func TestAdmit(t *testing.T) {
 		{
 			name: "dry run lets denials through without headers",
 			setup: func(t *testing.T) (*core.Limiter, []guard.Option) {
-				return limiter(t, mem(), "dry", perHour(1)), []guard.Option{guard.WithDryRun(true)}
+				return testkit.Limiter(t, mem(), testkit.Policy("dry", testkit.PerHour(1))), []guard.Option{guard.WithDryRun(true)}
 			},
 			steps: []step{
 				{r: req(), want: guard.OutcomeAllow, headers: map[string]string{guard.HeaderLimit: "1"}},
@@ -229,7 +182,7 @@ func TestAdmit(t *testing.T) {
 		{
 			name: "count only failures",
 			setup: func(t *testing.T) (*core.Limiter, []guard.Option) {
-				return limiter(t, mem(), "login", perHour(2)), []guard.Option{guard.WithCountIf(guard.StatusAuthFailure)}
+				return testkit.Limiter(t, mem(), testkit.Policy("login", testkit.PerHour(2))), []guard.Option{guard.WithCountIf(guard.StatusAuthFailure)}
 			},
 			steps: []step{
 				{r: req(), want: guard.OutcomeAllow, status: 200},
@@ -242,7 +195,7 @@ func TestAdmit(t *testing.T) {
 		{
 			name: "reset on success",
 			setup: func(t *testing.T) (*core.Limiter, []guard.Option) {
-				return limiter(t, mem(), "reset", perHour(2)), []guard.Option{guard.WithResetIf(guard.StatusSuccess)}
+				return testkit.Limiter(t, mem(), testkit.Policy("reset", testkit.PerHour(2))), []guard.Option{guard.WithResetIf(guard.StatusSuccess)}
 			},
 			steps: []step{
 				{r: req(), want: guard.OutcomeAllow, status: 401},
@@ -253,11 +206,8 @@ func TestAdmit(t *testing.T) {
 		{
 			name: "FailClosed is 503 with Retry-After",
 			setup: func(t *testing.T) (*core.Limiter, []guard.Option) {
-				l, err := core.NewLimiter(failing{}, core.Policy{Name: "closed", Rules: []core.Rule{perHour(5)}},
+				l := testkit.Limiter(t, testkit.FailingStore{Err: errDown}, core.Policy{Name: "closed", Rules: []core.Rule{testkit.PerHour(5)}},
 					core.WithFailurePolicy(core.FailClosed), core.WithBreaker(0, 0))
-				if err != nil {
-					t.Fatal(err)
-				}
 				return l, nil
 			},
 			steps: []step{{r: req(), want: guard.OutcomeUnavailable, headers: map[string]string{guard.HeaderRetryAfter: "1", guard.HeaderLimit: ""},
@@ -266,7 +216,7 @@ func TestAdmit(t *testing.T) {
 		{
 			name: "a request whose context ended",
 			setup: func(t *testing.T) (*core.Limiter, []guard.Option) {
-				return limiter(t, remote{mem()}, "ctx", perHour(5)), nil
+				return testkit.Limiter(t, remote{mem()}, testkit.Policy("ctx", testkit.PerHour(5))), nil
 			},
 			steps: []step{{r: func() *request {
 				r := req()
@@ -312,9 +262,9 @@ func TestAdmit(t *testing.T) {
 func TestAlso(t *testing.T) {
 	ctx := context.Background()
 	t.Run("denial refunds the others", func(t *testing.T) {
-		phone := limiter(t, core.NewMemoryStore(), "phone", perHour(5))
-		ip := limiter(t, core.NewMemoryStore(), "ip", perHour(1))
-		g := guard.New(phone, guard.WithKey(user), guard.WithAlso(ip, keyfunc.ClientIP()))
+		phone := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("phone", testkit.PerHour(5)))
+		ip := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("ip", testkit.PerHour(1)))
+		g := guard.New(phone, guard.WithKey(testkit.UserKey), guard.WithAlso(ip, keyfunc.ClientIP()))
 		if v := g.Admit(ctx, req().with("X-User", "a")); v.Outcome != guard.OutcomeAllow {
 			t.Fatalf("first = %v, want allow", v.Outcome)
 		}
@@ -327,9 +277,9 @@ func TestAlso(t *testing.T) {
 		}
 	})
 	t.Run("the guard's own key missing, the added limit still decides", func(t *testing.T) {
-		users := limiter(t, core.NewMemoryStore(), "user", perHour(100))
-		ip := limiter(t, core.NewMemoryStore(), "ip", perHour(3))
-		g := guard.New(users, guard.WithKey(user), guard.WithAlso(ip, keyfunc.ClientIP()))
+		users := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("user", testkit.PerHour(100)))
+		ip := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("ip", testkit.PerHour(3)))
+		g := guard.New(users, guard.WithKey(testkit.UserKey), guard.WithAlso(ip, keyfunc.ClientIP()))
 		var got []guard.Outcome
 		for range 5 {
 			v := g.Admit(ctx, req()) // anonymous
@@ -344,9 +294,9 @@ func TestAlso(t *testing.T) {
 		}
 	})
 	t.Run("an added limit without a key is skipped alone", func(t *testing.T) {
-		ips := limiter(t, core.NewMemoryStore(), "ip", perHour(2))
-		users := limiter(t, core.NewMemoryStore(), "user", perHour(1))
-		g := guard.New(ips, guard.WithAlso(users, user))
+		ips := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("ip", testkit.PerHour(2)))
+		users := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("user", testkit.PerHour(1)))
+		g := guard.New(ips, guard.WithAlso(users, testkit.UserKey))
 		for i, want := range []guard.Outcome{guard.OutcomeAllow, guard.OutcomeAllow, guard.OutcomeDeny} {
 			if v := g.Admit(ctx, req()); v.Outcome != want {
 				t.Errorf("request %d = %v, want %v", i, v.Outcome, want)
@@ -354,8 +304,8 @@ func TestAlso(t *testing.T) {
 		}
 	})
 	t.Run("count-if refunds every limit", func(t *testing.T) {
-		a := limiter(t, core.NewMemoryStore(), "a", perHour(1))
-		b := limiter(t, core.NewMemoryStore(), "b", perHour(1))
+		a := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("a", testkit.PerHour(1)))
+		b := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("b", testkit.PerHour(1)))
 		g := guard.New(a, guard.WithAlso(b, keyfunc.ClientIP()), guard.WithCountIf(guard.StatusAuthFailure))
 		for i := range 3 {
 			v := g.Admit(ctx, req())
@@ -371,19 +321,16 @@ func TestAlso(t *testing.T) {
 // reports decisions. One observer given to both sees each event once.
 func TestObserverLayers(t *testing.T) {
 	ctx := context.Background()
-	obs := &recorder{}
-	l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "obs", Rules: []core.Rule{perHour(1)}}, core.WithObserver(obs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := guard.New(l, guard.WithKey(user), guard.WithDryRun(true), guard.WithObserver(obs))
+	obs := &testkit.Events{}
+	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "obs", Rules: []core.Rule{testkit.PerHour(1)}}, core.WithObserver(obs))
+	g := guard.New(l, guard.WithKey(testkit.UserKey), guard.WithDryRun(true), guard.WithObserver(obs))
 	for _, u := range []string{"a", "a", "a", "", "!"} {
 		if v := g.Admit(ctx, req().with("X-User", u)); !v.Proceed() && v.Outcome != guard.OutcomeInvalid {
 			t.Fatalf("user %q: %v", u, v.Outcome)
 		}
 	}
 	for kind, want := range map[core.EventKind]int{core.EventDecision: 3, core.EventDryRun: 2, core.EventSkip: 1, core.EventKeyError: 1} {
-		if got := obs.count(kind); got != want {
+		if got := obs.Count(kind); got != want {
 			t.Errorf("%v events = %d, want %d", kind, got, want)
 		}
 	}
@@ -398,7 +345,7 @@ func TestIETFItemNames(t *testing.T) {
 		{{Limit: 1, Window: time.Millisecond}, {Limit: 9, Window: 500 * time.Millisecond}},
 		{{Limit: 1, Window: time.Minute}, {Limit: 5, Window: time.Hour}, {Limit: 10, Window: 24 * time.Hour}},
 	} {
-		g := guard.New(limiter(t, core.NewMemoryStore(), "p", rules...), guard.WithHeaders(guard.HeadersIETF))
+		g := guard.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("p", rules...)), guard.WithHeaders(guard.HeadersIETF))
 		v := g.Admit(ctx, req())
 		pol := headers(&v)[guard.HeaderPolicy]
 		names := map[string]bool{}
@@ -419,7 +366,7 @@ func TestIETFItemNames(t *testing.T) {
 // binding rule.
 func TestProblemBody(t *testing.T) {
 	ctx := context.Background()
-	g := guard.New(limiter(t, core.NewMemoryStore(), "sms", core.Rule{Limit: 1, Window: time.Minute}, perHour(5)),
+	g := guard.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("sms", core.Rule{Limit: 1, Window: time.Minute}, testkit.PerHour(5))),
 		guard.WithBody(guard.BodyProblem))
 	g.Admit(ctx, req())
 	v := g.Admit(ctx, req())
@@ -451,8 +398,8 @@ func TestNatives(t *testing.T) {
 		deny    string
 		methods []string
 	)
-	l := limiter(t, core.NewMemoryStore(), "n", perHour(1))
-	g := guard.New(l, guard.Native(deny("a")), guard.WithKey(user), guard.Native(methods{"x"}), guard.Native(deny("b")), guard.Native(methods{"y"}))
+	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("n", testkit.PerHour(1)))
+	g := guard.New(l, guard.Native(deny("a")), guard.WithKey(testkit.UserKey), guard.Native(methods{"x"}), guard.Native(deny("b")), guard.Native(methods{"y"}))
 	var (
 		d  deny
 		ms []methods
@@ -473,10 +420,10 @@ func TestNatives(t *testing.T) {
 }
 
 func TestPanics(t *testing.T) {
-	l := limiter(t, core.NewMemoryStore(), "p", perHour(1))
+	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("p", testkit.PerHour(1)))
 	for name, f := range map[string]func(){
 		"New(nil)":           func() { guard.New(nil) },
-		"WithAlso(nil, key)": func() { guard.WithAlso(nil, user) },
+		"WithAlso(nil, key)": func() { guard.WithAlso(nil, testkit.UserKey) },
 		"WithAlso(l, nil)":   func() { guard.WithAlso(l, nil) },
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -491,14 +438,7 @@ func TestPanics(t *testing.T) {
 }
 
 // failing is a store that fails every call.
-type failing struct{}
-
 var errDown = errors.New("store down")
-
-func (failing) Take(context.Context, core.Query) (core.Result, error) { return core.Result{}, errDown }
-func (failing) Peek(context.Context, core.Query) (core.Result, error) { return core.Result{}, errDown }
-func (failing) Refund(context.Context, core.Query, int64) error       { return errDown }
-func (failing) Reset(context.Context, core.Query) error               { return errDown }
 
 // remote hides that a store is a MemoryStore, so that the limiter treats
 // it as a store with a timeout and a deny cache.
@@ -521,13 +461,12 @@ func TestRefusalAnswers(t *testing.T) {
 		}
 		return "k", nil
 	}
-	open := func(t *testing.T) *core.Limiter { return limiter(t, core.NewMemoryStore(), "p", perHour(1)) }
+	open := func(t *testing.T) *core.Limiter {
+		return testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("p", testkit.PerHour(1)))
+	}
 	closed := func(t *testing.T) *core.Limiter {
-		l, err := core.NewLimiter(failing{}, core.Policy{Name: "closed", Rules: []core.Rule{perHour(5)}},
+		l := testkit.Limiter(t, testkit.FailingStore{Err: errDown}, core.Policy{Name: "closed", Rules: []core.Rule{testkit.PerHour(5)}},
 			core.WithFailurePolicy(core.FailClosed), core.WithBreaker(0, 0))
-		if err != nil {
-			t.Fatal(err)
-		}
 		return l
 	}
 	tests := []struct {
@@ -603,11 +542,11 @@ func (reasoned) Reason() string { return "invalid phone number" }
 // dry-run mode too, and reported once.
 func TestBlock(t *testing.T) {
 	ctx := context.Background()
-	obs := &recorder{}
+	obs := &testkit.Events{}
 	blocked := func(r keyfunc.Request) bool { return r.Header("X-User") == "mallory" }
 	for _, dry := range []bool{false, true} {
-		l := limiter(t, core.NewMemoryStore(), "block", perHour(1))
-		g := guard.New(l, guard.WithKey(user), guard.WithBlock(blocked), guard.WithSkip(func(keyfunc.Request) bool { return true }),
+		l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("block", testkit.PerHour(1)))
+		g := guard.New(l, guard.WithKey(testkit.UserKey), guard.WithBlock(blocked), guard.WithSkip(func(keyfunc.Request) bool { return true }),
 			guard.WithDryRun(dry), guard.WithObserver(obs))
 		v := g.Admit(ctx, req().with("X-User", "mallory"))
 		if v.Outcome != guard.OutcomeBlocked || v.Proceed() || v.Status() != 403 || len(headers(&v)) != 0 {
@@ -624,7 +563,7 @@ func TestBlock(t *testing.T) {
 			t.Errorf("alice = %v, want skip", v.Outcome)
 		}
 	}
-	if n := obs.count(core.EventBlock); n != 2 {
+	if n := obs.Count(core.EventBlock); n != 2 {
 		t.Errorf("observer saw %d blocks, want 2", n)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/race"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
@@ -21,9 +22,8 @@ import (
 func TestHeaderWriters(t *testing.T) {
 	ctx := context.Background()
 	for _, style := range []guard.HeaderStyle{guard.HeadersXRateLimit, guard.HeadersIETF, guard.HeadersXRateLimit | guard.HeadersIETF} {
-		l := limiter(t, core.NewMemoryStore(), "writers", core.Rule{Limit: 50_000, Window: 90 * time.Second},
-			core.Rule{Limit: 100_000, Window: 24 * time.Hour})
-		g := guard.New(l, guard.WithHeaders(style), guard.WithKey(user))
+		l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("writers", core.Rule{Limit: 50_000, Window: 90 * time.Second}, core.Rule{Limit: 100_000, Window: 24 * time.Hour}))
+		g := guard.New(l, guard.WithHeaders(style), guard.WithKey(testkit.UserKey))
 		first := g.Admit(ctx, req().with("X-User", "alice"))
 		want := headers(&first)
 		h := http.Header{}
@@ -52,7 +52,7 @@ func TestHeaderWriters(t *testing.T) {
 		}
 	}
 	// No fields, no map.
-	g := guard.New(limiter(t, core.NewMemoryStore(), "none", perHour(1)), guard.WithHeaders(guard.HeadersNone))
+	g := guard.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("none", testkit.PerHour(1))), guard.WithHeaders(guard.HeadersNone))
 	v := g.Admit(ctx, req())
 	if md := v.Metadata(); md != nil {
 		t.Errorf("Metadata with HeadersNone = %v, want nil", md)
@@ -70,7 +70,7 @@ func TestHeaderAllocations(t *testing.T) {
 	if race.Enabled {
 		t.Skip("allocation counts differ under the race detector")
 	}
-	g := guard.New(limiter(t, core.NewMemoryStore(), "allocs", core.Rule{Limit: 100_000, Window: time.Hour}))
+	g := guard.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("allocs", core.Rule{Limit: 100_000, Window: time.Hour})))
 	v := g.Admit(context.Background(), req())
 	h := http.Header{"Content-Type": {"application/json"}}
 	if n := testing.AllocsPerRun(100, func() { v.WriteHTTPHeaders(h) }); n != 1 {
@@ -92,7 +92,7 @@ func TestAdmitHTTPReusesViews(t *testing.T) {
 		seen = append(seen, r.Route()+"|"+string(b)+"|"+v)
 		return "k", nil
 	}
-	g := guard.New(limiter(t, core.NewMemoryStore(), "views", perHour(100)), guard.WithKey(key))
+	g := guard.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("views", testkit.PerHour(100))), guard.WithKey(key))
 	who := keyfunc.LocalsFunc(func(k any) any {
 		if k == "who" {
 			return "alice"

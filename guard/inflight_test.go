@@ -7,15 +7,13 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
 func inFlight(t *testing.T, store core.Store, name string, k int64) *core.Limiter {
 	t.Helper()
-	l, err := core.NewLimiter(store, core.Policy{Name: name, InFlight: k})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := testkit.Limiter(t, store, core.Policy{Name: name, InFlight: k})
 	return l
 }
 
@@ -118,7 +116,7 @@ func TestInFlightWithAlso(t *testing.T) {
 		name := map[bool]string{true: "concurrency first", false: "rate first"}[concFirst]
 		t.Run(name, func(t *testing.T) {
 			store := core.NewMemoryStore()
-			conc, rate := inFlight(t, store, "conc", 1), limiter(t, store, "rate", perHour(2))
+			conc, rate := inFlight(t, store, "conc", 1), testkit.Limiter(t, store, testkit.Policy("rate", testkit.PerHour(2)))
 			var g *guard.Guard
 			if concFirst {
 				g = guard.New(conc, guard.WithAlso(rate, ip))
@@ -179,11 +177,8 @@ func TestInFlightResetIfPanics(t *testing.T) {
 func TestInFlightDryRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	lim, grd := &recorder{}, &recorder{}
-	l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "conc", InFlight: 1}, core.WithObserver(lim))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lim, grd := &testkit.Events{}, &testkit.Events{}
+	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "conc", InFlight: 1}, core.WithObserver(lim))
 	g := guard.New(l, guard.WithDryRun(true), guard.WithObserver(grd))
 	a, b := g.Admit(ctx, req()), g.Admit(ctx, req())
 	if a.Outcome != guard.OutcomeAllow || a.DryRun || b.Outcome != guard.OutcomeAllow || !b.DryRun {
@@ -200,7 +195,7 @@ func TestInFlightDryRun(t *testing.T) {
 	if got := held(t, l, "192.0.2.1"); got != 0 {
 		t.Errorf("after both ended: %d in flight, want 0", got)
 	}
-	if lim.count(core.EventDecision) != 2 || grd.count(core.EventDryRun) != 1 {
-		t.Errorf("limiter saw %d decisions, guard %d dry-run events; want 2 and 1", lim.count(core.EventDecision), grd.count(core.EventDryRun))
+	if lim.Count(core.EventDecision) != 2 || grd.Count(core.EventDryRun) != 1 {
+		t.Errorf("limiter saw %d decisions, guard %d dry-run events; want 2 and 1", lim.Count(core.EventDecision), grd.Count(core.EventDryRun))
 	}
 }

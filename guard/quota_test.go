@@ -12,16 +12,14 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
 // stepped returns a limiter on a memory store whose clock is *now.
 func stepped(t *testing.T, p core.Policy, now *time.Time) *core.Limiter {
 	t.Helper()
-	l, err := core.NewLimiter(core.NewMemoryStore(), p, core.WithClock(func() time.Time { return *now }))
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := testkit.Limiter(t, core.NewMemoryStore(), p, core.WithClock(func() time.Time { return *now }))
 	return l
 }
 
@@ -109,9 +107,9 @@ func TestLockoutAnswer(t *testing.T) {
 func TestLockoutAlso(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	account := stepped(t, core.Policy{Name: "account", Rules: []core.Rule{perHour(1)}, Lockout: core.Lockout{For: time.Hour}}, &now)
-	ip := stepped(t, core.Policy{Name: "ip", Rules: []core.Rule{perHour(2)}}, &now)
-	g := guard.New(account, guard.WithKey(user), guard.WithAlso(ip, keyfunc.ClientIP()))
+	account := stepped(t, core.Policy{Name: "account", Rules: []core.Rule{testkit.PerHour(1)}, Lockout: core.Lockout{For: time.Hour}}, &now)
+	ip := stepped(t, core.Policy{Name: "ip", Rules: []core.Rule{testkit.PerHour(2)}}, &now)
+	g := guard.New(account, guard.WithKey(testkit.UserKey), guard.WithAlso(ip, keyfunc.ClientIP()))
 	for _, u := range []string{"a", "b"} {
 		if v := g.Admit(ctx, req().with("X-User", u)); v.Outcome != guard.OutcomeAllow {
 			t.Fatalf("user %s: %v, want allowed", u, v.Outcome)

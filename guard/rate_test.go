@@ -15,6 +15,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/redisstore"
 )
@@ -122,10 +123,7 @@ func TestLimitByPolicy(t *testing.T) {
 // Invalid configuration is a panic at construction that names the field.
 func TestLimitByPanics(t *testing.T) {
 	t.Parallel()
-	l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
 	for _, tc := range []struct {
 		name string
 		f    func()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
@@ -55,14 +56,14 @@ func TestWait(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			l := limiter(t, core.NewMemoryStore(), "out", perHour(3))
+			l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("out", testkit.PerHour(3)))
 			if tc.full {
 				for range 3 {
 					_, _ = l.Allow(ctx, "alice")
 				}
 			}
-			rec := &recorder{}
-			g := guard.New(l, append([]guard.Option{guard.WithKey(user), guard.WithObserver(rec)}, tc.opts...)...)
+			rec := &testkit.Events{}
+			g := guard.New(l, append([]guard.Option{guard.WithKey(testkit.UserKey), guard.WithObserver(rec)}, tc.opts...)...)
 			c := tc.ctx
 			if c == nil {
 				c = ctx
@@ -77,8 +78,8 @@ func TestWait(t *testing.T) {
 			if tc.name == "past the deadline" && c.Err() != nil {
 				t.Errorf("Wait returned after the deadline, want at once")
 			}
-			if tc.name == "dry run" && (!v.DryRun || rec.count(core.EventDryRun) != 1) {
-				t.Errorf("dry run: DryRun %v, %d dry-run events; want true, 1", v.DryRun, rec.count(core.EventDryRun))
+			if tc.name == "dry run" && (!v.DryRun || rec.Count(core.EventDryRun) != 1) {
+				t.Errorf("dry run: DryRun %v, %d dry-run events; want true, 1", v.DryRun, rec.Count(core.EventDryRun))
 			}
 		})
 	}
@@ -89,10 +90,10 @@ func TestWait(t *testing.T) {
 func TestWaitAlso(t *testing.T) {
 	ctx := context.Background()
 	store := core.NewMemoryStore()
-	own := limiter(t, store, "own", perHour(5))
-	global := limiter(t, store, "global", core.Rule{Limit: 1, Window: 100 * time.Millisecond})
+	own := testkit.Limiter(t, store, testkit.Policy("own", testkit.PerHour(5)))
+	global := testkit.Limiter(t, store, testkit.Policy("global", core.Rule{Limit: 1, Window: 100 * time.Millisecond}))
 	everyone := func(keyfunc.Request) (string, error) { return "all", nil }
-	g := guard.New(own, guard.WithKey(user), guard.WithAlso(global, everyone))
+	g := guard.New(own, guard.WithKey(testkit.UserKey), guard.WithAlso(global, everyone))
 
 	for i := range 2 {
 		// The second waits for the global limit's window, holding nothing.
@@ -106,7 +107,7 @@ func TestWaitAlso(t *testing.T) {
 	}
 
 	// The global limit cannot fit before the deadline: own's unit is refunded.
-	gl := guard.New(own, guard.WithKey(user), guard.WithAlso(limiter(t, store, "full", perHour(1)), everyone))
+	gl := guard.New(own, guard.WithKey(testkit.UserKey), guard.WithAlso(testkit.Limiter(t, store, testkit.Policy("full", testkit.PerHour(1))), everyone))
 	if v := gl.Wait(ctx, req().with("X-User", "bob")); v.Outcome != guard.OutcomeAllow {
 		t.Fatalf("Wait(bob) = %v, want allowed", v.Outcome)
 	}
@@ -126,10 +127,10 @@ func TestWaitAlso(t *testing.T) {
 // takes no units, and its error says why.
 func TestWaitBlock(t *testing.T) {
 	ctx := context.Background()
-	obs := &recorder{}
-	l := limiter(t, core.NewMemoryStore(), "out-block", perHour(1))
+	obs := &testkit.Events{}
+	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("out-block", testkit.PerHour(1)))
 	blocked := func(r keyfunc.Request) bool { return r.Header("X-User") == "mallory" }
-	g := guard.New(l, guard.WithKey(user), guard.WithBlock(blocked), guard.WithObserver(obs),
+	g := guard.New(l, guard.WithKey(testkit.UserKey), guard.WithBlock(blocked), guard.WithObserver(obs),
 		guard.WithSkip(func(r keyfunc.Request) bool { return r.Header("X-Skip") != "" }))
 	v := g.Wait(ctx, req().with("X-User", "mallory", "X-Skip", "1"))
 	if v.Outcome != guard.OutcomeBlocked || v.Proceed() || !errors.Is(v.Err, guard.ErrBlocked) {
@@ -138,7 +139,7 @@ func TestWaitBlock(t *testing.T) {
 	if got := used(t, l, "mallory"); got != 0 {
 		t.Errorf("a blocked request took %d units", got)
 	}
-	if n := obs.count(core.EventBlock); n != 1 {
+	if n := obs.Count(core.EventBlock); n != 1 {
 		t.Errorf("observer saw %d blocks, want 1", n)
 	}
 	if v := g.Wait(ctx, req().with("X-User", "alice")); v.Outcome != guard.OutcomeAllow {
@@ -149,7 +150,7 @@ func TestWaitBlock(t *testing.T) {
 // TestCheckOutbound: what the outgoing pipeline cannot honour is named,
 // so that adapters refuse it at construction.
 func TestCheckOutbound(t *testing.T) {
-	rate := limiter(t, core.NewMemoryStore(), "out-check", perHour(1))
+	rate := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("out-check", testkit.PerHour(1)))
 	conc := inFlight(t, core.NewMemoryStore(), "out-conc", 1)
 	for _, tc := range []struct {
 		name string
@@ -157,14 +158,14 @@ func TestCheckOutbound(t *testing.T) {
 		want string // "" means no error
 	}{
 		{"plain", guard.New(rate), ""},
-		{"every option that applies", guard.New(rate, guard.WithKey(user), guard.WithSkip(func(keyfunc.Request) bool { return false }),
+		{"every option that applies", guard.New(rate, guard.WithKey(testkit.UserKey), guard.WithSkip(func(keyfunc.Request) bool { return false }),
 			guard.WithBlock(func(keyfunc.Request) bool { return false }), guard.WithCost(cost), guard.WithNoKey(guard.NoKeyShared),
-			guard.WithKeyError(guard.KeyErrorSkip), guard.WithDryRun(true), guard.WithObserver(&recorder{}),
-			guard.WithAlso(limiter(t, core.NewMemoryStore(), "out-also", perHour(1)), user)), ""},
+			guard.WithKeyError(guard.KeyErrorSkip), guard.WithDryRun(true), guard.WithObserver(&testkit.Events{}),
+			guard.WithAlso(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("out-also", testkit.PerHour(1))), testkit.UserKey)), ""},
 		{"count-if", guard.New(rate, guard.WithCountIf(guard.StatusAuthFailure)), "WithCountIf"},
 		{"reset-if", guard.New(rate, guard.WithResetIf(guard.StatusSuccess)), "WithResetIf"},
 		{"in flight", guard.New(conc), `InFlight policy "out-conc"`},
-		{"in flight added", guard.New(rate, guard.WithAlso(conc, user)), `InFlight policy "out-conc"`},
+		{"in flight added", guard.New(rate, guard.WithAlso(conc, testkit.UserKey)), `InFlight policy "out-conc"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.g.CheckOutbound()
@@ -188,13 +189,13 @@ func TestWaitAlsoHoldsWhenSent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store := core.NewMemoryStore()
-	own := limiter(t, store, "own-200ms", core.Rule{Limit: 5, Window: 200 * time.Millisecond})
-	global := limiter(t, store, "global-1s", core.Rule{Limit: 20, Window: time.Second})
+	own := testkit.Limiter(t, store, testkit.Policy("own-200ms", core.Rule{Limit: 5, Window: 200 * time.Millisecond}))
+	global := testkit.Limiter(t, store, testkit.Policy("global-1s", core.Rule{Limit: 20, Window: time.Second}))
 	if _, err := global.AllowN(ctx, "all", 20); err != nil {
 		t.Fatal(err)
 	}
 	everyone := func(keyfunc.Request) (string, error) { return "all", nil }
-	g := guard.New(own, guard.WithKey(user), guard.WithAlso(global, everyone))
+	g := guard.New(own, guard.WithKey(testkit.UserKey), guard.WithAlso(global, everyone))
 	var (
 		mu    sync.Mutex
 		times []time.Time

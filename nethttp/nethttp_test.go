@@ -9,18 +9,10 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/nethttp"
 )
-
-func newLimiter(t testing.TB, limit int64) *core.Limiter {
-	t.Helper()
-	l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "test", Rules: []core.Rule{{Limit: limit, Window: time.Hour}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
 
 func TestNewPanicsOnNilLimiter(t *testing.T) {
 	defer func() {
@@ -42,7 +34,7 @@ func TestResponseController(t *testing.T) {
 		flushErr = rc.Flush()
 		deadlineErr = rc.SetWriteDeadline(time.Now().Add(time.Minute))
 	})
-	mw := nethttp.New(newLimiter(t, 1), guard.WithCountIf(func(s int) bool { return s == http.StatusUnauthorized }))
+	mw := nethttp.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(1))), guard.WithCountIf(func(s int) bool { return s == http.StatusUnauthorized }))
 	srv := httptest.NewServer(mw(h))
 	defer srv.Close()
 
@@ -67,7 +59,7 @@ func TestResponseController(t *testing.T) {
 // TestRouteIsPattern checks that key functions see the ServeMux pattern.
 func TestRouteIsPattern(t *testing.T) {
 	mux := http.NewServeMux()
-	mux.Handle("GET /users/{id}", nethttp.New(newLimiter(t, 1), guard.WithKey(keyfunc.Route()))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	mux.Handle("GET /users/{id}", nethttp.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(1))), guard.WithKey(keyfunc.Route()))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
 	var got []int
 	for _, p := range []string{"/users/1", "/users/2"} {
 		rec := httptest.NewRecorder()

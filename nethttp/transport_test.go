@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,10 +15,9 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
-	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/nethttp"
-	"github.com/ratekit/ratekit/redisstore"
 )
 
 // provider is a stand-in for an SMS provider: it counts the requests that
@@ -53,6 +51,11 @@ func post(ctx context.Context, c *http.Client, url, body string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	return do(c, req)
+}
+
+// do sends req through c and returns the status, or the error.
+func do(c *http.Client, req *http.Request) (int, error) {
 	res, err := c.Do(req)
 	if err != nil {
 		return 0, err
@@ -62,108 +65,6 @@ func post(ctx context.Context, c *http.Client, url, body string) (int, error) {
 	return res.StatusCode, nil
 }
 
-// instances are the ways the transport tests run n app instances on one
-// limit: n limiters on one Redis, each with its own client (skipped with
-// -short), or on one MemoryStore.
-var instances = []struct {
-	name string
-	new  func(t *testing.T, n int, p core.Policy, opts ...core.Option) []*core.Limiter
-}{
-	{"memory", func(t *testing.T, n int, p core.Policy, opts ...core.Option) []*core.Limiter {
-		store := core.NewMemoryStore()
-		ls := make([]*core.Limiter, n)
-		for i := range ls {
-			ls[i] = mustLimiter(t, store, p, opts...)
-		}
-		return ls
-	}},
-	{"redis", func(t *testing.T, n int, p core.Policy, opts ...core.Option) []*core.Limiter {
-		srv := redistest.Start(t)
-		ls := make([]*core.Limiter, n)
-		for i := range ls {
-			// A generous store timeout: a loaded machine under -race must not
-			// make decisions fall back to the local store.
-			ls[i] = mustLimiter(t, redisstore.New(srv.Client(t)), p, append([]core.Option{core.WithTimeout(2 * time.Second)}, opts...)...)
-		}
-		return ls
-	}},
-}
-
-func mustLimiter(t *testing.T, store core.Store, p core.Policy, opts ...core.Option) *core.Limiter {
-	t.Helper()
-	l, err := core.NewLimiter(store, p, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
-// TestTransportFleet: 4 instances x 5 goroutines send through one limit.
-// With a limit of 10 per hour and 5 s to wait, exactly 10 requests reach
-// the provider and the others fail at once; with 5 per 200 ms and no
-// deadline, every request waits its turn and reaches it.
-func TestTransportFleet(t *testing.T) {
-	const n, m = 4, 5
-	for _, in := range instances {
-		t.Run(in.name, func(t *testing.T) {
-			t.Parallel()
-			t.Run("deadline", func(t *testing.T) {
-				p := newProvider(t)
-				ls := in.new(t, n, core.Policy{Name: "hour", Rules: []core.Rule{{Limit: 10, Window: time.Hour}}})
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				var ok, late atomic.Int64
-				var wg sync.WaitGroup
-				for _, l := range ls {
-					c := &http.Client{Transport: nethttp.Transport(l, nil)}
-					for range m {
-						wg.Go(func() {
-							status, err := post(ctx, c, p.URL, "{}")
-							switch {
-							case err == nil && status == http.StatusAccepted:
-								ok.Add(1)
-							case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-								late.Add(1)
-							default:
-								t.Errorf("post = %d, %v (context: %v); want 202 or an error wrapping DeadlineExceeded before the deadline", status, err, ctx.Err())
-							}
-						})
-					}
-				}
-				wg.Wait()
-				if ok.Load() != 10 || late.Load() != n*m-10 || p.hits.Load() != 10 {
-					t.Errorf("%d sent, %d failed fast, %d reached the provider; want 10, %d, 10", ok.Load(), late.Load(), p.hits.Load(), n*m-10)
-				}
-			})
-			t.Run("wait", func(t *testing.T) {
-				p := newProvider(t)
-				var denied atomic.Int64
-				obs := core.ObserverFunc(func(_ context.Context, e core.Event) {
-					if e.Kind == core.EventDecision && !e.Decision.Allowed {
-						denied.Add(1)
-					}
-				})
-				ls := in.new(t, n, core.Policy{Name: "burst", Rules: []core.Rule{{Limit: 5, Window: 200 * time.Millisecond}}}, core.WithObserver(obs))
-				var wg sync.WaitGroup
-				for _, l := range ls {
-					c := &http.Client{Transport: nethttp.Transport(l, nil)}
-					for range m {
-						wg.Go(func() {
-							if status, err := post(context.Background(), c, p.URL, "{}"); err != nil || status != http.StatusAccepted {
-								t.Errorf("post = %d, %v; want 202 after waiting", status, err)
-							}
-						})
-					}
-				}
-				wg.Wait()
-				if p.hits.Load() != n*m || denied.Load() == 0 {
-					t.Errorf("%d requests reached the provider after %d denials, want all %d after some waiting", p.hits.Load(), denied.Load(), n*m)
-				}
-			})
-		})
-	}
-}
-
 // TestTransportKeys: the default key is the host, normalised; a key
 // function may read the body, from a copy, and the provider still gets
 // the whole body; a body it cannot copy is an error.
@@ -171,7 +72,7 @@ func TestTransportKeys(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	a, b := newProvider(t), newProvider(t)
-	l := mustLimiter(t, core.NewMemoryStore(), core.Policy{Name: "hosts", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}})
+	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "hosts", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}})
 	c := &http.Client{Transport: nethttp.Transport(l, nil)}
 	for _, url := range []string{a.URL, b.URL} {
 		if status, err := post(ctx, c, url, "{}"); err != nil || status != http.StatusAccepted {
@@ -234,13 +135,8 @@ func (c *closeRecorder) Close() error {
 // is not modified.
 func TestTransportContext(t *testing.T) {
 	p := newProvider(t)
-	var denied atomic.Int64
-	obs := core.ObserverFunc(func(_ context.Context, e core.Event) {
-		if e.Kind == core.EventDecision && !e.Decision.Allowed {
-			denied.Add(1)
-		}
-	})
-	l := mustLimiter(t, core.NewMemoryStore(), core.Policy{Name: "ctx", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}}, core.WithObserver(obs))
+	obs := &testkit.Events{}
+	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "ctx", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}}, core.WithObserver(obs))
 	rt := nethttp.Transport(l, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, p.URL, strings.NewReader("{}"))
@@ -256,7 +152,7 @@ func TestTransportContext(t *testing.T) {
 		_, err := rt.RoundTrip(req2)
 		done <- err
 	}()
-	waitUntil(t, func() bool { return denied.Load() == 1 })
+	testkit.WaitUntil(t, "the second request waits", func() bool { return obs.Denials() == 1 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("RoundTrip with its context canceled while waiting = %v, want context.Canceled", err)
@@ -266,16 +162,6 @@ func TestTransportContext(t *testing.T) {
 	}
 	if p.hits.Load() != 1 {
 		t.Errorf("%d requests reached the provider, want 1", p.hits.Load())
-	}
-}
-
-// waitUntil polls cond every millisecond and fails t after 10 s.
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
 	}
 }
 
@@ -289,130 +175,24 @@ func (c *idleCloser) CloseIdleConnections() { c.closed = true }
 
 func TestTransportCloseIdleConnections(t *testing.T) {
 	base := &idleCloser{RoundTripper: http.DefaultTransport}
-	c := &http.Client{Transport: nethttp.Transport(newLimiter(t, 1), base)}
+	c := &http.Client{Transport: nethttp.Transport(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(1))), base)}
 	c.CloseIdleConnections()
 	if !base.closed {
 		t.Error("http.Client.CloseIdleConnections did not reach the base RoundTripper")
 	}
 }
 
-// TestTransportPanics: what an outgoing request cannot honour is refused
-// when the Transport is built, by a panic naming it, never at request
-// time.
-func TestTransportPanics(t *testing.T) {
-	conc := mustLimiter(t, core.NewMemoryStore(), core.Policy{Name: "conc", InFlight: 1})
-	for name, tc := range map[string]struct {
-		f    func()
-		want string // in the panic's message
-	}{
-		"nil limiter": {func() { nethttp.Transport(nil, nil) }, "nil"},
-		"WithCountIf": {func() { nethttp.Transport(newLimiter(t, 1), nil, guard.WithCountIf(guard.StatusSuccess)) }, "WithCountIf"},
-		"WithResetIf": {func() { nethttp.Transport(newLimiter(t, 1), nil, guard.WithResetIf(guard.StatusSuccess)) }, "WithResetIf"},
-		"InFlight":    {func() { nethttp.Transport(conc, nil) }, `InFlight policy "conc"`},
-		"InFlight added": {func() {
-			nethttp.Transport(newLimiter(t, 1), nil, guard.WithAlso(conc, keyfunc.Header("X-User")))
-		}, `InFlight policy "conc"`},
-		"WithRoute": {func() {
-			nethttp.Transport(newLimiter(t, 1), nil, nethttp.WithRoute(func(*http.Request) string { return "" }))
-		}, "another adapter"},
-	} {
-		t.Run(name, func(t *testing.T) {
-			defer func() {
-				p := recover()
-				if msg := fmt.Sprint(p); p == nil || !strings.Contains(msg, tc.want) || !strings.Contains(msg, "Transport") {
-					t.Errorf("Transport with %s: panic %v, want one of Transport naming %q", name, p, tc.want)
-				}
-			}()
-			tc.f()
-		})
-	}
-}
-
-// TestTransportBlock: WithBlock refuses an outgoing request before it
-// waits or reaches base, with an error wrapping guard.ErrBlocked.
-func TestTransportBlock(t *testing.T) {
-	p := newProvider(t)
-	banned := func(r keyfunc.Request) bool { return strings.Contains(r.Path(), "/banned") }
-	c := &http.Client{Transport: nethttp.Transport(newLimiter(t, 5), nil, guard.WithBlock(banned))}
-	if _, err := post(context.Background(), c, p.URL+"/banned", "{}"); !errors.Is(err, guard.ErrBlocked) {
-		t.Errorf("post to a blocked path = %v, want an error wrapping guard.ErrBlocked", err)
-	}
-	if status, err := post(context.Background(), c, p.URL+"/ok", "{}"); err != nil || status != http.StatusAccepted {
-		t.Errorf("post = %d, %v; want 202", status, err)
-	}
-	if n := p.hits.Load(); n != 1 {
-		t.Errorf("%d requests reached the provider, want 1", n)
-	}
-}
-
-// sendTimes is a RoundTripper that records when each request leaves, and
-// answers 202 without a network.
-type sendTimes struct {
-	mu    sync.Mutex
-	times []time.Time
-}
-
-func (s *sendTimes) RoundTrip(r *http.Request) (*http.Response, error) {
-	s.mu.Lock()
-	s.times = append(s.times, time.Now())
-	s.mu.Unlock()
-	return &http.Response{StatusCode: http.StatusAccepted, Body: http.NoBody, Request: r}, nil
-}
-
-// maxIn returns the most times that lie within any span of d.
-func maxIn(times []time.Time, d time.Duration) int {
-	ts := slices.Clone(times)
-	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
-	most := 0
-	for i := range ts {
-		j := i
-		for j < len(ts) && ts[j].Sub(ts[i]) < d {
-			j++
+// TestTransportPanicsOnMiddlewareOption: an option of this package's
+// middleware is refused when the Transport is built, by a panic naming
+// it. (A nil limiter and what outgoing requests cannot honour are cases
+// of the outbound suite.)
+func TestTransportPanicsOnMiddlewareOption(t *testing.T) {
+	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(1)))
+	defer func() {
+		p := recover()
+		if msg := fmt.Sprint(p); p == nil || !strings.Contains(msg, "another adapter") || !strings.Contains(msg, "Transport") {
+			t.Errorf("Transport with WithRoute: panic %v, want one of Transport naming another adapter", p)
 		}
-		most = max(most, j-i)
-	}
-	return most
-}
-
-// TestTransportAlsoHoldsWhenSent: with WithAlso, every limit holds at the
-// moment a request leaves. A per-host limit of 5 per 200 ms and a global
-// cap of 20 per second, full when the requests start: 30 requests never
-// send more than 5 to the host within 200 ms, although the global cap
-// frees 20 at once. (A unit of the per-host limit kept while waiting for
-// the global one would be dated when taken, and 20 requests holding such
-// units would leave together.)
-func TestTransportAlsoHoldsWhenSent(t *testing.T) {
-	t.Parallel()
-	store := core.NewMemoryStore()
-	host := mustLimiter(t, store, core.Policy{Name: "host", Rules: []core.Rule{{Limit: 5, Window: 200 * time.Millisecond}}})
-	global := mustLimiter(t, store, core.Policy{Name: "global", Rules: []core.Rule{{Limit: 20, Window: time.Second}}})
-	everyone := func(keyfunc.Request) (string, error) { return "all", nil }
-	ctx := context.Background()
-	if _, err := global.AllowN(ctx, "all", 20); err != nil {
-		t.Fatal(err)
-	}
-	sent := &sendTimes{}
-	c := &http.Client{Transport: nethttp.Transport(host, sent, guard.WithAlso(global, everyone))}
-	var wg sync.WaitGroup
-	var failed atomic.Int64
-	for range 30 {
-		wg.Go(func() {
-			if status, err := post(ctx, c, "http://provider.example/sms", "{}"); err != nil || status != http.StatusAccepted {
-				failed.Add(1)
-				t.Errorf("post = %d, %v", status, err)
-			}
-		})
-	}
-	wg.Wait()
-	if n := len(sent.times); n != 30 || failed.Load() != 0 {
-		t.Fatalf("%d requests sent, %d failed; want 30 sent", n, failed.Load())
-	}
-	// 180 ms rather than 200: scheduling may delay a request's departure
-	// after its admission by a few milliseconds.
-	if most := maxIn(sent.times, 180*time.Millisecond); most > 5 {
-		t.Errorf("%d requests left within 180 ms; the per-host limit allows 5 per 200 ms", most)
-	}
-	if most := maxIn(sent.times, 900*time.Millisecond); most > 20 {
-		t.Errorf("%d requests left within 900 ms; the global cap allows 20 per second", most)
-	}
+	}()
+	nethttp.Transport(l, nil, nethttp.WithRoute(func(*http.Request) string { return "" }))
 }

@@ -12,7 +12,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/nethttp"
 )
@@ -132,7 +134,7 @@ func TestStatusRecorded(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			h := tc.handler
-			srv := httptest.NewUnstartedServer(nethttp.New(newLimiter(t, 1), guard.WithKey(constKey), guard.WithCountIf(tc.count))(h))
+			srv := httptest.NewUnstartedServer(nethttp.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(1))), guard.WithKey(constKey), guard.WithCountIf(tc.count))(h))
 			srv.Config.ErrorLog = log.New(io.Discard, "", 0) // superfluous WriteHeader calls are the point
 			srv.Start()
 			defer srv.Close()
@@ -243,7 +245,7 @@ func TestWriterInterfaces(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var plain, counted seen
 			tc.serve(t, probe(&plain))
-			mw := nethttp.New(newLimiter(t, 100), guard.WithKey(constKey), guard.WithCountIf(guard.StatusAuthFailure))
+			mw := nethttp.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(100))), guard.WithKey(constKey), guard.WithCountIf(guard.StatusAuthFailure))
 			tc.serve(t, mw(probe(&counted)))
 			if plain.ifaces != tc.want {
 				t.Fatalf("server writer has %q, want %q: the test's premise is wrong", plain.ifaces, tc.want)

@@ -20,6 +20,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc/personal"
 	"github.com/ratekit/ratekit/nethttp"
 	"github.com/ratekit/ratekit/opshttp"
@@ -133,13 +134,8 @@ func TestPageInBrowser(t *testing.T) {
 				in.cached.Add(1)
 			}
 		}))
-		var err error
-		if in.account, err = core.NewLimiter(store, accountPolicy, obs); err != nil {
-			t.Fatal(err)
-		}
-		if in.ip, err = core.NewLimiter(store, ipPolicy); err != nil {
-			t.Fatal(err)
-		}
+		in.account = testkit.Limiter(t, store, accountPolicy, obs)
+		in.ip = testkit.Limiter(t, store, ipPolicy)
 		mux := http.NewServeMux()
 		// The app's login: failures count, per account; alice's
 		// password is "wonderland".

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc/personal"
 	"github.com/ratekit/ratekit/opshttp"
 )
@@ -24,9 +25,9 @@ func TestKeyer(t *testing.T) {
 	account := []personal.Option{personal.Secret(secret)}
 	phone := []personal.Option{personal.Secret(secret), personal.DefaultRegion("CN")}
 	rule := []core.Rule{{Limit: 2, Window: time.Hour}}
-	logins := newLimiter(t, core.NewMemoryStore(), core.Policy{Name: "login-account", Rules: rule})
-	sms := newLimiter(t, core.NewMemoryStore(), core.Policy{Name: "sms-phone", Rules: rule})
-	ips := newLimiter(t, core.NewMemoryStore(), core.Policy{Name: "login-ip", Rules: rule})
+	logins := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "login-account", Rules: rule})
+	sms := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "sms-phone", Rules: rule})
+	ips := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "login-ip", Rules: rule})
 
 	// What the app's key functions store for alice, her phone and an IP.
 	aliceKey, err := personal.AccountKey("alice@example.com", account...)
@@ -127,7 +128,7 @@ func TestKeyer(t *testing.T) {
 // TestKeyerErrorWithoutReason: an error with no fixed reason is answered
 // with a generic one, never its text.
 func TestKeyerErrorWithoutReason(t *testing.T) {
-	l := newLimiter(t, core.NewMemoryStore(), core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
+	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
 	h := opshttp.Handler([]*core.Limiter{l}, opshttp.WithKeyer("p", func(id string) (string, error) {
 		if id == "empty" {
 			return "", nil
@@ -144,7 +145,7 @@ func TestKeyerErrorWithoutReason(t *testing.T) {
 }
 
 func TestKeyerPanics(t *testing.T) {
-	l := newLimiter(t, core.NewMemoryStore(), core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
+	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
 	f := func(id string) (string, error) { return id, nil }
 	tests := []struct {
 		name string

@@ -15,31 +15,13 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/opshttp"
 )
 
-// failingStore fails every call with an error whose text must not reach
-// the client.
-type failingStore struct{ core.Store }
-
+// errSecret is the error of a store that is down, whose text must not
+// reach the client.
 var errSecret = errors.New("dial redis://:hunter2@10.0.0.1:6379: refused")
-
-func (failingStore) Take(context.Context, core.Query) (core.Result, error) {
-	return core.Result{}, errSecret
-}
-func (failingStore) Peek(context.Context, core.Query) (core.Result, error) {
-	return core.Result{}, errSecret
-}
-func (failingStore) Reset(context.Context, core.Query) error { return errSecret }
-
-func newLimiter(t *testing.T, store core.Store, p core.Policy) *core.Limiter {
-	t.Helper()
-	l, err := core.NewLimiter(store, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
 
 type fixture struct {
 	srv    *httptest.Server
@@ -52,9 +34,9 @@ type fixture struct {
 func setup(t *testing.T) *fixture {
 	t.Helper()
 	f := &fixture{logs: &bytes.Buffer{}}
-	f.login = newLimiter(t, core.NewMemoryStore(), core.Policy{Name: "login", Rules: []core.Rule{{Limit: 5, Window: 15 * time.Minute}, {Limit: 20, Window: 24 * time.Hour}}})
-	f.quota = newLimiter(t, core.NewMemoryStore(), core.Policy{Name: "quota", Rules: []core.Rule{{Limit: 100000, Window: 24 * time.Hour}}, Algorithm: core.SlidingBuckets})
-	f.broken = newLimiter(t, failingStore{}, core.Policy{Name: "broken", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
+	f.login = testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "login", Rules: []core.Rule{{Limit: 5, Window: 15 * time.Minute}, {Limit: 20, Window: 24 * time.Hour}}})
+	f.quota = testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "quota", Rules: []core.Rule{{Limit: 100000, Window: 24 * time.Hour}}, Algorithm: core.SlidingBuckets})
+	f.broken = testkit.Limiter(t, testkit.FailingStore{Err: errSecret}, core.Policy{Name: "broken", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
 	h := opshttp.Handler([]*core.Limiter{f.login, f.quota, f.broken}, opshttp.WithLogger(slog.New(slog.NewTextHandler(f.logs, nil))))
 	f.srv = httptest.NewServer(http.StripPrefix("/admin", h))
 	t.Cleanup(f.srv.Close)
@@ -173,7 +155,7 @@ func TestPeekAndReset(t *testing.T) {
 }
 
 func TestHandlerPanics(t *testing.T) {
-	l := newLimiter(t, core.NewMemoryStore(), core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
+	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
 	tests := []struct {
 		name     string
 		limiters []*core.Limiter
@@ -251,8 +233,8 @@ func (o *recorded) take() ([]core.Event, []string) {
 // TestHandlerReportsResets: every reset through the handler, done or
 // failed, reaches the observers with the request's context; peeks do not.
 func TestHandlerReportsResets(t *testing.T) {
-	l := newLimiter(t, core.NewMemoryStore(), core.Policy{Name: "login", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}})
-	broken := newLimiter(t, failingStore{}, core.Policy{Name: "broken", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
+	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "login", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}})
+	broken := testkit.Limiter(t, testkit.FailingStore{Err: errSecret}, core.Policy{Name: "broken", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
 	obs := &recorded{}
 	srv := mounted(t, opshttp.Handler([]*core.Limiter{l, broken}, opshttp.WithObserver(obs), opshttp.WithObserver(nil),
 		opshttp.WithAuthorization(testAuth)))

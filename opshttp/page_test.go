@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc/personal"
 	"github.com/ratekit/ratekit/opshttp"
 )
@@ -46,11 +47,11 @@ func newPageFixture(t *testing.T, opts ...opshttp.Option) *pageFixture {
 	f := &pageFixture{obs: &recorded{}, paris: paris, lockoutFor: time.Hour, lockoutWindow: 15 * time.Minute,
 		accountOpts: []personal.Option{personal.Secret([]byte("app secret"))}}
 	store := core.NewMemoryStore()
-	f.account = newLimiter(t, store, core.Policy{Name: "login-account", Rules: []core.Rule{{Limit: 2, Window: f.lockoutWindow}},
+	f.account = testkit.Limiter(t, store, core.Policy{Name: "login-account", Rules: []core.Rule{{Limit: 2, Window: f.lockoutWindow}},
 		Lockout: core.Lockout{For: f.lockoutFor, Max: 24 * time.Hour}})
-	f.ip = newLimiter(t, store, core.Policy{Name: "login-ip", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}})
-	f.api = newLimiter(t, store, core.Policy{Name: "api", Rules: []core.Rule{{Limit: 10, Window: time.Second}, {Limit: 1000, Calendar: core.Month, Location: paris}}})
-	f.broken = newLimiter(t, failingStore{}, core.Policy{Name: "broken", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
+	f.ip = testkit.Limiter(t, store, core.Policy{Name: "login-ip", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}})
+	f.api = testkit.Limiter(t, store, core.Policy{Name: "api", Rules: []core.Rule{{Limit: 10, Window: time.Second}, {Limit: 1000, Calendar: core.Month, Location: paris}}})
+	f.broken = testkit.Limiter(t, testkit.FailingStore{Err: errSecret}, core.Policy{Name: "broken", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
 	f.aliceKey, err = personal.AccountKey("alice@example.com", f.accountOpts...)
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +177,7 @@ func near(got, want time.Time) bool {
 }
 
 func TestNewPageNeedsAuthorization(t *testing.T) {
-	l := newLimiter(t, core.NewMemoryStore(), core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
+	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
 	auth := opshttp.WithAuthorization(testAuth)
 	f := func(id string) (string, error) { return id, nil }
 	for _, tc := range []struct {

@@ -10,6 +10,7 @@ import (
 	_ "time/tzdata" // the tests' time zones, wherever they run
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/opshttp"
 )
 
@@ -17,7 +18,7 @@ import (
 // its rules hold; a reset lifts the lockout.
 func TestPeekLockout(t *testing.T) {
 	ctx := context.Background()
-	l := newLimiter(t, core.NewMemoryStore(), core.Policy{Name: "login-ip",
+	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "login-ip",
 		Rules: []core.Rule{{Limit: 2, Window: time.Second}}, Lockout: core.Lockout{For: 24 * time.Hour}})
 	srv := httptest.NewServer(opshttp.Handler([]*core.Limiter{l}))
 	t.Cleanup(srv.Close)
@@ -64,7 +65,7 @@ func TestCalendarJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := newLimiter(t, core.NewMemoryStore(), core.Policy{Name: "api", Rules: []core.Rule{
+	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "api", Rules: []core.Rule{
 		{Limit: 10, Window: time.Second},
 		{Limit: 1_000_000, Calendar: core.Month, Location: paris},
 		{Limit: 50_000, Calendar: core.Day},

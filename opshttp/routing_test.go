@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/opshttp"
 )
 
@@ -84,7 +85,7 @@ func TestDotKeys(t *testing.T) {
 	ctx := context.Background()
 	for _, key := range []string{".", "..", "...", "a/..", "../a", "%2E", "/"} {
 		t.Run(key, func(t *testing.T) {
-			l := newLimiter(t, core.NewMemoryStore(), core.Policy{Name: "login", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}})
+			l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "login", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}})
 			if _, err := l.Allow(ctx, key); err != nil {
 				t.Fatal(err)
 			}
@@ -134,7 +135,7 @@ func escapeAll(s string) string {
 // TestNoRedirectsAndJSONErrors: no path gets a redirect, and unknown
 // routes and wrong methods answer JSON, 405 with an Allow header.
 func TestNoRedirectsAndJSONErrors(t *testing.T) {
-	l := newLimiter(t, core.NewMemoryStore(), core.Policy{Name: "login", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}})
+	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "login", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}})
 	h := opshttp.Handler([]*core.Limiter{l})
 	for _, mount := range []struct {
 		name string

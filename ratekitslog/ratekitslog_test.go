@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/testkit"
 )
 
 // capture is a slog.Handler that keeps every record as one line:
@@ -160,11 +161,8 @@ func TestNewDefaults(t *testing.T) {
 func TestWithLimiter(t *testing.T) {
 	h := &capture{}
 	obs := New(slog.New(h), time.Minute)
-	l, err := core.NewLimiter(failingStore{}, core.Policy{Name: "login", Rules: []core.Rule{{Limit: 5, Window: time.Minute}}},
+	l := testkit.Limiter(t, testkit.FailingStore{Err: errors.New("store down")}, core.Policy{Name: "login", Rules: []core.Rule{{Limit: 5, Window: time.Minute}}},
 		core.WithObserver(obs), core.WithBreaker(3, time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
 	for range 100 {
 		if _, err := l.Allow(context.Background(), "user"); err != nil {
 			t.Fatal(err)
@@ -174,10 +172,4 @@ func TestWithLimiter(t *testing.T) {
 		!strings.Contains(h.lines[2], MsgBreakerOpen) {
 		t.Errorf("logged %d lines, want a store error, a fallback start and a breaker opening:\n%s", len(h.lines), strings.Join(h.lines, "\n"))
 	}
-}
-
-type failingStore struct{ core.Store }
-
-func (failingStore) Take(context.Context, core.Query) (core.Result, error) {
-	return core.Result{}, errors.New("store down")
 }

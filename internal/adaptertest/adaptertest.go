@@ -24,7 +24,6 @@ package adaptertest
 
 import (
 	"compress/gzip"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -298,37 +297,5 @@ func DenyReply(v *guard.Verdict) (status int, body string) {
 	return http.StatusTooManyRequests, fmt.Sprintf("custom deny: retry in %ds\n", guard.Seconds(v.Decision.RetryAfter))
 }
 
-// recorder is an observer that keeps every event.
-type recorder struct {
-	mu     sync.Mutex
-	events []core.Event
-}
-
-func (r *recorder) Observe(_ context.Context, e core.Event) {
-	r.mu.Lock()
-	r.events = append(r.events, e)
-	r.mu.Unlock()
-}
-
-func (r *recorder) all() []core.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]core.Event(nil), r.events...)
-}
-
-// failingStore fails every call, standing in for a Redis that is down.
-type failingStore struct{}
-
+// errDown is the error of a store that is down.
 var errDown = fmt.Errorf("adaptertest: store down")
-
-func (failingStore) Take(context.Context, core.Query) (core.Result, error) {
-	return core.Result{}, errDown
-}
-
-func (failingStore) Peek(context.Context, core.Query) (core.Result, error) {
-	return core.Result{}, errDown
-}
-
-func (failingStore) Refund(context.Context, core.Query, int64) error { return errDown }
-
-func (failingStore) Reset(context.Context, core.Query) error { return errDown }

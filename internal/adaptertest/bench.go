@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/testkit"
 )
 
 // Writer is the http.ResponseWriter of the middleware benchmarks: it
@@ -54,14 +55,10 @@ func BenchHandler(w http.ResponseWriter, _ *http.Request) {
 // every request takes the allowed path.
 func BenchLimiter(b testing.TB) *core.Limiter {
 	b.Helper()
-	l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{
+	return testkit.Limiter(b, core.NewMemoryStore(), core.Policy{
 		Name:  "bench",
 		Rules: []core.Rule{{Limit: 100_000, Window: time.Millisecond}},
 	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return l
 }
 
 // ServeBench serves req through h b.N times on a [Writer] and fails b on a

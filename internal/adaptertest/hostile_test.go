@@ -23,6 +23,7 @@ import (
 	"github.com/ratekit/ratekit/ginlimit"
 	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/keyfunc/personal"
 	"github.com/ratekit/ratekit/nethttp"
@@ -82,7 +83,7 @@ func hostileServer(t *testing.T, a hostileAdapter, l *core.Limiter, key keyfunc.
 
 func hostileLimiter(t *testing.T, store core.Store, limit int64, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	return mustLimit(t, store, core.Policy{Name: "hostile", Rules: []core.Rule{{Limit: limit, Window: time.Minute}}}, opts...)
+	return testkit.Limiter(t, store, core.Policy{Name: "hostile", Rules: []core.Rule{{Limit: limit, Window: time.Minute}}}, opts...)
 }
 
 // get sends a GET with headers through the server and returns the status.
@@ -307,7 +308,7 @@ func TestHostileHugeKeys(t *testing.T) {
 		store := redisstore.New(rdb)
 		raw := func(r keyfunc.Request) (string, error) { return r.Header("X-Key"), nil } // no bound of its own
 		for _, a := range hostileAdapters {
-			l := mustLimit(t, store, core.Policy{Name: "huge-" + a.name, Rules: []core.Rule{{Limit: 1, Window: time.Minute}}},
+			l := testkit.Limiter(t, store, core.Policy{Name: "huge-" + a.name, Rules: []core.Rule{{Limit: 1, Window: time.Minute}}},
 				core.WithTimeout(5*time.Second))
 			srv, _ := hostileServer(t, a, l, raw)
 			for i, v := range []string{huge, huge + "x", strings.Repeat("h", 4000)} {
@@ -395,14 +396,4 @@ func rawGet(t *testing.T, addr, header string) int {
 	}
 	_ = res.Body.Close()
 	return res.StatusCode
-}
-
-// mustLimit returns a limiter or fails t.
-func mustLimit(t *testing.T, store core.Store, p core.Policy, opts ...core.Option) *core.Limiter {
-	t.Helper()
-	l, err := core.NewLimiter(store, p, opts...)
-	if err != nil {
-		t.Fatalf("NewLimiter(%+v): %v", p, err)
-	}
-	return l
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/keyfunc/personal"
 )
@@ -60,16 +61,6 @@ func Run(t *testing.T, newServer NewServer) {
 type testCase struct {
 	name string
 	run  func(t *testing.T, newServer NewServer)
-}
-
-// limiter returns a limiter on a fresh MemoryStore.
-func limiter(t *testing.T, name string, rules ...core.Rule) *core.Limiter {
-	t.Helper()
-	l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: name, Rules: rules})
-	if err != nil {
-		t.Fatalf("NewLimiter(%q): %v", name, err)
-	}
-	return l
 }
 
 // request describes one request to the server.
@@ -289,7 +280,7 @@ func checkProblem(t *testing.T, what string, res response, policy string) {
 
 var cases = []testCase{
 	{"allow then deny with headers", func(t *testing.T, newServer NewServer) {
-		base := start(t, newServer, limiter(t, "basic", core.Rule{Limit: 3, Window: hour}), Options{})
+		base := start(t, newServer, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("basic", testkit.PerHour(3))), Options{})
 		for i, remaining := range []string{"2", "1", "0"} {
 			res := get(t, base)
 			what := "request " + strconv.Itoa(i+1)
@@ -318,7 +309,7 @@ var cases = []testCase{
 	{"route key: one bucket whatever the method", func(t *testing.T, newServer NewServer) {
 		// A route registered for every method is one route: a client
 		// choosing methods, standard or made up, gets no extra buckets.
-		l := limiter(t, "route", core.Rule{Limit: 3, Window: hour})
+		l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("route", testkit.PerHour(3)))
 		base := start(t, newServer, l, Options{Key: keyfunc.Join(keyfunc.ClientIP(), keyfunc.Route()), AnyMethod: true})
 		admitted := 0
 		var got []string
@@ -347,7 +338,7 @@ var cases = []testCase{
 		// The handler may read the query, the form or either value of a
 		// repeated parameter: the request is refused, never keyed by one.
 		phone := personal.Phone(personal.DefaultRegion("CN"))
-		base := start(t, newServer, limiter(t, "phone-conflict", core.Rule{Limit: 5, Window: hour}), Options{Key: phone})
+		base := start(t, newServer, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("phone-conflict", testkit.PerHour(5))), Options{Key: phone})
 		const conflict = "bad request: conflicting phone numbers in request\n"
 		form := hdr("Content-Type", "application/x-www-form-urlencoded")
 		for _, tc := range []struct {
@@ -370,7 +361,7 @@ var cases = []testCase{
 
 	{"skip predicate", func(t *testing.T, newServer NewServer) {
 		skip := func(r keyfunc.Request) bool { return r.Header("X-Skip") == "1" }
-		base := start(t, newServer, limiter(t, "skip", core.Rule{Limit: 1, Window: hour}), Options{Skip: skip})
+		base := start(t, newServer, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("skip", testkit.PerHour(1))), Options{Skip: skip})
 		for range 3 {
 			res := do(t, base, request{header: hdr("X-Skip", "1")})
 			wantStatus(t, "skipped", res, http.StatusOK)
@@ -389,8 +380,8 @@ var cases = []testCase{
 			}
 			return ps
 		}
-		obs := &recorder{}
-		base := start(t, newServer, limiter(t, "lists", core.Rule{Limit: 1, Window: hour}), Options{
+		obs := &testkit.Events{}
+		base := start(t, newServer, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("lists", testkit.PerHour(1))), Options{
 			Key:      keyfunc.ClientIP(proxy),
 			Skip:     keyfunc.InNetworks(nets("10.0.0.0/8"), proxy),
 			Block:    keyfunc.InNetworks(nets("203.0.113.0/24", "2001:db8::/32"), proxy),
@@ -412,7 +403,7 @@ var cases = []testCase{
 		wantStatuses(t, "other client", statuses(t, base, from("198.51.100.1"), 2), 200, 429)
 		wantStatuses(t, "spoofed allow behind the client", statuses(t, base, from("10.1.2.3, 198.51.100.1"), 1), 429)
 		blocks := 0
-		for _, e := range obs.all() {
+		for _, e := range obs.All() {
 			if e.Kind == core.EventBlock {
 				blocks++
 			}
@@ -423,7 +414,7 @@ var cases = []testCase{
 	}},
 
 	{"custom deny handler", func(t *testing.T, newServer NewServer) {
-		base := start(t, newServer, limiter(t, "deny", core.Rule{Limit: 1, Window: hour}), Options{DenyHandler: true})
+		base := start(t, newServer, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("deny", testkit.PerHour(1))), Options{DenyHandler: true})
 		wantStatus(t, "first", get(t, base), http.StatusOK)
 		res := get(t, base)
 		wantStatus(t, "denied", res, http.StatusTooManyRequests)
@@ -434,8 +425,8 @@ var cases = []testCase{
 	}},
 
 	{"missing key skips by default", func(t *testing.T, newServer NewServer) {
-		obs := &recorder{}
-		base := start(t, newServer, limiter(t, "nokey", core.Rule{Limit: 1, Window: hour}), Options{Key: userKey, Observer: obs})
+		obs := &testkit.Events{}
+		base := start(t, newServer, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("nokey", testkit.PerHour(1))), Options{Key: userKey, Observer: obs})
 		for range 3 {
 			res := get(t, base)
 			wantStatus(t, "anonymous", res, http.StatusOK)
@@ -445,7 +436,7 @@ var cases = []testCase{
 		wantStatuses(t, "alice", statuses(t, base, alice, 2), 200, 429)
 		wantStatus(t, "bob", do(t, base, request{header: hdr("X-User", "bob")}), http.StatusOK)
 		skips := 0
-		for _, e := range obs.all() {
+		for _, e := range obs.All() {
 			if e.Kind == core.EventSkip {
 				skips++
 			}
@@ -456,7 +447,7 @@ var cases = []testCase{
 	}},
 
 	{"missing key rejected with NoKeyReject", func(t *testing.T, newServer NewServer) {
-		base := start(t, newServer, limiter(t, "nokey-reject", core.Rule{Limit: 5, Window: hour}),
+		base := start(t, newServer, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("nokey-reject", testkit.PerHour(5))),
 			Options{Key: userKey, NoKey: new(guard.NoKeyReject)})
 		res := get(t, base)
 		wantStatus(t, "anonymous", res, http.StatusBadRequest)
@@ -468,8 +459,8 @@ var cases = []testCase{
 	}},
 
 	{"bad key is a 400 with a fixed reason", func(t *testing.T, newServer NewServer) {
-		obs := &recorder{}
-		base := start(t, newServer, limiter(t, "badkey", core.Rule{Limit: 5, Window: hour}), Options{Key: phoneKey, Observer: obs})
+		obs := &testkit.Events{}
+		base := start(t, newServer, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("badkey", testkit.PerHour(5))), Options{Key: phoneKey, Observer: obs})
 		const bad = "0000000"
 		res := do(t, base, request{header: hdr("X-Phone", bad)})
 		wantStatus(t, "bad phone", res, http.StatusBadRequest)
@@ -478,7 +469,7 @@ var cases = []testCase{
 		}
 		wantHeaders(t, "bad phone", res, "Content-Type", textPlain, guard.HeaderLimit, "")
 		var keyErr error
-		for _, e := range obs.all() {
+		for _, e := range obs.All() {
 			if e.Kind == core.EventKeyError {
 				keyErr = e.Err
 			}
@@ -500,7 +491,7 @@ var cases = []testCase{
 	}},
 
 	{"bad key skipped with KeyErrorSkip", func(t *testing.T, newServer NewServer) {
-		base := start(t, newServer, limiter(t, "badkey-skip", core.Rule{Limit: 1, Window: hour}),
+		base := start(t, newServer, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("badkey-skip", testkit.PerHour(1))),
 			Options{Key: phoneKey, KeyError: new(guard.KeyErrorSkip)})
 		wantStatuses(t, "bad phone", statuses(t, base, request{header: hdr("X-Phone", "nope")}, 3), 200, 200, 200)
 	}},
@@ -510,7 +501,7 @@ var cases = []testCase{
 			n, _ := strconv.ParseInt(r.Query("cost"), 10, 64)
 			return n
 		}
-		base := start(t, newServer, limiter(t, "cost", core.Rule{Limit: 10, Window: hour}), Options{Cost: cost})
+		base := start(t, newServer, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("cost", testkit.PerHour(10))), Options{Cost: cost})
 		for _, want := range []string{"7", "4", "1"} {
 			res := do(t, base, request{query: "cost=3"})
 			wantStatus(t, "cost 3", res, http.StatusOK)
@@ -534,7 +525,7 @@ var cases = []testCase{
 	}},
 
 	{"IETF headers", func(t *testing.T, newServer NewServer) {
-		l := limiter(t, "ietf", core.Rule{Limit: 2, Window: hour}, core.Rule{Limit: 5, Window: 24 * hour})
+		l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("ietf", testkit.PerHour(2), core.Rule{Limit: 5, Window: 24 * hour}))
 		base := start(t, newServer, l, Options{Headers: new(guard.HeadersIETF)})
 		for i, remaining := range []int64{1, 0} {
 			res := get(t, base)
@@ -556,7 +547,7 @@ var cases = []testCase{
 	}},
 
 	{"both header styles", func(t *testing.T, newServer NewServer) {
-		base := start(t, newServer, limiter(t, "both", core.Rule{Limit: 2, Window: hour}),
+		base := start(t, newServer, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("both", testkit.PerHour(2))),
 			Options{Headers: new(guard.HeadersXRateLimit | guard.HeadersIETF)})
 		res := get(t, base)
 		wantHeaders(t, "first", res, guard.HeaderLimit, "2", guard.HeaderRemaining, "1")
@@ -564,7 +555,7 @@ var cases = []testCase{
 	}},
 
 	{"no headers", func(t *testing.T, newServer NewServer) {
-		base := start(t, newServer, limiter(t, "none", core.Rule{Limit: 1, Window: hour}), Options{Headers: new(guard.HeadersNone)})
+		base := start(t, newServer, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("none", testkit.PerHour(1))), Options{Headers: new(guard.HeadersNone)})
 		res := get(t, base)
 		wantHeaders(t, "allowed", res, guard.HeaderLimit, "", guard.HeaderPolicy, "", guard.HeaderRateLimit, "")
 		res = get(t, base)
@@ -573,7 +564,7 @@ var cases = []testCase{
 	}},
 
 	{"problem+json body", func(t *testing.T, newServer NewServer) {
-		base := start(t, newServer, limiter(t, "problem", core.Rule{Limit: 1, Window: hour}), Options{Body: new(guard.BodyProblem)})
+		base := start(t, newServer, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("problem", testkit.PerHour(1))), Options{Body: new(guard.BodyProblem)})
 		wantStatus(t, "first", get(t, base), http.StatusOK)
 		res := get(t, base)
 		wantStatus(t, "denied", res, http.StatusTooManyRequests)
@@ -596,8 +587,8 @@ var cases = []testCase{
 	}},
 
 	{"dry run", func(t *testing.T, newServer NewServer) {
-		obs := &recorder{}
-		base := start(t, newServer, limiter(t, "dry", core.Rule{Limit: 1, Window: hour}), Options{DryRun: true, Observer: obs})
+		obs := &testkit.Events{}
+		base := start(t, newServer, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("dry", testkit.PerHour(1))), Options{DryRun: true, Observer: obs})
 		first := get(t, base)
 		wantStatus(t, "first", first, http.StatusOK)
 		wantHeaders(t, "first", first, guard.HeaderLimit, "1", guard.HeaderRemaining, "0")
@@ -610,7 +601,7 @@ var cases = []testCase{
 			}
 		}
 		dry := 0
-		for _, e := range obs.all() {
+		for _, e := range obs.All() {
 			if e.Kind == core.EventDryRun {
 				dry++
 				if e.Decision.Allowed || e.Policy != "dry" {
@@ -624,7 +615,7 @@ var cases = []testCase{
 	}},
 
 	{"trusted proxy X-Forwarded-For", func(t *testing.T, newServer NewServer) {
-		base := start(t, newServer, limiter(t, "xff", core.Rule{Limit: 1, Window: hour}), Options{Key: trustedKey})
+		base := start(t, newServer, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("xff", testkit.PerHour(1))), Options{Key: trustedKey})
 		a := request{header: hdr("X-Forwarded-For", "203.0.113.1")}
 		b := request{header: hdr("X-Forwarded-For", "198.51.100.9, 203.0.113.2")}
 		wantStatus(t, "client a", do(t, base, a), http.StatusOK)
@@ -638,7 +629,7 @@ var cases = []testCase{
 	{"trusted proxy Forwarded", func(t *testing.T, newServer NewServer) {
 		// ClientIP reads the one header named by ForwardingHeader.
 		key := keyfunc.ClientIP(keyfunc.TrustedProxies("127.0.0.0/8"), keyfunc.ForwardingHeader("Forwarded"))
-		base := start(t, newServer, limiter(t, "fwd", core.Rule{Limit: 1, Window: hour}), Options{Key: key})
+		base := start(t, newServer, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("fwd", testkit.PerHour(1))), Options{Key: key})
 		a := request{header: hdr("Forwarded", "for=203.0.113.1;proto=https")}
 		b := request{header: hdr("Forwarded", `for="[2001:db8:1:2::7]:4711"`)}
 		wantStatus(t, "client a", do(t, base, a), http.StatusOK)
@@ -649,7 +640,7 @@ var cases = []testCase{
 	}},
 
 	{"spoofed X-Forwarded-For ignored without trusted proxies", func(t *testing.T, newServer NewServer) {
-		base := start(t, newServer, limiter(t, "spoof", core.Rule{Limit: 1, Window: hour}), Options{})
+		base := start(t, newServer, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("spoof", testkit.PerHour(1))), Options{})
 		wantStatus(t, "first", do(t, base, request{header: hdr("X-Forwarded-For", "203.0.113.1")}), http.StatusOK)
 		wantStatus(t, "spoofed other client", do(t, base, request{header: hdr("X-Forwarded-For", "203.0.113.2")}), http.StatusTooManyRequests)
 		wantStatus(t, "spoofed Forwarded", do(t, base, request{header: hdr("Forwarded", "for=203.0.113.3")}), http.StatusTooManyRequests)
@@ -657,7 +648,7 @@ var cases = []testCase{
 	}},
 
 	{"IPv4-mapped IPv6 normalised", func(t *testing.T, newServer NewServer) {
-		base := start(t, newServer, limiter(t, "mapped", core.Rule{Limit: 1, Window: hour}), Options{Key: trustedKey})
+		base := start(t, newServer, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("mapped", testkit.PerHour(1))), Options{Key: trustedKey})
 		wantStatus(t, "mapped", do(t, base, request{header: hdr("X-Forwarded-For", "::ffff:10.1.2.3")}), http.StatusOK)
 		wantStatus(t, "plain", do(t, base, request{header: hdr("X-Forwarded-For", "10.1.2.3")}), http.StatusTooManyRequests)
 	}},
@@ -670,7 +661,7 @@ var cases = []testCase{
 			}
 			t.Run(name, func(t *testing.T) {
 				failures := func(status int) bool { return status >= 400 }
-				base := start(t, newServer, limiter(t, "login", core.Rule{Limit: 2, Window: hour}), Options{CountIf: failures})
+				base := start(t, newServer, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("login", testkit.PerHour(2))), Options{CountIf: failures})
 				fail := request{query: "status=401"}
 				if viaError {
 					fail.query += "&return_error=1"
@@ -695,7 +686,7 @@ var cases = []testCase{
 		// A framework error with a 302 status is a success for count-if; a
 		// plain error is a 500 and counts.
 		failures := func(status int) bool { return status >= 400 }
-		base := start(t, newServer, limiter(t, "redirect", core.Rule{Limit: 1, Window: hour}), Options{CountIf: failures})
+		base := start(t, newServer, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("redirect", testkit.PerHour(1))), Options{CountIf: failures})
 		for range 3 {
 			wantStatus(t, "redirect", do(t, base, request{query: "status=302&return_error=1"}), http.StatusFound)
 		}
@@ -704,7 +695,7 @@ var cases = []testCase{
 	}},
 
 	{"reset on success", func(t *testing.T, newServer NewServer) {
-		base := start(t, newServer, limiter(t, "reset", core.Rule{Limit: 3, Window: hour}), Options{
+		base := start(t, newServer, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("reset", testkit.PerHour(3))), Options{
 			CountIf: func(status int) bool { return status >= 400 },
 			ResetIf: func(status int) bool { return status == http.StatusOK },
 		})
@@ -719,7 +710,7 @@ var cases = []testCase{
 	}},
 
 	{"body readable after a Phone key", func(t *testing.T, newServer NewServer) {
-		base := start(t, newServer, limiter(t, "sms", core.Rule{Limit: 2, Window: hour}), Options{Key: phoneJSON})
+		base := start(t, newServer, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("sms", testkit.PerHour(2))), Options{Key: phoneJSON})
 		bodies := []string{
 			`{"phone":"+86 138-0013-8000","text":"hello"}`,
 			`{"text":"same number, local form","phone":"13800138000"}`,
@@ -750,7 +741,7 @@ var cases = []testCase{
 	}},
 
 	{"compressed body: at most the limit is inflated", func(t *testing.T, newServer NewServer) {
-		l := limiter(t, "gzip", core.Rule{Limit: 1, Window: hour})
+		l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("gzip", testkit.PerHour(1)))
 		base := start(t, newServer, l, Options{Key: phoneJSON, Decompress: true})
 		gz := request{method: http.MethodPost, header: hdr("Content-Encoding", "gzip")}
 
@@ -789,8 +780,8 @@ var cases = []testCase{
 			t.Run("count-if and added limit/"+kind, func(t *testing.T) {
 				// Login: auth failures count on the account and the
 				// client; a panic is a 500, refunded on both.
-				account := limiter(t, "panic-account", core.Rule{Limit: 1, Window: hour})
-				client := limiter(t, "panic-client", core.Rule{Limit: 1, Window: hour})
+				account := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("panic-account", testkit.PerHour(1)))
+				client := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("panic-client", testkit.PerHour(1)))
 				base := start(t, newServer, account, Options{
 					Key: userKey, CountIf: guard.StatusAuthFailure,
 					Also: []Also{{Limiter: client, Key: tenantKey}},
@@ -806,7 +797,7 @@ var cases = []testCase{
 			})
 		}
 		t.Run("reset-if", func(t *testing.T) {
-			l := limiter(t, "panic-reset", core.Rule{Limit: 3, Window: hour})
+			l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("panic-reset", testkit.PerHour(3)))
 			base := start(t, newServer, l, Options{
 				Key: userKey, ResetIf: func(status int) bool { return status == http.StatusInternalServerError },
 			})
@@ -821,7 +812,7 @@ var cases = []testCase{
 
 	{"problem+json for every refusal", func(t *testing.T, newServer NewServer) {
 		problem := new(guard.BodyProblem)
-		l := limiter(t, "problem-all", core.Rule{Limit: 5, Window: hour})
+		l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("problem-all", testkit.PerHour(5)))
 		base := start(t, newServer, l, Options{Key: phoneJSON, Body: problem})
 		post := func(body string) request { return request{method: http.MethodPost, body: body} }
 		for _, tc := range []struct {
@@ -839,23 +830,20 @@ var cases = []testCase{
 			checkStatusProblem(t, tc.name, do(t, base, tc.rq), tc.status, tc.title, tc.detail)
 		}
 
-		nokey := start(t, newServer, limiter(t, "problem-nokey", core.Rule{Limit: 5, Window: hour}),
+		nokey := start(t, newServer, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("problem-nokey", testkit.PerHour(5))),
 			Options{Key: userKey, NoKey: new(guard.NoKeyReject), Body: problem})
 		checkStatusProblem(t, "no key", get(t, nokey), http.StatusBadRequest, "Bad Request", "missing or malformed rate-limit key")
 
-		closed, err := core.NewLimiter(failingStore{}, core.Policy{Name: "problem-closed", Rules: []core.Rule{{Limit: 5, Window: hour}}},
+		closed := testkit.Limiter(t, testkit.FailingStore{Err: errDown}, core.Policy{Name: "problem-closed", Rules: []core.Rule{{Limit: 5, Window: hour}}},
 			core.WithFailurePolicy(core.FailClosed), core.WithBreaker(0, 0))
-		if err != nil {
-			t.Fatal(err)
-		}
 		res := get(t, start(t, newServer, closed, Options{Body: problem}))
 		checkStatusProblem(t, "store down", res, http.StatusServiceUnavailable, "Service Unavailable", "rate limiter unavailable")
 		wantHeaders(t, "store down", res, guard.HeaderRetryAfter, "1")
 	}},
 
 	{"WithAlso: a denial by one limit consumes nothing from the other", func(t *testing.T, newServer NewServer) {
-		main := limiter(t, "main", core.Rule{Limit: 2, Window: hour})
-		added := limiter(t, "added", core.Rule{Limit: 3, Window: hour})
+		main := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("main", testkit.PerHour(2)))
+		added := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("added", testkit.PerHour(3)))
 		base := start(t, newServer, main, Options{
 			Key:     userKey,
 			Headers: new(guard.HeadersXRateLimit | guard.HeadersIETF),
@@ -915,8 +903,8 @@ var cases = []testCase{
 		// Per client outside, a global cap inside, each a middleware of
 		// its own: the answer lists both, neither erases the other.
 		ietf := new(guard.HeadersIETF)
-		perClient := limiter(t, "per-client", core.Rule{Limit: 3, Window: hour})
-		global := limiter(t, "global", core.Rule{Limit: 2, Window: hour}, core.Rule{Limit: 10, Window: 24 * hour})
+		perClient := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("per-client", testkit.PerHour(3)))
+		global := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("global", testkit.PerHour(2), core.Rule{Limit: 10, Window: 24 * hour}))
 		everyone := func(keyfunc.Request) (string, error) { return "all", nil }
 		base := start(t, newServer, global, Options{Key: everyone, Headers: ietf,
 			Outer: &Outer{Limiter: perClient, Options: Options{Key: userKey, Headers: ietf}}})
@@ -944,8 +932,8 @@ var cases = []testCase{
 	{"WithAlso with count-if and reset-if", func(t *testing.T, newServer NewServer) {
 		// Login: failures count on the account and on the client; a
 		// success resets the account and is not counted on the client.
-		account := limiter(t, "account", core.Rule{Limit: 2, Window: hour})
-		client := limiter(t, "client", core.Rule{Limit: 3, Window: hour})
+		account := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("account", testkit.PerHour(2)))
+		client := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("client", testkit.PerHour(3)))
 		base := start(t, newServer, account, Options{
 			Key:     userKey,
 			CountIf: func(status int) bool { return status >= 400 },
@@ -965,7 +953,7 @@ var cases = []testCase{
 	}},
 
 	{"exact admission under concurrency", func(t *testing.T, newServer NewServer) {
-		base := start(t, newServer, limiter(t, "burst", core.Rule{Limit: 5, Window: hour}), Options{})
+		base := start(t, newServer, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("burst", testkit.PerHour(5))), Options{})
 		const n = 50
 		var (
 			wg   sync.WaitGroup
@@ -988,12 +976,9 @@ var cases = []testCase{
 
 	{"fail closed answers 503", func(t *testing.T, newServer NewServer) {
 		// One observer for the limiter and the middleware: each event once.
-		obs := &recorder{}
-		l, err := core.NewLimiter(failingStore{}, core.Policy{Name: "closed", Rules: []core.Rule{{Limit: 5, Window: hour}}},
+		obs := &testkit.Events{}
+		l := testkit.Limiter(t, testkit.FailingStore{Err: errDown}, core.Policy{Name: "closed", Rules: []core.Rule{{Limit: 5, Window: hour}}},
 			core.WithFailurePolicy(core.FailClosed), core.WithBreaker(0, 0), core.WithObserver(obs))
-		if err != nil {
-			t.Fatal(err)
-		}
 		base := start(t, newServer, l, Options{Observer: obs})
 		res := get(t, base)
 		wantStatus(t, "store down", res, http.StatusServiceUnavailable)
@@ -1005,7 +990,7 @@ var cases = []testCase{
 			t.Errorf("store down: body %q leaks the store error", res.body)
 		}
 		var storeErrs int
-		for _, e := range obs.all() {
+		for _, e := range obs.All() {
 			if e.Kind == core.EventStoreError {
 				storeErrs++
 			}
@@ -1016,11 +1001,8 @@ var cases = []testCase{
 	}},
 
 	{"fail open passes without headers", func(t *testing.T, newServer NewServer) {
-		l, err := core.NewLimiter(failingStore{}, core.Policy{Name: "open", Rules: []core.Rule{{Limit: 1, Window: hour}}},
+		l := testkit.Limiter(t, testkit.FailingStore{Err: errDown}, core.Policy{Name: "open", Rules: []core.Rule{{Limit: 1, Window: hour}}},
 			core.WithFailurePolicy(core.FailOpen))
-		if err != nil {
-			t.Fatal(err)
-		}
 		base := start(t, newServer, l, Options{})
 		for range 3 {
 			res := get(t, base)
@@ -1030,10 +1012,7 @@ var cases = []testCase{
 	}},
 
 	{"InFlight: at most K in flight, each released when its handler ends", func(t *testing.T, newServer NewServer) {
-		l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "export", InFlight: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "export", InFlight: 2})
 		base := start(t, newServer, l, Options{Key: userKey, Headers: new(guard.HeadersXRateLimit | guard.HeadersIETF)})
 		alice := hdr("X-User", "alice")
 		g := newGate(t)
@@ -1089,11 +1068,8 @@ var cases = []testCase{
 
 	{"InFlight with WithAlso: a denial by either consumes nothing of the other", func(t *testing.T, newServer NewServer) {
 		store := core.NewMemoryStore()
-		conc, err := core.NewLimiter(store, core.Policy{Name: "conc", InFlight: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rate := limiter(t, "rate", core.Rule{Limit: 3, Window: hour})
+		conc := testkit.Limiter(t, store, core.Policy{Name: "conc", InFlight: 1})
+		rate := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("rate", testkit.PerHour(3)))
 		base := start(t, newServer, conc, Options{Key: userKey, Also: []Also{{Limiter: rate, Key: userKey}}})
 		alice := hdr("X-User", "alice")
 		g := newGate(t)
@@ -1122,10 +1098,7 @@ var cases = []testCase{
 	}},
 
 	{"fail local keeps limiting", func(t *testing.T, newServer NewServer) {
-		l, err := core.NewLimiter(failingStore{}, core.Policy{Name: "local", Rules: []core.Rule{{Limit: 2, Window: hour}}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := testkit.Limiter(t, testkit.FailingStore{Err: errDown}, core.Policy{Name: "local", Rules: []core.Rule{{Limit: 2, Window: hour}}})
 		base := start(t, newServer, l, Options{})
 		res := get(t, base)
 		wantStatus(t, "first", res, http.StatusOK)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
@@ -38,8 +39,8 @@ func Run(t *testing.T, obs core.Observer, whileOpen func()) {
 	t.Helper()
 	ctx := context.Background()
 
-	login := guard.New(newLimiter(t, remote{core.NewMemoryStore()}, "login", 2, core.WithObserver(obs)),
-		guard.WithKey(userKey), guard.WithObserver(obs))
+	login := guard.New(testkit.Limiter(t, remote{core.NewMemoryStore()}, testkit.Policy("login", testkit.PerMinute(2)), core.WithObserver(obs)),
+		guard.WithKey(testkit.UserKey), guard.WithObserver(obs))
 	for i, step := range []struct {
 		user string
 		want guard.Outcome
@@ -52,8 +53,8 @@ func Run(t *testing.T, obs core.Observer, whileOpen func()) {
 		}
 	}
 
-	dry := guard.New(newLimiter(t, core.NewMemoryStore(), "dry", 1, core.WithObserver(obs)),
-		guard.WithKey(userKey), guard.WithDryRun(true), guard.WithObserver(obs))
+	dry := guard.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("dry", testkit.PerMinute(1)), core.WithObserver(obs)),
+		guard.WithKey(testkit.UserKey), guard.WithDryRun(true), guard.WithObserver(obs))
 	for i := range 2 {
 		if v := admit(dry, "bob"); v.Outcome != guard.OutcomeAllow {
 			t.Fatalf("dry request %d: outcome %v, want allow", i+1, v.Outcome)
@@ -62,7 +63,7 @@ func Run(t *testing.T, obs core.Observer, whileOpen func()) {
 
 	store := &flakyStore{remote: remote{core.NewMemoryStore()}}
 	store.fail.Store(true)
-	flaky := newLimiter(t, store, "flaky", 100, core.WithObserver(obs), core.WithBreaker(2, 30*time.Millisecond))
+	flaky := testkit.Limiter(t, store, testkit.Policy("flaky", testkit.PerMinute(100)), core.WithObserver(obs), core.WithBreaker(2, 30*time.Millisecond))
 	for i := range 3 {
 		if d, err := flaky.Allow(ctx, "carol"); err != nil || d.Source != core.SourceLocal {
 			t.Fatalf("flaky call %d = %+v, %v; want a local fallback", i+1, d, err)
@@ -79,27 +80,12 @@ func Run(t *testing.T, obs core.Observer, whileOpen func()) {
 
 	obs.Observe(ctx, core.Event{Kind: core.EventBlock, Policy: "login"})
 
-	ban, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "ban",
+	ban := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "ban",
 		Rules: []core.Rule{{Limit: 1, Window: time.Minute}}, Lockout: core.Lockout{For: time.Hour}}, core.WithObserver(obs))
-	if err != nil {
-		t.Fatal(err)
-	}
 	for i := range 3 {
 		if d, err := ban.Allow(ctx, "mallory"); err != nil || d.Allowed != (i == 0) || d.Locked != (i > 0) {
 			t.Fatalf("ban call %d = %+v, %v; want allowed, then locked out", i+1, d, err)
 		}
-	}
-}
-
-// userKey keys by X-User: absent is no key (skipped), "!" is malformed.
-func userKey(r keyfunc.Request) (string, error) {
-	switch u := r.Header("X-User"); u {
-	case "":
-		return "", keyfunc.ErrNoKey
-	case "!":
-		return "", errors.New("malformed user")
-	default:
-		return u, nil
 	}
 }
 
@@ -112,15 +98,6 @@ func admit(g *guard.Guard, user string) guard.Verdict {
 	v := g.Admit(r.Context(), keyfunc.FromHTTP(r, "/"))
 	v.Finish(r.Context(), 200)
 	return v
-}
-
-func newLimiter(t *testing.T, store core.Store, name string, limit int64, opts ...core.Option) *core.Limiter {
-	t.Helper()
-	l, err := core.NewLimiter(store, core.Policy{Name: name, Rules: []core.Rule{{Limit: limit, Window: time.Minute}}}, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
 }
 
 // flakyStore is a shared store on a MemoryStore whose Take fails while

@@ -10,6 +10,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/storetest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
 
@@ -22,18 +23,15 @@ func TestLockoutAndCalendar(t *testing.T) {
 	ctx := context.Background()
 	store := redisstore.New(srv.Client(t))
 	// The app's limiter, with a deny cache.
-	login, err := core.NewLimiter(store, core.Policy{Name: "login-ip", Rules: []core.Rule{{Limit: 2, Window: time.Minute}},
+	login := testkit.Limiter(t, store, core.Policy{Name: "login-ip", Rules: []core.Rule{{Limit: 2, Window: time.Minute}},
 		Lockout: core.Lockout{For: 24 * time.Hour}}, core.WithTimeout(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
 	for range 3 {
 		if _, err := login.Allow(ctx, "192.0.2.1"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	api := mustLimiter(t, store, core.Policy{Name: "api", Rules: []core.Rule{{Limit: 10, Window: time.Second},
-		{Limit: 1_000_000, Calendar: core.Month, Location: storetest.Zone(t, "Europe/Paris")}}})
+	api := testkit.Limiter(t, store, core.Policy{Name: "api", Rules: []core.Rule{{Limit: 10, Window: time.Second},
+		{Limit: 1_000_000, Calendar: core.Month, Location: storetest.Zone(t, "Europe/Paris")}}}, appOptions...)
 	if _, err := api.AllowN(ctx, "app-42", 7); err != nil {
 		t.Fatal(err)
 	}

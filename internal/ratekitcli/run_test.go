@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
 
@@ -32,16 +33,10 @@ func TestCommands(t *testing.T) {
 	url := "redis://" + srv.Addr() + "/0"
 	ctx := context.Background()
 	store := redisstore.New(srv.Client(t))
-	login, err := core.NewLimiter(store, core.Policy{Name: "login", Rules: []core.Rule{{Limit: 5, Window: 15 * time.Minute}, {Limit: 20, Window: 24 * time.Hour}}},
+	login := testkit.Limiter(t, store, core.Policy{Name: "login", Rules: []core.Rule{{Limit: 5, Window: 15 * time.Minute}, {Limit: 20, Window: 24 * time.Hour}}},
 		core.WithTimeout(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	quota, err := core.NewLimiter(store, core.Policy{Name: "quota", Rules: []core.Rule{{Limit: 1000, Window: 24 * time.Hour}}, Algorithm: core.SlidingBuckets},
+	quota := testkit.Limiter(t, store, core.Policy{Name: "quota", Rules: []core.Rule{{Limit: 1000, Window: 24 * time.Hour}}, Algorithm: core.SlidingBuckets},
 		core.WithTimeout(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
 	for range 5 {
 		if d, err := login.Allow(ctx, "alice@example.com"); err != nil || d.Source != core.SourceStore {
 			t.Fatalf("Allow = %+v, %v", d, err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc/personal"
 	"github.com/ratekit/ratekit/redisstore"
 )
@@ -36,18 +37,11 @@ func execEnv(t *testing.T, env map[string]string, args ...string) (code int, std
 	return code, out.String(), errOut.String()
 }
 
-// mustLimiter returns an app's limiter. It keeps no deny cache: a reset
-// by another process reaches the app's deny caches by a way of core's own,
-// not tested here. Its timeout is generous, so that a loaded machine does
-// not turn its decisions into local fallbacks.
-func mustLimiter(t *testing.T, store core.Store, p core.Policy) *core.Limiter {
-	t.Helper()
-	l, err := core.NewLimiter(store, p, core.WithDenyCache(0), core.WithTimeout(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
+// appOptions are the options of an app's limiters. They keep no deny
+// cache: a reset by another process reaches the app's deny caches by a
+// way of core's own, not tested here. Their timeout is generous, so that
+// a loaded machine does not turn the decisions into local fallbacks.
+var appOptions = []core.Option{core.WithDenyCache(0), core.WithTimeout(2 * time.Second)}
 
 // lockOut spends every unit of key under l.
 func lockOut(t *testing.T, l *core.Limiter, key string) {
@@ -83,9 +77,9 @@ func TestIdentifiers(t *testing.T) {
 	rdb := srv.Client(t)
 	store := redisstore.New(rdb)
 	rule := []core.Rule{{Limit: 2, Window: time.Hour}}
-	logins := mustLimiter(t, store, core.Policy{Name: "login-account", Rules: rule})
-	sms := mustLimiter(t, store, core.Policy{Name: "sms", Rules: rule})
-	cleartext := mustLimiter(t, store, core.Policy{Name: "login-clear", Rules: rule})
+	logins := testkit.Limiter(t, store, core.Policy{Name: "login-account", Rules: rule}, appOptions...)
+	sms := testkit.Limiter(t, store, core.Policy{Name: "sms", Rules: rule}, appOptions...)
+	cleartext := testkit.Limiter(t, store, core.Policy{Name: "login-clear", Rules: rule}, appOptions...)
 
 	secret := []byte("app secret \x00\xff")
 	alice, err := personal.AccountKey("alice@example.com", personal.Secret(secret))
@@ -233,7 +227,7 @@ func TestIdentifiers(t *testing.T) {
 func TestFlagsAfterKeys(t *testing.T) {
 	srv := redistest.Start(t)
 	store := redisstore.New(srv.Client(t))
-	login := mustLimiter(t, store, core.Policy{Name: "login", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}})
+	login := testkit.Limiter(t, store, core.Policy{Name: "login", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}}, appOptions...)
 	lockOut(t, login, "alice")
 	lockOut(t, login, "-dash")
 	env := map[string]string{"REDIS_URL": "redis://" + srv.Addr() + "/0"}
@@ -273,10 +267,10 @@ func TestResetCounts(t *testing.T) {
 	rdb := srv.Client(t)
 	store := redisstore.New(rdb)
 	ctx := context.Background()
-	login := mustLimiter(t, store, core.Policy{Name: "login", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}})
-	quota := mustLimiter(t, store, core.Policy{Name: "quota", Rules: []core.Rule{{Limit: 1000, Window: time.Hour}}, Algorithm: core.SlidingBuckets})
-	capped := mustLimiter(t, store, core.Policy{Name: "global", Rules: []core.Rule{{Limit: 8, Window: time.Hour}}, Shards: 4})
-	exports := mustLimiter(t, store, core.Policy{Name: "export", InFlight: 2})
+	login := testkit.Limiter(t, store, core.Policy{Name: "login", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}}, appOptions...)
+	quota := testkit.Limiter(t, store, core.Policy{Name: "quota", Rules: []core.Rule{{Limit: 1000, Window: time.Hour}}, Algorithm: core.SlidingBuckets}, appOptions...)
+	capped := testkit.Limiter(t, store, core.Policy{Name: "global", Rules: []core.Rule{{Limit: 8, Window: time.Hour}}, Shards: 4}, appOptions...)
+	exports := testkit.Limiter(t, store, core.Policy{Name: "export", InFlight: 2}, appOptions...)
 	lockOut(t, login, "alice")
 	if d, err := exports.Allow(ctx, "app-1"); err != nil || !d.Allowed {
 		t.Fatalf("export Allow = %+v, %v", d, err)

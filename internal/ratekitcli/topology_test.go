@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
 
@@ -32,7 +33,7 @@ func policyCount(stdout, policy string) int {
 func TestCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	store := redisstore.New(c.Client(t))
-	login := mustLimiter(t, store, core.Policy{Name: "login", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}})
+	login := testkit.Limiter(t, store, core.Policy{Name: "login", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}}, appOptions...)
 	// Two keys on each master; REDIS_URL names node 0.
 	var keys []string
 	for _, m := range c.Masters() {
@@ -81,7 +82,7 @@ func TestCluster(t *testing.T) {
 func TestSentinel(t *testing.T) {
 	s := redistest.StartSentinel(t)
 	rdb := s.FailoverClient(t)
-	login := mustLimiter(t, redisstore.New(rdb), core.Policy{Name: "login", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}})
+	login := testkit.Limiter(t, redisstore.New(rdb), core.Policy{Name: "login", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}}, appOptions...)
 	for _, k := range []string{"alice", "bob", "carol"} {
 		lockOut(t, login, k)
 	}
