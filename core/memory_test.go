@@ -355,8 +355,8 @@ func TestMemoryEvictionFair(t *testing.T) {
 	ctx := context.Background()
 	t.Run("other policies keep their windows", func(t *testing.T) {
 		store := core.NewMemoryStore(core.WithMaxKeys(2000))
-		sms := mustLimit(t, store, core.Policy{Name: "fair-sms-phone", Rules: []core.Rule{{Limit: 5, Window: time.Hour}}})
-		login := mustLimit(t, store, core.Policy{Name: "fair-login-ip", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}})
+		sms := testkit.Limiter(t, store, core.Policy{Name: "fair-sms-phone", Rules: []core.Rule{{Limit: 5, Window: time.Hour}}})
+		login := testkit.Limiter(t, store, core.Policy{Name: "fair-login-ip", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}})
 		for i := range 2000 {
 			if _, err := sms.Allow(ctx, "+4420"+strconv.Itoa(7000000+i)); err != nil {
 				t.Fatal(err)
@@ -387,7 +387,7 @@ func TestMemoryEvictionFair(t *testing.T) {
 	})
 	t.Run("a lockout holds", func(t *testing.T) {
 		store := core.NewMemoryStore(core.WithMaxKeys(500))
-		l := mustLimit(t, store, core.Policy{Name: "fair-login-account", Rules: []core.Rule{{Limit: 3, Window: time.Hour}},
+		l := testkit.Limiter(t, store, core.Policy{Name: "fair-login-account", Rules: []core.Rule{{Limit: 3, Window: time.Hour}},
 			Lockout: core.Lockout{For: 24 * time.Hour}})
 		for range 4 {
 			_, _ = l.Allow(ctx, "alice")
@@ -409,7 +409,7 @@ func TestMemoryEvictionFair(t *testing.T) {
 	})
 	t.Run("locked-out keys are bounded too", func(t *testing.T) {
 		store := core.NewMemoryStore(core.WithMaxKeys(100))
-		l := mustLimit(t, store, core.Policy{Name: "fair-lock-flood", Rules: []core.Rule{{Limit: 1, Window: time.Hour}},
+		l := testkit.Limiter(t, store, core.Policy{Name: "fair-lock-flood", Rules: []core.Rule{{Limit: 1, Window: time.Hour}},
 			Lockout: core.Lockout{For: time.Hour}})
 		for i := range 1000 {
 			k := "acct" + strconv.Itoa(i)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
 
@@ -319,7 +320,7 @@ func TestTierLookupFailureNotCached(t *testing.T) {
 		}
 		return "restricted", nil
 	}
-	l := mustLimit(t, core.NewMemoryStore(), core.Policy{Name: "tiers-err", Rules: []core.Rule{{Limit: 100, Window: time.Minute}}},
+	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "tiers-err", Rules: []core.Rule{{Limit: 100, Window: time.Minute}}},
 		core.WithTiers(resolve, map[string][]core.Rule{"restricted": {{Limit: 1, Window: time.Minute}}}))
 	hungUp, cancel := context.WithCancel(context.Background())
 	cancel()

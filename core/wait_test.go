@@ -491,9 +491,9 @@ func inWindow(at []int64, now, w int64) int {
 // bounds leave room for a loaded machine).
 func TestWaitInFlight(t *testing.T) {
 	p := core.Policy{Name: "wait-inflight", InFlight: 1}
-	for _, f := range fleets {
-		t.Run(f.name, func(t *testing.T) {
-			ls := f.new(t, 2, p)
+	for _, b := range testkit.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			ls := testkit.Fleet(t, 2, b, p)
 			ctx := context.Background()
 			for _, c := range []struct {
 				name     string

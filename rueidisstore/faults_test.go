@@ -16,6 +16,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/rueidisstore"
 )
 
@@ -80,10 +81,10 @@ func TestPaused(t *testing.T) {
 	store := newStore(t, newClient(t, srv.Addr()))
 	obs := &counter{}
 	p := core.Policy{Name: "paused", Rules: []core.Rule{{Limit: 3, Window: time.Minute}}}
-	withBreaker := mustLimit(t, store, p, core.WithObserver(obs))
-	noBreaker := mustLimit(t, store, core.Policy{Name: "paused-nb", Rules: p.Rules}, core.WithBreaker(0, 0))
+	withBreaker := testkit.Limiter(t, store, p, core.WithObserver(obs))
+	noBreaker := testkit.Limiter(t, store, core.Policy{Name: "paused-nb", Rules: p.Rules}, core.WithBreaker(0, 0))
 	ctx := context.Background()
-	warm := mustLimit(t, store, core.Policy{Name: "warm", Rules: p.Rules}, core.WithTimeout(5*time.Second))
+	warm := testkit.Limiter(t, store, core.Policy{Name: "warm", Rules: p.Rules}, core.WithTimeout(5*time.Second))
 	if d, err := warm.Allow(ctx, "warm"); err != nil || d.Source != core.SourceStore {
 		t.Fatalf("warming the store: %+v, %v", d, err)
 	}
@@ -211,7 +212,7 @@ func TestLostReplyCountedOnce(t *testing.T) {
 	// Long enough for rueidis to reconnect and retry, if it did; neither
 	// a subscription (no deny cache) nor the fleet's announcements (the
 	// whole limit locally) share the connection.
-	l := mustLimit(t, store, p, core.WithTimeout(3*time.Second), core.WithDenyCache(0), core.WithLocalShare(false))
+	l := testkit.Limiter(t, store, p, core.WithTimeout(3*time.Second), core.WithDenyCache(0), core.WithLocalShare(false))
 	ctx := context.Background()
 	if d, err := l.Allow(ctx, "warm"); err != nil || d.Source != core.SourceStore {
 		t.Fatalf("Allow(warm) = %+v, %v", d, err)
@@ -290,7 +291,7 @@ func TestCheckMisconfigured(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t, redistest.WithArgs(tc.args...))
 			store := newStore(t, newClientOpt(t, tc.opt(srv)))
-			l := mustLimit(t, store, p)
+			l := testkit.Limiter(t, store, p)
 			if tc.after != nil {
 				tc.after(t, srv)
 			}
@@ -335,7 +336,7 @@ func TestCheckMisconfigured(t *testing.T) {
 	t.Run("ok", func(t *testing.T) {
 		srv := redistest.Start(t)
 		store := newStore(t, newClient(t, srv.Addr()))
-		mustLimit(t, store, p)
+		testkit.Limiter(t, store, p)
 		if err := store.Check(context.Background()); err != nil {
 			t.Fatalf("Check() on a Redis that fits = %v, want nil", err)
 		}

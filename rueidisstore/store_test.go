@@ -16,6 +16,7 @@ import (
 	"github.com/ratekit/ratekit/internal/redislib"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/storetest"
+	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 	"github.com/ratekit/ratekit/rueidisstore"
 )
@@ -46,16 +47,6 @@ func newStore(t testing.TB, client rueidis.Client, opts ...rueidisstore.Option) 
 	s := rueidisstore.New(client, opts...)
 	t.Cleanup(s.Close)
 	return s
-}
-
-// mustLimit returns a limiter or fails t.
-func mustLimit(t testing.TB, store core.Store, p core.Policy, opts ...core.Option) *core.Limiter {
-	t.Helper()
-	l, err := core.NewLimiter(store, p, opts...)
-	if err != nil {
-		t.Fatalf("NewLimiter(%+v): %v", p, err)
-	}
-	return l
 }
 
 // TestStore runs the store suite on one Redis, with the server's clock
@@ -99,7 +90,7 @@ func TestCluster(t *testing.T) {
 	t.Run("Spread", func(t *testing.T) {
 		const users = 3000
 		store := newStore(t, client, rueidisstore.WithPrefix("spread"))
-		l := mustLimit(t, store, core.Policy{Name: "users", Rules: []core.Rule{{Limit: 5, Window: time.Minute}}},
+		l := testkit.Limiter(t, store, core.Policy{Name: "users", Rules: []core.Rule{{Limit: 5, Window: time.Minute}}},
 			core.WithTimeout(5*time.Second))
 		ctx := context.Background()
 		var wg sync.WaitGroup
@@ -200,7 +191,7 @@ func TestExactness(t *testing.T) {
 	p := core.Policy{Name: "exact", Rules: []core.Rule{{Limit: limit, Window: 30 * time.Second}}}
 	ls := make([]*core.Limiter, instances)
 	for i := range ls {
-		ls[i] = mustLimit(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(2*time.Second))
+		ls[i] = testkit.Limiter(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(2*time.Second))
 	}
 	if got := hammer(t, ls, goroutines, each, "k"); got != limit {
 		t.Errorf("%d instances x %d goroutines x %d Allow(k) with Limit %d: %d allowed, want exactly %d",
@@ -226,10 +217,10 @@ func TestSharedWithRedisstore(t *testing.T) {
 	srv := redistest.Start(t)
 	p := core.Policy{Name: "mixed", Rules: []core.Rule{{Limit: limit, Window: time.Minute}}}
 	ls := []*core.Limiter{
-		mustLimit(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(2*time.Second)),
-		mustLimit(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(2*time.Second)),
-		mustLimit(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(2*time.Second)),
-		mustLimit(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(2*time.Second)),
+		testkit.Limiter(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(2*time.Second)),
+		testkit.Limiter(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(2*time.Second)),
+		testkit.Limiter(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(2*time.Second)),
+		testkit.Limiter(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(2*time.Second)),
 	}
 	if got := hammer(t, ls, 16, 10, "k"); got != limit {
 		t.Errorf("2 rueidis and 2 go-redis instances: %d allowed, want exactly %d", got, limit)
@@ -255,8 +246,8 @@ func TestSharedWithRedisstore(t *testing.T) {
 func TestDenyCacheAcrossInstances(t *testing.T) {
 	srv := redistest.Start(t)
 	p := core.Policy{Name: "across", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}}
-	a := mustLimit(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(5*time.Second))
-	b := mustLimit(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(5*time.Second))
+	a := testkit.Limiter(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(5*time.Second))
+	b := testkit.Limiter(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(5*time.Second))
 	ctx := context.Background()
 	// cached fills key on A until A answers it from its deny cache.
 	cached := func(key string) {
@@ -369,7 +360,7 @@ func TestFleet(t *testing.T) {
 	ls := make([]*core.Limiter, len(fleets))
 	counts := make([]func() int, len(fleets))
 	for i, f := range fleets {
-		ls[i] = mustLimit(t, f.(core.Store), p, core.WithBreaker(0, 0), core.WithTimeout(time.Second))
+		ls[i] = testkit.Limiter(t, f.(core.Store), p, core.WithBreaker(0, 0), core.WithTimeout(time.Second))
 		counts[i] = f.Join(p.Name) // the limiter joined it: this counts once
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -416,8 +407,8 @@ func TestLeasesAcrossInstances(t *testing.T) {
 	const k = 3
 	srv := redistest.Start(t)
 	p := core.Policy{Name: "exports", InFlight: k}
-	a := mustLimit(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(5*time.Second))
-	b := mustLimit(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(5*time.Second))
+	a := testkit.Limiter(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(5*time.Second))
+	b := testkit.Limiter(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(5*time.Second))
 	ctx := context.Background()
 	var held []core.Decision
 	for i := range k {
@@ -527,7 +518,7 @@ func TestGoroutinesEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		store := rueidisstore.New(client)
-		l := mustLimit(t, store, core.Policy{Name: "g", Rules: []core.Rule{{Limit: 1, Window: time.Second}}},
+		l := testkit.Limiter(t, store, core.Policy{Name: "g", Rules: []core.Rule{{Limit: 1, Window: time.Second}}},
 			core.WithTimeout(5*time.Second))
 		if d, err := l.Allow(context.Background(), "k"); err != nil || d.Source != core.SourceStore {
 			t.Fatalf("Allow = %+v, %v", d, err)
