@@ -172,6 +172,7 @@ func TestRedisCluster(t *testing.T) {
 	t.Run("Spread", func(t *testing.T) { testClusterSpread(t, e) })
 	t.Run("Reset", func(t *testing.T) { testClusterReset(t, e) })
 	t.Run("MigrationUnderLoad", func(t *testing.T) { testClusterMigration(t, e) })
+	t.Run("ReshardEveryKind", func(t *testing.T) { testClusterReshardKinds(t, e) })
 	t.Run("WaitReplicasWithoutReplicas", func(t *testing.T) {
 		// WAIT 1 on masters without replicas: every admission waits the
 		// timeout, is reported short, and still stands.
@@ -555,4 +556,151 @@ func (h *hammer) String() string {
 	}
 	return fmt.Sprintf("%d decisions on %d keys (%s), %d errors; %d fell back (Source.Fallback), %d store errors; %d keys exactly at the limit",
 		h.decisions.Load(), h.used, strings.Join(srcs, " "), h.errs.Load(), h.fallbacks, h.storeErrs.Load(), h.exact)
+}
+
+// reshardKind is a kind of key ratekit keeps, for testClusterReshardKinds.
+type reshardKind struct {
+	name string
+	p    core.Policy
+	// fill uses the key up, returning what must stay held (leases).
+	fill func(t *testing.T, l *core.Limiter, key string) []core.Decision
+}
+
+// testClusterReshardKinds: while a slot is resharded the way redis-cli
+// --cluster reshard does it, a key used up stays used up, whatever kind
+// of key it is (log, buckets, calendar, lockout, leases): between the
+// first step (IMPORTING, MIGRATING) and the moves, while its keys move,
+// and after; fresh keys decided throughout get exactly their limit; and
+// the reshard itself succeeds (no key made on the importing node meets
+// BUSYKEY). Every decision is the store's: FailClosed, a generous
+// timeout, and any other source fails the test (issue 19 items 1, 2).
+func testClusterReshardKinds(t *testing.T, e *clusterEnv) {
+	ctx := context.Background()
+	take := func(n int) func(t *testing.T, l *core.Limiter, key string) []core.Decision {
+		return func(t *testing.T, l *core.Limiter, key string) []core.Decision {
+			var held []core.Decision
+			for range n {
+				d, err := l.Allow(ctx, key)
+				if err != nil {
+					t.Fatalf("filling %s: %v", key, err)
+				}
+				held = append(held, d)
+			}
+			return held
+		}
+	}
+	kinds := []reshardKind{
+		{"log", core.Policy{Rules: []core.Rule{{Limit: 3, Window: time.Hour}}}, take(3)},
+		{"buckets", core.Policy{Algorithm: core.SlidingBuckets, Rules: []core.Rule{{Limit: 3, Window: time.Hour}}}, take(3)},
+		{"calendar", core.Policy{Rules: []core.Rule{{Limit: 3, Calendar: core.Day}}}, take(3)},
+		{"calendar-buckets", core.Policy{Algorithm: core.SlidingBuckets, Rules: []core.Rule{{Limit: 3, Calendar: core.Day}}}, take(3)},
+		{"lockout", core.Policy{Rules: []core.Rule{{Limit: 2, Window: 200 * time.Millisecond}}, Lockout: core.Lockout{For: time.Hour}}, take(3)},
+		{"lockout-buckets", core.Policy{Algorithm: core.SlidingBuckets, Rules: []core.Rule{{Limit: 2, Window: 200 * time.Millisecond}},
+			Lockout: core.Lockout{For: time.Hour}}, take(3)},
+		{"leases", core.Policy{InFlight: 2}, take(2)},
+	}
+	slot := redistest.Slot("reshard-kinds")
+	from := e.c.For(t).SlotOwner(slot)
+	to := (from + 1) % 3
+	keys := keysInSlot(slot, 40, "r")
+	const prefix = "reshard"
+	opts := []core.Option{core.WithTimeout(2 * time.Second), core.WithFailurePolicy(core.FailClosed), core.WithDenyCache(0)}
+	type instance struct{ a, b *core.Limiter } // two app instances
+	ls := make([]instance, len(kinds))
+	for i, k := range kinds {
+		k.p.Name = "rk-" + k.name
+		// One store each, as instances have; batching one decision per
+		// call keeps this test on what it is about (TRYAGAIN of a batch
+		// is another's).
+		ls[i] = instance{
+			testkit.Limiter(t, redisstore.New(e.rdb, redisstore.WithPrefix(prefix), redisstore.WithBatching(1)), k.p, opts...),
+			testkit.Limiter(t, redisstore.New(e.rdb, redisstore.WithPrefix(prefix), redisstore.WithBatching(1)), k.p, opts...),
+		}
+	}
+	used := keys[0]
+	var held []core.Decision
+	for i, k := range kinds {
+		held = append(held, k.fill(t, ls[i].a, used)...)
+	}
+	time.Sleep(250 * time.Millisecond) // the lockouts' windows are empty now: only :l holds them
+
+	// exhausted asks every kind's used-up key from the second instance
+	// and fails on any admission or any answer not the store's.
+	var checks atomic.Int64
+	exhausted := func(when string) {
+		for i, k := range kinds {
+			d, err := ls[i].b.Allow(ctx, used)
+			if err != nil || d.Source != core.SourceStore {
+				t.Errorf("%s, %s: Allow = %+v, %v; want the store's answer", when, k.name, d, err)
+				continue
+			}
+			checks.Add(1)
+			if d.Allowed {
+				t.Errorf("%s, %s: a used-up key was admitted: %+v", when, k.name, d)
+				_ = d.Refund(ctx)
+			}
+			if strings.HasPrefix(k.name, "lockout") && !d.Locked {
+				t.Errorf("%s, %s: %+v, want still locked out", when, k.name, d)
+			}
+		}
+	}
+	exhausted("before the reshard")
+
+	// Fresh keys decided throughout, limit 3 (leases: 2 held at most).
+	fresh := keys[1:]
+	var admitted [8][40]atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range kinds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; ; j = (j + 1) % len(fresh) {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l := ls[i].a
+				if j%2 == 1 {
+					l = ls[i].b
+				}
+				d, err := l.Allow(ctx, fresh[j])
+				if err != nil || d.Source != core.SourceStore {
+					t.Errorf("during the reshard, %s: Allow(%s) = %+v, %v; want the store's answer", kinds[i].name, fresh[j], d, err)
+					return
+				}
+				if d.Allowed {
+					admitted[i][j].Add(1) // leases are held: the limit is the most at once
+				}
+			}
+		}()
+	}
+	st := e.c.For(t).MigrateSlot(slot, from, to, redistest.MigrateBatch(2), redistest.MigratePause(20*time.Millisecond),
+		redistest.MigrateOpened(func() {
+			for range 5 {
+				exhausted("slot open, nothing moved yet")
+			}
+		}))
+	exhausted("after the reshard")
+	close(stop)
+	wg.Wait()
+	for i, k := range kinds {
+		limit := int64(3)
+		if k.p.InFlight > 0 {
+			limit = 2
+		} else if strings.HasPrefix(k.name, "lockout") {
+			limit = 2 // then the key is locked out for an hour
+		}
+		for j := range fresh {
+			if got := admitted[i][j].Load(); got > limit {
+				t.Errorf("%s: fresh key %s admitted %d times during the reshard, limit %d", k.name, fresh[j], got, limit)
+			}
+		}
+	}
+	for _, d := range held {
+		_ = d.Refund(ctx)
+	}
+	t.Logf("reshard of slot %d (node %d -> %d): %d keys in %d batches in %v; %d checks of used-up keys",
+		slot, from, to, st.Keys, st.Batches, st.Duration.Round(time.Millisecond), checks.Load())
 }

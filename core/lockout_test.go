@@ -72,16 +72,16 @@ func TestRedisLockoutAcrossInstances(t *testing.T) {
 		t.Errorf("observers saw %d decisions with Locked, want %d", got, total-limit)
 	}
 
-	// The lockout is one small key next to the window's, in its slot,
-	// expiring when the lockout ends.
+	// The lockout is one small field of the key's one hash, which lives
+	// until the lockout ends.
 	rdb := srv.Client(t)
-	lk := redisstore.New(rdb).Key(p.Name, "192.0.2.1") + ":l"
+	lk := redisstore.New(rdb).Key(p.Name, "192.0.2.1") + ":m"
 	ttl, err := rdb.PTTL(context.Background(), lk).Result()
 	if err != nil || ttl <= 24*time.Hour-time.Since(begin)-time.Second || ttl > 24*time.Hour+time.Second {
 		t.Errorf("PTTL %s = %v, %v; want about 24h", lk, ttl, err)
 	}
-	if n, err := rdb.StrLen(context.Background(), lk).Result(); err != nil || n != 16 {
-		t.Errorf("STRLEN %s = %d, %v; want 16", lk, n, err)
+	if n, err := rdb.HStrLen(context.Background(), lk, "l").Result(); err != nil || n != 24 {
+		t.Errorf("HSTRLEN %s l = %d, %v; want 24", lk, n, err)
 	}
 
 	// Every instance has the lockout in its deny cache now; a reset on
@@ -160,7 +160,7 @@ func TestRedisLockoutKeys(t *testing.T) {
 			if d, _ := l.Allow(ctx, "k"); !d.Locked {
 				t.Fatalf("Allow #2 = %+v, want locked out", d)
 			}
-			lk := store.Key("keys-"+tc.name, "k") + ":l"
+			lk := store.Key("keys-"+tc.name, "k") + ":m"
 			ttl, err := rdb.PTTL(ctx, lk).Result()
 			if err != nil || ttl <= tc.ttl-time.Second || ttl > tc.ttl+time.Second {
 				t.Errorf("PTTL %s = %v, %v; want about %v", lk, ttl, err, tc.ttl)

@@ -185,10 +185,12 @@ func (s *Store) start(f func()) {
 // Key returns the Redis key that a limiter's decisions on key under
 // policy use with SlidingLog: <prefix>:<policy>:{<key>}, the key hashed
 // first when it is over 128 bytes (core.BoundKey). Under SlidingBuckets
-// the Redis key has ":b" appended; a lockout (Policy.Lockout) is kept
-// under ":l" appended, the counts of calendar rules (Rule.Calendar) under
-// ":c" and the leases of an InFlight policy under ":lease", all in the
-// same hash slot. The names are redisstore's.
+// the Redis key has ":b" appended. A policy with a lockout
+// (Policy.Lockout) or calendar rules (Rule.Calendar) keeps all of a key's
+// state, window, lockout and period counts, in one hash under ":m"
+// appended, so a decision touches one key; the leases of an InFlight
+// policy are under ":lease". All of a key's names share one hash slot. The
+// names are redisstore's.
 func (s *Store) Key(policy, key string) string {
 	return redislib.Key(s.prefix, policy, core.BoundKey(key))
 }

@@ -62,8 +62,10 @@ func (h *held) locked() (bool, time.Duration) {
 }
 
 // readHeld reads what Redis holds under base, a key's SlidingLog key
-// (redisstore.Store.Key), and the other keys of the key beside it. On a
-// Cluster they share base's slot.
+// (redisstore.Store.Key), and the other keys of the key beside it: the
+// one hash of a policy with a lockout or calendar rules (":m"), and the
+// keys of earlier versions (":l", ":c"). On a Cluster they share base's
+// slot.
 func readHeld(ctx context.Context, rdb redis.UniversalClient, base string) (held, error) {
 	var h held
 	t, err := rdb.Time(ctx).Result()
@@ -72,20 +74,21 @@ func readHeld(ctx context.Context, rdb redis.UniversalClient, base string) (held
 	}
 	h.now = t.UnixMicro()
 	var (
-		log     *redis.StringCmd
-		logTTL  *redis.DurationCmd
-		buckets *redis.MapStringStringCmd
-		bTTL    *redis.DurationCmd
-		cal     *redis.MapStringStringCmd
-		lock    *redis.StringCmd
-		leases  *redis.IntCmd
+		log        *redis.StringCmd
+		logTTL     *redis.DurationCmd
+		buckets, m *redis.MapStringStringCmd
+		bTTL, mTTL *redis.DurationCmd
+		cal        *redis.MapStringStringCmd
+		lock       *redis.StringCmd
+		leases     *redis.IntCmd
 	)
 	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		log, logTTL = p.Get(ctx, base), p.PTTL(ctx, base)
-		buckets, bTTL = p.HGetAll(ctx, base+":b"), p.PTTL(ctx, base+":b")
-		cal = p.HGetAll(ctx, base+":c")
-		lock = p.Get(ctx, base+":l")
-		leases = p.ZCount(ctx, base+":lease", "("+strconv.FormatInt(h.now, 10), "+inf")
+		buckets, bTTL = p.HGetAll(ctx, base+redislib.BucketsSuffix), p.PTTL(ctx, base+redislib.BucketsSuffix)
+		m, mTTL = p.HGetAll(ctx, base+redislib.MoreSuffix), p.PTTL(ctx, base+redislib.MoreSuffix)
+		cal = p.HGetAll(ctx, base+redislib.CalendarSuffix)
+		lock = p.Get(ctx, base+redislib.LockoutSuffix)
+		leases = p.ZCount(ctx, base+redislib.LeaseSuffix, "("+strconv.FormatInt(h.now, 10), "+inf")
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -99,42 +102,91 @@ func readHeld(ctx context.Context, rdb redis.UniversalClient, base string) (held
 		h.logTTL = logTTL.Val()
 	}
 	for f, v := range buckets.Val() {
-		if f == redislib.BornField {
-			continue
-		}
-		b, err := parseBucket(f, v)
-		if err != nil {
+		if err := h.addBucket(f, v); err != nil {
 			wrongType = fmt.Errorf("%s:b: %w", base, err)
-			continue
 		}
-		h.buckets = append(h.buckets, b)
+		h.bucketsTTL = bTTL.Val()
+	}
+	for f, v := range cal.Val() {
+		if err := h.addPeriod(f, v); err != nil {
+			wrongType = fmt.Errorf("%s:c: %w", base, err)
+		}
+	}
+	if v, err := lock.Bytes(); err == nil {
+		if err := h.setLock([]byte(v), 16); err != nil {
+			wrongType = fmt.Errorf("%s:l: %w", base, err)
+		}
+	}
+	for f, v := range m.Val() {
+		if err := h.addMore(f, v, mTTL.Val()); err != nil {
+			wrongType = fmt.Errorf("%s:m: %w", base, err)
+		}
 	}
 	sort.Slice(h.buckets, func(i, j int) bool {
 		return h.buckets[i].index*h.buckets[i].width < h.buckets[j].index*h.buckets[j].width
 	})
-	h.bucketsTTL = bTTL.Val()
-	for f, v := range cal.Val() {
-		if f == redislib.BornField {
-			continue
-		}
-		p, err := parsePeriod(f, v)
-		if err != nil {
-			wrongType = fmt.Errorf("%s:c: %w", base, err)
-			continue
-		}
-		h.periods = append(h.periods, p)
-	}
 	sort.Slice(h.periods, func(i, j int) bool { return h.periods[i].start < h.periods[j].start })
-	if v, err := lock.Bytes(); err == nil {
-		if len(v) != 16 {
-			wrongType = fmt.Errorf("%s:l: %d bytes, not a lockout", base, len(v))
-		} else {
-			h.lockUntil = int64(double(v[0:8]))
-			h.offences = int64(double(v[8:16]))
-		}
-	}
 	h.leases = leases.Val()
 	return h, wrongType
+}
+
+// addMore reads field f of a policy's one hash (see redis.lua): the
+// sliding log ('g'), the lockout ('l'), a calendar period, a bucket, or
+// the key's bookkeeping ('b', 'x'); ttl is the hash's.
+func (h *held) addMore(f, v string, ttl time.Duration) error {
+	switch {
+	case f == "g":
+		lg, err := parseLog([]byte(v))
+		h.log, h.logTTL = lg, ttl
+		return err
+	case f == "l":
+		return h.setLock([]byte(v), 24)
+	case f == redislib.BornField || f == "x":
+		return nil
+	case f[0] >= 'a' && f[0] <= 'z':
+		return h.addPeriod(f, v)
+	}
+	h.bucketsTTL = ttl
+	return h.addBucket(f, v)
+}
+
+// addBucket reads a field of the sliding buckets.
+func (h *held) addBucket(f, v string) error {
+	if f == redislib.BornField {
+		return nil
+	}
+	b, err := parseBucket(f, v)
+	if err == nil {
+		h.buckets = append(h.buckets, b)
+	}
+	return err
+}
+
+// addPeriod reads a field of the calendar counts.
+func (h *held) addPeriod(f, v string) error {
+	if f == redislib.BornField {
+		return nil
+	}
+	p, err := parsePeriod(f, v)
+	if err == nil {
+		h.periods = append(h.periods, p)
+	}
+	return err
+}
+
+// setLock reads a lockout of size bytes: when it ends and the offences
+// so far (16, an earlier version's ":l"), and when they are forgotten
+// (24, the field of the one hash), a lockout forgotten being none.
+func (h *held) setLock(v []byte, size int) error {
+	if len(v) != size {
+		return fmt.Errorf("%d bytes, not a lockout", len(v))
+	}
+	if size == 24 && int64(double(v[16:24])) <= h.now {
+		return nil
+	}
+	h.lockUntil = int64(double(v[0:8]))
+	h.offences = int64(double(v[8:16]))
+	return nil
 }
 
 // double decodes a little-endian double, as the store's scripts pack them.

@@ -72,9 +72,9 @@ func TestLockoutAndCalendar(t *testing.T) {
 	args = []string{"policies"}
 	code, stdout, _ = exec(t, url, args...)
 	want(t, args, code, 0, stdout,
-		"POLICY                     SLIDINGLOG      BUCKETS     CALENDAR     LOCKOUTS     INFLIGHT",
-		"api                                 1            0            1            0            0",
-		"login-ip                            1            0            0            1            0")
+		"POLICY                     SLIDINGLOG      BUCKETS  LOCKOUT+CAL     INFLIGHT  OLDCALENDAR   OLDLOCKOUT",
+		"api                                 0            0            1            0            0            0",
+		"login-ip                            0            0            1            0            0            0")
 
 	// The app caches the lockout; the CLI's reset reaches it.
 	deadline := time.Now().Add(time.Second)
@@ -86,7 +86,7 @@ func TestLockoutAndCalendar(t *testing.T) {
 	}
 	args = []string{"reset", "-policy", "login-ip", "192.0.2.1"}
 	code, stdout, _ = exec(t, url, args...)
-	want(t, args, code, 0, stdout, `reset login-ip "192.0.2.1": deleted 2 Redis keys`)
+	want(t, args, code, 0, stdout, `reset login-ip "192.0.2.1": deleted 1 Redis key`)
 	deadline = time.Now().Add(time.Second)
 	for d, _ := login.Allow(ctx, "192.0.2.1"); !d.Allowed; d, _ = login.Allow(ctx, "192.0.2.1") {
 		if time.Now().After(deadline) {
@@ -96,7 +96,7 @@ func TestLockoutAndCalendar(t *testing.T) {
 	}
 	args = []string{"reset", "-policy", "api", "app-42"}
 	code, stdout, _ = exec(t, url, args...)
-	want(t, args, code, 0, stdout, `reset api "app-42": deleted 2 Redis keys`)
+	want(t, args, code, 0, stdout, `reset api "app-42": deleted 1 Redis key`)
 
 	for _, bad := range []string{"5/month@Nowhere/City", "5/month@", "5/month@Local", "5/fortnight"} {
 		args = []string{"peek", "-policy", "api", "-rules", bad, "k"}

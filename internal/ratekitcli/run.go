@@ -953,9 +953,13 @@ func policies(ctx context.Context, args []string, getenv func(string) string, st
 
 // keyKinds are the Redis keys a policy keeps per key, by the suffix
 // after <prefix>:<policy>:{<key>} (redisstore.Store.Key), as policies
-// counts them.
+// counts them. A policy with a lockout or calendar rules keeps all of a
+// key's state in one hash, ":m"; the ":c" and ":l" keys of earlier
+// versions are moved into it by the key's next decision, and are counted
+// until then.
 var keyKinds = [...]struct{ suffix, column string }{
-	{"", "SLIDINGLOG"}, {":b", "BUCKETS"}, {":c", "CALENDAR"}, {":l", "LOCKOUTS"}, {":lease", "INFLIGHT"},
+	{"", "SLIDINGLOG"}, {":b", "BUCKETS"}, {":m", "LOCKOUT+CAL"}, {":lease", "INFLIGHT"},
+	{":c", "OLDCALENDAR"}, {":l", "OLDLOCKOUT"},
 }
 
 // parseKey splits a Redis store key, <prefix>:<policy>:{<key>} with the

@@ -193,8 +193,9 @@ func TestParseKey(t *testing.T) {
 	}{
 		{"ratekit:login:{alice}", "login", "SLIDINGLOG", true},
 		{"ratekit:quota:{app:{1}}:b", "quota", "BUCKETS", true},
-		{"ratekit:api:{app-42}:c", "api", "CALENDAR", true},
-		{"ratekit:login-ip:{192.0.2.1}:l", "login-ip", "LOCKOUTS", true},
+		{"ratekit:api:{app-42}:m", "api", "LOCKOUT+CAL", true},
+		{"ratekit:api:{app-42}:c", "api", "OLDCALENDAR", true},
+		{"ratekit:login-ip:{192.0.2.1}:l", "login-ip", "OLDLOCKOUT", true},
 		{"ratekit:export:{key-1}:lease", "export", "INFLIGHT", true},
 		{"ratekit:login:{a}:b}", "login", "SLIDINGLOG", true}, // the key "a}:b"
 		{"ratekit:a:b:{k}", "a:b", "SLIDINGLOG", true},

@@ -160,6 +160,9 @@ func (c *Call) Decision(prefix string, q *core.Query, op byte, at, wall int64, c
 		c.more, c.lock = true, q.Lockout
 	}
 	if c.more {
+		// Everything of the key is in one hash (see redis.lua), the one
+		// key the decision declares.
+		c.Key = Key(prefix, q.Policy, q.Key) + MoreSuffix
 		switch {
 		case op == OpRefund:
 			c.cal = at

@@ -9,18 +9,24 @@ const DefaultPrefix = "ratekit"
 // Key returns the Redis key of the windows of policy's bounded key under
 // SlidingLog: <prefix>:<policy>:{<key>}. The braces are a Redis Cluster
 // hash tag: every key of one (policy, key) lives in one slot. Under
-// SlidingBuckets the key has ":b" appended; a lockout is kept under ":l"
-// appended, calendar counts under ":c" and leases under ":lease".
+// SlidingBuckets the key has ":b" appended. A policy with a lockout or
+// calendar rules keeps all of a key in one hash, ":m" appended (earlier
+// versions kept a lockout under ":l" and calendar counts under ":c",
+// which a decision moves into it); leases are under ":lease".
 func Key(prefix, policy, bounded string) string {
 	return prefix + ":" + policy + ":{" + bounded + "}"
 }
 
 // Suffixes of the keys of one (policy, key) beside its log.
 const (
-	BucketsSuffix  = ":b"
+	BucketsSuffix = ":b"
+	MoreSuffix    = ":m"
+	LeaseSuffix   = ":lease"
+
+	// Suffixes of the keys of earlier versions, moved into MoreSuffix's
+	// by the first decision that finds them.
 	LockoutSuffix  = ":l"
 	CalendarSuffix = ":c"
-	LeaseSuffix    = ":lease"
 )
 
 // BornField is the field of the buckets and calendar hashes that holds
@@ -31,7 +37,7 @@ const BornField = "b"
 // AllKeys returns every Redis key of policy's bounded key, for a reset.
 func AllKeys(prefix, policy, bounded string) []string {
 	k := Key(prefix, policy, bounded)
-	return []string{k, k + BucketsSuffix, k + LockoutSuffix, k + CalendarSuffix, k + LeaseSuffix}
+	return []string{k, k + BucketsSuffix, k + MoreSuffix, k + LeaseSuffix, k + LockoutSuffix, k + CalendarSuffix}
 }
 
 // FleetKey names the sorted set of the instances that use policy.
@@ -41,11 +47,11 @@ func FleetKey(prefix, policy string) string { return prefix + ":" + policy + ":f
 func Channel(prefix string) string { return prefix + ":invalidate" }
 
 // TierSuffix ends the message of a tier invalidation. (An invalidation of
-// denials ends in "}" or "}:b", so a watcher that knows no tier messages
+// denials ends in "}", "}:b" or "}:m", so a watcher that knows no tier messages
 // ignores these.)
 const TierSuffix = ":tier"
 
-// ParseKey splits a Redis key <prefix>:<policy>:{<key>}[:b] into its
+// ParseKey splits a Redis key <prefix>:<policy>:{<key>}[:b|:m] into its
 // policy and bounded key.
 func ParseKey(prefix, rk string) (policy, key string, ok bool) {
 	rest, ok := strings.CutPrefix(rk, prefix+":")
@@ -56,7 +62,11 @@ func ParseKey(prefix, rk string) (policy, key string, ok bool) {
 	if !ok {
 		return "", "", false
 	}
-	rest = strings.TrimSuffix(rest, BucketsSuffix)
+	if r, found := strings.CutSuffix(rest, BucketsSuffix); found {
+		rest = r
+	} else {
+		rest = strings.TrimSuffix(rest, MoreSuffix)
+	}
 	key, ok = strings.CutSuffix(rest, "}")
 	return policy, key, ok
 }

@@ -55,17 +55,21 @@ end
 -- zones). The decision picks from them the period that holds its own
 -- time, so a boundary is exact to the server's clock.
 --
--- Next to the key of its windows, <base> (the SlidingLog key; the
--- SlidingBuckets key is <base>:b), a key keeps:
---   <base>:l  its lockout, two doubles: the time it ends and the
---             offences so far; it expires when the offences are
---             forgotten (when the lockout ends, unless it grows);
---   <base>:c  a HASH of the units admitted per calendar period, field
---             '<kind letter><start>:<end>'; a new period's field drops
---             those of ended periods, and the key expires when its last
---             period ends. Field 'b' is the time the key was made: a
---             refund of a decision before it (the key was reset since)
---             does nothing.
+-- Such a policy keeps everything of a key in one HASH, <base>:m, the one
+-- key its decisions touch and declare: while a Cluster slot migrates,
+-- Redis then redirects a decision whole (ASK) or runs it where the key
+-- is, never on a node that holds part of it. Its fields:
+--   'g'   the sliding log (SlidingLog), the string a plain policy keeps
+--         at <base>, read and written whole;
+--   '<width>:<index>'  the bucket counts (SlidingBuckets), as at <base>:b;
+--   'l'   the lockout, three doubles: when it ends, the offences so far
+--         and when they are forgotten;
+--   '<kind letter><start>:<end>'  the units admitted in a calendar
+--         period; a new period's field drops those of ended periods;
+--   'b'   when the key was made: a refund of a decision before it (the
+--         key was reset since) does nothing;
+--   'x'   the time, in the decisions' clock, until which the key lives
+--         at least: every part extends it, none shortens it.
 -- Their reply has, after the sliding rules' states, per calendar rule the
 -- units used, the wait, the time until its period ends and the period's
 -- length, then the time the lockout has left (0: none).
@@ -107,15 +111,9 @@ local function lag(cnow)
   return 0
 end
 
--- calRead reads the calendar rules' units at now; it reports whether n
--- more fit them all.
-local function calRead(ck, cals, n, now)
-  local fields = {}
-  for i, c in ipairs(cals) do
-    period(c, now)
-    fields[i] = c.f
-  end
-  local got = call('HMGET', ck, unpack(fields))
+-- calFits reads the calendar rules' units from got (the HMGET of their
+-- fields) at now; it reports whether n more fit them all.
+local function calFits(cals, got, n, now)
   local fits = true
   for i, c in ipairs(cals) do
     local u = tonumber(got[i]) or 0
@@ -128,49 +126,47 @@ local function calRead(ck, cals, n, now)
   return fits
 end
 
--- calAdd counts n units in the calendar rules' periods read by calRead.
-local function calAdd(ck, cals, n, now, cnow)
+-- calAdd counts n units in the calendar rules' periods read by calFits,
+-- and returns the end of the last period the key holds (0: no new one).
+local function calAdd(k, cals, n, now)
   local fresh = false
   for _, c in ipairs(cals) do
-    if call('HINCRBY', ck, c.f, n) == n then fresh = true end
+    if call('HINCRBY', k, c.f, n) == n then fresh = true end
     c.used = c.used + n
   end
-  if not fresh then return end
-  -- A new period: drop those that have ended; the key lives until the
-  -- last one ends.
-  call('HSETNX', ck, 'b', format('%d', now))
+  if not fresh then return 0 end
+  -- A new period: drop those that have ended.
+  call('HSETNX', k, 'b', int(now))
   local last, stale = now, {}
-  for _, f in ipairs(call('HKEYS', ck)) do
-    local e = tonumber(string.match(f, ':(%d+)$'))
-    if f == 'b' then
-      -- when the key was made
-    elseif not e or e <= now then
+  for _, f in ipairs(call('HKEYS', k)) do
+    local kind = string.match(f, '^[dwm]%d')
+    local e = kind and tonumber(string.match(f, ':(%d+)$'))
+    if e and e <= now then
       stale[#stale + 1] = f
-    elseif e > last then
+    elseif e and e > last then
       last = e
     end
   end
-  if #stale > 0 then call('HDEL', ck, unpack(stale)) end
-  call('PEXPIRE', ck, format('%d', ceil((last - now) / 1000) + 1 + lag(cnow)))
+  if #stale > 0 then call('HDEL', k, unpack(stale)) end
+  return last
 end
 
 -- calRefund gives n units back to the periods that held time at, unless
 -- the key was made after at.
-local function calRefund(ck, cals, n, at)
-  local born = tonumber(call('HGET', ck, 'b'))
+local function calRefund(k, cals, n, at, born)
   if not born or at < born then return end
   for _, c in ipairs(cals) do
     period(c, at)
-    if call('HEXISTS', ck, c.f) == 1 and call('HINCRBY', ck, c.f, -n) <= 0 then
-      call('HDEL', ck, c.f)
+    if call('HEXISTS', k, c.f) == 1 and call('HINCRBY', k, c.f, -n) <= 0 then
+      call('HDEL', k, c.f)
     end
   end
 end
 
--- lockout locks the key out from now after off earlier offences and
--- returns for how long: lfor, doubled per offence up to lmax when lmax
--- is above lfor.
-local function lockout(lk, m, now, cnow, off)
+-- lockout locks the key out from now after off earlier offences; it
+-- returns for how long (lfor, doubled per offence up to lmax when lmax is
+-- above lfor) and until when the offences are remembered.
+local function lockout(k, m, now, off)
   local d = m.lfor
   local keep = d
   if m.lmax > m.lfor then
@@ -184,54 +180,127 @@ local function lockout(lk, m, now, cnow, off)
     keep = d + m.lmax
   end
   if off < 62 then off = off + 1 end
-  call('SET', lk, pack('<dd', now + d, off), 'PX', format('%d', ceil(keep / 1000) + 1 + lag(cnow)))
-  return d
+  call('HSET', k, 'l', pack('<ddd', now + d, off, now + keep))
+  return d, now + keep
 end
 
--- runMore decides for a policy with a lockout or calendar rules, on the
--- keys of base. slide(op) decides the sliding rules (nr of them) and
--- returns its packed answer and whether they admit: a key locked out, or
--- a calendar rule without room, has them peeked at.
-local function runMore(base, op, n, now, cnow, at, m, slide, nr)
+-- import moves into k, a new <base>:m, what an earlier version kept in
+-- keys of its own beside the windows (<base>:l, <base>:c), and the
+-- windows a policy without a lockout or calendar rules kept (<base> or
+-- <base>:b), so that an upgrade or a new rule keeps them; it returns the
+-- time until which k must live (0: nothing was there). It reads keys it
+-- does not declare, of k's slot, once per key made. On a Cluster node
+-- importing the slot they may not be its to read (some still on the
+-- source): nothing is imported there, so earlier keys that a reshard
+-- moves in the middle of an upgrade may be forgotten.
+local function import(k, buckets, now)
+  local base = sub(k, 1, -3)
+  local win = base
+  if buckets then win = base .. ':b' end
   local lk, ck = base .. ':l', base .. ':c'
+  local found = redis.pcall('EXISTS', win, lk, ck)
+  if type(found) ~= 'number' or found == 0 then return 0 end
+  local live = 0
+  local function keepOf(key)
+    local ms = call('PTTL', key)
+    local e = now + ms * 1000
+    if ms > 0 and e > live then live = e end
+    return e
+  end
+  if call('TYPE', win).ok == (buckets and 'hash' or 'string') then
+    keepOf(win)
+    if buckets then
+      local f = call('HGETALL', win)
+      if #f > 0 then call('HSET', k, unpack(f)) end
+    else
+      call('HSET', k, 'g', call('GET', win))
+    end
+  end
+  local v = call('GET', lk)
+  if v and #v == 16 then
+    local untl, off = sunpack('<dd', v)
+    call('HSET', k, 'l', pack('<ddd', untl, off, keepOf(lk)))
+  end
+  if call('EXISTS', ck) == 1 then
+    keepOf(ck)
+    local f = call('HGETALL', ck)
+    if #f > 0 then call('HSET', k, unpack(f)) end
+  end
+  call('DEL', win, lk, ck)
+  if live > now then
+    call('HSET', k, 'x', int(live))
+    call('PEXPIRE', k, int(ceil((live - now) / 1000) + 1))
+  end
+  return live
+end
+
+-- runMore decides for a policy with a lockout or calendar rules, on its
+-- key k. slide(op) decides the sliding rules (nr of them) in k and
+-- returns its packed answer, whether they admit and until when they need
+-- k to live: a key locked out, or a calendar rule without room, has them
+-- peeked at.
+local function runMore(k, op, n, now, cnow, at, m, slide, nr, buckets)
   local cals = m.cals
+  local fields = {'x', 'l', 'b'}
+  local t0 = now
+  if op == 2 then t0 = at end
+  for i, c in ipairs(cals) do
+    period(c, t0)
+    fields[i + 3] = c.f
+  end
+  local got = call('HMGET', k, unpack(fields))
+  local x = tonumber(got[1])
+  if not x then
+    x = import(k, buckets, now)
+    if x > 0 then got = call('HMGET', k, unpack(fields)) end
+  end
+  local need = 0
   if op == 2 then
     local res = pack('<dd', 1, at)
     if nr > 0 then res = slide(2) end
     if #cals > 0 then
-      calRefund(ck, cals, n, at)
-      if channel then call('PUBLISH', channel, base) end
+      calRefund(k, cals, n, at, tonumber(got[3]))
+      if channel then call('PUBLISH', channel, k) end
     end
     return res
   end
   local untl, off = 0, 0
-  if m.lfor > 0 then
-    local v = call('GET', lk)
-    if v and #v == 16 then
-      untl, off = sunpack('<dd', v)
-      -- Offences are forgotten lmax after the last lockout ended, in the
-      -- decisions' time (the key's TTL runs on the server's).
-      if m.lmax <= m.lfor or untl + m.lmax <= now then off = 0 end
-    end
+  if m.lfor > 0 and got[2] and #got[2] == 24 then
+    local keep
+    untl, off, keep = sunpack('<ddd', got[2])
+    -- Offences are forgotten lmax after the last lockout ended, in the
+    -- decisions' time (the key's TTL runs on the server's).
+    if keep <= now then untl, off = 0, 0 end
+    if m.lmax <= m.lfor or untl + m.lmax <= now then off = 0 end
   end
   local locked = untl > now
   local fits = true
-  if #cals > 0 then fits = calRead(ck, cals, n, now) end
+  if #cals > 0 then fits = calFits(cals, {unpack(got, 4)}, n, now) end
   local sop = op
   if locked or not fits then sop = 0 end
   local t, body, ok = now, '', 1
   if nr > 0 then
-    local res
-    res, ok = slide(sop)
+    local res, e
+    res, ok, e = slide(sop)
     t, body = sunpack('<d', res, 9), sub(res, 17)
+    if e and e > need then need = e end
   end
   local allowed = not locked and fits and ok == 1
-  if op == 1 and allowed and #cals > 0 then calAdd(ck, cals, n, now, cnow) end
+  if op == 1 and allowed and #cals > 0 then
+    local e = calAdd(k, cals, n, now)
+    if e > need then need = e end
+  end
   local lock = 0
   if locked then
     lock = untl - now
   elseif op == 1 and not allowed and m.lfor > 0 then
-    lock = lockout(lk, m, now, cnow, off)
+    local e
+    lock, e = lockout(k, m, now, off)
+    if e > need then need = e end
+  end
+  if need > x then
+    call('HSET', k, 'x', int(need))
+    call('PEXPIRE', k, int(ceil((need - now) / 1000) + 1 + lag(cnow)))
   end
   local out = {pack('<dd', allowed and 1 or 0, t), body}
   for _, c in ipairs(cals) do
@@ -282,8 +351,10 @@ local SMALL, SMALLEND = 512, '511'
 local CHUNK = 32
 
 -- The key being decided: its name, its value (whole when small, else its
--- first SMALL bytes), the header's length, entries, TTL end and hints.
-local key, v, small, hdr, cnt, expat, nh
+-- first SMALL bytes), the header's length, entries, TTL end and hints;
+-- hashed when the log is field 'g' of the HASH key (a policy with a
+-- lockout or calendar rules), read and written whole.
+local key, v, small, hdr, cnt, expat, nh, hashed
 local hints = {}
 -- A long value's entries read so far: one chunk (its first index and
 -- bytes), and the entry read last on its own.
@@ -320,9 +391,13 @@ local function first(lo, hi, t)
   return lo
 end
 
-local function load(k)
-  key = k
-  v = call('GETRANGE', k, '0', SMALLEND)
+local function load(k, h)
+  key, hashed = k, h
+  if h then
+    v = call('HGET', k, 'g') or ''
+  else
+    v = call('GETRANGE', k, '0', SMALLEND)
+  end
   if #v < 16 then
     v, small, hdr, cnt, expat, nh = '', true, 16, 0, 0, 0
     return
@@ -330,7 +405,7 @@ local function load(k)
   expat, nh = sunpack('<dd', v)
   hdr = 16 + nh * 8
   for i = 1, nh do hints[i] = sunpack('<d', v, 8 + i * 8 + 1) end
-  small = #v < SMALL
+  small = hashed or #v < SMALL
   if small then
     cnt = (#v - hdr) / 8
   else
@@ -387,7 +462,9 @@ local function decide(op, n, keep, now, cnow, nr, maxw, at)
     while j < cnt and j - i < n and entry(j) == at do j = j + 1 end
     if j > i then
       if cnt == j - i then
-        call('DEL', key)
+        if hashed then call('HDEL', key, 'g') else call('DEL', key) end
+      elseif hashed then
+        call('HSET', key, 'g', header(expat) .. sub(v, hdr + 1, hdr + i * 8) .. sub(v, hdr + j * 8 + 1))
       else
         local whole = v
         if not small then whole = call('GET', key) end
@@ -445,7 +522,10 @@ local function decide(op, n, keep, now, cnow, nr, maxw, at)
     -- about to fall short, it is set to twice the longest window.
     local renew = expat < t + maxw + 1000
     if renew then expat = t + 2 * maxw end
-    if small then
+    if hashed then
+      -- The whole log is rewritten: drop what is dead or past keep.
+      call('HSET', key, 'g', header(expat) .. sub(v, hdr + drop * 8 + 1) .. add)
+    elseif small then
       if drop < 16 and drop * 4 < cnt then drop = 0 end
       if drop == 0 and not renew then
         call('APPEND', key, add)
@@ -479,7 +559,7 @@ local function decide(op, n, keep, now, cnow, nr, maxw, at)
   if nr == 1 then
     local reset = 0
     if used[1] > 0 then reset = newest + windows[1] - now end
-    return pack('<dddddd', allowed, t, used[1], retry[1], reset, nexts[1]), allowed
+    return pack('<dddddd', allowed, t, used[1], retry[1], reset, nexts[1]), allowed, expat
   end
   local out = pack('<dd', allowed, t)
   for i = 1, nr do
@@ -487,7 +567,7 @@ local function decide(op, n, keep, now, cnow, nr, maxw, at)
     if used[i] > 0 then reset = newest + windows[i] - now end
     out = out .. pack('<dddd', used[i], retry[i], reset, nexts[i])
   end
-  return out, allowed
+  return out, allowed, expat
 end
 
 local function run(k, op, n, keep, now, cnow, nr, maxw, at)
@@ -541,11 +621,10 @@ register('log', function(keys, args)
       local m
       m, pos = readMore(blob, pos)
       local function slide(sop)
-        load(k)
+        load(k, true)
         return decide(sop, n, keep, now, cnow, nr, maxw, at)
       end
-      ok, res = pcall(runMore, k, op, n, now, cnow, at, m, slide, nr)
-      if not ok and migrate(k) then ok, res = pcall(runMore, k, op, n, now, cnow, at, m, slide, nr) end
+      ok, res = pcall(runMore, k, op, n, now, cnow, at, m, slide, nr, false)
     else
       ok, res = pcall(run, k, op, n, keep, now, cnow, nr, maxw, at)
       if not ok and migrate(k) then ok, res = pcall(run, k, op, n, keep, now, cnow, nr, maxw, at) end
@@ -581,7 +660,10 @@ end)
 -- and the error text.
 local function fmt(x) return string.format('%.0f', x) end
 
-local function decideBuckets(key, op, n, now, cnow, rules, at)
+-- hashed says the key is a policy's <base>:m (see runMore), whose other
+-- fields are left alone and whose TTL runMore keeps: the take returns
+-- until when its buckets need the key.
+local function decideBuckets(key, op, n, now, cnow, rules, at, hashed)
   if op == 2 then
     -- Refund: give the units back to the buckets of the take's time,
     -- unless the key was made after it.
@@ -623,6 +705,8 @@ local function decideBuckets(key, op, n, now, cnow, rules, at)
     local b = c and tonumber(string.sub(f, c + 1))
     if f == 'b' then
       born = true
+    elseif hashed and string.find(f, '^%a') then
+      -- a field of the lockout, the calendar rules or the key's TTL
     elseif g == nil or b == nil or lowest[g] == nil or b < lowest[g] then
       -- Older than every window, of a width no rule uses any more, or
       -- not a bucket at all.
@@ -641,7 +725,7 @@ local function decideBuckets(key, op, n, now, cnow, rules, at)
     table.sort(list, function(a, b) return a[1] < b[1] end)
   end
 
-  local allowed = 1
+  local allowed, need = 1, 0
   local used, retry, newest, oldest = {}, {}, {}, {}
   for i, r in ipairs(rules) do
     local l, w, g = r[1], r[2], r[3]
@@ -689,11 +773,15 @@ local function decideBuckets(key, op, n, now, cnow, rules, at)
       newest[i] = b
       if not oldest[i] then oldest[i] = b end
     end
-    local ttl = math.ceil(maxspan / 1000) + 1
-    if cnow ~= 0 then
-      ttl = ttl + math.max(0, math.ceil((servertime() - cnow) / 1000))
+    if hashed then
+      need = now + maxspan
+    else
+      local ttl = math.ceil(maxspan / 1000) + 1
+      if cnow ~= 0 then
+        ttl = ttl + math.max(0, math.ceil((servertime() - cnow) / 1000))
+      end
+      call('PEXPIRE', key, ttl)
     end
-    call('PEXPIRE', key, ttl)
   end
 
   local out = {pack('<dd', allowed, now)}
@@ -706,7 +794,7 @@ local function decideBuckets(key, op, n, now, cnow, rules, at)
     end
     out[#out + 1] = pack('<dddd', used[i], retry[i], reset, nxt)
   end
-  return table.concat(out), allowed
+  return table.concat(out), allowed, need
 end
 
 register('buckets', function(keys, args)
@@ -735,8 +823,8 @@ register('buckets', function(keys, args)
       local m
       m, pos = readMore(blob, pos)
       local k = keys[d]
-      local function slide(sop) return decideBuckets(k, sop, n, now, cnow, rules, at) end
-      ok, res = pcall(runMore, sub(k, 1, -3), op, n, now, cnow, at, m, slide, nr)
+      local function slide(sop) return decideBuckets(k, sop, n, now, cnow, rules, at, true) end
+      ok, res = pcall(runMore, k, op, n, now, cnow, at, m, slide, nr, true)
     else
       ok, res = pcall(decideBuckets, keys[d], op, n, now, cnow, rules, at)
     end

@@ -316,8 +316,9 @@ func (c *Cluster) firstTable() nodeTable {
 type MigrateOption func(*migrateConfig)
 
 type migrateConfig struct {
-	batch int
-	pause time.Duration
+	batch  int
+	pause  time.Duration
+	opened func()
 }
 
 // MigrateBatch sets how many keys one MIGRATE moves; 100 by default.
@@ -330,6 +331,14 @@ func MigrateBatch(n int) MigrateOption {
 // done; no pause by default.
 func MigratePause(d time.Duration) MigrateOption {
 	return func(c *migrateConfig) { c.pause = d }
+}
+
+// MigrateOpened makes MigrateSlot call f once the slot is open
+// (IMPORTING on the target, MIGRATING on the source) and before the
+// first key moves: what clients meet between the first step of a reshard
+// and the next.
+func MigrateOpened(f func()) MigrateOption {
+	return func(c *migrateConfig) { c.opened = f }
 }
 
 // MigrateStats is what a [Cluster.MigrateSlot] did.
@@ -375,6 +384,9 @@ func (c *Cluster) migrate(ctx context.Context, slot, from, to int, cfg migrateCo
 		return st, err
 	}
 	host, port, _ := net.SplitHostPort(dst.Addr())
+	if cfg.opened != nil {
+		cfg.opened()
+	}
 	for {
 		reply, err := c.do(ctx, src, "CLUSTER", "GETKEYSINSLOT", slot, cfg.batch)
 		if err != nil {

@@ -1,0 +1,70 @@
+package redisstore_test
+
+import (
+	"context"
+	"encoding/binary"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/redisstore"
+)
+
+// TestMoreKeyImportsEarlierKeys: a policy with a lockout or calendar
+// rules keeps a key in one hash (":m"); the first decision that makes it
+// moves in what earlier versions kept beside it (a lockout under ":l",
+// calendar counts under ":c") and the windows the policy kept before it
+// had a lockout, so that an upgrade lifts no lockout and a new rule
+// starts no window over.
+func TestMoreKeyImportsEarlierKeys(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	store := redisstore.New(rdb)
+	ctx := context.Background()
+	sliding := []core.Rule{{Limit: 3, Window: time.Hour}}
+	for _, algo := range []core.Algorithm{core.SlidingLog, core.SlidingBuckets} {
+		t.Run(algo.String(), func(t *testing.T) {
+			name := "import-" + algo.String()
+			plain := testkit.Limiter(t, store, core.Policy{Name: name, Algorithm: algo, Rules: sliding}, core.WithTimeout(2*time.Second))
+			for range 2 {
+				if d, err := plain.Allow(ctx, "win"); err != nil || !d.Allowed {
+					t.Fatalf("plain Allow(win) = %+v, %v", d, err)
+				}
+			}
+			// A lockout an earlier version kept under ":l": ends in an
+			// hour, one offence.
+			now, err := rdb.Time(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			lk := store.Key(name, "locked") + ":l"
+			v := make([]byte, 16)
+			binary.LittleEndian.PutUint64(v, math.Float64bits(float64(now.Add(time.Hour).UnixMicro())))
+			binary.LittleEndian.PutUint64(v[8:], math.Float64bits(1))
+			if err := rdb.Set(ctx, lk, v, time.Hour).Err(); err != nil {
+				t.Fatal(err)
+			}
+
+			more := testkit.Limiter(t, store, core.Policy{Name: name, Algorithm: algo, Rules: sliding,
+				Lockout: core.Lockout{For: time.Hour}}, core.WithTimeout(2*time.Second), core.WithDenyCache(0))
+			if d, err := more.Allow(ctx, "locked"); err != nil || d.Allowed || !d.Locked || d.RetryAfter < 59*time.Minute {
+				t.Errorf("Allow(locked) after the upgrade = %+v, %v; want still locked out for about an hour", d, err)
+			}
+			if n, _ := rdb.Exists(ctx, lk).Result(); n != 0 {
+				t.Errorf("%s still exists after the key was moved into its hash", lk)
+			}
+			if d, err := more.Allow(ctx, "win"); err != nil || !d.Allowed || d.Remaining != 0 {
+				t.Errorf("Allow(win) once the policy has a lockout = %+v, %v; want the third unit of 3", d, err)
+			}
+			if d, _ := more.Allow(ctx, "win"); d.Allowed || !d.Locked {
+				t.Errorf("Allow(win) #4 = %+v, want denied and locked out", d)
+			}
+			if ttl, _ := rdb.PTTL(ctx, store.Key(name, "win")+":m").Result(); ttl < 59*time.Minute {
+				t.Errorf("PTTL of win's hash = %v, want about an hour (its lockout)", ttl)
+			}
+		})
+	}
+}
