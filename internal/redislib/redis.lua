@@ -329,7 +329,10 @@ end
 -- never reads a long value whole: up to SMALL bytes it does, beyond that
 -- it reads the few entries around each rule's hint, and rewrites the
 -- string (to trim it) only once its dead entries are half as many as the
--- live ones. A decision's cost does not grow with the entries.
+-- live ones. A decision's cost does not grow with the entries. The
+-- decisions of one call on one key are decided together: a decision
+-- that follows one on the same key starts from what that one left (the
+-- value, header, hints and the entries read), not from a new read.
 --
 -- keys[d]  the key of decision d
 -- args[1]  the decisions, packed as little-endian doubles; per decision:
@@ -355,6 +358,9 @@ local CHUNK = 32
 -- hashed when the log is field 'g' of the HASH key (a policy with a
 -- lockout or calendar rules), read and written whole.
 local key, v, small, hdr, cnt, expat, nh, hashed
+-- current when the state above is the key's value as the last decision
+-- left it, within this call: the next decision on key need not load it.
+local current = false
 local hints = {}
 -- A long value's entries read so far: one chunk (its first index and
 -- bytes), and the entry read last on its own.
@@ -376,9 +382,10 @@ local function entry(i)
   return pe
 end
 
--- read fetches the entries [lo, hi) of a long value in one call.
+-- read fetches the entries [lo, hi) of a long value in one call, unless
+-- it holds them already (entries do not change while the key is current).
 local function read(lo, hi)
-  if small or hi <= lo then return end
+  if small or hi <= lo or clo == lo and #chunk >= (hi - lo) * 8 then return end
   clo, chunk = lo, call('GETRANGE', key, int(hdr + lo * 8), int(hdr + hi * 8 - 1))
 end
 
@@ -509,7 +516,10 @@ local function decide(op, n, keep, now, cnow, nr, maxw, at)
   local newest = 0
   if cnt > 0 then newest = entry(cnt - 1) end
   local t = now
+  -- Whether the state still is the value once written (see current).
+  local keeps = not hashed
   if op == 1 and allowed == 1 then
+    keeps = false
     -- Entries stay in order even if the clock steps back.
     if newest > t then t = newest end
     local add = pack('<d', t)
@@ -529,6 +539,8 @@ local function decide(op, n, keep, now, cnow, nr, maxw, at)
       if drop < 16 and drop * 4 < cnt then drop = 0 end
       if drop == 0 and not renew then
         call('APPEND', key, add)
+        v, cnt = v .. add, cnt + n
+        keeps = #v < SMALL
       else
         call('SET', key, header(expat) .. sub(v, hdr + drop * 8 + 1) .. add, 'PX', ttl(expat, t, cnow))
       end
@@ -540,6 +552,8 @@ local function decide(op, n, keep, now, cnow, nr, maxw, at)
       call('SET', key, header(expat, hs, nr) .. call('GETRANGE', key, int(hdr + drop * 8), '-1'), 'PX', ttl(expat, t, cnow))
     else
       call('APPEND', key, add)
+      cnt, keeps = cnt + n, true
+      pi, pe = cnt - 1, t
       local moved = renew
       for i = 1, nr do
         if starts[i] - hints[i] >= CHUNK / 4 or starts[i] < hints[i] then moved = true end
@@ -556,6 +570,7 @@ local function decide(op, n, keep, now, cnow, nr, maxw, at)
     end
     newest = t
   end
+  current = keeps
   if nr == 1 then
     local reset = 0
     if used[1] > 0 then reset = newest + windows[1] - now end
@@ -571,7 +586,8 @@ local function decide(op, n, keep, now, cnow, nr, maxw, at)
 end
 
 local function run(k, op, n, keep, now, cnow, nr, maxw, at)
-  load(k)
+  if not current or k ~= key or hashed then load(k) end
+  current = false
   return decide(op, n, keep, now, cnow, nr, maxw, at)
 end
 
@@ -590,7 +606,7 @@ end
 
 register('log', function(keys, args)
   init()
-  server, channel = nil, args[2]
+  server, channel, current = nil, args[2], false
   local blob = args[1]
   local out = {}
   local pos = 1
@@ -624,6 +640,7 @@ register('log', function(keys, args)
         load(k, true)
         return decide(sop, n, keep, now, cnow, nr, maxw, at)
       end
+      current = false
       ok, res = pcall(runMore, k, op, n, now, cnow, at, m, slide, nr, false)
     else
       ok, res = pcall(run, k, op, n, keep, now, cnow, nr, maxw, at)
