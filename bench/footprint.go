@@ -113,7 +113,7 @@ func measureFootprint(ctx context.Context, e *env, quick bool) ([]footprint, err
 	// The peers: one key each after 100 requests under 100 per hour.
 	p := &pattern{name: "fp", keys: []string{"k"}, limit: 100, window: time.Hour}
 	for _, lib := range libraries() {
-		if lib.store != "redis" || lib.ratekit {
+		if lib.store != "redis" || lib.ratekit || lib.name == nameRueidis {
 			continue
 		}
 		if err := rdb.FlushAll(ctx).Err(); err != nil {

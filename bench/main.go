@@ -150,6 +150,7 @@ func compare(ctx context.Context, cfg config) error {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.addr, PoolSize: maxG + 4, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	e := &env{rdb: rdb}
+	defer e.close()
 	redisVersion := "?"
 	if info, err := rdb.InfoMap(ctx, "server").Result(); err == nil {
 		redisVersion = info["Server"]["redis_version"]

@@ -19,6 +19,8 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/redisstore"
+	"github.com/ratekit/ratekit/rueidisstore"
+	"github.com/redis/rueidis"
 )
 
 // pattern is a key pattern with the limit every library is given for it.
@@ -110,6 +112,30 @@ type env struct {
 	// rk is ratekit's RedisStore, one for the run as an application has
 	// one: its batcher and its deny-cache subscription are built once.
 	rk *redisstore.Store
+	// rq is ratekit's store on rueidis, the second driver, measured beside
+	// the go-redis one, with its own client to the same server.
+	rq  *rueidisstore.Store
+	rqc rueidis.Client
+}
+
+// close releases what the run's stores hold.
+func (e *env) close() {
+	if e.rq != nil {
+		e.rq.Close()
+		e.rqc.Close()
+	}
+}
+
+// ratekitRueidisStore returns the run's rueidisstore.Store.
+func (e *env) ratekitRueidisStore() (*rueidisstore.Store, error) {
+	if e.rq == nil {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{e.rdb.Options().Addr}, DisableCache: true})
+		if err != nil {
+			return nil, fmt.Errorf("rueidis client: %w", err)
+		}
+		e.rq, e.rqc = rueidisstore.New(c), c
+	}
+	return e.rq, nil
 }
 
 // ratekitStore returns the run's RedisStore.
@@ -137,7 +163,10 @@ var errFallback = errors.New("fallback decision")
 
 // Library names, as the goals look them up.
 const (
-	nameRatekit   = "ratekit"
+	nameRatekit = "ratekit"
+	// nameRueidis is ratekit on its second driver: not a peer, and not
+	// the reference of the goals, which the go-redis store is.
+	nameRueidis   = "ratekit/rueidisstore"
 	nameRedisRate = "go-redis/redis_rate"
 	nameUlule     = "ulule/limiter"
 	nameXRate     = "x/time/rate"
@@ -147,6 +176,7 @@ const (
 func libraries() []*library {
 	return []*library{
 		{name: nameRatekit, store: "redis", algo: "sliding log (Redis Function, packed string, batched)", ratekit: true, setup: setupRatekitRedis},
+		{name: nameRueidis, store: "redis", algo: "sliding log, as above, on rueidis", setup: setupRatekitRueidis},
 		{name: nameRedisRate, store: "redis", algo: "GCRA (Lua, EVALSHA)", setup: setupRedisRate},
 		{name: nameUlule, store: "redis", algo: "fixed window (Lua INCR, EVALSHA)", setup: setupUluleRedis},
 		{name: nameRatekit, store: "memory", algo: "sliding log", ratekit: true, setup: setupRatekitMemory},
@@ -179,6 +209,19 @@ func setupRatekitRedis(e *env, p *pattern) (allowFunc, func(), error) {
 	// 20 ms at the tail, and a fallback decision would not measure Redis.
 	// Fallbacks are counted as errors anyway.
 	l, err := core.NewLimiter(e.ratekitStore(), ratekitPolicy(p, "redis"), core.WithTimeout(time.Second))
+	if err != nil {
+		return nil, nil, err
+	}
+	return ratekitAllow(l), func() {}, nil
+}
+
+func setupRatekitRueidis(e *env, p *pattern) (allowFunc, func(), error) {
+	store, err := e.ratekitRueidisStore()
+	if err != nil {
+		return nil, nil, err
+	}
+	// As setupRatekitRedis.
+	l, err := core.NewLimiter(store, ratekitPolicy(p, "redis"), core.WithTimeout(time.Second))
 	if err != nil {
 		return nil, nil, err
 	}
