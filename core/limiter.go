@@ -350,6 +350,16 @@ func (l *Limiter) now() time.Time {
 	return time.Now()
 }
 
+// stamp returns the time of a decision that the store times by its own
+// clock unless WithClock gives one: the clock's time, or the zero time
+// (no clock is read: the store reads its own).
+func (l *Limiter) stamp() time.Time {
+	if l.clock != nil {
+		return l.clock()
+	}
+	return time.Time{}
+}
+
 // query returns the store query for a bounded key (shard's, with shards)
 // decided at now; the zero now for refunds and resets.
 func (l *Limiter) query(key string, shard int, n int64, now time.Time) Query {

@@ -21,7 +21,7 @@ type localRates struct{ l *Limiter }
 func (r localRates) allow(ctx context.Context, key string, shard int, n int64) (Decision, error) {
 	l := r.l
 	var d Decision
-	q := l.query(key, shard, n, l.now())
+	q := l.query(key, shard, n, l.stamp())
 	res, err := l.store.Take(ctx, q)
 	if err != nil {
 		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
@@ -39,7 +39,7 @@ func (r localRates) allow(ctx context.Context, key string, shard int, n int64) (
 
 func (r localRates) peek(ctx context.Context, key string, shard int) (Decision, error) {
 	l := r.l
-	res, err := l.store.Peek(ctx, l.query(key, shard, 1, l.now()))
+	res, err := l.store.Peek(ctx, l.query(key, shard, 1, l.stamp()))
 	if err != nil {
 		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
 	}
