@@ -144,7 +144,7 @@ func TestFallbackNotices(t *testing.T) {
 	}
 	srv := redistest.Start(t)
 	p := core.Policy{Name: "notice", Rules: []core.Rule{{Limit: 1000, Window: time.Minute}}}
-	obs := &eventRecorder{}
+	obs := &testkit.Events{}
 	watched := fleetOf(t, srv, 1, p, core.WithObserver(obs))[0]
 	logs := &logRecorder{}
 	defer slog.SetDefault(slog.Default())
@@ -167,7 +167,7 @@ func TestFallbackNotices(t *testing.T) {
 		admitN(t, l, "k", 3, core.SourceStore)
 	}
 
-	starts, ends := obs.of(core.EventFallbackStart), obs.of(core.EventFallbackEnd)
+	starts, ends := obs.Of(core.EventFallbackStart), obs.Of(core.EventFallbackEnd)
 	if len(starts) != 1 || starts[0].Err == nil || len(ends) != 1 || ends[0].Fallbacks < outage {
 		t.Errorf("observer saw %d EventFallbackStart (%+v) and %d EventFallbackEnd (%+v); want one each, the end counting at least %d",
 			len(starts), starts, len(ends), ends, outage)
@@ -201,31 +201,6 @@ func waitStore(t *testing.T, l *core.Limiter) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// eventRecorder keeps every event.
-type eventRecorder struct {
-	mu sync.Mutex
-	es []core.Event
-}
-
-func (r *eventRecorder) Observe(_ context.Context, e core.Event) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.es = append(r.es, e)
-}
-
-// of returns the events of kind.
-func (r *eventRecorder) of(kind core.EventKind) []core.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []core.Event
-	for _, e := range r.es {
-		if e.Kind == kind {
-			out = append(out, e)
-		}
-	}
-	return out
 }
 
 // logRecorder is a slog.Handler that keeps every record.

@@ -94,7 +94,7 @@ func TestInFlightValidation(t *testing.T) {
 		{"tiers", core.Policy{Name: "p", InFlight: 2},
 			[]core.Option{core.WithTiers(func(context.Context, string) (string, error) { return "", nil }, map[string][]core.Rule{"x": rules})},
 			nil, "WithTiers"},
-		{"own store", core.Policy{Name: "p", InFlight: 2}, nil, failingStore{}, "core.Leases"},
+		{"own store", core.Policy{Name: "p", InFlight: 2}, nil, testkit.FailingStore{Err: errors.New("down")}, "core.Leases"},
 		{"bad timeout", core.Policy{Name: "p", InFlight: 2}, []core.Option{core.WithTimeout(0)}, nil, "WithTimeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -118,20 +118,6 @@ func TestInFlightValidation(t *testing.T) {
 		}
 	}
 }
-
-// failingStore is a Store of the app's own, failing every call.
-type failingStore struct{}
-
-var errDown = errors.New("down")
-
-func (failingStore) Take(context.Context, core.Query) (core.Result, error) {
-	return core.Result{}, errDown
-}
-func (failingStore) Peek(context.Context, core.Query) (core.Result, error) {
-	return core.Result{}, errDown
-}
-func (failingStore) Refund(context.Context, core.Query, int64) error { return errDown }
-func (failingStore) Reset(context.Context, core.Query) error         { return errDown }
 
 // TestInFlightExact: instances × goroutines asking for one key never have
 // more than K requests in flight, measured inside the "handler" (between

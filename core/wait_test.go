@@ -33,16 +33,6 @@ func fill(t *testing.T, l *core.Limiter, key string) core.Decision {
 	return first
 }
 
-// waitFor polls cond every millisecond and fails t after 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-	}
-}
-
 // peekUsed returns the units key holds in l's first rule.
 func peekUsed(t *testing.T, l *core.Limiter, key string) int64 {
 	t.Helper()
@@ -74,7 +64,7 @@ func TestWaitInvalidCost(t *testing.T) {
 				_, err := l.Wait(wctx, "k")
 				done <- err
 			}()
-			waitFor(t, "the first caller waits", func() bool { return l.Waiting("k") == 1 })
+			testkit.WaitUntil(t, "the first caller waits", func() bool { return l.Waiting("k") == 1 })
 			if _, err := l.WaitN(ctx, "k", 4); !errors.Is(err, core.ErrInvalidCost) {
 				t.Errorf("WaitN(k, 4) behind a waiter = %v, want ErrInvalidCost", err)
 			}
@@ -158,7 +148,7 @@ func TestWaitFailsFast(t *testing.T) {
 				_, err := l.Wait(hctx, "k")
 				head <- err
 			}()
-			waitFor(t, "the first caller waits", func() bool { return l.Waiting("k") == 1 })
+			testkit.WaitUntil(t, "the first caller waits", func() bool { return l.Waiting("k") == 1 })
 			var wg sync.WaitGroup
 			for range 3 {
 				wg.Go(func() {
@@ -203,7 +193,7 @@ func TestWaitInOrder(t *testing.T) {
 					}
 					ds[i] = d
 				})
-				waitFor(t, fmt.Sprintf("waiter %d queues", i), func() bool { return l.Waiting("k") == i+1 })
+				testkit.WaitUntil(t, fmt.Sprintf("waiter %d queues", i), func() bool { return l.Waiting("k") == i+1 })
 			}
 			wg.Wait()
 			for i, d := range ds {
@@ -307,7 +297,7 @@ func TestWaitFailClosed(t *testing.T) {
 		defer cancel()
 		d, err = l.Wait(ctx, "k")
 	}()
-	waitFor(t, "a FailClosed refusal", func() bool { return closed.Load() >= 2 })
+	testkit.WaitUntil(t, "a FailClosed refusal", func() bool { return closed.Load() >= 2 })
 	srv.Restart()
 	<-done
 	if err != nil || !d.Allowed || d.Source != core.SourceStore {

@@ -38,18 +38,6 @@ func inFlight(t *testing.T, l *core.Limiter, key string) int64 {
 	return d.Rules()[0].Used
 }
 
-// waitFor polls cond until it holds, failing after 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestInFlightStreams: a streamed body (SetBodyStreamWriter, SendStream)
 // is written after the handler chain returns; its request stays in
 // flight, holding its lease, until the body is written. With InFlight 1,
@@ -138,7 +126,7 @@ func TestInFlightStreams(t *testing.T) {
 			if m := most.Load(); m != 1 {
 				t.Errorf("%d bodies streamed at once, want 1", m)
 			}
-			waitFor(t, "the lease released after the body", func() bool { return inFlight(t, l, "alice") == 0 })
+			testkit.WaitUntil(t, "the lease released after the body", func() bool { return inFlight(t, l, "alice") == 0 })
 		})
 	}
 }
@@ -187,7 +175,7 @@ func TestInFlightSendFile(t *testing.T) {
 	if n != 64<<20 {
 		t.Errorf("first download: %d bytes, want %d", n, 64<<20)
 	}
-	waitFor(t, "the lease released after the file", func() bool { return inFlight(t, l, "alice") == 0 })
+	testkit.WaitUntil(t, "the lease released after the file", func() bool { return inFlight(t, l, "alice") == 0 })
 }
 
 // TestInFlightStreamClientGone: a client that goes away mid-stream ends
@@ -225,5 +213,5 @@ func TestInFlightStreamClientGone(t *testing.T) {
 		t.Errorf("while the body streams: %d leases, want 1", n)
 	}
 	res.Body.Close() // the connection ends mid-body
-	waitFor(t, "the lease released after the client left", func() bool { return inFlight(t, l, "alice") == 0 })
+	testkit.WaitUntil(t, "the lease released after the client left", func() bool { return inFlight(t, l, "alice") == 0 })
 }

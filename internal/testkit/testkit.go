@@ -134,6 +134,19 @@ func (r *Events) All() []core.Event {
 	return append([]core.Event(nil), r.events...)
 }
 
+// Of returns the events of kind seen so far, in order.
+func (r *Events) Of(kind core.EventKind) []core.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []core.Event
+	for _, e := range r.events {
+		if e.Kind == kind {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // Count returns how many events of kind were seen.
 func (r *Events) Count(kind core.EventKind) int {
 	return r.count(func(e core.Event) bool { return e.Kind == kind })
