@@ -173,6 +173,10 @@ func TestRedisCluster(t *testing.T) {
 	t.Run("Reset", func(t *testing.T) { testClusterReset(t, e) })
 	t.Run("MigrationUnderLoad", func(t *testing.T) { testClusterMigration(t, e) })
 	t.Run("ReshardEveryKind", func(t *testing.T) { testClusterReshardKinds(t, e) })
+	for _, drv := range clusterDrivers {
+		t.Run("PausedMaster/"+drv.name, func(t *testing.T) { testClusterPausedMaster(t, e, drv) })
+		t.Run("BreakersFollowNodes/"+drv.name, func(t *testing.T) { testClusterBreakersFollowNodes(t, e, drv) })
+	}
 	t.Run("WaitReplicasWithoutReplicas", func(t *testing.T) {
 		// WAIT 1 on masters without replicas: every admission waits the
 		// timeout, is reported short, and still stands.

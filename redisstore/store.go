@@ -50,10 +50,22 @@ const defaultBatch = 64
 // and a reply that came while the process was too busy to read it is not
 // lost (see core.WithTimeout).
 //
+// On a Redis Cluster the store keeps the Cluster's slot map (CLUSTER
+// SLOTS: loaded at its first use, again every five seconds while it is
+// used, and sooner after a redirect or a failed connection it sees), and
+// batches each master's decisions apart, on goroutines and a bounded
+// queue of that master's own: a master that stops answering holds up its
+// own keys' decisions only, whatever the client's options, and
+// [Store.Partition] names the master, so that a limiter's circuit
+// breakers follow the masters. Until the map is loaded, decisions share
+// one batcher and partitions are fixed groups of 256 slots. The map only
+// routes: go-redis still sends each command where its own map says and
+// follows MOVED and ASK.
+//
 // A Store offers every optional capability of the core package: leases
 // ([core.Leases]), invalidations between instances over pub/sub
 // ([core.Invalidator]), the count of instances ([core.Fleet]), breakers
-// per Cluster node ([core.Partitioned]) and a check of the server
+// per Cluster master ([core.Partitioned]) and a check of the server
 // ([core.Checker]). It is safe for concurrent use. It does not close the
 // client: the caller owns it.
 type Store struct {
@@ -61,9 +73,10 @@ type Store struct {
 	cluster   bool // slot by slot
 	prefix    string
 	honorsCtx bool
-	batch     *redislib.Batcher
-	scripts   atomic.Bool // the server has no FCALL: run the library as scripts
-	watch     *watcher    // invalidations between instances, and the fleet
+	batch     *redislib.Batcher // on a single node (and a Ring)
+	nodes     *redislib.Nodes   // on a Cluster: a batcher per master
+	scripts   atomic.Bool       // the server has no FCALL: run the library as scripts
+	watch     *watcher          // invalidations between instances, and the fleet
 
 	wall func() time.Time // the clock calendar periods are found around when Redis's decides; nil: time.Now
 
@@ -204,7 +217,12 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		// rules: every call carries one decision.
 		o.batch = 1
 	}
-	s.batch = redislib.NewBatcher(s.flight, o.batch, s.honorsCtx)
+	newBatcher := func() *redislib.Batcher { return redislib.NewBatcher(s.flight, o.batch, s.honorsCtx) }
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		s.nodes = redislib.NewNodes(func(ctx context.Context) ([]redislib.SlotRange, error) { return clusterSlots(ctx, cc) }, newBatcher)
+	} else {
+		s.batch = newBatcher()
+	}
 	s.watch = newWatcher(s)
 	return s
 }
@@ -274,7 +292,28 @@ func (s *Store) run(ctx context.Context, c *redislib.Call) error {
 		s.runAndWait(ctx, c)
 		return nil
 	}
+	if s.nodes != nil {
+		return s.nodes.Do(ctx, c)
+	}
 	return s.batch.Do(ctx, c)
+}
+
+// clusterSlots loads the slot map of the Cluster cc talks to.
+func clusterSlots(ctx context.Context, cc *redis.ClusterClient) ([]redislib.SlotRange, error) {
+	slots, err := redislib.Bounded(ctx, func(ctx context.Context) ([]redis.ClusterSlot, error) {
+		return cc.ClusterSlots(ctx).Result()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("CLUSTER SLOTS: %w", err)
+	}
+	ranges := make([]redislib.SlotRange, 0, len(slots))
+	for _, r := range slots {
+		if len(r.Nodes) == 0 {
+			continue
+		}
+		ranges = append(ranges, redislib.SlotRange{Start: r.Start, End: r.End, Addr: r.Nodes[0].Addr})
+	}
+	return ranges, nil
 }
 
 // Reset implements [core.Store]: it deletes every key of q.Key under
@@ -337,6 +376,7 @@ func (s *Store) flight(ctx context.Context, calls []*redislib.Call) {
 	for i := range cmds {
 		answer(&cmds[i])
 	}
+	s.checkSlots(cmds)
 	clear(cmds)
 	clear(sc.groups)
 	sc.cmds = cmds[:0]
@@ -385,6 +425,23 @@ func (s *Store) exec(ctx context.Context, cmds []batchCmd, c processor) error {
 			if b := &cmds[i]; b.again {
 				b.cmd, b.scripted = s.command(ctx, b.calls, b.script, b.eval)
 			}
+		}
+	}
+}
+
+// checkSlots reports the slot map stale when a command met a redirect it
+// did not follow, or a failing connection.
+func (s *Store) checkSlots(cmds []batchCmd) {
+	if s.nodes == nil {
+		return
+	}
+	for i := range cmds {
+		err := cmds[i].cmd.Err()
+		switch {
+		case err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		case !isRedisError(err) || redislib.Moved(err.Error()):
+			s.nodes.Stale()
+			return
 		}
 	}
 }

@@ -2,6 +2,7 @@ package rueidisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -54,10 +55,15 @@ const defaultBatch = 64
 // request no more than the Limiter's timeout, and a reply that came while
 // the process was too busy to read it is not lost (see core.WithTimeout).
 //
+// On a Redis Cluster, as redisstore does, the store keeps the Cluster's
+// slot map (CLUSTER SLOTS) and batches each master's decisions apart, so
+// that a master that stops answering holds up its own keys' decisions
+// only, and [Store.Partition] names the master.
+//
 // A Store offers every optional capability of the core package: leases
 // ([core.Leases]), invalidations between instances over pub/sub
 // ([core.Invalidator]), the count of instances ([core.Fleet]), breakers
-// per Cluster slot group ([core.Partitioned]) and a check of the server
+// per Cluster master ([core.Partitioned]) and a check of the server
 // ([core.Checker]). Unlike redisstore it cannot wait for replicas
 // (redisstore.WithWaitReplicas). It is safe for concurrent use. It does
 // not close the client: the caller owns it. The store's goroutines (the
@@ -67,8 +73,9 @@ type Store struct {
 	client  rueidis.Client
 	cluster bool // slot by slot
 	prefix  string
-	batch   *redislib.Batcher
-	scripts atomic.Bool // the server has no FCALL: run the library as scripts
+	batch   *redislib.Batcher // on a single node
+	nodes   *redislib.Nodes   // on a Cluster: a batcher per master
+	scripts atomic.Bool       // the server has no FCALL: run the library as scripts
 
 	// Invalidations between instances, and the fleet (watch.go).
 	channel  string
@@ -146,8 +153,22 @@ func New(client rueidis.Client, opts ...Option) *Store {
 	s.life, s.stop = context.WithCancel(context.Background())
 	// rueidis bounds its I/O by the context: a flight's carries the
 	// latest deadline of its callers.
-	s.batch = redislib.NewBatcher(s.flight, o.batch, true)
+	newBatcher := func() *redislib.Batcher { return redislib.NewBatcher(s.flight, o.batch, true) }
+	if s.cluster {
+		s.nodes = redislib.NewNodes(s.clusterSlots, newBatcher)
+	} else {
+		s.batch = newBatcher()
+	}
 	return s
+}
+
+// do sends c through the batcher of its master (on a Cluster) or the
+// store's, and waits for its answer (see redislib.Batcher.Do).
+func (s *Store) do(ctx context.Context, c *redislib.Call) error {
+	if s.nodes != nil {
+		return s.nodes.Do(ctx, c)
+	}
+	return s.batch.Do(ctx, c)
 }
 
 // Close ends the store's goroutines: the subscription that carries
@@ -229,7 +250,7 @@ func (s *Store) decide(ctx context.Context, q *core.Query, op byte, at int64) (c
 		redislib.Put(c)
 		return core.Result{}, fmt.Errorf("ratekit: rueidis store: %w", err)
 	}
-	if err := s.batch.Do(ctx, c); err != nil {
+	if err := s.do(ctx, c); err != nil {
 		// The caller gave up; the flight still owns c.
 		return core.Result{}, fmt.Errorf("ratekit: rueidis store: %w", err)
 	}
@@ -324,6 +345,7 @@ func (s *Store) flight(ctx context.Context, calls []*redislib.Call) {
 	for i := range cmds {
 		redislib.Decode(cmds[i].calls, cmds[i].reply, cmds[i].err)
 	}
+	s.checkSlots(cmds)
 	clear(cmds)
 	clear(sc.groups)
 	sc.cmds = cmds[:0]
@@ -355,6 +377,24 @@ func (s *Store) exec(ctx context.Context, cmds []batchCmd, sc *scratch) {
 				return
 			}
 			time.Sleep(d)
+		}
+	}
+}
+
+// checkSlots reports the slot map stale when a command met a redirect it
+// did not follow, or a failing connection.
+func (s *Store) checkSlots(cmds []batchCmd) {
+	if s.nodes == nil {
+		return
+	}
+	for i := range cmds {
+		err := cmds[i].err
+		if err == nil || rueidis.IsRedisNil(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			continue
+		}
+		if re, ok := rueidis.IsRedisErr(err); !ok || redislib.Moved(re.Error()) {
+			s.nodes.Stale()
+			return
 		}
 	}
 }

@@ -52,6 +52,20 @@ func Refused(msg string) bool {
 	return false
 }
 
+// Moved reports an error message of a Cluster whose slot map changed or
+// is changing hands: MOVED, ASK, CLUSTERDOWN, or READONLY (a master
+// turned replica by a failover).
+func Moved(msg string) bool {
+	for _, p := range movedPrefixes {
+		if hasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+var movedPrefixes = []string{"MOVED", "ASK", "CLUSTERDOWN", "READONLY"}
+
 // NoScript reports a script not in the server's cache (EVALSHA).
 func NoScript(msg string) bool { return hasPrefix(msg, "NOSCRIPT") }
 
