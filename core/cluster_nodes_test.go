@@ -20,10 +20,11 @@ import (
 )
 
 // clusterStore is a store of either driver on a Cluster: it names the
-// node of a key's slot (core.Partitioned).
+// node of a key's slot (core.Partitioned), and the Redis key of a key.
 type clusterStore interface {
 	core.Store
 	core.Partitioned
+	Key(policy, key string) string
 }
 
 // clusterDriver builds stores of one driver on a test's Cluster.
@@ -285,4 +286,123 @@ func testClusterBreakersFollowNodes(t *testing.T, e *clusterEnv, drv clusterDriv
 	}
 	t.Logf("%s: t-keys %v on node 0; node 1's keys %v answered while node 0's breaker was open", drv.name, tkeys, node1)
 	waitPauseEnd(t, e, 0, pausedAt, pause)
+}
+
+// testClusterBatchMigration: 16 goroutines decide distinct keys of one
+// slot, <tag>}<i> (limit 5 a minute, each key asked 10 times, batching
+// on), while the slot migrates with thousands of keys: the decisions
+// share script calls, which Redis answers TRYAGAIN once their keys are
+// split between the nodes; each such call is sent again at once one key
+// per call, each following its own ASK. No decision falls back or errs,
+// every key is admitted exactly 5 times, and the store holds what it
+// admitted (issue 19 item 4).
+func testClusterBatchMigration(t *testing.T, e *clusterEnv, drv clusterDriver) {
+	const (
+		goroutines = 16
+		perKey     = 10
+		limit      = 5
+		fillers    = 3000
+		perG       = 400
+	)
+	ctx := context.Background()
+	// Keys "<tag>}<i>": the store's key <prefix>:<policy>:{<tag>}<i>} has
+	// the hash tag <tag>, so they all live in its slot.
+	tag := "batch-migration-" + drv.name
+	slot := redistest.Slot(tag)
+	from := e.c.For(t).SlotOwner(slot)
+	to := (from + 1) % 3
+	keys := make([]string, goroutines*perG)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s}%d", tag, i)
+	}
+	pipe := e.rdb.Pipeline()
+	for i := range fillers {
+		pipe.Set(ctx, fmt.Sprintf("{%s}:fill:%d", tag, i), i, 0)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatalf("filling slot %d: %v", slot, err)
+	}
+	store := drv.store(t, e, "bm-"+drv.name, true)
+	if rk := store.Key("b", keys[1]); redistest.Slot(rk) != slot {
+		t.Fatalf("the store keeps %q in slot %d, want %d, the slot of %q", keys[1], redistest.Slot(rk), slot, tag)
+	}
+	var ev testkit.Events
+	l := testkit.Limiter(t, store, core.Policy{Name: "b", Rules: []core.Rule{{Limit: limit, Window: time.Minute}}},
+		core.WithTimeout(testkit.StoreTimeout), core.WithDenyCache(0), core.WithObserver(&ev))
+	type counts struct{ asked, store, other atomic.Int64 }
+	stats := make([]counts, len(keys))
+	var (
+		stop    atomic.Bool
+		started atomic.Int64 // goroutines past their first key
+		wg      sync.WaitGroup
+	)
+	tryBefore := e.redirects.tryagain.Load()
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := g * perG; i < (g+1)*perG; i++ {
+				if i == g*perG+1 {
+					started.Add(1)
+				}
+				for range perKey {
+					if stop.Load() {
+						return
+					}
+					d, err := l.Allow(ctx, keys[i])
+					if err != nil {
+						t.Errorf("Allow(%s): %v", keys[i], err)
+						return
+					}
+					stats[i].asked.Add(1)
+					switch {
+					case d.Allowed && d.Source == core.SourceStore:
+						stats[i].store.Add(1)
+					case d.Allowed:
+						stats[i].other.Add(1)
+					}
+				}
+			}
+			t.Errorf("goroutine %d ran out of its %d keys before the migration ended", g, perG)
+		})
+	}
+	testkit.WaitUntil(t, "every goroutine is under way", func() bool { return started.Load() == goroutines })
+	st := e.c.For(t).MigrateSlot(slot, from, to, redistest.MigrateBatch(25), redistest.MigratePause(10*time.Millisecond))
+	time.Sleep(300 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+
+	decided, full := int64(0), 0
+	for i := range keys {
+		ks := &stats[i]
+		decided += ks.asked.Load()
+		if ks.asked.Load() == 0 {
+			continue
+		}
+		if n := ks.other.Load(); n > 0 {
+			t.Errorf("key %s: %d admissions not by the store", keys[i], n)
+		}
+		admitted := ks.store.Load()
+		if admitted > limit || ks.asked.Load() == perKey && admitted != limit {
+			t.Errorf("key %s: asked %d times, admitted %d by the store; want exactly %d", keys[i], ks.asked.Load(), admitted, limit)
+		}
+		if ks.asked.Load() == perKey {
+			full++
+		}
+		if i%7 == 0 || admitted != limit {
+			if d, err := l.Peek(ctx, keys[i]); err != nil || d.Source != core.SourceStore || d.Rules()[0].Used != admitted {
+				t.Errorf("Peek(%s) after the migration = %+v, %v; want Used %d from the store", keys[i], d, err, admitted)
+			}
+		}
+	}
+	tryagain := e.redirects.tryagain.Load() - tryBefore
+	t.Logf("%s: slot %d moved (node %d -> %d): %d keys in %d batches in %v; %d decisions on %d keys (%d asked %d times); TRYAGAIN answers seen (go-redis only): %d",
+		drv.name, slot, from, to, st.Keys, st.Batches, st.Duration.Round(time.Millisecond), decided, len(keys), full, perKey, tryagain)
+	if n := ev.Count(core.EventStoreError); n > 0 {
+		t.Errorf("%d store errors during the migration, want 0", n)
+	}
+	if n := ev.Count(core.EventFallbackStart); n > 0 {
+		t.Errorf("%d fallback episodes during the migration, want 0", n)
+	}
+	if drv.name == "redis" && tryagain == 0 {
+		t.Error("no script call met TRYAGAIN: did the batches meet the migration?")
+	}
 }

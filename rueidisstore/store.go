@@ -58,7 +58,9 @@ const defaultBatch = 64
 // On a Redis Cluster, as redisstore does, the store keeps the Cluster's
 // slot map (CLUSTER SLOTS) and batches each master's decisions apart, so
 // that a master that stops answering holds up its own keys' decisions
-// only, and [Store.Partition] names the master.
+// only, and [Store.Partition] names the master; a script call of several
+// keys that Redis refuses with TRYAGAIN (their slot migrating) is sent
+// again at once one key per call.
 //
 // A Store offers every optional capability of the core package: leases
 // ([core.Leases]), invalidations between instances over pub/sub
@@ -313,6 +315,7 @@ type batchCmd struct {
 	eval     bool // a script sent with its source (EVAL), not its hash
 	scripted bool // sent as a script call (EVALSHA, EVAL), not FCALL
 	again    bool // Redis refused it without running it: send it again
+	split    bool // it met TRYAGAIN: its calls were sent again one per command
 
 	reply string
 	err   error
@@ -338,12 +341,14 @@ func (s *Store) flight(ctx context.Context, calls []*redislib.Call) {
 	for _, g := range sc.groups {
 		cmds = append(cmds, batchCmd{calls: g})
 	}
-	s.exec(ctx, cmds, sc)
+	cmds = s.exec(ctx, cmds, sc)
 	for _, c := range calls {
 		c.Replied()
 	}
 	for i := range cmds {
-		redislib.Decode(cmds[i].calls, cmds[i].reply, cmds[i].err)
+		if !cmds[i].split {
+			redislib.Decode(cmds[i].calls, cmds[i].reply, cmds[i].err)
+		}
 	}
 	s.checkSlots(cmds)
 	clear(cmds)
@@ -355,26 +360,30 @@ func (s *Store) flight(ctx context.Context, calls []*redislib.Call) {
 // exec sends cmds: one command as it is, several in one DoMulti. A
 // command that Redis refused without running it (see redislib.RetryOf) is
 // sent again, alone, while ctx allows, a few times at most: a command
-// that ran, or may have, is never sent twice.
-func (s *Store) exec(ctx context.Context, cmds []batchCmd, sc *scratch) {
+// that ran, or may have, is never sent twice. One of several keys that a
+// Cluster refused with TRYAGAIN (its slot migrating, the keys split
+// between two nodes) is split: its calls are sent again at once, one per
+// command, appended to cmds, which exec returns.
+func (s *Store) exec(ctx context.Context, cmds []batchCmd, sc *scratch) []batchCmd {
 	for attempt := 0; ; attempt++ {
 		s.send(ctx, cmds, attempt > 0, sc)
 		if attempt >= 4 || ctx.Err() != nil {
-			return
+			return cmds
 		}
-		again, pause, load := s.retry(cmds)
+		var again, pause, load bool
+		cmds, again, pause, load = s.retry(cmds)
 		if load && s.loadLibrary(ctx) != nil {
 			// The server refuses FUNCTION LOAD (an ACL, a managed
 			// service): scripts from now on.
 			s.scripts.Store(true)
 		}
 		if !again {
-			return
+			return cmds
 		}
 		if pause {
 			d := time.Duration(1<<attempt) * 5 * time.Millisecond
 			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
-				return
+				return cmds
 			}
 			time.Sleep(d)
 		}
@@ -435,16 +444,32 @@ func (b *batchCmd) result(r rueidis.RedisResult) {
 // retry reads the errors of cmds and marks those Redis refused without
 // running them to be sent again (see redislib.RetryOf): whether any is
 // (again), after a pause (pause), and after loading the library (load).
-func (s *Store) retry(cmds []batchCmd) (again, pause, load bool) {
-	for i := range cmds {
+// A command of several calls refused with TRYAGAIN is marked split, and
+// a command per call is appended to cmds, to be sent at once; it returns
+// cmds.
+func (s *Store) retry(cmds []batchCmd) (_ []batchCmd, again, pause, load bool) {
+	for i, n := 0, len(cmds); i < n; i++ {
 		b := &cmds[i]
 		b.again = false
+		if b.split {
+			continue // its calls went on in commands of their own
+		}
 		re, ok := rueidis.IsRedisErr(b.err)
 		if !ok {
 			continue
 		}
-		switch redislib.RetryOf(re.Error(), b.scripted) {
+		switch redislib.RetryOf(re.Error(), b.scripted, len(b.calls)) {
 		case redislib.RetryNone:
+			continue
+		case redislib.RetrySplit:
+			b.split = true
+			script, eval, refused := b.script, b.eval, b.err
+			for _, c := range b.calls { // b may move as cmds grows
+				c.One[0] = c
+				// Until it is sent, it carries the refusal.
+				cmds = append(cmds, batchCmd{calls: c.One[:], script: script, eval: eval, again: true, err: refused})
+			}
+			again = true
 			continue
 		case redislib.RetryEval:
 			b.eval = true
@@ -460,7 +485,7 @@ func (s *Store) retry(cmds []batchCmd) (again, pause, load bool) {
 		b.again = true
 		again = true
 	}
-	return again, pause, load
+	return cmds, again, pause, load
 }
 
 // command builds the call deciding b's calls, all of one kind: FCALL of

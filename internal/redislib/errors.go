@@ -66,6 +66,11 @@ func Moved(msg string) bool {
 
 var movedPrefixes = []string{"MOVED", "ASK", "CLUSTERDOWN", "READONLY"}
 
+// TryAgain reports the answer of a Cluster to a command of several keys
+// of one slot while the slot migrates and its keys are split between the
+// two nodes: the command did not run.
+func TryAgain(msg string) bool { return hasPrefix(msg, "TRYAGAIN") }
+
 // NoScript reports a script not in the server's cache (EVALSHA).
 func NoScript(msg string) bool { return hasPrefix(msg, "NOSCRIPT") }
 

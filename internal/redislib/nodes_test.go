@@ -211,3 +211,19 @@ func TestMoved(t *testing.T) {
 		t.Errorf("Moved(%q) = true, want false", m)
 	}
 }
+
+// TestRetryOfTryAgain: TRYAGAIN splits a call of several keys, and pauses
+// a call of one (it comes only of several keys; a pause is the old
+// remedy).
+func TestRetryOfTryAgain(t *testing.T) {
+	const msg = "TRYAGAIN Multiple keys request during rehashing of slot"
+	if r := RetryOf(msg, false, 2); r != RetrySplit {
+		t.Errorf("RetryOf(TRYAGAIN, 2 keys) = %v, want RetrySplit", r)
+	}
+	if r := RetryOf(msg, true, 16); r != RetrySplit {
+		t.Errorf("RetryOf(TRYAGAIN, script, 16 keys) = %v, want RetrySplit", r)
+	}
+	if r := RetryOf(msg, false, 1); r != RetryPause {
+		t.Errorf("RetryOf(TRYAGAIN, 1 key) = %v, want RetryPause", r)
+	}
+}
