@@ -56,6 +56,18 @@ var clusterDrivers = []clusterDriver{
 	}},
 }
 
+// TestRedisClusterPaused pauses one master of a Cluster of three while
+// the others serve (see testClusterPausedMaster and
+// testClusterBreakersFollowNodes), on each driver. It is timed against
+// the limiter's timeout, so make test runs it alone.
+func TestRedisClusterPaused(t *testing.T) {
+	e := newClusterEnv(t)
+	for _, drv := range clusterDrivers {
+		t.Run("PausedMaster/"+drv.name, func(t *testing.T) { testClusterPausedMaster(t, e, drv) })
+		t.Run("BreakersFollowNodes/"+drv.name, func(t *testing.T) { testClusterBreakersFollowNodes(t, e, drv) })
+	}
+}
+
 // slotOwners returns the index of the master that serves each slot, as
 // CLUSTER SLOTS says now.
 func slotOwners(t *testing.T, e *clusterEnv) []int {

@@ -179,8 +179,6 @@ func TestRedisCluster(t *testing.T) {
 	t.Run("MigrationUnderLoad", func(t *testing.T) { testClusterMigration(t, e) })
 	t.Run("ReshardEveryKind", func(t *testing.T) { testClusterReshardKinds(t, e) })
 	for _, drv := range clusterDrivers {
-		t.Run("PausedMaster/"+drv.name, func(t *testing.T) { testClusterPausedMaster(t, e, drv) })
-		t.Run("BreakersFollowNodes/"+drv.name, func(t *testing.T) { testClusterBreakersFollowNodes(t, e, drv) })
 		t.Run("BatchDuringMigration/"+drv.name, func(t *testing.T) { testClusterBatchMigration(t, e, drv) })
 	}
 	t.Run("WaitReplicasWithoutReplicas", func(t *testing.T) {
