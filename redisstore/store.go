@@ -301,9 +301,14 @@ func (s *Store) run(ctx context.Context, c *redislib.Call) error {
 	return s.batch.Do(ctx, c)
 }
 
-// clusterSlots loads the slot map of the Cluster cc talks to.
+// clusterSlots loads the slot map of the Cluster cc talks to: CLUSTER
+// SLOTS, or the client's own ClusterOptions.ClusterSlots where it has one
+// (a topology it is given, not asked).
 func clusterSlots(ctx context.Context, cc *redis.ClusterClient) ([]redislib.SlotRange, error) {
 	slots, err := redislib.Bounded(ctx, func(ctx context.Context) ([]redis.ClusterSlot, error) {
+		if given := cc.Options().ClusterSlots; given != nil {
+			return given(ctx)
+		}
 		return cc.ClusterSlots(ctx).Result()
 	})
 	if err != nil {
