@@ -6,7 +6,7 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 .PHONY: run test test-short lint fuzz bench bench-go redis-server chromium
 
 # ALONE are the tests timed against the store timeout, which run on their own.
-ALONE := ^(TestRedisFaults|TestRedisTimeoutWhilePaused|TestRedisPoolExhausted|TestInFlightBreakerAndTimeout|TestRedisSaturatedApp)$$
+ALONE := ^(TestRedisFaults|TestRedisTimeoutWhilePaused|TestRedisPoolExhausted|TestInFlightBreakerAndTimeout|TestRedisSaturatedApp|TestRedisClusterPaused)$$
 
 ## run: the quickstart example server on the in-memory store (REDIS_URL switches to Redis)
 run:

@@ -80,9 +80,11 @@ func (h *slotHook) crossSlot() []string {
 	return append([]string(nil), h.cross...)
 }
 
-// redirectHook counts the ASK and MOVED redirects the nodes answered.
+// redirectHook counts the ASK and MOVED redirects the nodes answered, and
+// the TRYAGAIN answers (a call of several keys of a migrating slot, not
+// all on one side).
 type redirectHook struct {
-	ask, moved atomic.Int64
+	ask, moved, tryagain atomic.Int64
 }
 
 func (h *redirectHook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -111,6 +113,9 @@ func (h *redirectHook) see(err error) {
 	}
 	if _, ok := redis.IsMovedError(err); ok {
 		h.moved.Add(1)
+	}
+	if err != nil && strings.HasPrefix(err.Error(), "TRYAGAIN") {
+		h.tryagain.Add(1)
 	}
 }
 
@@ -173,6 +178,9 @@ func TestRedisCluster(t *testing.T) {
 	t.Run("Reset", func(t *testing.T) { testClusterReset(t, e) })
 	t.Run("MigrationUnderLoad", func(t *testing.T) { testClusterMigration(t, e) })
 	t.Run("ReshardEveryKind", func(t *testing.T) { testClusterReshardKinds(t, e) })
+	for _, drv := range clusterDrivers {
+		t.Run("BatchDuringMigration/"+drv.name, func(t *testing.T) { testClusterBatchMigration(t, e, drv) })
+	}
 	t.Run("WaitReplicasWithoutReplicas", func(t *testing.T) {
 		// WAIT 1 on masters without replicas: every admission waits the
 		// timeout, is reported short, and still stands.

@@ -116,8 +116,10 @@ func WithDenyCache(size int) Option {
 // by its failure policy at once; then one probe call at a time tests the
 // store. The default is 5 failures and 1 s; failures 0 turns it off. The
 // failure of one key (a key holding a value of another type) does not
-// count, and on a Redis Cluster each group of slots has a breaker of its
-// own, so that one failing node switches only its own keys to the failure
+// count. On a store spread over servers ([Partitioned]) each partition
+// has a breaker of its own: on a Redis Cluster, with either Redis driver,
+// each master (by the slot of the key's hash tag, as Redis places it), so
+// that one failing master switches only its own keys to the failure
 // policy.
 func WithBreaker(failures int, cooldown time.Duration) Option {
 	return func(o *options) {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testkit"
@@ -67,4 +69,28 @@ func TestMoreKeyImportsEarlierKeys(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestGivenClusterSlots: a go-redis ClusterClient given its topology
+// (ClusterOptions.ClusterSlots, here one plain server holding every
+// slot, which answers no CLUSTER command) decides on it, and the store
+// takes the slot map from the client, not from CLUSTER SLOTS: partitions
+// name the server.
+func TestGivenClusterSlots(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{
+		ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
+			return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: srv.Addr()}}}}, nil
+		},
+	})
+	t.Cleanup(func() { _ = rdb.Close() })
+	store := redisstore.New(rdb)
+	l := testkit.Limiter(t, store, core.Policy{Name: "given", Rules: []core.Rule{{Limit: 1, Window: time.Minute}}}, core.WithTimeout(2*time.Second))
+	ctx := context.Background()
+	for i, want := range []bool{true, false} {
+		if d, err := l.Allow(ctx, "k"); err != nil || d.Allowed != want || d.Source != core.SourceStore {
+			t.Fatalf("Allow(k) #%d = %+v, %v; want Allowed=%v from the store", i+1, d, err, want)
+		}
+	}
+	testkit.WaitUntil(t, "Partition names the server", func() bool { return store.Partition("given", "k") == srv.Addr() })
 }

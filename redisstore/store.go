@@ -50,10 +50,25 @@ const defaultBatch = 64
 // and a reply that came while the process was too busy to read it is not
 // lost (see core.WithTimeout).
 //
+// On a Redis Cluster the store keeps the Cluster's slot map (CLUSTER
+// SLOTS: loaded at its first use, again every five seconds while it is
+// used, and sooner after a redirect or a failed connection it sees), and
+// batches each master's decisions apart, on goroutines and a bounded
+// queue of that master's own: a master that stops answering holds up its
+// own keys' decisions only, whatever the client's options, and
+// [Store.Partition] names the master, so that a limiter's circuit
+// breakers follow the masters. Until the map is loaded, decisions share
+// one batcher and partitions are fixed groups of 256 slots. The map only
+// routes: go-redis still sends each command where its own map says and
+// follows MOVED and ASK. A script call deciding several keys of a slot
+// that is migrating, which Redis refuses with TRYAGAIN once the keys are
+// split between the two nodes, is sent again at once one key per call,
+// each following its own redirect.
+//
 // A Store offers every optional capability of the core package: leases
 // ([core.Leases]), invalidations between instances over pub/sub
 // ([core.Invalidator]), the count of instances ([core.Fleet]), breakers
-// per Cluster node ([core.Partitioned]) and a check of the server
+// per Cluster master ([core.Partitioned]) and a check of the server
 // ([core.Checker]). It is safe for concurrent use. It does not close the
 // client: the caller owns it.
 type Store struct {
@@ -61,9 +76,10 @@ type Store struct {
 	cluster   bool // slot by slot
 	prefix    string
 	honorsCtx bool
-	batch     *redislib.Batcher
-	scripts   atomic.Bool // the server has no FCALL: run the library as scripts
-	watch     *watcher    // invalidations between instances, and the fleet
+	batch     *redislib.Batcher // on a single node (and a Ring)
+	nodes     *redislib.Nodes   // on a Cluster: a batcher per master
+	scripts   atomic.Bool       // the server has no FCALL: run the library as scripts
+	watch     *watcher          // invalidations between instances, and the fleet
 
 	wall func() time.Time // the clock calendar periods are found around when Redis's decides; nil: time.Now
 
@@ -204,7 +220,12 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		// rules: every call carries one decision.
 		o.batch = 1
 	}
-	s.batch = redislib.NewBatcher(s.flight, o.batch, s.honorsCtx)
+	newBatcher := func() *redislib.Batcher { return redislib.NewBatcher(s.flight, o.batch, s.honorsCtx) }
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		s.nodes = redislib.NewNodes(func(ctx context.Context) ([]redislib.SlotRange, error) { return clusterSlots(ctx, cc) }, newBatcher)
+	} else {
+		s.batch = newBatcher()
+	}
 	s.watch = newWatcher(s)
 	return s
 }
@@ -274,7 +295,33 @@ func (s *Store) run(ctx context.Context, c *redislib.Call) error {
 		s.runAndWait(ctx, c)
 		return nil
 	}
+	if s.nodes != nil {
+		return s.nodes.Do(ctx, c)
+	}
 	return s.batch.Do(ctx, c)
+}
+
+// clusterSlots loads the slot map of the Cluster cc talks to: CLUSTER
+// SLOTS, or the client's own ClusterOptions.ClusterSlots where it has one
+// (a topology it is given, not asked).
+func clusterSlots(ctx context.Context, cc *redis.ClusterClient) ([]redislib.SlotRange, error) {
+	slots, err := redislib.Bounded(ctx, func(ctx context.Context) ([]redis.ClusterSlot, error) {
+		if given := cc.Options().ClusterSlots; given != nil {
+			return given(ctx)
+		}
+		return cc.ClusterSlots(ctx).Result()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("CLUSTER SLOTS: %w", err)
+	}
+	ranges := make([]redislib.SlotRange, 0, len(slots))
+	for _, r := range slots {
+		if len(r.Nodes) == 0 {
+			continue
+		}
+		ranges = append(ranges, redislib.SlotRange{Start: r.Start, End: r.End, Addr: r.Nodes[0].Addr})
+	}
+	return ranges, nil
 }
 
 // Reset implements [core.Store]: it deletes every key of q.Key under
@@ -309,6 +356,7 @@ type batchCmd struct {
 	eval     bool // a script sent with its source (EVAL), not its hash
 	scripted bool // cmd is a script call (EVALSHA, EVAL), not FCALL
 	again    bool // Redis refused cmd without running it: send it again
+	split    bool // cmd met TRYAGAIN: its calls were sent again one per command
 }
 
 // scratch is the memory of a flight, reused from one to the next.
@@ -330,13 +378,16 @@ func (s *Store) flight(ctx context.Context, calls []*redislib.Call) {
 		b.cmd, b.scripted = s.command(ctx, g, false, false)
 		cmds = append(cmds, b)
 	}
-	_ = s.exec(ctx, cmds, s.client) // each command carries its own error
+	cmds, _ = s.exec(ctx, cmds, s.client) // each command carries its own error
 	for _, c := range calls {
 		c.Replied()
 	}
 	for i := range cmds {
-		answer(&cmds[i])
+		if !cmds[i].split {
+			answer(&cmds[i])
+		}
 	}
+	s.checkSlots(cmds)
 	clear(cmds)
 	clear(sc.groups)
 	sc.cmds = cmds[:0]
@@ -352,30 +403,35 @@ func answer(b *batchCmd) {
 // exec runs cmds on c: one command as it is, several in a pipeline. A
 // command that met NOSCRIPT (a restarted or flushed Redis, a replica just
 // promoted) is sent again with the script's source, which loads it; one
-// that Redis refused before running it is sent again after a pause; both
-// while ctx allows, a few times at most, and alone: a command that ran,
-// or may have, is never sent twice. A client that ignores ctx may hold
-// exec past ctx's deadline; the callers are not held, they wait on their
-// own contexts.
-func (s *Store) exec(ctx context.Context, cmds []batchCmd, c processor) error {
+// that Redis refused before running it is sent again after a pause; one
+// of several keys that a Cluster refused with TRYAGAIN (its slot
+// migrating, the keys split between two nodes) is split, and its calls
+// are sent again at once, one per command (appended to cmds, the split
+// one marked); all while ctx allows, a few times at most, and alone: a
+// command that ran, or may have, is never sent twice. It returns cmds
+// with the commands of the split ones. A client that ignores ctx may
+// hold exec past ctx's deadline; the callers are not held, they wait on
+// their own contexts.
+func (s *Store) exec(ctx context.Context, cmds []batchCmd, c processor) ([]batchCmd, error) {
 	for attempt := 0; ; attempt++ {
 		err := send(ctx, cmds, attempt > 0, c)
 		if err == nil || attempt >= 4 || ctx.Err() != nil {
-			return err
+			return cmds, err
 		}
-		again, pause, load := s.retry(cmds)
+		var again, pause, load bool
+		cmds, again, pause, load = s.retry(ctx, cmds)
 		if load && s.loadLibrary(ctx, c) != nil {
 			// The server refuses FUNCTION LOAD (an ACL, a managed
 			// service): scripts from now on.
 			s.scripts.Store(true)
 		}
 		if !again {
-			return err
+			return cmds, err
 		}
 		if pause {
 			d := time.Duration(1<<attempt) * 5 * time.Millisecond
 			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
-				return err
+				return cmds, err
 			}
 			time.Sleep(d)
 		}
@@ -385,6 +441,23 @@ func (s *Store) exec(ctx context.Context, cmds []batchCmd, c processor) error {
 			if b := &cmds[i]; b.again {
 				b.cmd, b.scripted = s.command(ctx, b.calls, b.script, b.eval)
 			}
+		}
+	}
+}
+
+// checkSlots reports the slot map stale when a command met a redirect it
+// did not follow, or a failing connection.
+func (s *Store) checkSlots(cmds []batchCmd) {
+	if s.nodes == nil {
+		return
+	}
+	for i := range cmds {
+		err := cmds[i].cmd.Err()
+		switch {
+		case err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		case !isRedisError(err) || redislib.Moved(err.Error()):
+			s.nodes.Stale()
+			return
 		}
 	}
 }
@@ -416,20 +489,38 @@ func send(ctx context.Context, cmds []batchCmd, again bool, c processor) error {
 // retry reads the errors of cmds and marks those Redis refused without
 // running them to be sent again (see redislib.RetryOf): whether any is
 // (again), after a pause (pause), and after loading the library (load).
-func (s *Store) retry(cmds []batchCmd) (again, pause, load bool) {
-	for i := range cmds {
+// A command of several calls refused with TRYAGAIN is marked split, and
+// a command per call is appended to cmds, to be sent at once; it returns
+// cmds.
+func (s *Store) retry(ctx context.Context, cmds []batchCmd) (_ []batchCmd, again, pause, load bool) {
+	for i, n := 0, len(cmds); i < n; i++ {
 		b := &cmds[i]
 		b.again = false
+		if b.split {
+			continue // its calls went on in commands of their own
+		}
 		e := b.cmd.Err()
 		if e == nil || !isRedisError(e) && !errors.Is(e, redis.ErrNoScript) {
 			continue
 		}
-		r := redislib.RetryOf(e.Error(), b.scripted)
+		r := redislib.RetryOf(e.Error(), b.scripted, len(b.calls))
 		if errors.Is(e, redis.ErrNoScript) {
 			r = redislib.RetryEval
 		}
 		switch r {
 		case redislib.RetryNone:
+			continue
+		case redislib.RetrySplit:
+			b.split = true
+			script, eval := b.script, b.eval
+			for _, c := range b.calls { // b may move as cmds grows
+				c.One[0] = c
+				// Until it is sent, it carries the refusal.
+				one := batchCmd{cmd: noRetry{redis.NewStringCmd(ctx)}, calls: c.One[:], script: script, eval: eval, again: true}
+				one.cmd.SetErr(e)
+				cmds = append(cmds, one)
+			}
+			again = true
 			continue
 		case redislib.RetryEval:
 			b.eval = true
@@ -445,7 +536,7 @@ func (s *Store) retry(cmds []batchCmd) (again, pause, load bool) {
 		b.again = true
 		again = true
 	}
-	return again, pause, load
+	return cmds, again, pause, load
 }
 
 // isRedisError reports an error answered by the server, not one of the
@@ -548,14 +639,14 @@ func (s *Store) takeAndWait(ctx context.Context, c *redislib.Call) {
 	c.One[0] = c
 	cmds := []batchCmd{{calls: c.One[:]}}
 	cmds[0].cmd, cmds[0].scripted = s.command(ctx, c.One[:], false, false)
-	err := s.exec(ctx, cmds, conn)
+	cmds, err := s.exec(ctx, cmds, conn)
 	_, moved := redis.IsMovedError(err)
 	_, ask := redis.IsAskError(err)
 	if moved || ask {
 		// The key's slot moved or is moving: the cluster client follows
 		// the redirect; this decision does not wait.
 		cmds[0].cmd, cmds[0].scripted = s.command(ctx, cmds[0].calls, cmds[0].script, cmds[0].eval)
-		_ = s.exec(ctx, cmds, s.client)
+		cmds, _ = s.exec(ctx, cmds, s.client)
 		answer(&cmds[0])
 		if c.Err == nil && c.Allowed {
 			s.waits.Add(1)

@@ -137,11 +137,17 @@ func (w *watcher) announce(policy string, n *atomic.Int64) {
 	}
 }
 
-// Partition implements [core.Partitioned]: on a Redis Cluster, the group
-// of slots of the key's slot; elsewhere, one partition.
+// Partition implements [core.Partitioned]: on a Redis Cluster, the
+// address (host:port, as CLUSTER SLOTS names it) of the master that
+// serves the key's slot, found by the key's hash tag as Redis finds it;
+// until the store has loaded the Cluster's slot map (at its first use),
+// the fixed group of 256 slots that holds the slot ("slots-<n>");
+// elsewhere, one partition. So a limiter keeps a circuit breaker per
+// master, and a master that fails switches only its own keys to the
+// failure policy.
 func (s *Store) Partition(policy, key string) string {
-	if !s.cluster {
+	if s.nodes == nil {
 		return ""
 	}
-	return redislib.Partition(s.prefix, policy, key)
+	return s.nodes.Partition(redislib.KeySlot(s.prefix, policy, key))
 }

@@ -74,17 +74,47 @@ func (s *Store) masters(ctx context.Context) ([]node, error) {
 		}
 		return []node{{addr: addr, client: s.client}}, nil
 	}
+	ranges, err := s.clusterSlots(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var nodes []node
+	seen := make(map[string]bool)
+	for _, r := range ranges {
+		if seen[r.Addr] {
+			continue
+		}
+		seen[r.Addr] = true
+		c, ok := all[r.Addr]
+		if !ok {
+			return nil, fmt.Errorf("master %s is not among the client's nodes yet", r.Addr)
+		}
+		nodes = append(nodes, node{addr: r.Addr, client: c})
+	}
+	if len(nodes) == 0 {
+		return nil, errors.New("CLUSTER SLOTS names no master")
+	}
+	return nodes, nil
+}
+
+// clusterSlots returns the slot ranges of the Cluster and the address of
+// the master of each, by CLUSTER SLOTS.
+func (s *Store) clusterSlots(ctx context.Context) ([]redislib.SlotRange, error) {
 	ranges, err := s.client.Do(ctx, s.client.B().ClusterSlots().Build()).ToArray()
 	if err != nil {
 		return nil, fmt.Errorf("CLUSTER SLOTS: %w", err)
 	}
-	var nodes []node
-	seen := make(map[string]bool)
+	out := make([]redislib.SlotRange, 0, len(ranges))
 	for _, r := range ranges {
 		// start, end, then the master: ip, port, id.
 		vs, err := r.ToArray()
 		if err != nil || len(vs) < 3 {
 			return nil, fmt.Errorf("CLUSTER SLOTS: a range of %d fields: %w", len(vs), err)
+		}
+		start, err1 := vs[0].AsInt64()
+		end, err2 := vs[1].AsInt64()
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, fmt.Errorf("CLUSTER SLOTS: a range's bounds: %w", err)
 		}
 		m, err := vs[2].ToArray()
 		if err != nil || len(m) < 2 {
@@ -92,21 +122,9 @@ func (s *Store) masters(ctx context.Context) ([]node, error) {
 		}
 		ip, _ := m[0].ToString()
 		port, _ := m[1].AsInt64()
-		addr := net.JoinHostPort(ip, strconv.FormatInt(port, 10))
-		if seen[addr] {
-			continue
-		}
-		seen[addr] = true
-		c, ok := all[addr]
-		if !ok {
-			return nil, fmt.Errorf("master %s is not among the client's nodes yet", addr)
-		}
-		nodes = append(nodes, node{addr: addr, client: c})
+		out = append(out, redislib.SlotRange{Start: int(start), End: int(end), Addr: net.JoinHostPort(ip, strconv.FormatInt(port, 10))})
 	}
-	if len(nodes) == 0 {
-		return nil, errors.New("CLUSTER SLOTS names no master")
-	}
-	return nodes, nil
+	return out, nil
 }
 
 // checkNode checks one server.

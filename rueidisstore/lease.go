@@ -54,7 +54,7 @@ func (s *Store) lease(ctx context.Context, l core.Lease, op byte) (*redislib.Cal
 	}
 	c := redislib.Get()
 	c.Lease(s.prefix, l, op, s.cluster)
-	if err := s.batch.Do(ctx, c); err != nil {
+	if err := s.do(ctx, c); err != nil {
 		// The caller gave up; the flight still owns c.
 		return nil, fmt.Errorf("ratekit: rueidis store: %w", err)
 	}

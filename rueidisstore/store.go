@@ -2,6 +2,7 @@ package rueidisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -54,10 +55,17 @@ const defaultBatch = 64
 // request no more than the Limiter's timeout, and a reply that came while
 // the process was too busy to read it is not lost (see core.WithTimeout).
 //
+// On a Redis Cluster, as redisstore does, the store keeps the Cluster's
+// slot map (CLUSTER SLOTS) and batches each master's decisions apart, so
+// that a master that stops answering holds up its own keys' decisions
+// only, and [Store.Partition] names the master; a script call of several
+// keys that Redis refuses with TRYAGAIN (their slot migrating) is sent
+// again at once one key per call.
+//
 // A Store offers every optional capability of the core package: leases
 // ([core.Leases]), invalidations between instances over pub/sub
 // ([core.Invalidator]), the count of instances ([core.Fleet]), breakers
-// per Cluster slot group ([core.Partitioned]) and a check of the server
+// per Cluster master ([core.Partitioned]) and a check of the server
 // ([core.Checker]). Unlike redisstore it cannot wait for replicas
 // (redisstore.WithWaitReplicas). It is safe for concurrent use. It does
 // not close the client: the caller owns it. The store's goroutines (the
@@ -67,8 +75,9 @@ type Store struct {
 	client  rueidis.Client
 	cluster bool // slot by slot
 	prefix  string
-	batch   *redislib.Batcher
-	scripts atomic.Bool // the server has no FCALL: run the library as scripts
+	batch   *redislib.Batcher // on a single node
+	nodes   *redislib.Nodes   // on a Cluster: a batcher per master
+	scripts atomic.Bool       // the server has no FCALL: run the library as scripts
 
 	// Invalidations between instances, and the fleet (watch.go).
 	channel  string
@@ -146,8 +155,22 @@ func New(client rueidis.Client, opts ...Option) *Store {
 	s.life, s.stop = context.WithCancel(context.Background())
 	// rueidis bounds its I/O by the context: a flight's carries the
 	// latest deadline of its callers.
-	s.batch = redislib.NewBatcher(s.flight, o.batch, true)
+	newBatcher := func() *redislib.Batcher { return redislib.NewBatcher(s.flight, o.batch, true) }
+	if s.cluster {
+		s.nodes = redislib.NewNodes(s.clusterSlots, newBatcher)
+	} else {
+		s.batch = newBatcher()
+	}
 	return s
+}
+
+// do sends c through the batcher of its master (on a Cluster) or the
+// store's, and waits for its answer (see redislib.Batcher.Do).
+func (s *Store) do(ctx context.Context, c *redislib.Call) error {
+	if s.nodes != nil {
+		return s.nodes.Do(ctx, c)
+	}
+	return s.batch.Do(ctx, c)
 }
 
 // Close ends the store's goroutines: the subscription that carries
@@ -229,7 +252,7 @@ func (s *Store) decide(ctx context.Context, q *core.Query, op byte, at int64) (c
 		redislib.Put(c)
 		return core.Result{}, fmt.Errorf("ratekit: rueidis store: %w", err)
 	}
-	if err := s.batch.Do(ctx, c); err != nil {
+	if err := s.do(ctx, c); err != nil {
 		// The caller gave up; the flight still owns c.
 		return core.Result{}, fmt.Errorf("ratekit: rueidis store: %w", err)
 	}
@@ -292,6 +315,7 @@ type batchCmd struct {
 	eval     bool // a script sent with its source (EVAL), not its hash
 	scripted bool // sent as a script call (EVALSHA, EVAL), not FCALL
 	again    bool // Redis refused it without running it: send it again
+	split    bool // it met TRYAGAIN: its calls were sent again one per command
 
 	reply string
 	err   error
@@ -317,13 +341,16 @@ func (s *Store) flight(ctx context.Context, calls []*redislib.Call) {
 	for _, g := range sc.groups {
 		cmds = append(cmds, batchCmd{calls: g})
 	}
-	s.exec(ctx, cmds, sc)
+	cmds = s.exec(ctx, cmds, sc)
 	for _, c := range calls {
 		c.Replied()
 	}
 	for i := range cmds {
-		redislib.Decode(cmds[i].calls, cmds[i].reply, cmds[i].err)
+		if !cmds[i].split {
+			redislib.Decode(cmds[i].calls, cmds[i].reply, cmds[i].err)
+		}
 	}
+	s.checkSlots(cmds)
 	clear(cmds)
 	clear(sc.groups)
 	sc.cmds = cmds[:0]
@@ -333,28 +360,50 @@ func (s *Store) flight(ctx context.Context, calls []*redislib.Call) {
 // exec sends cmds: one command as it is, several in one DoMulti. A
 // command that Redis refused without running it (see redislib.RetryOf) is
 // sent again, alone, while ctx allows, a few times at most: a command
-// that ran, or may have, is never sent twice.
-func (s *Store) exec(ctx context.Context, cmds []batchCmd, sc *scratch) {
+// that ran, or may have, is never sent twice. One of several keys that a
+// Cluster refused with TRYAGAIN (its slot migrating, the keys split
+// between two nodes) is split: its calls are sent again at once, one per
+// command, appended to cmds, which exec returns.
+func (s *Store) exec(ctx context.Context, cmds []batchCmd, sc *scratch) []batchCmd {
 	for attempt := 0; ; attempt++ {
 		s.send(ctx, cmds, attempt > 0, sc)
 		if attempt >= 4 || ctx.Err() != nil {
-			return
+			return cmds
 		}
-		again, pause, load := s.retry(cmds)
+		var again, pause, load bool
+		cmds, again, pause, load = s.retry(cmds)
 		if load && s.loadLibrary(ctx) != nil {
 			// The server refuses FUNCTION LOAD (an ACL, a managed
 			// service): scripts from now on.
 			s.scripts.Store(true)
 		}
 		if !again {
-			return
+			return cmds
 		}
 		if pause {
 			d := time.Duration(1<<attempt) * 5 * time.Millisecond
 			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
-				return
+				return cmds
 			}
 			time.Sleep(d)
+		}
+	}
+}
+
+// checkSlots reports the slot map stale when a command met a redirect it
+// did not follow, or a failing connection.
+func (s *Store) checkSlots(cmds []batchCmd) {
+	if s.nodes == nil {
+		return
+	}
+	for i := range cmds {
+		err := cmds[i].err
+		if err == nil || rueidis.IsRedisNil(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			continue
+		}
+		if re, ok := rueidis.IsRedisErr(err); !ok || redislib.Moved(re.Error()) {
+			s.nodes.Stale()
+			return
 		}
 	}
 }
@@ -395,16 +444,32 @@ func (b *batchCmd) result(r rueidis.RedisResult) {
 // retry reads the errors of cmds and marks those Redis refused without
 // running them to be sent again (see redislib.RetryOf): whether any is
 // (again), after a pause (pause), and after loading the library (load).
-func (s *Store) retry(cmds []batchCmd) (again, pause, load bool) {
-	for i := range cmds {
+// A command of several calls refused with TRYAGAIN is marked split, and
+// a command per call is appended to cmds, to be sent at once; it returns
+// cmds.
+func (s *Store) retry(cmds []batchCmd) (_ []batchCmd, again, pause, load bool) {
+	for i, n := 0, len(cmds); i < n; i++ {
 		b := &cmds[i]
 		b.again = false
+		if b.split {
+			continue // its calls went on in commands of their own
+		}
 		re, ok := rueidis.IsRedisErr(b.err)
 		if !ok {
 			continue
 		}
-		switch redislib.RetryOf(re.Error(), b.scripted) {
+		switch redislib.RetryOf(re.Error(), b.scripted, len(b.calls)) {
 		case redislib.RetryNone:
+			continue
+		case redislib.RetrySplit:
+			b.split = true
+			script, eval, refused := b.script, b.eval, b.err
+			for _, c := range b.calls { // b may move as cmds grows
+				c.One[0] = c
+				// Until it is sent, it carries the refusal.
+				cmds = append(cmds, batchCmd{calls: c.One[:], script: script, eval: eval, again: true, err: refused})
+			}
+			again = true
 			continue
 		case redislib.RetryEval:
 			b.eval = true
@@ -420,7 +485,7 @@ func (s *Store) retry(cmds []batchCmd) (again, pause, load bool) {
 		b.again = true
 		again = true
 	}
-	return again, pause, load
+	return cmds, again, pause, load
 }
 
 // command builds the call deciding b's calls, all of one kind: FCALL of

@@ -52,6 +52,25 @@ func Refused(msg string) bool {
 	return false
 }
 
+// Moved reports an error message of a Cluster whose slot map changed or
+// is changing hands: MOVED, ASK, CLUSTERDOWN, or READONLY (a master
+// turned replica by a failover).
+func Moved(msg string) bool {
+	for _, p := range movedPrefixes {
+		if hasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+var movedPrefixes = []string{"MOVED", "ASK", "CLUSTERDOWN", "READONLY"}
+
+// TryAgain reports the answer of a Cluster to a command of several keys
+// of one slot while the slot migrates and its keys are split between the
+// two nodes: the command did not run.
+func TryAgain(msg string) bool { return hasPrefix(msg, "TRYAGAIN") }
+
 // NoScript reports a script not in the server's cache (EVALSHA).
 func NoScript(msg string) bool { return hasPrefix(msg, "NOSCRIPT") }
 

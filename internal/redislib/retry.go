@@ -30,13 +30,21 @@ const (
 	// replica read-only after a failover, a cluster down, a server
 	// loading): send it again after a pause, while the deadline allows.
 	RetryPause
+	// RetrySplit: a Cluster refused a call of several keys of one slot
+	// with TRYAGAIN: the slot is migrating and its keys are split between
+	// the two nodes. Send each of its decisions again at once, one key per
+	// call, each following its own redirect (ASK); a pause would not help
+	// until the migration ends.
+	RetrySplit
 )
 
 // RetryOf returns the remedy for msg, the message of a Redis error that
-// answered a script call; script says the call was sent as a script
-// (EVALSHA or EVAL), not as a function call (FCALL).
-func RetryOf(msg string, script bool) Retry {
+// answered a script call of keys keys; script says the call was sent as a
+// script (EVALSHA or EVAL), not as a function call (FCALL).
+func RetryOf(msg string, script bool, keys int) Retry {
 	switch {
+	case keys > 1 && TryAgain(msg):
+		return RetrySplit
 	case NoScript(msg):
 		return RetryEval
 	case NoFunction(msg):

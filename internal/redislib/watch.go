@@ -169,23 +169,3 @@ func (f *Fleet) Policies() []string {
 	}
 	return ps
 }
-
-// breakerGroups is the number of partitions of a Redis Cluster's slots
-// (Partition), each of 16384/breakerGroups slots.
-const breakerGroups = 64
-
-// partitions names the groups of slots.
-var partitions = func() [breakerGroups]string {
-	var names [breakerGroups]string
-	for i := range names {
-		names[i] = "slots-" + strconv.Itoa(i)
-	}
-	return names
-}()
-
-// Partition names the group of Redis Cluster slots that holds policy's
-// bounded key under prefix, for [core.Partitioned]: a limiter keeps a
-// circuit breaker per group. Drivers on one Cluster name them alike.
-func Partition(prefix, policy, key string) string {
-	return partitions[KeySlot(prefix, policy, key)*breakerGroups/16384]
-}
