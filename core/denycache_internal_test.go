@@ -39,13 +39,13 @@ func TestDenyCacheBounded(t *testing.T) {
 		}
 		st.m[fmt.Sprintf("k%d", i)] = &denyEntry{until: until}
 	}
-	st.makeRoom(now)
+	st.makeRoom(now, nil)
 	for i := range denySample {
 		if _, held := st.m[fmt.Sprintf("k%d", i)]; held != (i%2 == 1) {
 			t.Errorf("k%d held = %v after making room, want %v (only the expired dropped)", i, held, i%2 == 1)
 		}
 	}
-	st.makeRoom(now)
+	st.makeRoom(now, nil)
 	if _, held := st.m["k1"]; held || len(st.m) != denySample/2-1 {
 		t.Errorf("after making room among live entries: %d held, k1 held %v; want the soonest (k1) dropped alone", len(st.m), held)
 	}
