@@ -53,8 +53,9 @@ const defaultBatch = 64
 // A Store offers every optional capability of the core package: leases
 // ([core.Leases]), invalidations between instances over pub/sub
 // ([core.Invalidator]), the count of instances ([core.Fleet]), breakers
-// per Cluster node ([core.Partitioned]) and a check of the server
-// ([core.Checker]). It is safe for concurrent use. It does not close the
+// per Cluster node ([core.Partitioned]), a check of the server
+// ([core.Checker]) and the keys refused most, summed over the instances
+// ([core.Refusals]). It is safe for concurrent use. It does not close the
 // client: the caller owns it.
 type Store struct {
 	client    redis.UniversalClient
@@ -80,6 +81,7 @@ var (
 	_ core.Fleet       = (*Store)(nil)
 	_ core.Partitioned = (*Store)(nil)
 	_ core.Checker     = (*Store)(nil)
+	_ core.Refusals    = (*Store)(nil)
 )
 
 // ErrUnsafeEviction is wrapped by the error [Store.Check] returns when a
