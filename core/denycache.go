@@ -1,7 +1,9 @@
 package core
 
 import (
+	"cmp"
 	"hash/maphash"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,7 +35,8 @@ import (
 // flood of one denied key is answered under read locks that never wait
 // on each other, and entries are never copied or allocated on the way
 // out. A full stripe makes room by dropping, among a few of its entries,
-// the expired ones or else the one that ends soonest.
+// the expired ones or else the one that answered the fewest refusals
+// (see makeRoom).
 //
 // An entry counts the refusals it stands for, the store's denial that
 // made it and every denial it answered (see refusals): a flood of one
@@ -55,17 +58,19 @@ const denySample = 8
 
 type denyStripe struct {
 	mu  sync.RWMutex
-	m   map[string]*denyEntry // entries are never changed once in m, but for hits
+	m   map[string]*denyEntry // entries are never changed once in m, but for their counts
 	max int
 }
 
 type denyEntry struct {
-	until time.Time // the entry answers until then
-	at    time.Time // when the store denied
-	n     int64
-	epoch uint64
-	d     Decision
-	hits  atomic.Int64 // refusals not yet handed to the limiter's refusals
+	until  time.Time // the entry answers until then
+	at     time.Time // when the store denied
+	n      int64
+	epoch  uint64
+	d      Decision
+	hits   atomic.Int64 // refusals not yet handed to the limiter's refusals
+	folded atomic.Int64 // refusals handed over by folds
+	gone   atomic.Bool  // out of its stripe: a hit hands its count over itself
 }
 
 // newDenyCache returns a cache of at most size entries; size > 0.
@@ -103,36 +108,73 @@ func (st *denyStripe) drop(key string, e *denyEntry, r *refusals) {
 }
 
 // spill hands the refusals e counted to r, once e is out of its stripe.
-// (A hit on e by a caller that found it just before counts nowhere.)
+// A hit by a caller that found e just before counts after the spill, and
+// hands its count over itself (see hit).
 func (e *denyEntry) spill(key string, r *refusals) {
 	if r == nil {
 		return
 	}
+	e.gone.Store(true)
 	if h := e.hits.Swap(0); h > 0 {
 		r.add(key, h)
 	}
 }
 
-// fold hands the refusals every entry counted so far to r.
+// moveTo hands the refusals e counted over to next, which replaces e for
+// the same key: the key's count stays in the cache, where a flood of
+// other keys cannot push it out of the limiter's sketch.
+func (e *denyEntry) moveTo(next *denyEntry) {
+	e.gone.Store(true)
+	next.hits.Add(e.hits.Swap(0))
+	next.folded.Add(e.folded.Load())
+}
+
+// hit counts a refusal e answered. When e has gone out of its stripe
+// meanwhile, the count may have come after e's spill, so it is handed
+// over here: either the spill's swap or this one takes it, never both.
+func (e *denyEntry) hit(key string, r *refusals) {
+	e.hits.Add(1)
+	if e.gone.Load() {
+		if h := e.hits.Swap(0); h > 0 {
+			r.add(key, h)
+		}
+		return
+	}
+	r.arm()
+}
+
+// fold hands the refusals every entry counted so far to r, the entries
+// that counted the fewest first: so that a flood of keys refused once
+// cannot push the keys refused most out of r's sketch.
 func (c *denyCache) fold(r *refusals) {
+	var counted []RefusedKey
 	for i := range c.entries {
 		st := &c.entries[i]
 		st.mu.RLock()
 		for k, e := range st.m {
 			if h := e.hits.Swap(0); h > 0 {
-				r.put(k, h)
+				e.folded.Add(h)
+				counted = append(counted, RefusedKey{Key: k, Refusals: h})
 			}
 		}
 		st.mu.RUnlock()
 	}
+	slices.SortFunc(counted, func(a, b RefusedKey) int { return cmp.Compare(a.Refusals, b.Refusals) })
+	for _, k := range counted {
+		r.put(k.Key, k.Refusals)
+	}
 }
 
 // makeRoom drops expired entries among a few, or else the one of them
-// that ends soonest, handing their refusals to r; st.mu is held.
+// that counted the fewest refusals (the one that ends soonest on a tie),
+// handing their refusals to r; st.mu is held. A flood of keys denied once
+// each thus makes room among its own, and the keys refused most stay
+// cached, their counts with them.
 func (st *denyStripe) makeRoom(now time.Time, r *refusals) {
 	var (
-		soonest string
+		victim  string
 		end     time.Time
+		hits    int64
 		seen    int
 		dropped bool
 	)
@@ -141,17 +183,17 @@ func (st *denyStripe) makeRoom(now time.Time, r *refusals) {
 			delete(st.m, k)
 			e.spill(k, r)
 			dropped = true
-		} else if seen == 0 || e.until.Before(end) {
-			soonest, end = k, e.until
+		} else if h := e.folded.Load() + e.hits.Load(); seen == 0 || h < hits || h == hits && e.until.Before(end) {
+			victim, end, hits = k, e.until, h
 		}
 		if seen++; seen == denySample {
 			break
 		}
 	}
 	if !dropped && seen > 0 {
-		e := st.m[soonest]
-		delete(st.m, soonest)
-		e.spill(soonest, r)
+		e := st.m[victim]
+		delete(st.m, victim)
+		e.spill(victim, r)
 	}
 }
 
@@ -192,8 +234,7 @@ func (c *denyCache) get(key string, n int64, now time.Time, stale bool, d *Decis
 		return false
 	}
 	if c.refused != nil {
-		e.hits.Add(1)
-		c.refused.arm()
+		e.hit(key, c.refused)
 	}
 	// The store's denial as it stands now: every duration shortened by
 	// the time since, the counts as they were (a denial recorded nothing
@@ -245,7 +286,7 @@ func (c *denyCache) put(key string, n int64, now time.Time, d Decision, s since)
 	}
 	st.m[key] = e
 	if ok {
-		old.spill(key, c.refused)
+		old.moveTo(e)
 	}
 	st.mu.Unlock()
 	if c.refused != nil {

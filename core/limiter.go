@@ -103,7 +103,9 @@ func WithObserver(obs Observer) Option {
 
 // WithDenyCache sets how many denied keys the limiter remembers locally;
 // 10,000 by default, 0 turns the cache off. When it is full, expired
-// denials, or else those that end soonest, make room.
+// denials, or else those that answered the fewest requests (then those
+// that end soonest), make room: a flood of keys denied once each does not
+// push out the keys that flood the limiter most.
 // A key denied with RetryAfter r cannot be admitted before r passes, so
 // until then a flood from it is answered without a store call. The cache
 // never admits: it only answers denials that the store would give as

@@ -12,24 +12,35 @@ import (
 )
 
 // Who is being limited: every limiter counts the requests it refuses, key
-// by key, in a sketch of fixed size (a Space-Saving sketch, see topk),
-// and adds the counts to its store every few seconds ([Refusals]), where
-// the instances that share the store sum them per minute.
+// by key, in sketches of fixed size (Space-Saving, see topk), and adds
+// the counts to its store every few seconds ([Refusals]), where the
+// instances that share the store sum them per minute.
 // [Limiter.TopRefused] reads the sums of the last minutes.
 //
 // The refusals a limiter counts are its denials: by the store, by the
 // deny cache, by the local fallback store (FailLocal) and under an
 // InFlight policy, those of WaitN's attempts included; not the denials of
-// FailClosed, which refuses every key while the store fails. A denial
-// answered by the deny cache, the flood of a key already denied, costs an
-// atomic add on the key's cache entry and nothing else: the entry keeps
-// the count of every denial it stands for, the store's included, and the
-// sketch takes it at the next flush or when the entry goes.
+// FailClosed, which refuses every key while the store fails.
+//
+// A denial of a shared store is cached (denyCache), and the flood of a
+// key already denied is answered from its cache entry: the entry counts
+// every denial it stands for, the store's that made it included, with an
+// atomic add and nothing else. A denial that replaces the entry of its key
+// takes the count over, and a full cache makes room among the entries
+// that counted the fewest, so the keys refused most keep their counts in
+// the cache, exact, whatever else is refused. Each flush folds the
+// entries' counts into the sketches, the smallest first, so that they
+// enter the sketches above a flood of keys refused once; an entry that
+// goes hands its count to the sketches then. Other denials (a Local
+// store's, the fallback's, InFlight's, and a denial the cache did not
+// keep) go to the sketches at once, each sketch under a lock of its own
+// chosen by the key.
 //
 // A flush runs in a goroutine of its own, started by a timer that the
 // first refusal since the last flush arms: no goroutine waits while
-// nothing is refused, and none outlives its flush. A flush that fails
-// (the store is down) puts its counts back into the sketch for the next.
+// nothing is refused, and none outlives its flush, so a limiter needs no
+// Close. A flush that fails (the store is down) puts its counts back
+// into the sketches, and the next refusal arms the next.
 
 // RefusedKey is a key a limiter refused, with how many of its requests it
 // refused.
@@ -173,15 +184,18 @@ func (r *refusals) flush(ctx context.Context) error {
 // store ([BoundKey]): an address, an AppKey, a pseudonym made by package
 // keyfunc/personal.
 //
-// The counts are exact for the keys that stayed among the most refused:
-// each instance counts its refusals in a sketch of 256 keys that it
-// empties into the store every 5 seconds, and a store keeps a policy's
-// 1,000 most refused keys of each minute. A flood of distinct keys, as
-// from an attacker who makes up a key per request, cannot grow either:
-// a key counted with an error is added with the count it certainly had,
-// so a key refused once is never reported more than once, and a key
-// refused more often than all the others of 5 seconds together is always
-// counted.
+// Memory is fixed whatever the number of keys refused: each instance
+// counts its refusals in sketches of 256 keys in all, which it empties
+// into the store every 5 seconds while it refuses requests, and a store
+// keeps a policy's 1,000 most refused keys of each minute. The counts are
+// exact for the keys that stayed among the most refused. A key counted
+// with an error is added with the count it certainly had, never more: a
+// flood of keys made up one per request (an attacker's) reports each
+// once at most, and does not push out a key refused more often than one
+// in 32 of the refusals of those 5 seconds. When more keys than the
+// sketches hold are each refused about as often as the others, the counts
+// of the few kept are lower bounds. On a shared store the deny cache
+// counts a denied key's flood exactly (see [WithDenyCache]).
 //
 // What this instance refused so far is added to the store first, so that
 // it is counted at once; another instance's refusals count once it has
