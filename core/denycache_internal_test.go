@@ -88,7 +88,7 @@ func TestDenyCacheCountsRefusals(t *testing.T) {
 	now := time.Now()
 	r := newRefusals(Policy{Name: "p"}, NewMemoryStore(), time.Hour)
 	t.Cleanup(func() { r.timer.Stop() })
-	c := newDenyCache(10)
+	c := newDenyCache(1000) // room for both keys, whatever their stripes
 	c.refused = r
 	c.resync()
 	var d Decision
