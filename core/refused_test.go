@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -301,8 +302,10 @@ func TestTopRefusedBound(t *testing.T) {
 					}
 				}
 				now := srv.Do(t, "TIME").([]any)
-				var sec int64
-				fmt.Sscan(now[0].(string), &sec)
+				sec, err := strconv.ParseInt(now[0].(string), 10, 64)
+				if err != nil {
+					t.Fatalf("TIME answered %v: %v", now, err)
+				}
 				for _, k := range redislib.RefusedKeys("ratekit", policy, redislib.RefusedMinute(time.Unix(sec, 0))) {
 					if n := srv.Do(t, "ZCARD", k).(int64); n > redislib.RefusedKeep {
 						t.Errorf("ZCARD %s = %d, over the bound of %d", k, n, redislib.RefusedKeep)
