@@ -90,3 +90,72 @@ func benchAllow(b *testing.B, store core.Store) {
 		b.Errorf("%d decisions fell back: the store did not answer within the timeout", n)
 	}
 }
+
+// BenchmarkLimiterDenied measures a denied flood: one hot key over its
+// limit, from one goroutine and from GOMAXPROCS goroutines, with the
+// limiter counting its refusals (TopRefused, as in production) and
+// without. On Redis the denials come from the deny cache, as they do in
+// `make bench`'s denied flood, whose figure must stay at least 80 times
+// the Redis ceiling; on the memory store, from the store.
+func BenchmarkLimiterDenied(b *testing.B) {
+	b.Run("memory", func(b *testing.B) {
+		benchDenied(b, func(testing.TB) core.Store { return core.NewMemoryStore() }, core.SourceStore)
+	})
+	b.Run("redis", func(b *testing.B) {
+		srv := redistest.Start(b) // skipped with -short
+		benchDenied(b, func(tb testing.TB) core.Store { return redisstore.New(srv.Client(tb)) }, core.SourceCache)
+	})
+}
+
+func benchDenied(b *testing.B, newStore func(testing.TB) core.Store, src core.Source) {
+	for _, counting := range []struct {
+		name string
+		opts []core.Option
+	}{{"counted", nil}, {"uncounted", []core.Option{core.WithoutRefusals()}}} {
+		b.Run(counting.name, func(b *testing.B) {
+			opts := append([]core.Option{core.WithTimeout(time.Second)}, counting.opts...)
+			l, err := core.NewLimiter(newStore(b), core.Policy{Name: "bench-denied-" + counting.name,
+				Rules: []core.Rule{{Limit: 10, Window: time.Minute}}}, opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				d, err := l.Allow(ctx, "flood")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !d.Allowed && d.Source == src {
+					break
+				}
+				if time.Now().After(deadline) {
+					b.Fatalf("no denial from %v after 10 s: %+v", src, d)
+				}
+			}
+			var wrong atomic.Int64
+			deny := func() {
+				if d, err := l.Allow(ctx, "flood"); err != nil || d.Allowed || d.Source != src {
+					wrong.Add(1)
+				}
+			}
+			b.Run("serial", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					deny()
+				}
+			})
+			b.Run("parallel", func(b *testing.B) {
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						deny()
+					}
+				})
+			})
+			if n := wrong.Load(); n > 0 {
+				b.Errorf("%d decisions were not denials from %v", n, src)
+			}
+		})
+	}
+}

@@ -1,7 +1,9 @@
 package core
 
 import (
+	"cmp"
 	"hash/maphash"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,13 +35,20 @@ import (
 // flood of one denied key is answered under read locks that never wait
 // on each other, and entries are never copied or allocated on the way
 // out. A full stripe makes room by dropping, among a few of its entries,
-// the expired ones or else the one that ends soonest.
+// the expired ones or else the one that answered the fewest refusals
+// (see makeRoom).
+//
+// An entry counts the refusals it stands for, the store's denial that
+// made it and every denial it answered (see refusals): a flood of one
+// key costs an atomic add on its entry, and the counts go to the
+// limiter's refusals at each flush (fold) or when the entry goes.
 type denyCache struct {
 	entries []denyStripe
 	seed    maphash.Seed
 	gens    [denyStripes]atomic.Uint64 // removals, per stripe of keys
 	live    atomic.Bool                // the store has listened once: cached denials may answer
 	epoch   atomic.Uint64              // resyncs so far: denials cached before the last may be stale
+	refused *refusals                  // where the entries' refusals go; nil: nowhere
 }
 
 const denyStripes = 64
@@ -49,16 +58,19 @@ const denySample = 8
 
 type denyStripe struct {
 	mu  sync.RWMutex
-	m   map[string]*denyEntry // entries are never changed once in m
+	m   map[string]*denyEntry // entries are never changed once in m, but for their counts
 	max int
 }
 
 type denyEntry struct {
-	until time.Time // the entry answers until then
-	at    time.Time // when the store denied
-	n     int64
-	epoch uint64
-	d     Decision
+	until  time.Time // the entry answers until then
+	at     time.Time // when the store denied
+	n      int64
+	epoch  uint64
+	d      Decision
+	hits   atomic.Int64 // refusals not yet handed to the limiter's refusals
+	folded atomic.Int64 // refusals handed over by folds
+	gone   atomic.Bool  // out of its stripe: a hit hands its count over itself
 }
 
 // newDenyCache returns a cache of at most size entries; size > 0.
@@ -84,37 +96,104 @@ func (c *denyCache) of(key string) *denyStripe {
 	return &c.entries[maphash.String(c.seed, key)%uint64(len(c.entries))]
 }
 
-// drop removes key's entry if it is still e (any entry when e is nil).
-func (st *denyStripe) drop(key string, e *denyEntry) {
+// drop removes key's entry if it is still e (any entry when e is nil),
+// handing its refusals to r.
+func (st *denyStripe) drop(key string, e *denyEntry, r *refusals) {
 	st.mu.Lock()
 	if cur := st.m[key]; cur != nil && (e == nil || cur == e) {
 		delete(st.m, key)
+		cur.spill(key, r)
 	}
 	st.mu.Unlock()
 }
 
+// spill hands the refusals e counted to r, once e is out of its stripe.
+// A hit by a caller that found e just before counts after the spill, and
+// hands its count over itself (see hit).
+func (e *denyEntry) spill(key string, r *refusals) {
+	if r == nil {
+		return
+	}
+	e.gone.Store(true)
+	if h := e.hits.Swap(0); h > 0 {
+		r.add(key, h)
+	}
+}
+
+// moveTo hands the refusals e counted over to next, which replaces e for
+// the same key: the key's count stays in the cache, where a flood of
+// other keys cannot push it out of the limiter's sketch.
+func (e *denyEntry) moveTo(next *denyEntry) {
+	e.gone.Store(true)
+	next.hits.Add(e.hits.Swap(0))
+	next.folded.Add(e.folded.Load())
+}
+
+// hit counts a refusal e answered. When e has gone out of its stripe
+// meanwhile, the count may have come after e's spill, so it is handed
+// over here: either the spill's swap or this one takes it, never both.
+func (e *denyEntry) hit(key string, r *refusals) {
+	e.hits.Add(1)
+	if e.gone.Load() {
+		if h := e.hits.Swap(0); h > 0 {
+			r.add(key, h)
+		}
+		return
+	}
+	r.arm()
+}
+
+// fold hands the refusals every entry counted so far to r, the entries
+// that counted the fewest first: so that a flood of keys refused once
+// cannot push the keys refused most out of r's sketch.
+func (c *denyCache) fold(r *refusals) {
+	var counted []RefusedKey
+	for i := range c.entries {
+		st := &c.entries[i]
+		st.mu.RLock()
+		for k, e := range st.m {
+			if h := e.hits.Swap(0); h > 0 {
+				e.folded.Add(h)
+				counted = append(counted, RefusedKey{Key: k, Refusals: h})
+			}
+		}
+		st.mu.RUnlock()
+	}
+	slices.SortFunc(counted, func(a, b RefusedKey) int { return cmp.Compare(a.Refusals, b.Refusals) })
+	for _, k := range counted {
+		r.put(k.Key, k.Refusals)
+	}
+}
+
 // makeRoom drops expired entries among a few, or else the one of them
-// that ends soonest; st.mu is held.
-func (st *denyStripe) makeRoom(now time.Time) {
+// that counted the fewest refusals (the one that ends soonest on a tie),
+// handing their refusals to r; st.mu is held. A flood of keys denied once
+// each thus makes room among its own, and the keys refused most stay
+// cached, their counts with them.
+func (st *denyStripe) makeRoom(now time.Time, r *refusals) {
 	var (
-		soonest string
+		victim  string
 		end     time.Time
+		hits    int64
 		seen    int
 		dropped bool
 	)
 	for k, e := range st.m {
 		if !now.Before(e.until) {
 			delete(st.m, k)
+			e.spill(k, r)
 			dropped = true
-		} else if seen == 0 || e.until.Before(end) {
-			soonest, end = k, e.until
+		} else if h := e.folded.Load() + e.hits.Load(); seen == 0 || h < hits || h == hits && e.until.Before(end) {
+			victim, end, hits = k, e.until, h
 		}
 		if seen++; seen == denySample {
 			break
 		}
 	}
 	if !dropped && seen > 0 {
-		delete(st.m, soonest)
+		e := st.m[victim]
+		delete(st.m, victim)
+		e.spill(victim, r)
 	}
 }
 
@@ -148,11 +227,14 @@ func (c *denyCache) get(key string, n int64, now time.Time, stale bool, d *Decis
 		return false
 	}
 	if !now.Before(e.until) {
-		st.drop(key, e)
+		st.drop(key, e, c.refused)
 		return false
 	}
 	if n != e.n {
 		return false
+	}
+	if c.refused != nil {
+		e.hit(key, c.refused)
 	}
 	// The store's denial as it stands now: every duration shortened by
 	// the time since, the counts as they were (a denial recorded nothing
@@ -177,33 +259,43 @@ func (c *denyCache) get(key string, n int64, now time.Time, stale bool, d *Decis
 }
 
 // put remembers a store denial of key for n units decided at now by a
-// store call that began at s; it does nothing if a removal hit the key's
-// stripe since. The denial belongs to the epoch the call began in: a
-// resync since (a reconnection, across which a removal may have been
-// missed) leaves it stale from the start.
-func (c *denyCache) put(key string, n int64, now time.Time, d Decision, s since) {
+// store call that began at s, and reports whether it did: it does
+// nothing if a removal hit the key's stripe since. The denial belongs to
+// the epoch the call began in: a resync since (a reconnection, across
+// which a removal may have been missed) leaves it stale from the start.
+// The entry counts the denial as its first refusal.
+func (c *denyCache) put(key string, n int64, now time.Time, d Decision, s since) bool {
 	if d.RetryAfter <= 0 {
-		return
+		return false
 	}
 	g := c.stripe(key)
 	if g.Load() != s.gen {
-		return
+		return false
 	}
 	// The store's clock (Redis TIME, wall time) and this process's
 	// monotonic clock may drift apart by up to NTP's 500 ppm; end the entry
 	// 1000 ppm early so that it never outlasts the store's own denial.
 	ttl := d.RetryAfter - d.RetryAfter/1000
 	e := &denyEntry{until: now.Add(ttl), at: now, n: n, epoch: s.epoch, d: d}
+	e.hits.Store(1)
 	st := c.of(key)
 	st.mu.Lock()
-	if _, ok := st.m[key]; !ok && len(st.m) >= st.max {
-		st.makeRoom(now)
+	old, ok := st.m[key]
+	if !ok && len(st.m) >= st.max {
+		st.makeRoom(now, c.refused)
 	}
 	st.m[key] = e
-	st.mu.Unlock()
-	if g.Load() != s.gen {
-		st.drop(key, e) // a removal ran between the check and the put
+	if ok {
+		old.moveTo(e)
 	}
+	st.mu.Unlock()
+	if c.refused != nil {
+		c.refused.arm()
+	}
+	if g.Load() != s.gen {
+		st.drop(key, e, c.refused) // a removal ran between the check and the put
+	}
+	return true
 }
 
 // resync starts a new epoch: invalidations may have been missed, so the
@@ -219,7 +311,7 @@ func (c *denyCache) resync() {
 // after it.
 func (c *denyCache) remove(key string) {
 	c.stripe(key).Add(1)
-	c.of(key).drop(key, nil)
+	c.of(key).drop(key, nil, c.refused)
 }
 
 // shorten makes the durations of s elapsed shorter, down to 0.

@@ -2,6 +2,8 @@ package core
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -39,15 +41,32 @@ func TestDenyCacheBounded(t *testing.T) {
 		}
 		st.m[fmt.Sprintf("k%d", i)] = &denyEntry{until: until}
 	}
-	st.makeRoom(now)
+	st.makeRoom(now, nil)
 	for i := range denySample {
 		if _, held := st.m[fmt.Sprintf("k%d", i)]; held != (i%2 == 1) {
 			t.Errorf("k%d held = %v after making room, want %v (only the expired dropped)", i, held, i%2 == 1)
 		}
 	}
-	st.makeRoom(now)
+	st.makeRoom(now, nil)
 	if _, held := st.m["k1"]; held || len(st.m) != denySample/2-1 {
 		t.Errorf("after making room among live entries: %d held, k1 held %v; want the soonest (k1) dropped alone", len(st.m), held)
+	}
+
+	// Among live entries, the one that counted the fewest refusals goes
+	// first, whether handed to the limiter's refusals or not; the one
+	// that ends soonest on a tie.
+	st = &denyStripe{m: map[string]*denyEntry{}, max: denySample}
+	hits := [denySample]int64{5, 4, 9, 2, 6, 8, 3, 7}
+	folded := [denySample]int64{1, 1, 0, 1, 0, 1, 0, 0}
+	for i := range denySample { // k3 and k6 counted 3 each; k3 ends sooner
+		e := &denyEntry{until: now.Add(time.Duration(i+1) * time.Hour)}
+		e.hits.Store(hits[i])
+		e.folded.Store(folded[i])
+		st.m[fmt.Sprintf("k%d", i)] = e
+	}
+	st.makeRoom(now, nil)
+	if _, held := st.m["k3"]; held || len(st.m) != denySample-1 {
+		t.Errorf("after making room: %d held, k3 held %v; want the least counted (k3) dropped alone", len(st.m), held)
 	}
 
 	// Replacing a key's denial drops nothing else.
@@ -58,6 +77,47 @@ func TestDenyCacheBounded(t *testing.T) {
 	c.put("a", 1, now, denial(2*time.Hour), c.generation("a"))
 	if !c.get("a", 1, now, false, &d) || d.RetryAfter != 2*time.Hour {
 		t.Errorf("get(a) after a replacement = %+v, want the newer denial (RetryAfter 2h)", d)
+	}
+}
+
+// TestDenyCacheCountsRefusals: an entry counts the store's denial that
+// made it and every denial it answers; a replacement for the same key
+// keeps the count, a fold hands it to the limiter's refusals, and an
+// entry that goes hands over its own.
+func TestDenyCacheCountsRefusals(t *testing.T) {
+	now := time.Now()
+	r := newRefusals(Policy{Name: "p"}, NewMemoryStore(), time.Hour)
+	t.Cleanup(func() { r.timer.Stop() })
+	c := newDenyCache(1000) // room for both keys, whatever their stripes
+	c.refused = r
+	c.resync()
+	var d Decision
+	denial := Decision{RetryAfter: time.Hour}
+	c.put("a", 1, now, denial, c.generation("a"))
+	for range 3 {
+		c.get("a", 1, now, false, &d)
+	}
+	c.put("a", 1, now, denial, c.generation("a")) // replaced: 4 so far, and 1
+	c.get("a", 1, now, false, &d)
+	c.put("b", 1, now, denial, c.generation("b"))
+	c.remove("b") // gone: hands over its 1
+	c.fold(r)
+	c.get("a", 1, now, false, &d) // after the fold: the next one's
+	var got []RefusedKey
+	for i := range r.sk {
+		got = r.sk[i].t.drain(got)
+	}
+	slices.SortFunc(got, func(a, b RefusedKey) int { return strings.Compare(a.Key, b.Key) })
+	if want := []RefusedKey{{"a", 6}, {"b", 1}}; !slices.Equal(got, want) {
+		t.Errorf("refusals handed over: %v, want %v", got, want)
+	}
+	c.fold(r)
+	if got := r.sk[0].t.len() + r.sk[1].t.len() + r.sk[2].t.len() + r.sk[3].t.len() +
+		r.sk[4].t.len() + r.sk[5].t.len() + r.sk[6].t.len() + r.sk[7].t.len(); got != 1 {
+		t.Errorf("after another fold the sketches count %d keys, want 1 (a's last hit)", got)
+	}
+	if !r.armed.Load() {
+		t.Error("refusals counted and no flush armed")
 	}
 }
 

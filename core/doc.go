@@ -34,8 +34,8 @@
 //
 // A [Store] keeps the windows; it is the whole contract between a limiter
 // and where its counts live, with optional capabilities ([Local],
-// [Leases], [Invalidator], [Fleet], [Partitioned], [Checker]) a limiter
-// looks for when it is built. [MemoryStore] keeps them in one process.
+// [Leases], [Invalidator], [Fleet], [Partitioned], [Checker],
+// [Refusals]) a limiter looks for when it is built. [MemoryStore] keeps them in one process.
 // The Redis drivers beside this package (redisstore on go-redis,
 // rueidisstore on rueidis) share them between app instances: each
 // decision is one Lua function run atomically by Redis on one key per
@@ -86,6 +86,19 @@
 // A Redis that evicts keys under memory pressure forgets windows: see
 // [ErrUnsafeEviction] for the safe settings, and call [Limiter.Check] at
 // start-up to report a server that can evict limiter keys.
+//
+// # Who is being limited
+//
+// Every limiter counts the requests it refuses, key by key, in fixed
+// memory (Space-Saving sketches of 256 keys; a flood of a key already
+// denied costs an atomic add on its deny-cache entry), and adds the
+// counts to its store every 5 seconds while it refuses requests, from a
+// goroutine that a timer starts and that ends with the flush.
+// [Limiter.TopRefused] returns the keys refused most in the last five
+// minutes, summed over every instance that shares the store; the Redis
+// drivers keep them per policy and minute in a sorted set of at most
+// 1,000 keys, <prefix>:<policy>:refused:{<policy>}:<minute>. No metric
+// carries a key.
 //
 // # Hot keys
 //

@@ -160,6 +160,8 @@ func (f *inFlight) allow(ctx context.Context, key string, _ int, n int64) (Decis
 		d := f.decision(ok, held, f.limit, SourceStore)
 		if ok {
 			d.ticket = ticket{owner: l, key: key, at: seq, n: n}
+		} else {
+			l.refuse(key)
 		}
 		l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d})
 		return d, nil
@@ -190,11 +192,16 @@ func (f *inFlight) allow(ctx context.Context, key string, _ int, n int64) (Decis
 				// Mirrored, so that a fallback counts it.
 				f.local.take(key, leaseID{f.owner, seq}, n, math.MaxInt64)
 			}
+		} else {
+			l.refuse(key)
 		}
 		l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d, Latency: lat})
 		return d, nil
 	}
 	d := f.fallback(key, seq, n, true, l.breakers.of(&q))
+	if !d.Allowed && d.Source == SourceLocal {
+		l.refuse(key)
+	}
 	l.fellBack(ctx, cause)
 	l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d})
 	return d, nil

@@ -58,6 +58,9 @@ type options struct {
 	clock         func() time.Time
 	keep          int64 // the largest limit of every tier (set by the tiers' parent)
 	wholeLimit    bool  // WithLocalShare(false)
+	tier          bool  // a tier's limiter: its parent counts its refusals
+	refusedEvery  time.Duration
+	noRefusals    bool // count no refusals (tests, benchmarks)
 }
 
 // fallbackMaxKeys bounds the local store of FailLocal.
@@ -100,7 +103,9 @@ func WithObserver(obs Observer) Option {
 
 // WithDenyCache sets how many denied keys the limiter remembers locally;
 // 10,000 by default, 0 turns the cache off. When it is full, expired
-// denials, or else those that end soonest, make room.
+// denials, or else those that answered the fewest requests (then those
+// that end soonest), make room: a flood of keys denied once each does not
+// push out the keys that flood the limiter most.
 // A key denied with RetryAfter r cannot be admitted before r passes, so
 // until then a flood from it is answered without a store call. The cache
 // never admits: it only answers denials that the store would give as
@@ -165,6 +170,7 @@ type Limiter struct {
 	fleet      func() int // the instances using the policy, on a Fleet store
 	wholeLimit bool       // WithLocalShare(false)
 	fb         fallbackState
+	refused    *refusals // the refusals counted (TopRefused); nil: none
 }
 
 // decider is how a Limiter decides, chosen when it is built: rates on a
@@ -206,6 +212,9 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		wholeLimit: o.wholeLimit,
 	}
 	l.breakers.init(store, o)
+	if !o.tier && !o.noRefusals {
+		l.refused = newRefusals(policy, store, o.refusedEvery)
+	}
 	_, local := store.(Local)
 	if !local && o.failure == FailLocal {
 		l.local = NewMemoryStore(WithMaxKeys(fallbackMaxKeys))
@@ -229,6 +238,24 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		if l.tiers, err = newTiers(store, policy, o, opts); err != nil {
 			return nil, err
 		}
+		for _, t := range l.tiers.by {
+			t.refused = l.refused
+		}
+	}
+	if l.refused != nil {
+		// The deny caches count the refusals they answer.
+		all := []*Limiter{l}
+		if l.tiers != nil {
+			for _, t := range l.tiers.by {
+				all = append(all, t)
+			}
+		}
+		for _, t := range all {
+			if t.deny != nil {
+				t.deny.refused = l.refused
+				l.refused.caches = append(l.refused.caches, t.deny)
+			}
+		}
 	}
 	if inv != nil && !local && (l.deny != nil || l.local != nil || l.tiers != nil && l.tiers.cache != nil) {
 		inv.Watch(policy.Name, l.invalidate)
@@ -245,6 +272,7 @@ func newOptions(policy string, opts []Option) (options, error) {
 		breakerCool:   time.Second,
 		tierCacheSize: 10000,
 		tierCacheTTL:  time.Minute,
+		refusedEvery:  refusedEvery,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -258,6 +286,8 @@ func newOptions(policy string, opts []Option) (options, error) {
 		return o, fmt.Errorf("ratekit: policy %q: WithDenyCache size %d must not be negative: %w", policy, o.denyCacheSize, ErrInvalidPolicy)
 	case o.breakerFails < 0:
 		return o, fmt.Errorf("ratekit: policy %q: WithBreaker failures %d must not be negative: %w", policy, o.breakerFails, ErrInvalidPolicy)
+	case o.refusedEvery <= 0:
+		return o, fmt.Errorf("ratekit: policy %q: refusals flushed every %v: must be positive: %w", policy, o.refusedEvery, ErrInvalidPolicy)
 	case o.breakerFails > 0 && o.breakerCool <= 0:
 		return o, fmt.Errorf("ratekit: policy %q: WithBreaker cooldown %v must be positive: %w", policy, o.breakerCool, ErrInvalidPolicy)
 	}

@@ -26,9 +26,10 @@ const defaultMaxKeys = 1 << 20
 // allocates nothing. Idle keys are swept as the store is used, without a
 // background goroutine: every key is looked at within a bounded number of
 // operations, so memory follows the keys active within their longest
-// window. The number of keys is bounded too ([WithMaxKeys]). A MemoryStore
-// is safe for concurrent use; its zero value is not usable, call
-// [NewMemoryStore].
+// window. The number of keys is bounded too ([WithMaxKeys]). It keeps the
+// refusals its limiters count, per minute and bounded as the Redis drivers
+// keep them ([Refusals]). A MemoryStore is safe for concurrent use; its
+// zero value is not usable, call [NewMemoryStore].
 type MemoryStore struct {
 	base      time.Time // monotonic time at start
 	baseMicro int64     // wall time at start, µs
@@ -42,12 +43,14 @@ type MemoryStore struct {
 	byName   atomic.Pointer[map[string]*memPolicy] // policies, read without the lock
 	list     atomic.Pointer[[]*memPolicy]          // the policies, for sweeping
 	tickN    atomic.Uint64
-	leases   sync.Map // policy name -> *memLeases (Policy.InFlight)
+	leases   sync.Map    // policy name -> *memLeases (Policy.InFlight)
+	refused  *refusalLog // the refusals of its limiters (Refusals)
 }
 
 var (
-	_ Local  = (*MemoryStore)(nil)
-	_ Leases = (*MemoryStore)(nil)
+	_ Local    = (*MemoryStore)(nil)
+	_ Leases   = (*MemoryStore)(nil)
+	_ Refusals = (*MemoryStore)(nil)
 )
 
 // MemoryOption configures a [MemoryStore].
@@ -163,6 +166,7 @@ func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
 	base := time.Now()
 	s := &MemoryStore{base: base, baseMicro: base.UnixMicro(), seed: maphash.MakeSeed(),
 		maxKeys: int64(o.maxKeys), policies: make(map[string]*memPolicy)}
+	s.refused = newRefusalLog(s.now)
 	s.list.Store(new([]*memPolicy))
 	s.byName.Store(&map[string]*memPolicy{})
 	return s

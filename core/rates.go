@@ -30,6 +30,8 @@ func (r localRates) allow(ctx context.Context, key string, shard int, n int64) (
 	l.bind(&d, res.Allowed, SourceStore)
 	if res.Allowed {
 		d.ticket = ticket{owner: l, key: key, shard: shard, at: res.At, n: n}
+	} else {
+		l.refuse(key)
 	}
 	if l.observer != nil {
 		l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d})
@@ -118,6 +120,9 @@ func (r sharedRates) decide(ctx context.Context, q Query, shard int, now time.Ti
 		// A denial cached before the store failed still holds; else
 		// the failure policy decides.
 		d = l.fallback(q, shard, take, l.breakers.of(&q))
+		if take && !d.Allowed && d.Source == SourceLocal {
+			l.refuse(q.Key)
+		}
 	}
 	if take {
 		l.fellBack(ctx, cause)
@@ -134,8 +139,9 @@ func (r sharedRates) learn(ctx context.Context, q *Query, shard int, now time.Ti
 	if res.Allowed {
 		d.ticket = ticket{owner: l, key: q.Key, shard: shard, at: res.At, n: q.N, mirror: l.mirror(q)}
 	} else {
-		if l.deny != nil {
-			l.deny.put(q.Key, q.N, now, *d, gen)
+		// The cache entry counts the refusal, or else the limiter does.
+		if l.deny == nil || !l.deny.put(q.Key, q.N, now, *d, gen) {
+			l.refuse(q.Key)
 		}
 		l.mirrorLock(q, res.LockedFor)
 	}

@@ -13,7 +13,7 @@ import (
 // app instances through Redis. A store may also offer the optional
 // capabilities below, each an interface of its own, which a Limiter looks
 // for once, when it is built: [Local], [Leases], [Invalidator], [Fleet],
-// [Partitioned] and [Checker].
+// [Partitioned], [Checker] and [Refusals].
 //
 // A store decides each Take atomically, so that concurrent calls never
 // admit more than a rule allows, and keeps calendar rules
@@ -295,6 +295,32 @@ type Checker interface {
 	// error for a store that does not answer yet, or one configured so
 	// that limits may not hold (such as a Redis that evicts keys).
 	Check(ctx context.Context) error
+}
+
+// Refusals is implemented by a store that keeps, per policy, how many
+// requests of each key were refused lately, summed over every instance
+// that shares the store, for [Limiter.TopRefused]: [MemoryStore] and the
+// Redis drivers. A limiter counts its refusals in memory, in a sketch of
+// fixed size, and adds them to the store every few seconds while it
+// refuses requests, from a goroutine of its own (never on the request
+// path), and once more when TopRefused is called. On a store without
+// it, TopRefused reports the refusals of the one limiter it is called on.
+//
+// A store counts the refusals of each policy per minute of its own clock
+// (the Redis server's), keeps the 1,000 keys with the highest counts of
+// each minute, and forgets a minute once TopRefused no longer reads it,
+// so that it holds at most 6,000 keys per policy however many keys are
+// refused. Keys are bounded ([BoundKey]); a store keeps them as they
+// are. Each method's context bounds the call.
+type Refusals interface {
+	// AddRefused adds refused[i].Refusals to the count of refused[i].Key
+	// under policy in the current minute, for every i, and keeps the
+	// 1,000 highest counts of the minute.
+	AddRefused(ctx context.Context, policy string, refused []RefusedKey) error
+	// TopRefused returns at most n keys of policy with the highest
+	// counts summed over the current minute and the five before it,
+	// highest first and ties in key order; nothing for n < 1.
+	TopRefused(ctx context.Context, policy string, n int) ([]RefusedKey, error)
 }
 
 // bucketWidth returns the width in microseconds of rule r's buckets.

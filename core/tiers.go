@@ -133,6 +133,7 @@ func withoutTiers(keep int64) Option {
 		o.tierFunc = nil
 		o.tiers = nil
 		o.keep = keep
+		o.tier = true
 	}
 }
 

@@ -17,12 +17,17 @@
 //
 //	GET    /policies                    every policy: name, algorithm, rules, identifier
 //	GET    /policies/{name}             one policy
+//	GET    /policies/{name}/refused     the keys refused most lately (Limiter.TopRefused); ?n=1..100, 10 by default
 //	GET    /policies/{name}/keys/{key}  what a request of one unit for key would get now (Limiter.Peek)
 //	DELETE /policies/{name}/keys/{key}  forget everything recorded for key (Limiter.Reset); 204
 //
 // A peek of a key locked out (core.Policy.Lockout) says "locked": true
 // and "locked_until", when the key may retry; a reset lifts the lockout
-// on every instance.
+// on every instance. The refused route answers {"policy": ..., "keys":
+// [{"key": ..., "refusals": ...}, ...]}: the stored keys the policy
+// refused most in the last five minutes, summed over every instance that
+// shares its store, most refused first ([WithTopRefused] replaces the
+// source).
 //
 // HEAD is served as GET. Peeks record nothing and report nothing of their
 // own.
@@ -53,8 +58,8 @@
 //
 // Errors answer JSON {"error": "..."} with a fixed text: 404 for an
 // unknown route ("not found") or policy ("unknown policy"), 405 with an
-// Allow header for a method a route does not serve, 400 for an empty key
-// or a refused identifier, 503 for a store failure. Answers never echo
+// Allow header for a method a route does not serve, 400 for an empty key,
+// a refused identifier or a bad n, 503 for a store failure. Answers never echo
 // the key, the identifier or an error's text: the error of a store
 // failure goes to the logger given with [WithLogger], without the key.
 //
@@ -75,8 +80,12 @@
 // request would pass, each rule's usage with when its window is empty
 // again, the lockout and when it ends, and a calendar rule's period with
 // its start and end in the rule's time zone; a button resets the key
-// (which lifts its lockout). With [WithTopRefused] each policy also lists
-// the keys it refused most. Routes, under the page's prefix:
+// (which lifts its lockout). Each policy also lists the 10 keys it
+// refused most in the last five minutes, over every instance
+// ([core.Limiter.TopRefused], or the source of [WithTopRefused]), each
+// linked to its lookup: as stored, or as an identifier when the policy's
+// keyer derives the key from itself (an account or a phone number kept in
+// clear); pseudonyms stay pseudonyms. Routes, under the page's prefix:
 //
 //	GET  /        the page; ?q=VALUE looks VALUE up (&as=key: as a stored key)
 //	POST /reset   reset: form fields policy, q, as and csrf; 303 back to the lookup

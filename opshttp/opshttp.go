@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -170,6 +171,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case len(seg) == 2:
 		if allowed(w, r, allowRead) {
 			h.policy(w, seg[1])
+		}
+	case len(seg) == 3 && seg[2] == "refused":
+		if allowed(w, r, allowRead) {
+			h.refused(w, r, seg[1])
 		}
 	case len(seg) == 4 && seg[2] == "keys":
 		switch r.Method {
@@ -415,6 +420,41 @@ func (h *handler) peek(w http.ResponseWriter, r *http.Request, policy, seg strin
 		out.Rules = append(out.Rules, NewRuleState(s))
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// Refused is the answer of the top route: the keys a policy refused most
+// lately, most refused first.
+type Refused struct {
+	Policy string       `json:"policy"`
+	Keys   []RefusedKey `json:"keys"`
+}
+
+// maxTop is the most keys the top route returns.
+const maxTop = 100
+
+func (h *handler) refused(w http.ResponseWriter, r *http.Request, policy string) {
+	l, ok := h.limiter(w, policy)
+	if !ok {
+		return
+	}
+	n := topN
+	if v := r.URL.Query()["n"]; len(v) > 0 {
+		var err error
+		if n, err = strconv.Atoi(v[0]); err != nil || len(v) > 1 || n < 1 || n > maxTop {
+			writeJSON(w, http.StatusBadRequest, Error{fmt.Sprintf("n must be one number within 1..%d", maxTop)})
+			return
+		}
+	}
+	keys, err := h.topRefused(r.Context(), policy, n)
+	if err != nil {
+		h.log(r, slog.LevelWarn, "ratekit: opshttp: top refused keys failed", l, err)
+		writeJSON(w, http.StatusServiceUnavailable, Error{"store unavailable"})
+		return
+	}
+	if keys == nil {
+		keys = []RefusedKey{}
+	}
+	writeJSON(w, http.StatusOK, Refused{Policy: policy, Keys: keys})
 }
 
 func (h *handler) reset(w http.ResponseWriter, r *http.Request, policy, seg string) {

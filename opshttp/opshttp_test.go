@@ -283,3 +283,51 @@ func TestHandlerReportsResets(t *testing.T) {
 		t.Errorf("observers saw %+v by %q; want the reset of alice, then the failed one of bob, both by dave", ev, ops)
 	}
 }
+
+// TestRefusedRoute: the refused route answers each policy's most refused
+// keys from its limiter, n of them (10 by default), or from the source
+// of WithTopRefused; a bad n is a 400 and a failing source a fixed 503.
+func TestRefusedRoute(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	for key, n := range map[string]int{"203.0.113.5": 8, "203.0.113.6": 6, "203.0.113.7": 2} {
+		for range n {
+			if _, err := f.login.Allow(ctx, key); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		path       string
+		wantStatus int
+		wantBody   string
+	}{
+		{"/admin/policies/login/refused", 200,
+			`{"policy":"login","keys":[{"key":"203.0.113.5","refusals":3},{"key":"203.0.113.6","refusals":1}]}`},
+		{"/admin/policies/login/refused?n=1", 200, `{"policy":"login","keys":[{"key":"203.0.113.5","refusals":3}]}`},
+		{"/admin/policies/quota/refused", 200, `{"policy":"quota","keys":[]}`},
+		{"/admin/policies/broken/refused", 200, `{"policy":"broken","keys":[]}`},
+		{"/admin/policies/nope/refused", 404, `{"error":"unknown policy"}`},
+		{"/admin/policies/login/refused?n=0", 400, `{"error":"n must be one number within 1..100"}`},
+		{"/admin/policies/login/refused?n=101", 400, `{"error":"n must be one number within 1..100"}`},
+		{"/admin/policies/login/refused?n=x", 400, `{"error":"n must be one number within 1..100"}`},
+		{"/admin/policies/login/refused?n=1&n=2", 400, `{"error":"n must be one number within 1..100"}`},
+	} {
+		status, body := f.do(t, "GET", tc.path)
+		if status != tc.wantStatus || canon(t, body) != canon(t, tc.wantBody) {
+			t.Errorf("GET %s = %d %s, want %d %s", tc.path, status, body, tc.wantStatus, tc.wantBody)
+		}
+	}
+	if status, _ := f.do(t, "DELETE", "/admin/policies/login/refused"); status != 405 {
+		t.Errorf("DELETE of the refused route = %d, want 405", status)
+	}
+
+	failing := opshttp.Handler([]*core.Limiter{f.login}, opshttp.WithTopRefused(func(context.Context, string, int) ([]opshttp.RefusedKey, error) {
+		return nil, errSecret
+	}))
+	srv := mounted(t, failing)
+	a := send(t, srv, "GET", "/admin/ratelimit/policies/login/refused")
+	if a.status != 503 || canon(t, a.body) != canon(t, `{"error":"store unavailable"}`) {
+		t.Errorf("a failing source: %d %s, want 503 and a fixed text", a.status, a.body)
+	}
+}

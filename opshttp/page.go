@@ -53,26 +53,45 @@ func cssHash(css string) string {
 	return "sha256-" + base64.StdEncoding.EncodeToString(sum[:])
 }
 
-// RefusedKey is one of the keys a policy refused most lately, as a source
-// given with [WithTopRefused] reports it.
+// RefusedKey is one of the keys a policy refused most lately, as
+// [core.Limiter.TopRefused] or a source given with [WithTopRefused]
+// reports it.
 type RefusedKey struct {
 	// Key is the key as stored: an address, an AppKey, or a pseudonym
 	// for keys made by package keyfunc/personal.
-	Key string
+	Key string `json:"key"`
 	// Refusals is how many requests of the key the policy refused, as
-	// the source counts them (an estimate for a sketch).
-	Refusals int64
+	// the source counts them.
+	Refusals int64 `json:"refusals"`
 }
 
-// WithTopRefused gives the page a source of each policy's most refused
-// keys: top returns at most n of the keys policy refused most lately,
-// most refused first. The page shows the first 10 of each policy, each
-// linked to its lookup; without a source, or when top fails, the section
-// says "not available". top is called on the request path of every page
-// view, with the request's context: it must be fast and safe for
-// concurrent use. [Handler] does not use it.
+// WithTopRefused replaces the source of each policy's most refused keys:
+// top returns at most n of the keys policy refused most lately, most
+// refused first. By default the page and the handler ask each policy's
+// limiter ([core.Limiter.TopRefused]: the keys refused most in the last
+// five minutes, summed over every instance that shares its store). top
+// is called on the request path of every page view and top route, with
+// the request's context: it must be fast and safe for concurrent use.
 func WithTopRefused(top func(ctx context.Context, policy string, n int) ([]RefusedKey, error)) Option {
 	return func(c *config) { c.top = top }
+}
+
+// topRefused returns at most n of the keys policy refused most, from the
+// source of WithTopRefused or else from its limiter.
+func (h *handler) topRefused(ctx context.Context, policy string, n int) ([]RefusedKey, error) {
+	if h.cfg.top != nil {
+		keys, err := h.cfg.top(ctx, policy, n)
+		return keys[:min(len(keys), n)], err
+	}
+	top, err := h.byName[policy].TopRefused(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]RefusedKey, len(top))
+	for i, k := range top {
+		keys[i] = RefusedKey{Key: k.Key, Refusals: k.Refusals}
+	}
+	return keys, nil
 }
 
 // Page is the operations page: a small server-rendered web page where
@@ -367,17 +386,28 @@ func (p *Page) peek(r *http.Request, policy string, l lookup) *resultView {
 	return out
 }
 
-// top returns the view of policy's most refused keys.
+// top returns the view of policy's most refused keys. Each is shown as
+// stored, and linked to its lookup as a stored key, unless the policy's
+// keyer derives the key from itself (an account or phone number kept in
+// clear): support knows it so, and it is looked up as an identifier,
+// under every policy. A pseudonym stays a pseudonym.
 func (p *Page) top(r *http.Request, policy string) topView {
-	if p.h.cfg.top == nil {
-		return topView{}
-	}
-	keys, err := p.h.cfg.top(r.Context(), policy, topN)
+	keys, err := p.h.topRefused(r.Context(), policy, topN)
 	if err != nil {
 		p.h.log(r, slog.LevelWarn, "ratekit: opshttp: top refused keys failed", p.h.byName[policy], err)
 		return topView{Failed: true}
 	}
-	return topView{Available: true, Keys: keys[:min(len(keys), topN)]}
+	var v topView
+	derive := p.h.keyers[policy]
+	for _, k := range keys {
+		kv := topKey{RefusedKey: k}
+		if derive != nil {
+			d, err := derive(k.Key)
+			kv.AsID = err == nil && d == k.Key
+		}
+		v.Keys = append(v.Keys, kv)
+	}
+	return v
 }
 
 // pageData is what the template renders.
@@ -426,9 +456,13 @@ type ruleView struct {
 }
 
 type topView struct {
-	Available bool
-	Failed    bool
-	Keys      []RefusedKey
+	Failed bool // the source failed
+	Keys   []topKey
+}
+
+type topKey struct {
+	RefusedKey
+	AsID bool // the policy's keyer derives the key from itself
 }
 
 // instant is a time shown on the page.

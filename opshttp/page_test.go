@@ -501,17 +501,51 @@ func TestPageStyleHash(t *testing.T) {
 	}
 }
 
-// TestPageTopRefused: the top refused keys of each policy come from the
-// app's source, at most 10, each linked to its lookup; without a source,
-// or when it fails, the page says they are not available.
+// TestPageTopRefused: the top refused keys of each policy come from its
+// limiter (core.Limiter.TopRefused) or from the app's source, at most 10,
+// each linked to its lookup; when the source fails, the page says they
+// are not available.
 func TestPageTopRefused(t *testing.T) {
-	t.Run("no source", func(t *testing.T) {
-		f := newPageFixture(t)
-		a := f.do(t, "GET", "/admin/ops/", nil)
-		for _, p := range []string{"login-account", "login-ip", "api", "broken"} {
-			if s := section(t, a.body, p); !strings.Contains(s, "<h3>Top refused keys</h3>\n<p class=\"na\">Not available.</p>") {
-				t.Errorf("%s section without a source:\n%s", p, s)
+	refuse := func(t *testing.T, l *core.Limiter, key string, times int) {
+		t.Helper()
+		for range times {
+			if _, err := l.Allow(context.Background(), key); err != nil {
+				t.Fatal(err)
 			}
+		}
+	}
+	t.Run("the limiters' own", func(t *testing.T) {
+		f := newPageFixture(t)
+		refuse(t, f.ip, "192.0.2.7", 5) // 2 admitted, 3 refused
+		refuse(t, f.ip, "192.0.2.8", 3)
+		refuse(t, f.account, f.aliceKey, 4) // locked out after 2
+		a := f.do(t, "GET", "/admin/ops/", nil)
+		for policy, want := range map[string]string{
+			"login-ip": "<h3>Top refused keys</h3>\n<ol class=\"top\">" +
+				"\n<li><a href=\"?q=192.0.2.7&amp;as=key\"><code>192.0.2.7</code></a> 3 refused</li>" +
+				"\n<li><a href=\"?q=192.0.2.8&amp;as=key\"><code>192.0.2.8</code></a> 1 refused</li>\n</ol>",
+			// A pseudonym stays one, looked up as stored.
+			"login-account": "<h3>Top refused keys</h3>\n<ol class=\"top\">" +
+				"\n<li><a href=\"?q=" + strings.ReplaceAll(f.aliceKey, ":", "%3a") + "&amp;as=key\"><code>" + f.aliceKey + "</code></a> 2 refused</li>\n</ol>",
+			"api": "<h3>Top refused keys</h3>\n<p class=\"none\">None lately.</p>",
+			// Its store keeps no refusals (and is down): the limiter's own.
+			"broken": "<h3>Top refused keys</h3>\n<p class=\"none\">None lately.</p>",
+		} {
+			if s := section(t, a.body, policy); !strings.Contains(s, want) {
+				t.Errorf("%s section:\n%s\nwant\n%s", policy, s, want)
+			}
+		}
+	})
+
+	t.Run("a keyer that keeps the key", func(t *testing.T) {
+		// An app whose IP keyer derives an address from itself: its keys
+		// are shown, and looked up, as support knows them.
+		f := newPageFixture(t, opshttp.WithKeyer("login-ip", func(id string) (string, error) { return strings.TrimSpace(id), nil }))
+		refuse(t, f.ip, "192.0.2.9", 4)
+		a := f.do(t, "GET", "/admin/ops/", nil)
+		want := "\n<li><a href=\"?q=192.0.2.9\"><code>192.0.2.9</code></a> 2 refused</li>"
+		if s := section(t, a.body, "login-ip"); !strings.Contains(s, want) {
+			t.Errorf("login-ip section:\n%s\nwant\n%s", s, want)
 		}
 	})
 

@@ -68,8 +68,9 @@ const defaultBatch = 64
 // A Store offers every optional capability of the core package: leases
 // ([core.Leases]), invalidations between instances over pub/sub
 // ([core.Invalidator]), the count of instances ([core.Fleet]), breakers
-// per Cluster master ([core.Partitioned]) and a check of the server
-// ([core.Checker]). It is safe for concurrent use. It does not close the
+// per Cluster master ([core.Partitioned]), a check of the server
+// ([core.Checker]) and the keys refused most, summed over the instances
+// ([core.Refusals]). It is safe for concurrent use. It does not close the
 // client: the caller owns it.
 type Store struct {
 	client    redis.UniversalClient
@@ -96,6 +97,7 @@ var (
 	_ core.Fleet       = (*Store)(nil)
 	_ core.Partitioned = (*Store)(nil)
 	_ core.Checker     = (*Store)(nil)
+	_ core.Refusals    = (*Store)(nil)
 )
 
 // ErrUnsafeEviction is wrapped by the error [Store.Check] returns when a

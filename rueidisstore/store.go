@@ -65,8 +65,9 @@ const defaultBatch = 64
 // A Store offers every optional capability of the core package: leases
 // ([core.Leases]), invalidations between instances over pub/sub
 // ([core.Invalidator]), the count of instances ([core.Fleet]), breakers
-// per Cluster master ([core.Partitioned]) and a check of the server
-// ([core.Checker]). Unlike redisstore it cannot wait for replicas
+// per Cluster master ([core.Partitioned]), a check of the server
+// ([core.Checker]) and the keys refused most, summed over the instances
+// ([core.Refusals]). Unlike redisstore it cannot wait for replicas
 // (redisstore.WithWaitReplicas). It is safe for concurrent use. It does
 // not close the client: the caller owns it. The store's goroutines (the
 // subscription, and the fleet's announcements) end with [Store.Close], or
@@ -103,6 +104,7 @@ var (
 	_ core.Fleet       = (*Store)(nil)
 	_ core.Partitioned = (*Store)(nil)
 	_ core.Checker     = (*Store)(nil)
+	_ core.Refusals    = (*Store)(nil)
 )
 
 // ErrUnsafeEviction is wrapped by the error [Store.Check] returns when a

@@ -3,6 +3,7 @@ package rueidisstore_test
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -243,6 +244,38 @@ func TestSharedWithRedisstore(t *testing.T) {
 	}
 	if d, err := ls[2].Peek(ctx, "k"); err != nil || d.Rules()[0].Used != 3 {
 		t.Errorf("rueidis Peek(k) after 3 units on go-redis = %+v, %v; want Used 3", d, err)
+	}
+}
+
+// TestRefusedWithRedisstore: instances on rueidis and on go-redis add
+// their refusals to the same sets: TopRefused on either sums them.
+func TestRefusedWithRedisstore(t *testing.T) {
+	srv := redistest.Start(t)
+	p := core.Policy{Name: "mixed-refused", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}}
+	ru := testkit.Limiter(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(2*time.Second))
+	gr := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(2*time.Second))
+	ctx := context.Background()
+	for _, c := range []struct {
+		l    *core.Limiter
+		key  string
+		asks int
+	}{{ru, "k1", 4}, {gr, "k1", 2}, {gr, "k2", 5}, {ru, "k3", 2}} {
+		for range c.asks {
+			if _, err := c.l.Allow(ctx, c.key); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Each instance adds its own refusals when asked; the second to be
+	// asked sees both.
+	if _, err := gr.TopRefused(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	want := []core.RefusedKey{{Key: "k1", Refusals: 5}, {Key: "k2", Refusals: 4}, {Key: "k3", Refusals: 1}}
+	for name, l := range map[string]*core.Limiter{"rueidis": ru, "go-redis": gr} {
+		if got, err := l.TopRefused(ctx, 10); err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: TopRefused = %v, %v; want %v", name, got, err, want)
+		}
 	}
 }
 

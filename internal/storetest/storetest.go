@@ -3,7 +3,8 @@
 // [core.NewLimiter] (and directly where the store's own answer is the
 // point) and checks exact admission under concurrency, multi-rule binding,
 // exact RetryAfter, Peek, Reset, Refund, cost validation, bounded keys,
-// window expiry, lockouts and calendar rules.
+// window expiry, lockouts, calendar rules and the refusals kept
+// ([core.Refusals]).
 package storetest
 
 import (
@@ -80,6 +81,7 @@ func Run(t *testing.T, newStore func(t *testing.T) core.Store, opts ...core.Opti
 		{"CalendarConcurrent", testCalendarConcurrent},
 		{"CalendarBoundary", testCalendarBoundary},
 		{"CalendarRefundReset", testCalendarRefundReset},
+		{"Refusals", testRefusals},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

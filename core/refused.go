@@ -1,0 +1,346 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Who is being limited: every limiter counts the requests it refuses, key
+// by key, in sketches of fixed size (Space-Saving, see topk), and adds
+// the counts to its store every few seconds ([Refusals]), where the
+// instances that share the store sum them per minute.
+// [Limiter.TopRefused] reads the sums of the last minutes.
+//
+// The refusals a limiter counts are its denials: by the store, by the
+// deny cache, by the local fallback store (FailLocal) and under an
+// InFlight policy, those of WaitN's attempts included; not the denials of
+// FailClosed, which refuses every key while the store fails.
+//
+// A denial of a shared store is cached (denyCache), and the flood of a
+// key already denied is answered from its cache entry: the entry counts
+// every denial it stands for, the store's that made it included, with an
+// atomic add and nothing else. A denial that replaces the entry of its key
+// takes the count over, and a full cache makes room among the entries
+// that counted the fewest, so the keys refused most keep their counts in
+// the cache, exact, whatever else is refused. Each flush folds the
+// entries' counts into the sketches, the smallest first, so that they
+// enter the sketches above a flood of keys refused once; an entry that
+// goes hands its count to the sketches then. Other denials (a Local
+// store's, the fallback's, InFlight's, and a denial the cache did not
+// keep) go to the sketches at once, each sketch under a lock of its own
+// chosen by the key.
+//
+// A flush runs in a goroutine of its own, started by a timer that the
+// first refusal since the last flush arms: no goroutine waits while
+// nothing is refused, and none outlives its flush, so a limiter needs no
+// Close. A flush that fails (the store is down) puts its counts back
+// into the sketches, and the next refusal arms the next.
+
+// RefusedKey is a key a limiter refused, with how many of its requests it
+// refused.
+type RefusedKey struct {
+	// Key is the key as the limiter hands it to its store (bounded: see
+	// [BoundKey]), without a shard's suffix under Policy.Shards.
+	Key string
+	// Refusals is the number of the key's requests refused.
+	Refusals int64
+}
+
+// Bounds of the refusals counted.
+const (
+	// refusedShards is the number of sketches a limiter spreads its keys
+	// over, each under a lock of its own, and refusedShardSize the keys
+	// each counts: 256 in all.
+	refusedShards    = 8
+	refusedShardSize = 32
+	// refusedEvery is how often a limiter adds its counts to the store
+	// while it refuses requests.
+	refusedEvery = 5 * time.Second
+	// refusedTimeout bounds a flush, and each store call of TopRefused.
+	refusedTimeout = 2 * time.Second
+	// refusedKeep is the most keys a store keeps per policy and minute,
+	// refusedMinutes the minutes TopRefused sums: the current one and
+	// the five before it.
+	refusedKeep    = 1000
+	refusedMinutes = 6
+)
+
+// refusals counts the refusals of a limiter and of its tiers' limiters.
+type refusals struct {
+	policy string
+	sink   Refusals // the store, or a log in this process
+	shards bool     // keys are shard keys: count them without "#<i>"
+	every  time.Duration
+	seed   maphash.Seed
+	sk     [refusedShards]refusalShard
+	caches []*denyCache // folded into the sketches at each flush; set when built
+	armed  atomic.Bool  // a flush is due
+	timer  *time.Timer  // runs tick; stopped while nothing is due
+}
+
+type refusalShard struct {
+	mu sync.Mutex
+	t  *topk
+	_  [40]byte // a cache line of its own
+}
+
+// newRefusals returns the refusal counts of policy p on store, flushed
+// every every.
+func newRefusals(p Policy, store Store, every time.Duration) *refusals {
+	r := &refusals{policy: p.Name, shards: p.Shards > 1, every: every, seed: maphash.MakeSeed()}
+	if s, ok := store.(Refusals); ok {
+		r.sink = s
+	} else {
+		r.sink = newRefusalLog(func() int64 { return time.Now().UnixMicro() })
+	}
+	for i := range r.sk {
+		r.sk[i].t = newTopk(refusedShardSize)
+	}
+	r.timer = time.AfterFunc(time.Hour, r.tick)
+	r.timer.Stop()
+	return r
+}
+
+// add counts w refusals of the store key key, and arms the flush.
+func (r *refusals) add(key string, w int64) {
+	r.put(key, w)
+	r.arm()
+}
+
+// put counts w refusals of the store key key.
+func (r *refusals) put(key string, w int64) {
+	if r.shards {
+		if i := strings.LastIndexByte(key, '#'); i >= 0 {
+			key = key[:i]
+		}
+	}
+	h := maphash.String(r.seed, key)
+	sh := &r.sk[h>>61] // the high bits: the sketch's table uses the low ones
+	sh.mu.Lock()
+	sh.t.add(key, h, w)
+	sh.mu.Unlock()
+}
+
+// arm makes a flush due in r.every, if none is.
+func (r *refusals) arm() {
+	if !r.armed.Load() && r.armed.CompareAndSwap(false, true) {
+		r.timer.Reset(r.every)
+	}
+}
+
+// tick is the timer's flush. The next refusal arms the next: none is
+// armed after a failure, so that a store that is gone for good (its
+// client closed) is not called forever.
+func (r *refusals) tick() {
+	r.armed.Store(false) // before the drain: what comes after arms anew
+	ctx, cancel := context.WithTimeout(context.Background(), refusedTimeout)
+	defer cancel()
+	_ = r.flush(ctx)
+}
+
+// flush adds the counts since the last flush to the store; when the
+// store fails, they stay for the next.
+func (r *refusals) flush(ctx context.Context) error {
+	for _, c := range r.caches {
+		c.fold(r)
+	}
+	var batch []RefusedKey
+	for i := range r.sk {
+		sh := &r.sk[i]
+		sh.mu.Lock()
+		if sh.t.len() > 0 {
+			if batch == nil {
+				batch = make([]RefusedKey, 0, refusedShards*refusedShardSize)
+			}
+			batch = sh.t.drain(batch)
+		}
+		sh.mu.Unlock()
+	}
+	if len(batch) == 0 {
+		return nil
+	}
+	if err := r.sink.AddRefused(ctx, r.policy, batch); err != nil {
+		for _, k := range batch {
+			r.put(k.Key, k.Refusals)
+		}
+		return err
+	}
+	return nil
+}
+
+// TopRefused returns at most n of the keys the limiter refused most in
+// the last five minutes or so (the current minute by the store's clock
+// and the five before it), most refused first, ties in key order, with
+// how many of their requests were refused: summed over every instance
+// that shares the store when the store keeps refusals ([Refusals]:
+// [MemoryStore] and the Redis drivers do), else this instance's alone. It
+// returns nothing for n < 1. Keys are as the limiter hands them to its
+// store ([BoundKey]): an address, an AppKey, a pseudonym made by package
+// keyfunc/personal.
+//
+// Memory is fixed whatever the number of keys refused: each instance
+// counts its refusals in sketches of 256 keys in all, which it empties
+// into the store every 5 seconds while it refuses requests, and a store
+// keeps a policy's 1,000 most refused keys of each minute. The counts are
+// exact for the keys that stayed among the most refused. A key counted
+// with an error is added with the count it certainly had, never more: a
+// flood of keys made up one per request (an attacker's) reports each
+// once at most, and does not push out a key refused more often than one
+// in 32 of the refusals of those 5 seconds. When more keys than the
+// sketches hold are each refused about as often as the others, the counts
+// of the few kept are lower bounds. On a shared store the deny cache
+// counts a denied key's flood exactly (see [WithDenyCache]).
+//
+// What this instance refused so far is added to the store first, so that
+// it is counted at once; another instance's refusals count once it has
+// added them, within 5 seconds. The error wraps the store's, or ctx's;
+// each store call waits at most 2 seconds. TopRefused is safe for
+// concurrent use; it is not meant for the request path.
+func (l *Limiter) TopRefused(ctx context.Context, n int) ([]RefusedKey, error) {
+	if n < 1 || l.refused == nil {
+		return nil, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("ratekit: policy %q: top refused: %w", l.policy.Name, err)
+	}
+	r := l.refused
+	fctx, cancel := context.WithTimeout(ctx, refusedTimeout)
+	err := r.flush(fctx)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("ratekit: policy %q: top refused: add this instance's refusals: %w", l.policy.Name, err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, refusedTimeout)
+	defer cancel()
+	top, err := r.sink.TopRefused(rctx, l.policy.Name, n)
+	if err != nil {
+		return nil, fmt.Errorf("ratekit: policy %q: top refused: %w", l.policy.Name, err)
+	}
+	return top, nil
+}
+
+// refuse counts a refusal of the store key key, unless the limiter
+// counts none.
+func (l *Limiter) refuse(key string) {
+	if l.refused != nil {
+		l.refused.add(key, 1)
+	}
+}
+
+// refusalLog keeps refusals in this process, as [Refusals] says: per
+// policy, the counts of the current minute and the five before it, each
+// minute's at most the 1,000 highest. It is MemoryStore's, and a
+// limiter's on a store without Refusals.
+type refusalLog struct {
+	now func() int64 // µs since the Unix epoch
+
+	mu sync.Mutex
+	by map[string]*[refusedMinutes]refusalMinute
+}
+
+type refusalMinute struct {
+	minute int64 // since the Unix epoch
+	counts map[string]int64
+}
+
+func newRefusalLog(now func() int64) *refusalLog {
+	return &refusalLog{now: now, by: make(map[string]*[refusedMinutes]refusalMinute)}
+}
+
+// minute returns the current minute since the Unix epoch.
+func (g *refusalLog) minute() int64 { return g.now() / int64(time.Minute/time.Microsecond) }
+
+// AddRefused implements [Refusals].
+func (g *refusalLog) AddRefused(ctx context.Context, policy string, refused []RefusedKey) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ratekit: memory store: add refused: %w", err)
+	}
+	m := g.minute()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ms := g.by[policy]
+	if ms == nil {
+		ms = new([refusedMinutes]refusalMinute)
+		g.by[policy] = ms
+	}
+	cur := &ms[m%refusedMinutes]
+	if cur.minute != m || cur.counts == nil {
+		cur.minute = m
+		if cur.counts == nil {
+			cur.counts = make(map[string]int64)
+		}
+		clear(cur.counts)
+	}
+	for _, k := range refused {
+		if k.Refusals > 0 {
+			cur.counts[k.Key] += k.Refusals
+		}
+	}
+	if len(cur.counts) > refusedKeep {
+		for _, k := range sortRefused(cur.counts)[refusedKeep:] {
+			delete(cur.counts, k.Key)
+		}
+	}
+	return nil
+}
+
+// TopRefused implements [Refusals].
+func (g *refusalLog) TopRefused(ctx context.Context, policy string, n int) ([]RefusedKey, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("ratekit: memory store: top refused: %w", err)
+	}
+	if n < 1 {
+		return nil, nil
+	}
+	m := g.minute()
+	sum := make(map[string]int64)
+	g.mu.Lock()
+	if ms := g.by[policy]; ms != nil {
+		for i := range ms {
+			if mm := &ms[i]; mm.minute > m-refusedMinutes && mm.minute <= m {
+				for k, c := range mm.counts {
+					sum[k] += c
+				}
+			}
+		}
+	}
+	g.mu.Unlock()
+	top := sortRefused(sum)
+	return top[:min(n, len(top))], nil
+}
+
+// sortRefused returns counts most refused first, ties in key order.
+func sortRefused(counts map[string]int64) []RefusedKey {
+	out := make([]RefusedKey, 0, len(counts))
+	for k, c := range counts {
+		out = append(out, RefusedKey{Key: k, Refusals: c})
+	}
+	slices.SortFunc(out, func(a, b RefusedKey) int {
+		if a.Refusals != b.Refusals {
+			if a.Refusals > b.Refusals {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Key, b.Key)
+	})
+	return out
+}
+
+// AddRefused implements [Refusals].
+func (s *MemoryStore) AddRefused(ctx context.Context, policy string, refused []RefusedKey) error {
+	return s.refused.AddRefused(ctx, policy, refused)
+}
+
+// TopRefused implements [Refusals].
+func (s *MemoryStore) TopRefused(ctx context.Context, policy string, n int) ([]RefusedKey, error) {
+	return s.refused.TopRefused(ctx, policy, n)
+}
+
+var _ Refusals = (*refusalLog)(nil)

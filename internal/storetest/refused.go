@@ -1,0 +1,90 @@
+package storetest
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+)
+
+// testRefusals: the store keeps refusals ([core.Refusals]): additions to a
+// policy sum per key, TopRefused returns the n highest in order (ties in
+// key order) and nothing of another policy, a minute keeps its 1,000
+// highest keys, and a limiter's refusals reach TopRefused with their
+// bounded keys.
+func testRefusals(t *testing.T, s *suite) {
+	store := s.newStore(t)
+	rs, ok := store.(core.Refusals)
+	if !ok {
+		t.Fatalf("%T does not keep refusals (core.Refusals)", store)
+	}
+	c := ctx(t)
+	p, other := s.name(), s.name()
+	for _, add := range []struct {
+		policy string
+		keys   []core.RefusedKey
+	}{
+		{p, []core.RefusedKey{{Key: "a", Refusals: 3}, {Key: "b", Refusals: 5}, {Key: "c", Refusals: 3}}},
+		{p, []core.RefusedKey{{Key: "a", Refusals: 4}, {Key: "d", Refusals: 1}}},
+		{p, nil},
+		{other, []core.RefusedKey{{Key: "a", Refusals: 100}, {Key: "z", Refusals: 1}}},
+	} {
+		if err := rs.AddRefused(c, add.policy, add.keys); err != nil {
+			t.Fatalf("AddRefused(%s, %v): %v", add.policy, add.keys, err)
+		}
+	}
+	want := []core.RefusedKey{{Key: "a", Refusals: 7}, {Key: "b", Refusals: 5}, {Key: "c", Refusals: 3}, {Key: "d", Refusals: 1}}
+	for _, n := range []int{10, 4, 2, 1, 0} {
+		got, err := rs.TopRefused(c, p, n)
+		if err != nil {
+			t.Fatalf("TopRefused(%d): %v", n, err)
+		}
+		if w := want[:min(n, len(want))]; len(got) != len(w) || len(w) > 0 && !reflect.DeepEqual(got, w) {
+			t.Errorf("TopRefused(%d) = %v, want %v", n, got, w)
+		}
+	}
+	if got, err := rs.TopRefused(c, s.name(), 10); err != nil || len(got) != 0 {
+		t.Errorf("TopRefused of a policy that refused nothing = %v, %v; want none", got, err)
+	}
+
+	// One addition of 1,500 keys: the minute keeps the 1,000 highest.
+	bound := s.name()
+	many := make([]core.RefusedKey, 1500)
+	for i := range many {
+		many[i] = core.RefusedKey{Key: fmt.Sprintf("k%04d", i), Refusals: int64(i + 1)}
+	}
+	if err := rs.AddRefused(c, bound, many); err != nil {
+		t.Fatal(err)
+	}
+	got, err := rs.TopRefused(c, bound, 5000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1000 || got[0] != many[1499] || got[999] != many[500] {
+		t.Errorf("TopRefused after 1,500 keys in a minute: %d keys, first %v, last %v; want the 1,000 highest, %v to %v",
+			len(got), got[:min(1, len(got))], got[max(0, len(got)-1):], many[1499], many[500])
+	}
+
+	// Through a limiter: its denials, by key as stored.
+	long := strings.Repeat("x", 300)
+	l, err := core.NewLimiter(store, core.Policy{Name: s.name(), Rules: []core.Rule{{Limit: 1, Window: time.Hour}}}, s.options()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, n := range map[string]int{"alice": 4, "bob": 2, long: 3, "carol": 1} {
+		for range n {
+			allow(t, l, key)
+		}
+	}
+	got, err = l.TopRefused(c, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []core.RefusedKey{{Key: "alice", Refusals: 3}, {Key: core.BoundKey(long), Refusals: 2}, {Key: "bob", Refusals: 1}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Limiter.TopRefused = %v, want %v", got, want)
+	}
+}
