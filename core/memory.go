@@ -46,8 +46,9 @@ type MemoryStore struct {
 }
 
 var (
-	_ Local  = (*MemoryStore)(nil)
-	_ Leases = (*MemoryStore)(nil)
+	_ Local      = (*MemoryStore)(nil)
+	_ Leases     = (*MemoryStore)(nil)
+	_ Challenges = (*MemoryStore)(nil)
 )
 
 // MemoryOption configures a [MemoryStore].
@@ -132,6 +133,7 @@ type memLog struct {
 	lock     int64       // µs; the key is locked out until then
 	lockKeep int64       // µs; its offences are remembered until then
 	offences int64       // lockouts so far (Lockout.Max)
+	pass     int64       // µs; the key passed a challenge until then
 }
 
 // memPeriod is the units admitted in one calendar period [start, end).
@@ -221,7 +223,7 @@ func (s *MemoryStore) result(ctx context.Context, q *Query, take bool) (Result, 
 	}
 	var st states
 	allowed, at := s.policy(q.Policy).decide(q, take, &st)
-	return Result{Allowed: allowed, At: at, Rules: st.RuleStates, LockedFor: st.lock}, nil
+	return Result{Allowed: allowed, At: at, Rules: st.RuleStates, LockedFor: st.lock, Challenged: st.challenged}, nil
 }
 
 // Local implements [Local]: the store keeps its windows in this process.
@@ -251,7 +253,7 @@ func (p *memPolicy) decide(q *Query, take bool, st *states) (allowed bool, at in
 		now = sh.forgot + 1 // after the decisions of a key reset (see refund)
 	}
 	switch {
-	case q.Lockout.For > 0 || hasCalendar(q.Rules):
+	case q.Lockout.For > 0 || hasCalendar(q.Rules) || hasChallenge(q.Rules):
 		allowed = p.decideMore(sh, lg, q, take, now, maxW, st)
 	case q.Algorithm == SlidingBuckets:
 		allowed = p.decideBuckets(sh, lg, q, take, now, maxW, st)
@@ -873,10 +875,11 @@ func findAt(ev []memEvent, at int64) (int, bool) {
 	})
 }
 
-// decideMore is decide for a policy with calendar rules or a lockout; sh.mu
-// is held. A key locked out, or a calendar rule without room, leaves the
-// sliding rules peeked at; a take that every rule admits is counted in
-// the calendar periods too; a take that a rule denies starts a lockout.
+// decideMore is decide for a policy with calendar rules, a lockout or a
+// challenge; sh.mu is held. A key locked out, a calendar rule without
+// room, or a request challenged leaves the sliding rules peeked at; a
+// take that every rule admits is counted in the calendar periods too; a
+// take that a rule denies starts a lockout (a challenged one does not).
 func (p *memPolicy) decideMore(sh *memShard, lg *memLog, q *Query, take bool, now, maxW int64, st *states) bool {
 	var lock int64
 	if lg != nil && lg.lock > now {
@@ -887,7 +890,9 @@ func (p *memPolicy) decideMore(sh *memShard, lg *memLog, q *Query, take bool, no
 	var calBuf [3]RuleState
 	var endBuf [3]int64
 	cal, ends, sliding, fits := lg.periods(q, now, calBuf[:0], endBuf[:0])
-	takeSliding := take && lock == 0 && fits
+	challenged := lock == 0 && fits && hasChallenge(q.Rules) && (lg == nil || lg.pass <= now) &&
+		p.reaches(sh, lg, q, now, maxW, st, cal, sliding)
+	takeSliding := take && lock == 0 && fits && !challenged
 	allowed := true
 	switch {
 	case !sliding:
@@ -897,8 +902,8 @@ func (p *memPolicy) decideMore(sh *memShard, lg *memLog, q *Query, take bool, no
 	default:
 		allowed = p.decideLog(sh, lg, q, takeSliding, now, maxW, st)
 	}
-	allowed = allowed && fits && lock == 0
-	if take && (allowed && len(cal) > 0 || !allowed && lock == 0 && q.Lockout.For > 0) {
+	allowed = allowed && fits && lock == 0 && !challenged
+	if take && (allowed && len(cal) > 0 || !allowed && !challenged && lock == 0 && q.Lockout.For > 0) {
 		if lg = sh.m[q.Key]; lg == nil {
 			lg = p.insert(sh, q.Key, now)
 		}
@@ -922,7 +927,81 @@ func (p *memPolicy) decideMore(sh *memShard, lg *memLog, q *Query, take bool, no
 		}
 	}
 	st.lock = time.Duration(lock) * time.Microsecond
+	st.challenged = challenged
 	return allowed
+}
+
+// reaches reports whether q.N more units, which every rule has room for,
+// would bring a rule with a Challenge to it, peeking at the sliding rules
+// (into st) and reading the calendar rules' states from cal; sh.mu is
+// held.
+func (p *memPolicy) reaches(sh *memShard, lg *memLog, q *Query, now, maxW int64, st *states, cal []RuleState, sliding bool) bool {
+	var rs []RuleState
+	if sliding {
+		fits := true
+		if q.Algorithm == SlidingBuckets {
+			fits = p.decideBuckets(sh, lg, q, false, now, maxW, st)
+		} else {
+			fits = p.decideLog(sh, lg, q, false, now, maxW, st)
+		}
+		if !fits {
+			return false // denied, not challenged
+		}
+		rs = st.slice()
+	}
+	nc := 0
+	for i, r := range q.Rules {
+		var used int64
+		if r.Calendar != 0 {
+			used = cal[nc].Used
+			nc++
+		} else {
+			used = rs[i].Used
+		}
+		if r.Challenge > 0 && used+q.N >= r.Challenge {
+			return true
+		}
+	}
+	return false
+}
+
+// Pass implements [Challenges].
+func (s *MemoryStore) Pass(ctx context.Context, q Query) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ratekit: memory store: %w", err)
+	}
+	if err := checkCalendars(q.Rules); err != nil {
+		return fmt.Errorf("ratekit: memory store: %w", err)
+	}
+	s.policy(q.Policy).pass(&q)
+	return nil
+}
+
+// pass records that q.Key passed a challenge at q.Now, or at the store's
+// time (see [Challenges]).
+func (p *memPolicy) pass(q *Query) {
+	now := q.Now
+	if now == 0 {
+		now = p.store.now()
+	}
+	sh := p.shard(q.Key)
+	sh.mu.Lock()
+	lg := sh.m[q.Key]
+	if q.Now == 0 && lg != nil && lg.used > now {
+		now = lg.used // keep the key's times in order (see decide)
+	}
+	if q.Now == 0 && lg == nil && now <= sh.forgot {
+		now = sh.forgot + 1 // see decide
+	}
+	if lg == nil {
+		lg = p.insert(sh, q.Key, now)
+	}
+	lg.used = max(lg.used, now)
+	lg.pass = max(lg.pass, passUntil(q.Rules, now))
+	lg.expires = max(lg.expires, lg.pass)
+	sh.sweep(now)
+	sh.mu.Unlock()
+	p.store.shed(now)
 }
 
 // periods returns the states of q's calendar rules at now, appended to

@@ -26,7 +26,7 @@ func (r localRates) allow(ctx context.Context, key string, shard int, n int64) (
 	if err != nil {
 		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
 	}
-	d.states.RuleStates, d.states.lock = res.Rules, res.LockedFor
+	d.states.RuleStates, d.states.lock, d.states.challenged = res.Rules, res.LockedFor, res.Challenged
 	l.bind(&d, res.Allowed, SourceStore)
 	if res.Allowed {
 		d.ticket = ticket{owner: l, key: key, shard: shard, at: res.At, n: n}
@@ -44,7 +44,7 @@ func (r localRates) peek(ctx context.Context, key string, shard int) (Decision, 
 		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
 	}
 	var d Decision
-	d.states.RuleStates, d.states.lock = res.Rules, res.LockedFor
+	d.states.RuleStates, d.states.lock, d.states.challenged = res.Rules, res.LockedFor, res.Challenged
 	l.bind(&d, res.Allowed, SourceStore)
 	return d, nil
 }
@@ -107,7 +107,7 @@ func (r sharedRates) decide(ctx context.Context, q Query, shard int, now time.Ti
 	}
 	var d Decision
 	if answered {
-		d.states.RuleStates, d.states.lock = res.Rules, res.LockedFor
+		d.states.RuleStates, d.states.lock, d.states.challenged = res.Rules, res.LockedFor, res.Challenged
 		l.bind(&d, res.Allowed, SourceStore)
 		if take {
 			r.learn(ctx, &q, shard, now, gen, res, lat, &d)
@@ -128,12 +128,13 @@ func (r sharedRates) decide(ctx context.Context, q Query, shard int, now time.Ti
 
 // learn completes d, the store's answer res to a take of q decided at
 // now, and remembers what it teaches: the deny cache a denial, the local
-// fallback store an admission or a lockout.
+// fallback store an admission or a lockout. A challenge teaches nothing:
+// the key may pass it at any moment.
 func (r sharedRates) learn(ctx context.Context, q *Query, shard int, now time.Time, gen since, res Result, lat time.Duration, d *Decision) {
 	l := r.l
 	if res.Allowed {
 		d.ticket = ticket{owner: l, key: q.Key, shard: shard, at: res.At, n: q.N, mirror: l.mirror(q)}
-	} else {
+	} else if !res.Challenged {
 		if l.deny != nil {
 			l.deny.put(q.Key, q.N, now, *d, gen)
 		}
