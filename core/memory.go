@@ -256,9 +256,9 @@ func (p *memPolicy) decide(q *Query, take bool, st *states) (allowed bool, at in
 	case q.Lockout.For > 0 || hasCalendar(q.Rules) || hasChallenge(q.Rules):
 		allowed = p.decideMore(sh, lg, q, take, now, maxW, st)
 	case q.Algorithm == SlidingBuckets:
-		allowed = p.decideBuckets(sh, lg, q, take, now, maxW, st)
+		allowed = p.decideBuckets(sh, lg, q, take, now, maxW, st, challengeGate{})
 	default:
-		allowed = p.decideLog(sh, lg, q, take, now, maxW, st)
+		allowed = p.decideLog(sh, lg, q, take, now, maxW, st, challengeGate{})
 	}
 	if lg != nil {
 		lg.used = max(lg.used, now)
@@ -270,8 +270,11 @@ func (p *memPolicy) decide(q *Query, take bool, st *states) (allowed bool, at in
 	return allowed, now
 }
 
-// decideLog is decide for SlidingLog; sh.mu is held.
-func (p *memPolicy) decideLog(sh *memShard, lg *memLog, q *Query, take bool, now, maxW int64, st *states) bool {
+// decideLog is decide for SlidingLog; sh.mu is held. gate, when set, is
+// asked with the rule states before a take records units that fit every
+// rule; when it says so, the request is challenged (st.challenged) and
+// nothing is recorded.
+func (p *memPolicy) decideLog(sh *memShard, lg *memLog, q *Query, take bool, now, maxW int64, st *states, gate challengeGate) bool {
 	rs := st.prepare(len(q.Rules))
 	var allowed bool
 	if lg == nil {
@@ -280,7 +283,8 @@ func (p *memPolicy) decideLog(sh *memShard, lg *memLog, q *Query, take bool, now
 		lg.used = now
 		allowed = lg.evaluate(q.Rules, q.N, now, maxW, rs)
 	}
-	if take && allowed {
+	st.challenged = allowed && gate.reaches(rs)
+	if take && allowed && !st.challenged {
 		if lg == nil {
 			lg = p.insert(sh, q.Key, now)
 		}
@@ -725,7 +729,7 @@ func (s *MemoryStore) len() int { return int(s.keys.Load()) }
 // tiers of one window) share them; the bucket holding the window's start
 // is counted in full, so the count never falls short of the true sliding
 // count. sh.mu is held.
-func (p *memPolicy) decideBuckets(sh *memShard, lg *memLog, q *Query, take bool, now, maxW int64, st *states) bool {
+func (p *memPolicy) decideBuckets(sh *memShard, lg *memLog, q *Query, take bool, now, maxW int64, st *states, gate challengeGate) bool {
 	rs := st.prepare(len(q.Rules))
 	var scratch memLog
 	view := lg
@@ -762,7 +766,8 @@ func (p *memPolicy) decideBuckets(sh *memShard, lg *memLog, q *Query, take bool,
 			allowed = false
 		}
 	}
-	if take && allowed {
+	st.challenged = allowed && gate.reaches(rs)
+	if take && allowed && !st.challenged {
 		if lg == nil {
 			lg = p.insert(sh, q.Key, now)
 		}
@@ -890,18 +895,22 @@ func (p *memPolicy) decideMore(sh *memShard, lg *memLog, q *Query, take bool, no
 	var calBuf [3]RuleState
 	var endBuf [3]int64
 	cal, ends, sliding, fits := lg.periods(q, now, calBuf[:0], endBuf[:0])
-	challenged := lock == 0 && fits && hasChallenge(q.Rules) && (lg == nil || lg.pass <= now) &&
-		p.reaches(sh, lg, q, now, maxW, st, cal, sliding)
-	takeSliding := take && lock == 0 && fits && !challenged
+	var gate challengeGate
+	if lock == 0 && fits && hasChallenge(q.Rules) && (lg == nil || lg.pass <= now) {
+		gate = challengeGate{q: q, cal: cal} // no pass: what fits may reach a threshold
+	}
+	takeSliding := take && lock == 0 && fits
 	allowed := true
 	switch {
 	case !sliding:
 		st.prepare(len(q.Rules))
+		st.challenged = gate.reaches(nil)
 	case q.Algorithm == SlidingBuckets:
-		allowed = p.decideBuckets(sh, lg, q, takeSliding, now, maxW, st)
+		allowed = p.decideBuckets(sh, lg, q, takeSliding, now, maxW, st, gate)
 	default:
-		allowed = p.decideLog(sh, lg, q, takeSliding, now, maxW, st)
+		allowed = p.decideLog(sh, lg, q, takeSliding, now, maxW, st, gate)
 	}
+	challenged := st.challenged
 	allowed = allowed && fits && lock == 0 && !challenged
 	if take && (allowed && len(cal) > 0 || !allowed && !challenged && lock == 0 && q.Lockout.For > 0) {
 		if lg = sh.m[q.Key]; lg == nil {
@@ -931,34 +940,32 @@ func (p *memPolicy) decideMore(sh *memShard, lg *memLog, q *Query, take bool, no
 	return allowed
 }
 
-// reaches reports whether q.N more units, which every rule has room for,
-// would bring a rule with a Challenge to it, peeking at the sliding rules
-// (into st) and reading the calendar rules' states from cal; sh.mu is
-// held.
-func (p *memPolicy) reaches(sh *memShard, lg *memLog, q *Query, now, maxW int64, st *states, cal []RuleState, sliding bool) bool {
-	var rs []RuleState
-	if sliding {
-		fits := true
-		if q.Algorithm == SlidingBuckets {
-			fits = p.decideBuckets(sh, lg, q, false, now, maxW, st)
-		} else {
-			fits = p.decideLog(sh, lg, q, false, now, maxW, st)
-		}
-		if !fits {
-			return false // denied, not challenged
-		}
-		rs = st.slice()
+// challengeGate decides whether a request that fits every rule of q is
+// challenged: a key without a pass, whose calendar rules' states are cal.
+// The zero gate (a policy without a Challenge, or a key that passed)
+// challenges nothing.
+type challengeGate struct {
+	q   *Query
+	cal []RuleState
+}
+
+// reaches reports whether q.N more units would bring a rule with a
+// Challenge to it, given the sliding rules' states rs (nil when the
+// policy has none) and the calendar rules' in g.cal.
+func (g challengeGate) reaches(rs []RuleState) bool {
+	if g.q == nil {
+		return false
 	}
 	nc := 0
-	for i, r := range q.Rules {
+	for i, r := range g.q.Rules {
 		var used int64
 		if r.Calendar != 0 {
-			used = cal[nc].Used
+			used = g.cal[nc].Used
 			nc++
 		} else {
 			used = rs[i].Used
 		}
-		if r.Challenge > 0 && used+q.N >= r.Challenge {
+		if r.Challenge > 0 && used+g.q.N >= r.Challenge {
 			return true
 		}
 	}

@@ -108,14 +108,13 @@ local function readMore(blob, pos)
 end
 
 -- challenged reports whether n more units reach a challenge threshold of
--- m: res is the packed answer of the sliding rules (nr of them), whose
--- units used follow its first two doubles, 32 bytes per rule; the
+-- m: used holds the units of the sliding rules (nr of them); the
 -- calendar rules' units are in their states.
-local function challenged(m, res, nr, n)
+local function challenged(m, used, nr, n)
   local ch = m.ch
   for i = 1, nr do
     local c = ch[i]
-    if c > 0 and sunpack('<d', res, 17 + (i - 1) * 32) + n >= c then return true end
+    if c > 0 and used[i] + n >= c then return true end
   end
   for i, cal in ipairs(m.cals) do
     local c = ch[nr + i]
@@ -268,11 +267,14 @@ local function import(k, buckets, now)
   return live
 end
 
--- runMore decides for a policy with a lockout or calendar rules, on its
--- key k. slide(op) decides the sliding rules (nr of them) in k and
--- returns its packed answer, whether they admit and until when they need
--- k to live: a key locked out, or a calendar rule without room, has them
--- peeked at.
+-- runMore decides for a policy with a lockout, calendar rules or
+-- challenges, on its key k. slide(op, gate) decides the sliding rules (nr
+-- of them) in k and returns its packed answer, whether they admit, until
+-- when they need k to live and whether gate challenged the decision: a
+-- key locked out, or a calendar rule without room, has them peeked at.
+-- gate, when set, is asked with the sliding rules' units before a take
+-- records anything that fits them, and a take it challenges records
+-- nothing.
 local function runMore(k, op, n, now, cnow, at, m, slide, nr, buckets)
   local cals = m.cals
   local fields = {'x', 'l', 'b', 'p'}
@@ -327,20 +329,18 @@ local function runMore(k, op, n, now, cnow, at, m, slide, nr, buckets)
   local sop = op
   if locked or not fits then sop = 0 end
   local t, body, ok = now, '', 1
-  local chal, res, e = false, nil, nil
-  if #m.ch > 0 and sop == 1 and (tonumber(got[4]) or 0) <= now then
-    -- A take without a pass: the sliding rules are peeked at first, so
-    -- that a challenged take records nothing.
-    if nr > 0 then res, ok, e = slide(0) end
-    chal = ok == 1 and challenged(m, res, nr, n)
+  local chal, gate = false, nil
+  if #m.ch > 0 and not locked and fits and (tonumber(got[4]) or 0) <= now then
+    -- No pass: what fits every rule may reach a threshold.
+    gate = function(used) return challenged(m, used, nr, n) end
   end
   if nr > 0 then
-    if not chal then res, ok, e = slide(sop) end
+    local res, e
+    res, ok, e, chal = slide(sop, gate)
     t, body = sunpack('<d', res, 9), sub(res, 17)
     if e and e > need then need = e end
-  end
-  if #m.ch > 0 and op == 0 and not locked and fits and ok == 1 and (tonumber(got[4]) or 0) <= now then
-    chal = challenged(m, res, nr, n)
+  elseif gate then
+    chal = gate({})
   end
   local allowed = not locked and fits and ok == 1 and not chal
   if op == 1 and allowed and #cals > 0 then
@@ -513,7 +513,7 @@ end
 
 local limits, windows, used, retry, starts, nexts = {}, {}, {}, {}, {}, {}
 
-local function decide(op, n, keep, now, cnow, nr, maxw, at)
+local function decide(op, n, keep, now, cnow, nr, maxw, at, gate)
   if op == 2 then
     -- Refund: remove up to n entries recorded at time at.
     local i = first(0, cnt, at - 1)
@@ -568,7 +568,9 @@ local function decide(op, n, keep, now, cnow, nr, maxw, at)
   local newest = 0
   if cnt > 0 then newest = entry(cnt - 1) end
   local t = now
-  if op == 1 and allowed == 1 then
+  local chal = false
+  if allowed == 1 and gate then chal = gate(used) end
+  if op == 1 and allowed == 1 and not chal then
     -- Entries stay in order even if the clock steps back.
     if newest > t then t = newest end
     local add = pack('<d', t)
@@ -618,7 +620,7 @@ local function decide(op, n, keep, now, cnow, nr, maxw, at)
   if nr == 1 then
     local reset = 0
     if used[1] > 0 then reset = newest + windows[1] - now end
-    return pack('<dddddd', allowed, t, used[1], retry[1], reset, nexts[1]), allowed, expat
+    return pack('<dddddd', allowed, t, used[1], retry[1], reset, nexts[1]), allowed, expat, chal
   end
   local out = pack('<dd', allowed, t)
   for i = 1, nr do
@@ -626,7 +628,7 @@ local function decide(op, n, keep, now, cnow, nr, maxw, at)
     if used[i] > 0 then reset = newest + windows[i] - now end
     out = out .. pack('<dddd', used[i], retry[i], reset, nexts[i])
   end
-  return out, allowed, expat
+  return out, allowed, expat, chal
 end
 
 local function run(k, op, n, keep, now, cnow, nr, maxw, at)
@@ -679,9 +681,9 @@ register('log', function(keys, args)
     if more then
       local m
       m, pos = readMore(blob, pos)
-      local function slide(sop)
+      local function slide(sop, gate)
         load(k, true)
-        return decide(sop, n, keep, now, cnow, nr, maxw, at)
+        return decide(sop, n, keep, now, cnow, nr, maxw, at, gate)
       end
       ok, res = pcall(runMore, k, op, n, now, cnow, at, m, slide, nr, false)
     else
@@ -722,7 +724,7 @@ local function fmt(x) return string.format('%.0f', x) end
 -- hashed says the key is a policy's <base>:m (see runMore), whose other
 -- fields are left alone and whose TTL runMore keeps: the take returns
 -- until when its buckets need the key.
-local function decideBuckets(key, op, n, now, cnow, rules, at, hashed)
+local function decideBuckets(key, op, n, now, cnow, rules, at, hashed, gate)
   if op == 2 then
     -- Refund: give the units back to the buckets of the take's time,
     -- unless the key was made after it.
@@ -818,7 +820,9 @@ local function decideBuckets(key, op, n, now, cnow, rules, at, hashed)
     end
   end
 
-  if op == 1 and allowed == 1 then
+  local chal = false
+  if allowed == 1 and gate then chal = gate(used) end
+  if op == 1 and allowed == 1 and not chal then
     if not born then call('HSET', key, 'b', fmt(now)) end
     local done = {}
     for i, r in ipairs(rules) do
@@ -853,7 +857,7 @@ local function decideBuckets(key, op, n, now, cnow, rules, at, hashed)
     end
     out[#out + 1] = pack('<dddd', used[i], retry[i], reset, nxt)
   end
-  return table.concat(out), allowed, need
+  return table.concat(out), allowed, need, chal
 end
 
 register('buckets', function(keys, args)
@@ -882,7 +886,7 @@ register('buckets', function(keys, args)
       local m
       m, pos = readMore(blob, pos)
       local k = keys[d]
-      local function slide(sop) return decideBuckets(k, sop, n, now, cnow, rules, at, true) end
+      local function slide(sop, gate) return decideBuckets(k, sop, n, now, cnow, rules, at, true, gate) end
       ok, res = pcall(runMore, k, op, n, now, cnow, at, m, slide, nr, true)
     else
       ok, res = pcall(decideBuckets, keys[d], op, n, now, cnow, rules, at)
