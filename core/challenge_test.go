@@ -215,3 +215,56 @@ func TestChallengeConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestChallengeResetReachesFallback: a pass that instance B recorded (and
+// mirrored in its fallback store) is forgotten there when instance A
+// resets the key, so that B's fallback challenges again while Redis is
+// down.
+func TestChallengeResetReachesFallback(t *testing.T) {
+	srv := redistest.Start(t)
+	p := core.Policy{Name: "fl-challenge-reset", Rules: []core.Rule{{Limit: 5, Window: time.Hour, Challenge: 3}}}
+	opts := []core.Option{core.WithTimeout(time.Second), core.WithBreaker(0, 0), core.WithLocalShare(false)}
+	a := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, opts...)
+	b := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, opts...)
+	ctx := context.Background()
+	// x: two units and a pass through B. y: a denial B caches, to see
+	// when B has heard of the resets (they come in order).
+	for _, key := range []string{"x", "x", "y", "y"} {
+		if d, err := b.Allow(ctx, key); err != nil || !d.Allowed || d.Source != core.SourceStore {
+			t.Fatalf("B: Allow(%s) = %+v, %v; want admitted by Redis", key, d, err)
+		}
+	}
+	for _, key := range []string{"x", "y"} {
+		if err := b.Pass(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		if d, _ := b.Allow(ctx, "y"); !d.Allowed {
+			t.Fatalf("B: Allow(y) after its pass = %+v, want admitted", d)
+		}
+	}
+	testkit.WaitUntil(t, "B answers y from its deny cache", func() bool {
+		d, _ := b.Allow(ctx, "y")
+		return d.Source == core.SourceCache
+	})
+	for _, key := range []string{"x", "y"} {
+		if err := a.Reset(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.WaitUntil(t, "B hears of the resets", func() bool {
+		d, _ := b.Peek(ctx, "y")
+		if !d.Allowed {
+			return false
+		}
+		d, _ = b.Allow(ctx, "y")
+		return d.Source == core.SourceStore
+	})
+	srv.Stop()
+	// B's fallback still counts its own 2 units of x, but no longer its
+	// pass: the 3rd is challenged.
+	if d, _ := b.Allow(ctx, "x"); d.Allowed || !d.Challenged || d.Source != core.SourceLocal {
+		t.Errorf("B: Allow(x) with Redis down after A reset it = %+v, want challenged by the local store", d)
+	}
+}

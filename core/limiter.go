@@ -293,8 +293,8 @@ func (l *Limiter) invalidate(inv Invalidation) {
 		}
 		if l.local != nil {
 			// A lockout lifted elsewhere no longer holds in this
-			// instance's fallback either.
-			l.local.policy(l.policy.Name).unlock(inv.Key)
+			// instance's fallback either, nor a pass forgotten there.
+			l.local.policy(l.policy.Name).lift(inv.Key)
 		}
 	}
 }

@@ -1197,12 +1197,14 @@ func (p *memPolicy) lockFor(q *Query, d time.Duration) {
 	p.store.shed(now)
 }
 
-// unlock lifts key's lockout, if it has one.
-func (p *memPolicy) unlock(key string) {
+// lift lifts key's lockout and forgets its pass, if it has them: what
+// an instance's fallback store mirrored of a key reset or refunded
+// elsewhere. Forgetting a pass can only challenge more.
+func (p *memPolicy) lift(key string) {
 	sh := p.shard(key)
 	sh.mu.Lock()
 	if lg := sh.m[key]; lg != nil {
-		lg.lock = 0
+		lg.lock, lg.pass = 0, 0
 	}
 	sh.mu.Unlock()
 }
