@@ -159,3 +159,68 @@ func benchDenied(b *testing.B, newStore func(testing.TB) core.Store, src core.So
 		})
 	}
 }
+
+// BenchmarkChallenge measures the decisions of a policy with a Challenge
+// (Rule.Challenge) beside the same policy without one, from one
+// goroutine, keys rotating over 4096: "plain" has no Challenge; "below"
+// has one that is never reached (every decision peeks, then takes);
+// "challenged" reaches it at once without a pass (nothing is recorded);
+// "passed" reaches it with every key passed (each decision is admitted
+// through the pass).
+func BenchmarkChallenge(b *testing.B) {
+	b.Run("memory", func(b *testing.B) {
+		benchChallenge(b, func(*testing.B) core.Store { return core.NewMemoryStore() })
+	})
+	b.Run("redis", func(b *testing.B) {
+		srv := redistest.Start(b) // skipped with -short
+		benchChallenge(b, func(b *testing.B) core.Store { return redisstore.New(srv.Client(b)) })
+	})
+}
+
+func benchChallenge(b *testing.B, newStore func(b *testing.B) core.Store) {
+	const (
+		nkeys = 4096
+		limit = 100_000
+	)
+	keys := make([]string, nkeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user-%d", i)
+	}
+	ctx := context.Background()
+	for _, bc := range []struct {
+		name      string
+		challenge int64
+		pass      bool
+		want      func(core.Decision) bool
+	}{
+		{"plain", 0, false, func(d core.Decision) bool { return d.Allowed }},
+		{"below", limit - 1, false, func(d core.Decision) bool { return d.Allowed }},
+		{"challenged", 1, false, func(d core.Decision) bool { return d.Challenged }},
+		{"passed", 1, true, func(d core.Decision) bool { return d.Allowed }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			l, err := core.NewLimiter(newStore(b), core.Policy{Name: "bench-" + bc.name,
+				Rules: []core.Rule{{Limit: limit, Window: time.Minute, Challenge: bc.challenge}}}, core.WithTimeout(time.Second))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if bc.pass {
+				for _, k := range keys {
+					if err := l.Pass(ctx, k); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				d, err := l.Allow(ctx, keys[i%nkeys])
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !bc.want(d) || d.Source != core.SourceStore {
+					b.Fatalf("Allow = %+v, not the decision this case measures", d)
+				}
+			}
+		})
+	}
+}

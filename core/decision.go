@@ -72,6 +72,16 @@ type Decision struct {
 	// hold, and RetryAfter runs to the lockout's end. Observers see it
 	// on the decision's Event; a Peek reports it too.
 	Locked bool
+	// Challenged reports a request that every rule had room for, but
+	// whose units would bring a rule's count to its Challenge
+	// ([Rule].Challenge) while the key has not passed a challenge
+	// ([Limiter.Pass]). Allowed is false and nothing was recorded: the
+	// request counts toward no limit. RetryAfter is 0 (a pass lets the
+	// key go on at once), and Rule, Limit, Remaining and ResetAfter show
+	// the rules as an admission would: the rule with the fewest units
+	// remaining, before this request. A lockout or a full rule denies
+	// rather than challenges.
+	Challenged bool
 
 	states states
 	ticket ticket // what Refund gives back
@@ -86,7 +96,8 @@ func (d *Decision) Rules() []RuleState { return d.states.slice() }
 // states holds the rule states of a decision and the key's lockout.
 type states struct {
 	RuleStates
-	lock time.Duration // the key's lockout has this long left; 0: none
+	lock       time.Duration // the key's lockout has this long left; 0: none
+	challenged bool          // the store challenged the request (Result.Challenged)
 }
 
 // slice returns the rule states in order.
@@ -94,7 +105,7 @@ func (s *states) slice() []RuleState { return s.All() }
 
 // prepare sizes s for n zeroed rule states and returns them.
 func (s *states) prepare(n int) []RuleState {
-	s.lock = 0
+	s.lock, s.challenged = 0, false
 	return s.RuleStates.prepare(n)
 }
 

@@ -30,12 +30,26 @@
 // customer's time zone), alongside the sliding rules of the policy, under
 // either algorithm. Both live in the store next to the key's windows.
 //
+// # Challenge before lockout
+//
+// A rule's Challenge is a soft threshold below its Limit: login
+// protection asks for a CAPTCHA or a second factor after a few failures
+// and refuses only after more. A request that would bring the count to
+// the threshold is challenged ([Decision.Challenged]) unless the key has
+// passed a challenge lately ([Limiter.Pass]); a challenged request
+// records nothing, so it counts toward no limit, and the requests after a
+// pass count up to the Limit as any other. The store decides the
+// challenge in the same atomic step as the rules and keeps the pass with
+// the key's counts, so it is exact across instances, and [Limiter.Reset]
+// forgets both.
+//
 // # Stores
 //
 // A [Store] keeps the windows; it is the whole contract between a limiter
 // and where its counts live, with optional capabilities ([Local],
-// [Leases], [Invalidator], [Fleet], [Partitioned], [Checker],
-// [Refusals]) a limiter looks for when it is built. [MemoryStore] keeps them in one process.
+// [Leases], [Challenges], [Invalidator], [Fleet], [Partitioned],
+// [Checker], [Refusals]) a limiter looks for when it is built.
+// [MemoryStore] keeps them in one process.
 // The Redis drivers beside this package (redisstore on go-redis,
 // rueidisstore on rueidis) share them between app instances: each
 // decision is one Lua function run atomically by Redis on one key per

@@ -158,3 +158,40 @@ func ExampleRule_calendar() {
 	// month: used 5 of 1000000, resets in 1m0s
 	// month: used 0 of 1000000, resets in 743h0m0s
 }
+
+// Login protection in steps: from the 3rd attempt in 15 minutes the
+// account must solve a CAPTCHA (or give a second factor) first; after
+// the 5th it is refused. A challenged attempt counts toward nothing.
+func ExampleLimiter_Pass() {
+	login, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{
+		Name:  "login-account",
+		Rules: []core.Rule{{Limit: 5, Window: 15 * time.Minute, Challenge: 3}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	for attempt := 1; attempt <= 7; attempt++ {
+		d, err := login.Allow(ctx, "alice")
+		if err != nil {
+			log.Fatal(err)
+		}
+		if d.Challenged {
+			fmt.Printf("attempt %d: challenged\n", attempt)
+			// The app shows a CAPTCHA; once it is solved:
+			if err := login.Pass(ctx, "alice"); err != nil {
+				log.Fatal(err)
+			}
+			continue
+		}
+		fmt.Printf("attempt %d: allowed=%v\n", attempt, d.Allowed)
+	}
+	// Output:
+	// attempt 1: allowed=true
+	// attempt 2: allowed=true
+	// attempt 3: challenged
+	// attempt 4: allowed=true
+	// attempt 5: allowed=true
+	// attempt 6: allowed=true
+	// attempt 7: allowed=false
+}

@@ -121,7 +121,8 @@ func (l *Limiter) fallback(q Query, shard int, take bool, br *breaker) Decision 
 
 // shareOf returns rules with the limits this instance admits on its own
 // while the store fails (see WithLocalShare), appended to buf, or rules
-// itself when they are whole.
+// itself when they are whole. A Challenge is shared as its limit is, so
+// that an instance challenges its share of the requests.
 func (l *Limiter) shareOf(rules, buf []Rule) []Rule {
 	n := 1
 	if l.fleet != nil && !l.wholeLimit {
@@ -132,6 +133,9 @@ func (l *Limiter) shareOf(rules, buf []Rule) []Rule {
 	}
 	for _, r := range rules {
 		r.Limit = max(1, r.Limit/int64(n))
+		if r.Challenge > 0 {
+			r.Challenge = max(1, r.Challenge/int64(n))
+		}
 		buf = append(buf, r)
 	}
 	return buf

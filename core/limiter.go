@@ -162,7 +162,8 @@ type Limiter struct {
 	deny     *denyCache
 	breakers breakers
 	tiers    *tierSet
-	shards   *shardSet // nil unless Policy.Shards > 1
+	shards   *shardSet  // nil unless Policy.Shards > 1
+	passes   Challenges // the store, when a rule has a Challenge
 	clock    func() time.Time
 	waits    waitQueues // callers of WaitN
 	released releases   // wakes them when a lease is released (InFlight)
@@ -186,7 +187,8 @@ type decider interface {
 // NewLimiter returns a limiter for policy on store. It returns an error
 // wrapping [ErrInvalidPolicy], naming the field, when the policy or an
 // option cannot work, or when the store lacks a capability the policy
-// needs (an InFlight policy needs [Leases]).
+// needs (an InFlight policy needs [Leases], a rule with a Challenge
+// [Challenges]).
 func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, fmt.Errorf("ratekit: NewLimiter: store is nil: %w", ErrInvalidPolicy)
@@ -210,6 +212,14 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		shards:     newShardSet(policy),
 		clock:      o.clock,
 		wholeLimit: o.wholeLimit,
+	}
+	if hasChallenge(policy.Rules) {
+		c, ok := store.(Challenges)
+		if !ok {
+			return nil, fmt.Errorf("ratekit: policy %q has a Rules[].Challenge, but store %T keeps no challenges (core.Challenges): %w",
+				policy.Name, store, ErrInvalidPolicy)
+		}
+		l.passes = c
 	}
 	l.breakers.init(store, o)
 	if !o.tier && !o.noRefusals {
@@ -315,8 +325,8 @@ func (l *Limiter) invalidate(inv Invalidation) {
 		}
 		if l.local != nil {
 			// A lockout lifted elsewhere no longer holds in this
-			// instance's fallback either.
-			l.local.policy(l.policy.Name).unlock(inv.Key)
+			// instance's fallback either, nor a pass forgotten there.
+			l.local.policy(l.policy.Name).lift(inv.Key)
 		}
 	}
 }
@@ -472,14 +482,15 @@ func (l *Limiter) minRule() int {
 
 // bind completes d from its rule states: on a denial the binding rule is
 // the violated one that frees up last (its RetryAfter is when the request
-// fits every rule); when allowed, or denied by a lockout alone, it is the
-// rule with the fewest units remaining. A lockout holds RetryAfter until
-// it ends and leaves nothing Remaining.
+// fits every rule); when allowed, challenged, or denied by a lockout
+// alone, it is the rule with the fewest units remaining. A lockout holds
+// RetryAfter until it ends and leaves nothing Remaining.
 func (l *Limiter) bind(d *Decision, allowed bool, src Source) {
 	d.Allowed, d.Source = allowed, src
 	rs := d.states.slice()
 	lock := d.states.lock
-	b := binding(rs, allowed)
+	d.Challenged = d.states.challenged && !allowed
+	b := binding(rs, allowed || d.Challenged)
 	if lock > 0 && b >= 0 && rs[b].RetryAfter == 0 {
 		b = binding(rs, true) // no rule is full: the lockout alone denies
 	}
@@ -526,8 +537,9 @@ func binding(rs []RuleState, allowed bool) int {
 
 // Reset forgets everything recorded for key: in the store, in the local
 // fallback store and in the deny cache, on every instance when the store
-// is an [Invalidator]. Use it, for example, to clear an account's failure
-// count after a successful login. The error wraps the store's.
+// is an [Invalidator]; a pass ([Limiter.Pass]) goes with the counts. Use
+// it, for example, to clear an account's failure count after a
+// successful login. The error wraps the store's.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	key = boundKey(key)
 	if l.shards == nil {
@@ -540,6 +552,58 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Pass records that key passed a challenge ([Rule].Challenge): a CAPTCHA
+// solved, a second factor given. Until the longest window of the rules
+// with a Challenge has passed (or the current period of such a calendar
+// rule has ended), the key's requests are no longer challenged, on every
+// instance that shares the store; they count as any other, up to each
+// rule's Limit, where they are denied (and a Lockout starts). A later
+// Pass never shortens one the key holds; [Limiter.Reset] forgets it with
+// the key's counts.
+//
+// Call it once the app has verified the challenge, before the request
+// that goes on is decided. The store records the pass, and so does the
+// local fallback store under [FailLocal], so that a fallback honours it.
+// Observers see an [EventPass]. Pass returns an error wrapping
+// [ErrInvalidPolicy] when no rule of the policy (or of the key's tier)
+// has a Challenge, one wrapping ctx.Err() when ctx is done, and one
+// wrapping the store's when the store failed to record the pass (reported
+// to the observers as an EventStoreError): the key is then challenged
+// again, except by this instance's fallback.
+func (l *Limiter) Pass(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ratekit: policy %q: pass: %w", l.policy.Name, err)
+	}
+	if l.tiers != nil {
+		if t := l.tiers.pick(ctx, key, boundKey(key)); t != nil {
+			return t.Pass(ctx, key)
+		}
+	}
+	if l.passes == nil {
+		return fmt.Errorf("ratekit: policy %q: Pass: no rule has a Challenge: %w", l.policy.Name, ErrInvalidPolicy)
+	}
+	key = boundKey(key)
+	q := l.query(key, 0, 1, l.now())
+	if l.local != nil {
+		l.local.policy(q.Policy).pass(&q)
+	}
+	var err error
+	if _, local := l.store.(Local); local {
+		err = l.passes.Pass(context.WithoutCancel(ctx), q)
+	} else {
+		cc := newCallCtx(ctx, time.Now(), l.timeout)
+		err = l.passes.Pass(cc, q)
+		cc.release()
+	}
+	if err != nil {
+		err = fmt.Errorf("ratekit: policy %q: pass: %w", l.policy.Name, err)
+		l.emit(ctx, Event{Kind: EventStoreError, Key: key, Err: err})
+		return err
+	}
+	l.emit(ctx, Event{Kind: EventPass, Key: key})
+	return nil
 }
 
 // resetKey is Reset of a bounded store key (shard's, with shards).

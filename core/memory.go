@@ -48,9 +48,10 @@ type MemoryStore struct {
 }
 
 var (
-	_ Local    = (*MemoryStore)(nil)
-	_ Leases   = (*MemoryStore)(nil)
-	_ Refusals = (*MemoryStore)(nil)
+	_ Local      = (*MemoryStore)(nil)
+	_ Leases     = (*MemoryStore)(nil)
+	_ Challenges = (*MemoryStore)(nil)
+	_ Refusals   = (*MemoryStore)(nil)
 )
 
 // MemoryOption configures a [MemoryStore].
@@ -135,6 +136,7 @@ type memLog struct {
 	lock     int64       // µs; the key is locked out until then
 	lockKeep int64       // µs; its offences are remembered until then
 	offences int64       // lockouts so far (Lockout.Max)
+	pass     int64       // µs; the key passed a challenge until then
 }
 
 // memPeriod is the units admitted in one calendar period [start, end).
@@ -225,7 +227,7 @@ func (s *MemoryStore) result(ctx context.Context, q *Query, take bool) (Result, 
 	}
 	var st states
 	allowed, at := s.policy(q.Policy).decide(q, take, &st)
-	return Result{Allowed: allowed, At: at, Rules: st.RuleStates, LockedFor: st.lock}, nil
+	return Result{Allowed: allowed, At: at, Rules: st.RuleStates, LockedFor: st.lock, Challenged: st.challenged}, nil
 }
 
 // Local implements [Local]: the store keeps its windows in this process.
@@ -255,12 +257,12 @@ func (p *memPolicy) decide(q *Query, take bool, st *states) (allowed bool, at in
 		now = sh.forgot + 1 // after the decisions of a key reset (see refund)
 	}
 	switch {
-	case q.Lockout.For > 0 || hasCalendar(q.Rules):
+	case q.Lockout.For > 0 || hasCalendar(q.Rules) || hasChallenge(q.Rules):
 		allowed = p.decideMore(sh, lg, q, take, now, maxW, st)
 	case q.Algorithm == SlidingBuckets:
-		allowed = p.decideBuckets(sh, lg, q, take, now, maxW, st)
+		allowed = p.decideBuckets(sh, lg, q, take, now, maxW, st, challengeGate{})
 	default:
-		allowed = p.decideLog(sh, lg, q, take, now, maxW, st)
+		allowed = p.decideLog(sh, lg, q, take, now, maxW, st, challengeGate{})
 	}
 	if lg != nil {
 		lg.used = max(lg.used, now)
@@ -272,8 +274,11 @@ func (p *memPolicy) decide(q *Query, take bool, st *states) (allowed bool, at in
 	return allowed, now
 }
 
-// decideLog is decide for SlidingLog; sh.mu is held.
-func (p *memPolicy) decideLog(sh *memShard, lg *memLog, q *Query, take bool, now, maxW int64, st *states) bool {
+// decideLog is decide for SlidingLog; sh.mu is held. gate, when set, is
+// asked with the rule states before a take records units that fit every
+// rule; when it says so, the request is challenged (st.challenged) and
+// nothing is recorded.
+func (p *memPolicy) decideLog(sh *memShard, lg *memLog, q *Query, take bool, now, maxW int64, st *states, gate challengeGate) bool {
 	rs := st.prepare(len(q.Rules))
 	var allowed bool
 	if lg == nil {
@@ -282,7 +287,8 @@ func (p *memPolicy) decideLog(sh *memShard, lg *memLog, q *Query, take bool, now
 		lg.used = now
 		allowed = lg.evaluate(q.Rules, q.N, now, maxW, rs)
 	}
-	if take && allowed {
+	st.challenged = allowed && gate.reaches(rs)
+	if take && allowed && !st.challenged {
 		if lg == nil {
 			lg = p.insert(sh, q.Key, now)
 		}
@@ -727,7 +733,7 @@ func (s *MemoryStore) len() int { return int(s.keys.Load()) }
 // tiers of one window) share them; the bucket holding the window's start
 // is counted in full, so the count never falls short of the true sliding
 // count. sh.mu is held.
-func (p *memPolicy) decideBuckets(sh *memShard, lg *memLog, q *Query, take bool, now, maxW int64, st *states) bool {
+func (p *memPolicy) decideBuckets(sh *memShard, lg *memLog, q *Query, take bool, now, maxW int64, st *states, gate challengeGate) bool {
 	rs := st.prepare(len(q.Rules))
 	var scratch memLog
 	view := lg
@@ -764,7 +770,8 @@ func (p *memPolicy) decideBuckets(sh *memShard, lg *memLog, q *Query, take bool,
 			allowed = false
 		}
 	}
-	if take && allowed {
+	st.challenged = allowed && gate.reaches(rs)
+	if take && allowed && !st.challenged {
 		if lg == nil {
 			lg = p.insert(sh, q.Key, now)
 		}
@@ -877,10 +884,11 @@ func findAt(ev []memEvent, at int64) (int, bool) {
 	})
 }
 
-// decideMore is decide for a policy with calendar rules or a lockout; sh.mu
-// is held. A key locked out, or a calendar rule without room, leaves the
-// sliding rules peeked at; a take that every rule admits is counted in
-// the calendar periods too; a take that a rule denies starts a lockout.
+// decideMore is decide for a policy with calendar rules, a lockout or a
+// challenge; sh.mu is held. A key locked out, a calendar rule without
+// room, or a request challenged leaves the sliding rules peeked at; a
+// take that every rule admits is counted in the calendar periods too; a
+// take that a rule denies starts a lockout (a challenged one does not).
 func (p *memPolicy) decideMore(sh *memShard, lg *memLog, q *Query, take bool, now, maxW int64, st *states) bool {
 	var lock int64
 	if lg != nil && lg.lock > now {
@@ -891,18 +899,24 @@ func (p *memPolicy) decideMore(sh *memShard, lg *memLog, q *Query, take bool, no
 	var calBuf [3]RuleState
 	var endBuf [3]int64
 	cal, ends, sliding, fits := lg.periods(q, now, calBuf[:0], endBuf[:0])
+	var gate challengeGate
+	if lock == 0 && fits && hasChallenge(q.Rules) && (lg == nil || lg.pass <= now) {
+		gate = challengeGate{q: q, cal: cal} // no pass: what fits may reach a threshold
+	}
 	takeSliding := take && lock == 0 && fits
 	allowed := true
 	switch {
 	case !sliding:
 		st.prepare(len(q.Rules))
+		st.challenged = gate.reaches(nil)
 	case q.Algorithm == SlidingBuckets:
-		allowed = p.decideBuckets(sh, lg, q, takeSliding, now, maxW, st)
+		allowed = p.decideBuckets(sh, lg, q, takeSliding, now, maxW, st, gate)
 	default:
-		allowed = p.decideLog(sh, lg, q, takeSliding, now, maxW, st)
+		allowed = p.decideLog(sh, lg, q, takeSliding, now, maxW, st, gate)
 	}
-	allowed = allowed && fits && lock == 0
-	if take && (allowed && len(cal) > 0 || !allowed && lock == 0 && q.Lockout.For > 0) {
+	challenged := st.challenged
+	allowed = allowed && fits && lock == 0 && !challenged
+	if take && (allowed && len(cal) > 0 || !allowed && !challenged && lock == 0 && q.Lockout.For > 0) {
 		if lg = sh.m[q.Key]; lg == nil {
 			lg = p.insert(sh, q.Key, now)
 		}
@@ -926,7 +940,79 @@ func (p *memPolicy) decideMore(sh *memShard, lg *memLog, q *Query, take bool, no
 		}
 	}
 	st.lock = time.Duration(lock) * time.Microsecond
+	st.challenged = challenged
 	return allowed
+}
+
+// challengeGate decides whether a request that fits every rule of q is
+// challenged: a key without a pass, whose calendar rules' states are cal.
+// The zero gate (a policy without a Challenge, or a key that passed)
+// challenges nothing.
+type challengeGate struct {
+	q   *Query
+	cal []RuleState
+}
+
+// reaches reports whether q.N more units would bring a rule with a
+// Challenge to it, given the sliding rules' states rs (nil when the
+// policy has none) and the calendar rules' in g.cal.
+func (g challengeGate) reaches(rs []RuleState) bool {
+	if g.q == nil {
+		return false
+	}
+	nc := 0
+	for i, r := range g.q.Rules {
+		var used int64
+		if r.Calendar != 0 {
+			used = g.cal[nc].Used
+			nc++
+		} else {
+			used = rs[i].Used
+		}
+		if r.Challenge > 0 && used+g.q.N >= r.Challenge {
+			return true
+		}
+	}
+	return false
+}
+
+// Pass implements [Challenges].
+func (s *MemoryStore) Pass(ctx context.Context, q Query) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ratekit: memory store: %w", err)
+	}
+	if err := checkCalendars(q.Rules); err != nil {
+		return fmt.Errorf("ratekit: memory store: %w", err)
+	}
+	s.policy(q.Policy).pass(&q)
+	return nil
+}
+
+// pass records that q.Key passed a challenge at q.Now, or at the store's
+// time (see [Challenges]).
+func (p *memPolicy) pass(q *Query) {
+	now := q.Now
+	if now == 0 {
+		now = p.store.now()
+	}
+	sh := p.shard(q.Key)
+	sh.mu.Lock()
+	lg := sh.m[q.Key]
+	if q.Now == 0 && lg != nil && lg.used > now {
+		now = lg.used // keep the key's times in order (see decide)
+	}
+	if q.Now == 0 && lg == nil && now <= sh.forgot {
+		now = sh.forgot + 1 // see decide
+	}
+	if lg == nil {
+		lg = p.insert(sh, q.Key, now)
+	}
+	lg.used = max(lg.used, now)
+	lg.pass = max(lg.pass, passUntil(q.Rules, now))
+	lg.expires = max(lg.expires, lg.pass)
+	sh.sweep(now)
+	sh.mu.Unlock()
+	p.store.shed(now)
 }
 
 // periods returns the states of q's calendar rules at now, appended to
@@ -1115,12 +1201,14 @@ func (p *memPolicy) lockFor(q *Query, d time.Duration) {
 	p.store.shed(now)
 }
 
-// unlock lifts key's lockout, if it has one.
-func (p *memPolicy) unlock(key string) {
+// lift lifts key's lockout and forgets its pass, if it has them: what
+// an instance's fallback store mirrored of a key reset or refunded
+// elsewhere. Forgetting a pass can only challenge more.
+func (p *memPolicy) lift(key string) {
 	sh := p.shard(key)
 	sh.mu.Lock()
 	if lg := sh.m[key]; lg != nil {
-		lg.lock = 0
+		lg.lock, lg.pass = 0, 0
 	}
 	sh.mu.Unlock()
 }

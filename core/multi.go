@@ -21,8 +21,9 @@ type Claim struct {
 // refunded when a later claim is denied.
 //
 // The decisions come in the order of the claims and stop at the first
-// denial, which is then the last one; the request was admitted when the
-// last decision is Allowed and there is one per claim. Errors are as for
+// denial (or challenge, [Decision.Challenged]), which is then the last
+// one; the request was admitted when the last decision is Allowed and
+// there is one per claim. Errors are as for
 // [Limiter.AllowN]; on an error every admission made is refunded.
 func AllowAll(ctx context.Context, claims ...Claim) ([]Decision, error) {
 	ds := make([]Decision, 0, len(claims))

@@ -51,6 +51,13 @@ const (
 	// without observers logs it through log/slog's default logger
 	// instead.
 	EventFallbackEnd
+	// EventPass reports that a key passed a challenge and the store
+	// recorded it ([Limiter.Pass]): its requests go on past the
+	// policy's Challenge thresholds (a pass the store failed to record
+	// is an EventStoreError instead). A
+	// challenged request is an EventDecision with Decision.Challenged
+	// set, as a lockout is one with Decision.Locked.
+	EventPass
 )
 
 // String returns the kind's name.
@@ -78,6 +85,8 @@ func (k EventKind) String() string {
 		return "fallback_start"
 	case EventFallbackEnd:
 		return "fallback_end"
+	case EventPass:
+		return "pass"
 	}
 	return "unknown"
 }

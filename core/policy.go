@@ -40,6 +40,25 @@ type Rule struct {
 	// nil. Periods follow its clock changes: a Day is 23 or 25 hours long
 	// across a daylight-saving change. It must be nil for a sliding rule.
 	Location *time.Location
+	// Challenge, when set, is a soft threshold below Limit: a request
+	// that every rule admits, but whose units would bring this rule's
+	// count to Challenge or more, is challenged instead
+	// ([Decision.Challenged]) unless the key has passed a challenge
+	// lately ([Limiter.Pass]): the app asks for a CAPTCHA or a second
+	// factor before it refuses outright. A challenged request records
+	// nothing and starts no lockout, so it counts toward no limit; the
+	// requests made after a pass count as any other, up to Limit. With
+	// Limit 5 and Challenge 3, requests 1 and 2 are admitted and request
+	// 3 is challenged, as is every later one until the key passes; then
+	// requests 3, 4 and 5 are admitted and request 6 is denied.
+	//
+	// It is exact across instances as the limit is: the store decides
+	// the challenge in the same atomic step as the rules, and keeps the
+	// pass with the key's counts (the store must implement
+	// [Challenges]). 0 (the default) means no challenge; else 1 to
+	// Limit-1. A policy with a Challenge cannot have Shards, and under
+	// [WithTiers] either every tier has one (on some rule) or none has.
+	Challenge int64
 }
 
 // Calendar is the calendar period of a [Rule] that counts per period.
@@ -224,6 +243,35 @@ func slidingMax(rules []Rule) int64 {
 	return m
 }
 
+// hasChallenge reports whether a rule of rules has a Challenge.
+func hasChallenge(rules []Rule) bool {
+	for i := range rules {
+		if rules[i].Challenge > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// passUntil returns, in µs, when a challenge passed at now (µs) ends
+// under rules: once the longest window of the rules with a Challenge has
+// passed, or the current period of such a calendar rule has ended,
+// whichever is later; now itself when no rule has a Challenge.
+func passUntil(rules []Rule, now int64) int64 {
+	until := now
+	for _, r := range rules {
+		switch {
+		case r.Challenge <= 0:
+		case r.Calendar != 0:
+			_, end := r.Calendar.period(r.Location, now)
+			until = max(until, end)
+		default:
+			until = max(until, now+r.Window.Microseconds())
+		}
+	}
+	return until
+}
+
 // hasCalendar reports whether rules hold a calendar rule.
 func hasCalendar(rules []Rule) bool {
 	for i := range rules {
@@ -286,6 +334,12 @@ func (p Policy) Validate() error {
 	if err := p.validateLockout(); err != nil {
 		return err
 	}
+	if p.Shards > 1 && hasChallenge(p.Rules) {
+		// Each shard decides alone on its share: no shard sees the
+		// key's count, which the threshold is about.
+		return fmt.Errorf("ratekit: policy %q has a Rules[].Challenge and Shards %d: a key's shards decide apart, so no count reaches the threshold: %w",
+			p.Name, p.Shards, ErrInvalidPolicy)
+	}
 	for i := range p.Rules {
 		if err := p.validateRule(i); err != nil {
 			return err
@@ -303,6 +357,10 @@ func (p *Policy) validateRule(i int) error {
 	}
 	if r.Limit < 1 {
 		return fmt.Errorf("ratekit: policy %q Rules[%d].Limit is %d, must be at least 1: %w", p.Name, i, r.Limit, ErrInvalidPolicy)
+	}
+	if r.Challenge < 0 || r.Challenge >= r.Limit {
+		return fmt.Errorf("ratekit: policy %q Rules[%d].Challenge must be below Limit (%d) and not negative (0: no challenge), not %d: %w",
+			p.Name, i, r.Limit, r.Challenge, ErrInvalidPolicy)
 	}
 	if r.Calendar != 0 {
 		return p.validateCalendar(i)

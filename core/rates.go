@@ -26,12 +26,12 @@ func (r localRates) allow(ctx context.Context, key string, shard int, n int64) (
 	if err != nil {
 		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
 	}
-	d.states.RuleStates, d.states.lock = res.Rules, res.LockedFor
+	d.states.RuleStates, d.states.lock, d.states.challenged = res.Rules, res.LockedFor, res.Challenged
 	l.bind(&d, res.Allowed, SourceStore)
 	if res.Allowed {
 		d.ticket = ticket{owner: l, key: key, shard: shard, at: res.At, n: n}
-	} else {
-		l.refuse(key)
+	} else if !res.Challenged {
+		l.refuse(key) // a challenge is no refusal
 	}
 	if l.observer != nil {
 		l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d})
@@ -46,7 +46,7 @@ func (r localRates) peek(ctx context.Context, key string, shard int) (Decision, 
 		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
 	}
 	var d Decision
-	d.states.RuleStates, d.states.lock = res.Rules, res.LockedFor
+	d.states.RuleStates, d.states.lock, d.states.challenged = res.Rules, res.LockedFor, res.Challenged
 	l.bind(&d, res.Allowed, SourceStore)
 	return d, nil
 }
@@ -109,7 +109,7 @@ func (r sharedRates) decide(ctx context.Context, q Query, shard int, now time.Ti
 	}
 	var d Decision
 	if answered {
-		d.states.RuleStates, d.states.lock = res.Rules, res.LockedFor
+		d.states.RuleStates, d.states.lock, d.states.challenged = res.Rules, res.LockedFor, res.Challenged
 		l.bind(&d, res.Allowed, SourceStore)
 		if take {
 			r.learn(ctx, &q, shard, now, gen, res, lat, &d)
@@ -120,7 +120,7 @@ func (r sharedRates) decide(ctx context.Context, q Query, shard int, now time.Ti
 		// A denial cached before the store failed still holds; else
 		// the failure policy decides.
 		d = l.fallback(q, shard, take, l.breakers.of(&q))
-		if take && !d.Allowed && d.Source == SourceLocal {
+		if take && !d.Allowed && !d.Challenged && d.Source == SourceLocal {
 			l.refuse(q.Key)
 		}
 	}
@@ -133,12 +133,13 @@ func (r sharedRates) decide(ctx context.Context, q Query, shard int, now time.Ti
 
 // learn completes d, the store's answer res to a take of q decided at
 // now, and remembers what it teaches: the deny cache a denial, the local
-// fallback store an admission or a lockout.
+// fallback store an admission or a lockout. A challenge teaches nothing:
+// the key may pass it at any moment.
 func (r sharedRates) learn(ctx context.Context, q *Query, shard int, now time.Time, gen since, res Result, lat time.Duration, d *Decision) {
 	l := r.l
 	if res.Allowed {
 		d.ticket = ticket{owner: l, key: q.Key, shard: shard, at: res.At, n: q.N, mirror: l.mirror(q)}
-	} else {
+	} else if !res.Challenged {
 		// The cache entry counts the refusal, or else the limiter does.
 		if l.deny == nil || !l.deny.put(q.Key, q.N, now, *d, gen) {
 			l.refuse(q.Key)

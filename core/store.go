@@ -12,12 +12,13 @@ import (
 // (redisstore on go-redis, rueidisstore on rueidis) shares them between
 // app instances through Redis. A store may also offer the optional
 // capabilities below, each an interface of its own, which a Limiter looks
-// for once, when it is built: [Local], [Leases], [Invalidator], [Fleet],
-// [Partitioned], [Checker] and [Refusals].
+// for once, when it is built: [Local], [Leases], [Challenges],
+// [Invalidator], [Fleet], [Partitioned], [Checker] and [Refusals].
 //
 // A store decides each Take atomically, so that concurrent calls never
 // admit more than a rule allows, and keeps calendar rules
-// ([Rule].Calendar) and lockouts ([Query].Lockout) as MemoryStore does;
+// ([Rule].Calendar) and lockouts ([Query].Lockout) as MemoryStore does,
+// and, when it implements [Challenges], challenges ([Rule].Challenge);
 // the suite in internal/storetest checks all of it, and every store of
 // this module passes it.
 //
@@ -48,7 +49,7 @@ type Store interface {
 	// nothing when the key was reset after at.
 	Refund(ctx context.Context, q Query, at int64) error
 	// Reset forgets everything recorded for q.Policy and q.Key: its
-	// windows, calendar counts, lockout and leases.
+	// windows, calendar counts, lockout, pass ([Challenges]) and leases.
 	Reset(ctx context.Context, q Query) error
 }
 
@@ -68,6 +69,8 @@ type Query struct {
 	// Rules are the policy's rules; all must have room. A calendar rule
 	// counts the units admitted in its current period, the period that
 	// holds the decision's time in the rule's Location ([Rule.Period]).
+	// A rule's Challenge is honoured by a store that implements
+	// [Challenges] (a Limiter sends no rule with one to any other).
 	Rules []Rule
 	// Algorithm is the policy's algorithm.
 	Algorithm Algorithm
@@ -110,6 +113,12 @@ type Result struct {
 	// until its lockout ends: one that began earlier, or the one this
 	// Take's denial started. It is 0 when the key is not locked out.
 	LockedFor time.Duration
+	// Challenged reports that every rule has room for the units but
+	// that they would bring a rule's count to its Challenge while the key
+	// has no pass ([Challenges]): nothing was recorded and Allowed is
+	// false. A key locked out, or a rule without room, is denied rather
+	// than challenged.
+	Challenged bool
 }
 
 // RuleState is the state of one rule after a decision.
@@ -227,6 +236,27 @@ type Lease struct {
 	// the limiter has a clock of its own ([WithClock]); 0 means the
 	// store's own clock.
 	Now int64
+}
+
+// Challenges is implemented by a store that keeps challenges
+// ([Rule].Challenge): [MemoryStore] and the Redis drivers. A [Limiter]
+// whose policy has a Challenge needs it, and NewLimiter refuses a store
+// without it, naming both.
+//
+// Such a store decides a challenge in the Take (or Peek) itself, in the
+// same atomic step as the rules: when every rule has room for q.N units
+// and the key is not locked out, but for some rule with a Challenge its
+// units used plus q.N reach the Challenge, and the key holds no pass, the
+// answer is Result.Challenged, nothing is recorded and no lockout starts.
+// The pass lives with the key's counts: Reset forgets it, so that a reset
+// reaches every instance as it does for the counts.
+type Challenges interface {
+	// Pass records that q.Key passed a challenge under q.Policy: until
+	// the longest window of q's rules with a Challenge has passed, or
+	// the current period of such a calendar rule has ended, whichever is
+	// later (from the store's time, or q.Now), the key's Takes and Peeks
+	// are not challenged. A pass never shortens one the key holds.
+	Pass(ctx context.Context, q Query) error
 }
 
 // Invalidator is implemented by a store shared by several app instances

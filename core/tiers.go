@@ -102,6 +102,13 @@ func newTiers(store Store, base Policy, o options, opts []Option) (*tierSet, err
 		if err := p.Validate(); err != nil {
 			return nil, fmt.Errorf("ratekit: WithTiers tier %q: %w", name, err)
 		}
+		if hasChallenge(p.Rules) != hasChallenge(base.Rules) {
+			// A key's pass and counts live where a policy with a
+			// challenge keeps them: a tier that had none would not see
+			// them.
+			return nil, fmt.Errorf("ratekit: policy %q: WithTiers tier %q: a Rules[].Challenge must be in every tier and the policy's Rules or in none, so that a key keeps its pass between tiers: %w",
+				base.Name, name, ErrInvalidPolicy)
+		}
 		if !sameWindows(base.Rules, p.Rules) {
 			// A key's history is kept for its rules' windows: a tier with
 			// another window would start its count from nothing, or cut

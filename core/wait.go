@@ -57,15 +57,16 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
 // WaitN returns an error wrapping [ErrInvalidCost] at once when n is below
 // 1 or above the smallest limit of the key's rules (it could never fit),
 // and otherwise an error wrapping ctx.Err() or, as above,
-// context.DeadlineExceeded; a Decision returned without error is always
-// Allowed, and can be refunded like any admission. WaitN sleeps on the
+// context.DeadlineExceeded; a Decision returned without error is Allowed,
+// and can be refunded like any admission, or Challenged ([Rule].Challenge):
+// waiting passes no challenge, so WaitN returns a challenge at once. WaitN sleeps on the
 // process's clock, also under [WithClock].
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, error) {
 	bk := boundKey(key)
 	if l.queues().idle(bk) {
 		// Nobody waits here, so nobody is passed: ask at once.
 		d, err := l.AllowN(ctx, key, n)
-		if err != nil || d.Allowed {
+		if err != nil || d.Allowed || d.Challenged {
 			return d, err
 		}
 		return l.queue(ctx, key, bk, n, &d)
@@ -110,7 +111,7 @@ func (l *Limiter) queue(ctx context.Context, key, bk string, n int64, denied *De
 			}
 		}
 		d, err := l.AllowN(ctx, key, n)
-		if err != nil || d.Allowed {
+		if err != nil || d.Allowed || d.Challenged {
 			return d, err
 		}
 		if l.queues().learn(q, w, d, exact) {

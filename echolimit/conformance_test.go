@@ -39,6 +39,12 @@ func newEcho(t *testing.T, l *core.Limiter, o adaptertest.Options) *echo.Echo {
 			return c.String(status, body)
 		}))
 	}
+	if o.ChallengeHandler {
+		opts = append(opts, echolimit.WithChallengeHandler(func(c echo.Context, v *guard.Verdict) error {
+			status, body := adaptertest.ChallengeReply(v)
+			return c.String(status, body)
+		}))
+	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.Use(recoverPanics)

@@ -29,7 +29,8 @@
 // app's HTTPErrorHandler would render them its own way (JSON
 // {"message": ...} by default) and the answer would differ from the other
 // adapters'. To go through the error handler anyway, return an
-// *echo.HTTPError from a [WithDenyHandler].
+// *echo.HTTPError from a [WithDenyHandler] (or, for a challenge, a
+// [WithChallengeHandler]).
 //
 // With guard.WithCountIf (or guard.WithResetIf) the status is the one the
 // client gets: when the rest of the chain returns an error, the

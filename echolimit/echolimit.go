@@ -12,11 +12,12 @@ import (
 	"github.com/ratekit/ratekit/guard"
 )
 
-// skipper and denyHandler are this adapter's own settings, carried by
-// guard.Native.
+// skipper, denyHandler and challengeHandler are this adapter's own
+// settings, carried by guard.Native.
 type (
-	skipper     func(c echo.Context) bool
-	denyHandler func(c echo.Context, v *guard.Verdict) error
+	skipper          func(c echo.Context) bool
+	denyHandler      func(c echo.Context, v *guard.Verdict) error
+	challengeHandler func(c echo.Context, v *guard.Verdict) error
 )
 
 // WithSkipper sets echo's usual skipper: when it returns true the request
@@ -40,6 +41,20 @@ func WithSkipper(s func(c echo.Context) bool) guard.Option {
 // By default the answer is the guard's fixed body (see [Write]).
 func WithDenyHandler(h func(c echo.Context, v *guard.Verdict) error) guard.Option {
 	return guard.Native(denyHandler(h))
+}
+
+// WithChallengeHandler hands a challenged request to h instead of the
+// default answer, returning its error from the middleware: a request that
+// would reach a rule's Challenge (core.Rule.Challenge) from a key that has
+// not passed one (guard.OutcomeChallenge); it consumed nothing. h asks for
+// the CAPTCHA or second factor the app's way; once the app has verified
+// it, it calls core.Limiter.Pass for the key, and the client's next
+// request goes on. The rate-limit headers are already set when h is
+// called; there is no Retry-After. By default the answer is 429 with an
+// application/problem+json body of type guard.ChallengeProblemType (see
+// [Write]).
+func WithChallengeHandler(h func(c echo.Context, v *guard.Verdict) error) guard.Option {
+	return guard.Native(challengeHandler(h))
 }
 
 // New returns echo middleware that limits requests with l, configured by
@@ -99,10 +114,11 @@ func LimitByUser(user any, limit int64, per time.Duration, opts ...guard.Option)
 // in panics.
 func middleware(fn string, g *guard.Guard) echo.MiddlewareFunc {
 	var (
-		skip skipper
-		deny denyHandler
+		skip      skipper
+		deny      denyHandler
+		challenge challengeHandler
 	)
-	g.ReadNatives(fn, &skip, &deny)
+	g.ReadNatives(fn, &skip, &deny, &challenge)
 	finish := g.NeedsFinish()
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -118,9 +134,13 @@ func middleware(fn string, g *guard.Guard) echo.MiddlewareFunc {
 			localsPool.Put(loc)
 			v.WriteHTTPHeaders(c.Response().Header())
 			if !v.Proceed() {
-				if deny != nil && v.Outcome == guard.OutcomeDeny {
-					d := v // only denials pay for the copy the handler may keep
+				switch {
+				case deny != nil && v.Outcome == guard.OutcomeDeny:
+					d := v // only refusals pay for the copy the handler may keep
 					return deny(c, &d)
+				case challenge != nil && v.Outcome == guard.OutcomeChallenge:
+					d := v
+					return challenge(c, &d)
 				}
 				return Write(c, &v)
 			}
@@ -159,7 +179,8 @@ func nextAndFinish(ctx context.Context, next echo.HandlerFunc, c echo.Context, v
 
 // Write writes the guard's answer for a request that does not proceed:
 // status, content type and fixed body. Headers from v.WriteHTTPHeaders must be
-// set before. Deny handlers may call it to fall back to the default answer.
+// set before. Deny and challenge handlers may call it to fall back to the
+// default answer.
 func Write(c echo.Context, v *guard.Verdict) error {
 	res := c.Response()
 	status, body := v.Answer(res.Header().Set)

@@ -39,6 +39,12 @@ func newApp(t *testing.T, l *core.Limiter, o adaptertest.Options, cfg ...fiber.C
 			return c.Status(status).SendString(body)
 		}))
 	}
+	if o.ChallengeHandler {
+		opts = append(opts, fiberlimit.WithChallengeHandler(func(c *fiber.Ctx, v *guard.Verdict) error {
+			status, body := adaptertest.ChallengeReply(v)
+			return c.Status(status).SendString(body)
+		}))
+	}
 	app := fiber.New(cfg...)
 	app.Use(recover.New())
 	chain := []fiber.Handler{fiberlimit.New(l, opts...), handler}

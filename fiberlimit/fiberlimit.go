@@ -11,11 +11,12 @@ import (
 	"github.com/ratekit/ratekit/guard"
 )
 
-// next and denyHandler are this adapter's own settings, carried by
-// guard.Native.
+// next, denyHandler and challengeHandler are this adapter's own
+// settings, carried by guard.Native.
 type (
-	next        func(c *fiber.Ctx) bool
-	denyHandler func(c *fiber.Ctx, v *guard.Verdict) error
+	next             func(c *fiber.Ctx) bool
+	denyHandler      func(c *fiber.Ctx, v *guard.Verdict) error
+	challengeHandler func(c *fiber.Ctx, v *guard.Verdict) error
 )
 
 // WithNext sets fiber's usual skipper: when next(c) is true the request
@@ -31,6 +32,20 @@ func WithNext(f func(c *fiber.Ctx) bool) guard.Option {
 // [Write]).
 func WithDenyHandler(h func(c *fiber.Ctx, v *guard.Verdict) error) guard.Option {
 	return guard.Native(denyHandler(h))
+}
+
+// WithChallengeHandler hands a challenged request to h instead of the
+// default answer, returning its error from the handler: a request that
+// would reach a rule's Challenge (core.Rule.Challenge) from a key that has
+// not passed one (guard.OutcomeChallenge); it consumed nothing. h asks for
+// the CAPTCHA or second factor the app's way; once the app has verified
+// it, it calls core.Limiter.Pass for the key, and the client's next
+// request goes on. The rate-limit headers are already set when h is
+// called; there is no Retry-After. By default the answer is 429 with an
+// application/problem+json body of type guard.ChallengeProblemType (see
+// [Write]).
+func WithChallengeHandler(h func(c *fiber.Ctx, v *guard.Verdict) error) guard.Option {
+	return guard.Native(challengeHandler(h))
 }
 
 // New returns a fiber handler that limits requests with l, configured by
@@ -85,10 +100,11 @@ func LimitByUser(user any, limit int64, per time.Duration, opts ...guard.Option)
 // panics.
 func handler(fn string, g *guard.Guard) fiber.Handler {
 	var (
-		skip next
-		deny denyHandler
+		skip      next
+		deny      denyHandler
+		challenge challengeHandler
 	)
-	g.ReadNatives(fn, &skip, &deny)
+	g.ReadNatives(fn, &skip, &deny, &challenge)
 	finish := g.NeedsFinish()
 	return func(c *fiber.Ctx) error {
 		if skip != nil && skip(c) {
@@ -98,9 +114,13 @@ func handler(fn string, g *guard.Guard) fiber.Handler {
 		v := g.Admit(ctx, request{c})
 		v.WriteHeaderFields(c.Set, c.Response().Header.Add)
 		if !v.Proceed() {
-			if deny != nil && v.Outcome == guard.OutcomeDeny {
-				d := v // only denials pay for the copy the handler may keep
+			switch {
+			case deny != nil && v.Outcome == guard.OutcomeDeny:
+				d := v // only refusals pay for the copy the handler may keep
 				return deny(c, &d)
+			case challenge != nil && v.Outcome == guard.OutcomeChallenge:
+				d := v
+				return challenge(c, &d)
 			}
 			return Write(c, &v)
 		}
@@ -162,7 +182,8 @@ func (a *afterBody) Close() error {
 
 // Write writes the guard's answer for a request that does not proceed:
 // status, content type and fixed body. Headers from v.WriteHeaderFields must be
-// set before. Deny handlers may call it to fall back to the default answer.
+// set before. Deny and challenge handlers may call it to fall back to the
+// default answer.
 func Write(c *fiber.Ctx, v *guard.Verdict) error {
 	status, body := v.Answer(c.Set)
 	return c.Status(status).Send(body)

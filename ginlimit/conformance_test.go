@@ -35,6 +35,12 @@ func newServer(t *testing.T, l *core.Limiter, o adaptertest.Options) string {
 			c.String(status, "%s", body)
 		}))
 	}
+	if o.ChallengeHandler {
+		opts = append(opts, ginlimit.WithChallengeHandler(func(c *gin.Context, v *guard.Verdict) {
+			status, body := adaptertest.ChallengeReply(v)
+			c.String(status, "%s", body)
+		}))
+	}
 	r := gin.New()
 	r.Use(gin.CustomRecoveryWithWriter(io.Discard, func(c *gin.Context, _ any) {
 		c.AbortWithStatus(http.StatusInternalServerError)

@@ -15,7 +15,8 @@
 //	api := r.Group("/api", ginlimit.New(quota, guard.WithKey(keyfunc.AppKey())))
 //	r.Use(ginlimit.New(global))
 //
-// It takes every [guard] option plus [WithDenyHandler]. Allowed and denied
+// It takes every [guard] option plus [WithDenyHandler] and
+// [WithChallengeHandler] (a policy's core.Rule.Challenge). Allowed and denied
 // responses carry X-RateLimit-Limit, X-RateLimit-Remaining and
 // X-RateLimit-Reset (or the IETF RateLimit fields, see guard.WithHeaders);
 // denials are 429 Too Many Requests with Retry-After, and abort the chain.

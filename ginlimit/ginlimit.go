@@ -12,8 +12,12 @@ import (
 	"github.com/ratekit/ratekit/guard"
 )
 
-// denyHandler is this adapter's own setting, carried by guard.Native.
-type denyHandler func(c *gin.Context, v *guard.Verdict)
+// denyHandler and challengeHandler are this adapter's own settings,
+// carried by guard.Native.
+type (
+	denyHandler      func(c *gin.Context, v *guard.Verdict)
+	challengeHandler func(c *gin.Context, v *guard.Verdict)
+)
 
 // WithDenyHandler replaces the 429 answer. The rate-limit headers and
 // Retry-After are already set when h is called, and the chain is aborted
@@ -21,6 +25,20 @@ type denyHandler func(c *gin.Context, v *guard.Verdict)
 // [Write]).
 func WithDenyHandler(h func(c *gin.Context, v *guard.Verdict)) guard.Option {
 	return guard.Native(denyHandler(h))
+}
+
+// WithChallengeHandler hands a challenged request to h instead of the
+// default answer: one that would reach a rule's Challenge
+// (core.Rule.Challenge) from a key that has not passed one
+// (guard.OutcomeChallenge); it consumed nothing. h asks for the CAPTCHA
+// or second factor the app's way; once the app has verified it, it calls
+// core.Limiter.Pass for the key, and the client's next request goes on.
+// The rate-limit headers are already set when h is called (there is no
+// Retry-After), and the chain is aborted after it returns. By default the
+// answer is 429 with an application/problem+json body of type
+// guard.ChallengeProblemType (see [Write]).
+func WithChallengeHandler(h func(c *gin.Context, v *guard.Verdict)) guard.Option {
+	return guard.Native(challengeHandler(h))
 }
 
 // New returns a gin handler that limits requests with l, configured by
@@ -80,18 +98,25 @@ func LimitByUser(user any, limit int64, per time.Duration, opts ...guard.Option)
 // handler returns the gin handler of g; fn names the constructor in
 // panics.
 func handler(fn string, g *guard.Guard) gin.HandlerFunc {
-	var deny denyHandler
-	g.ReadNatives(fn, &deny)
+	var (
+		deny      denyHandler
+		challenge challengeHandler
+	)
+	g.ReadNatives(fn, &deny, &challenge)
 	finish := g.NeedsFinish()
 	return func(c *gin.Context) {
 		ctx := c.Request.Context()
 		v := g.AdmitHTTP(ctx, c.Request, c.FullPath(), (*locals)(c))
 		v.WriteHTTPHeaders(c.Writer.Header())
 		if !v.Proceed() {
-			if deny != nil && v.Outcome == guard.OutcomeDeny {
-				d := v // only denials pay for the copy the handler may keep
+			switch {
+			case deny != nil && v.Outcome == guard.OutcomeDeny:
+				d := v // only refusals pay for the copy the handler may keep
 				deny(c, &d)
-			} else {
+			case challenge != nil && v.Outcome == guard.OutcomeChallenge:
+				d := v
+				challenge(c, &d)
+			default:
 				Write(c, &v)
 			}
 			c.Abort()
@@ -121,8 +146,8 @@ func nextAndFinish(ctx context.Context, c *gin.Context, v *guard.Verdict) {
 
 // Write writes the guard's answer for a request that does not proceed:
 // status, content type and fixed body. Headers from v.WriteHTTPHeaders must be
-// set before. Deny handlers may call it to fall back to the default answer.
-// It does not abort the chain; New does.
+// set before. Deny and challenge handlers may call it to fall back to the
+// default answer. It does not abort the chain; New does.
 func Write(c *gin.Context, v *guard.Verdict) {
 	status, body := v.Answer(c.Writer.Header().Set)
 	c.Status(status)

@@ -47,9 +47,19 @@
 //   - store failed under [core.FailClosed]: codes.Unavailable, with
 //     RetryInfo when the limiter knows when to try again;
 //   - the call's context ended before a decision: codes.Canceled or
-//     codes.DeadlineExceeded, as gRPC itself reports it.
+//     codes.DeadlineExceeded, as gRPC itself reports it;
+//   - challenged (core.Rule.Challenge: the key must answer a CAPTCHA or a
+//     second factor, and [core.Limiter.Pass] records that it did):
+//     codes.Unauthenticated, with no retry-after and the status detail
+//     errdetails.ErrorInfo of reason [ChallengeReason] in domain
+//     "ratekit", naming the policy. Unauthenticated because the
+//     client must bring more proof of who it is, as it would bring
+//     credentials, and waiting or retrying as it is does not help:
+//     clients and gRPC retry policies that back off and retry on
+//     ResourceExhausted would only be challenged again.
 //
-// [WithDenyHandler] replaces the ResourceExhausted status.
+// [WithDenyHandler] replaces the ResourceExhausted status,
+// [WithChallengeHandler] the Unauthenticated one.
 //
 // With [WithCountIf] or [WithResetIf] a handler that panics is finished
 // as codes.Internal, and the panic goes on to a recovery interceptor.

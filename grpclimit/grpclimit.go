@@ -28,7 +28,13 @@ const (
 	msgCanceled    = "call canceled before the rate limit decision"
 	msgDeadline    = "deadline exceeded before the rate limit decision"
 	msgBlocked     = "blocked"
+	msgChallenge   = "challenge required"
 )
+
+// ChallengeReason is the Reason of the errdetails.ErrorInfo of a
+// challenged call (guard.OutcomeChallenge), in the Domain "ratekit": its
+// Metadata "policy" names the challenged policy (never the key).
+const ChallengeReason = "CHALLENGE_REQUIRED"
 
 // UnaryServerInterceptor returns an interceptor that limits unary calls
 // with l. Calls over the limit end with codes.ResourceExhausted before the
@@ -257,8 +263,15 @@ func (g *limited) streamAndFinish(ctx context.Context, srv any, ss grpc.ServerSt
 // refuse returns the error that ends a call the guard stopped. It takes
 // the verdict by value so that the allowed path keeps it on the stack.
 func (e *engine) refuse(ctx context.Context, g *limited, v guard.Verdict) error {
-	if e.cfg.deny != nil && v.Outcome == guard.OutcomeDeny {
-		if err := e.cfg.deny(ctx, &v); err != nil {
+	var h func(ctx context.Context, v *guard.Verdict) error
+	switch {
+	case e.cfg.deny != nil && v.Outcome == guard.OutcomeDeny:
+		h = e.cfg.deny
+	case e.cfg.challenge != nil && v.Outcome == guard.OutcomeChallenge:
+		h = e.cfg.challenge
+	}
+	if h != nil {
+		if err := h(ctx, &v); err != nil {
 			return err
 		}
 	}
@@ -329,6 +342,10 @@ func (g *limited) status(v *guard.Verdict) *status.Status {
 		return st
 	case guard.OutcomeBlocked:
 		return status.New(codes.PermissionDenied, msgBlocked)
+	case guard.OutcomeChallenge:
+		return withDetails(status.New(codes.Unauthenticated, msgChallenge), &errdetails.ErrorInfo{
+			Reason: ChallengeReason, Domain: "ratekit", Metadata: map[string]string{"policy": v.ItemName()},
+		})
 	}
 	return status.New(codes.OK, "")
 }

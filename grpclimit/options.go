@@ -10,17 +10,19 @@ import (
 	"github.com/ratekit/ratekit/guard"
 )
 
-// methods and denyHandler are this package's own settings, carried by
-// guard.Native.
+// methods, denyHandler and challengeHandler are this package's own
+// settings, carried by guard.Native.
 type (
-	methods     []string
-	denyHandler func(ctx context.Context, v *guard.Verdict) error
+	methods          []string
+	denyHandler      func(ctx context.Context, v *guard.Verdict) error
+	challengeHandler func(ctx context.Context, v *guard.Verdict) error
 )
 
 // config is what the interceptors read from their options.
 type config struct {
-	methods map[string]struct{} // nil: every method
-	deny    denyHandler
+	methods   map[string]struct{} // nil: every method
+	deny      denyHandler
+	challenge challengeHandler
 }
 
 // newConfig reads this package's own settings from g, a guard built with
@@ -30,7 +32,7 @@ func newConfig(fn string, g *guard.Guard) config {
 		c    config
 		sets []methods
 	)
-	g.ReadNatives("grpclimit."+fn, &sets, &c.deny)
+	g.ReadNatives("grpclimit."+fn, &sets, &c.deny, &c.challenge)
 	for _, ms := range sets {
 		for _, m := range ms {
 			if c.methods == nil {
@@ -96,6 +98,22 @@ func WithMethods(fullMethods ...string) guard.Option {
 // deny must be safe for concurrent use. None by default.
 func WithDenyHandler(deny func(ctx context.Context, v *guard.Verdict) error) guard.Option {
 	return guard.Native(denyHandler(deny))
+}
+
+// WithChallengeHandler replaces the status of challenged calls: those
+// that would reach a rule's Challenge (core.Rule.Challenge) from a key
+// that has not passed one (v.Outcome [guard.OutcomeChallenge]); they
+// consumed nothing. challenge is called instead of the handler, and the
+// call ends with the error it returns; a nil error keeps the default
+// status (codes.Unauthenticated with an errdetails.ErrorInfo of reason
+// [ChallengeReason]). The app verifies the client's answer to the
+// challenge out of band (a CAPTCHA token, a second factor in metadata
+// checked by an earlier interceptor) and calls core.Limiter.Pass for the
+// key; the client's next call goes on. The rate-limit metadata is already
+// set when challenge is called. Never put v.Err or v.Key in the answer.
+// challenge must be safe for concurrent use. None by default.
+func WithChallengeHandler(challenge func(ctx context.Context, v *guard.Verdict) error) guard.Option {
+	return guard.Native(challengeHandler(challenge))
 }
 
 // mustFullMethod panics unless m looks like "/package.Service/Method".

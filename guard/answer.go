@@ -107,14 +107,21 @@ const (
 // ProblemType is the RFC 9457 problem type of [BodyProblem] denials.
 const ProblemType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 
+// ChallengeProblemType is the RFC 9457 problem type of the answer to a
+// challenged request ([OutcomeChallenge]): the client must answer a
+// challenge (a CAPTCHA, a second factor) before it tries again, and
+// waiting does not help, so the answer has no Retry-After. IANA
+// registers no such type; this URI names ratekit's documentation of it.
+const ChallengeProblemType = "https://github.com/ratekit/ratekit/blob/main/docs/jobs.md#challenge-before-lockout"
+
 // Status returns the HTTP status to answer when the request does not
-// proceed: 429 over the limit; 413 for a body longer than the key function
+// proceed: 429 over the limit or challenged; 413 for a body longer than the key function
 // may read ([keyfunc.ErrBodyTooLarge]), 400 for any other malformed key
 // source or cost; 503 when the store failed under FailClosed; 403 when
 // blocked ([WithBlock]). It is 200 when the request proceeds.
 func (v *Verdict) Status() int {
 	switch v.Outcome {
-	case OutcomeDeny:
+	case OutcomeDeny, OutcomeChallenge:
 		return http.StatusTooManyRequests
 	case OutcomeInvalid:
 		if errors.Is(v.Err, keyfunc.ErrBodyTooLarge) {
@@ -130,8 +137,9 @@ func (v *Verdict) Status() int {
 }
 
 // WriteHeaders calls set for every header field of the answer: the
-// rate-limit fields of the selected style on decided requests (allowed or
-// denied), and Retry-After on denials and FailClosed refusals. The values
+// rate-limit fields of the selected style on decided requests (allowed,
+// denied or challenged), and Retry-After on denials and FailClosed
+// refusals (never on a challenge, which waiting does not lift). The values
 // share one allocation. It is WriteHeaderFields(set, set): for a
 // response that another ratekit middleware may have written its IETF
 // fields to, use [Verdict.WriteHeaderFields].
@@ -296,7 +304,7 @@ func (hs *headerSet) int(buf []byte, name string, x int64) []byte {
 // in hs.
 func (v *Verdict) collect(hs *headerSet, buf []byte) []byte {
 	d := &v.Decision
-	decided := v.Outcome == OutcomeAllow && !v.DryRun || v.Outcome == OutcomeDeny
+	decided := v.Outcome == OutcomeAllow && !v.DryRun || v.Outcome == OutcomeDeny || v.Outcome == OutcomeChallenge
 	st := v.g.cfg.headers
 	if decided && st&HeadersXRateLimit != 0 && advertised(d) {
 		buf = hs.int(buf, HeaderLimit, d.Limit)
@@ -502,7 +510,13 @@ func appendInt(buf []byte, x int64) []byte {
 // [Verdict.WriteHeaders] when no deny handler takes over. The texts are
 // fixed: no error detail reaches the client beyond the fixed reason of
 // [keyfunc.Reason]. Under [BodyProblem] every refusal is an
-// application/problem+json document.
+// application/problem+json document; a challenge always is, whatever
+// [WithBody] says, of type [ChallengeProblemType], so that a client tells
+// it from a denial by its type:
+//
+//	{"type":"https://github.com/ratekit/ratekit/blob/main/docs/jobs.md#challenge-before-lockout",
+//	 "title":"Challenge required","status":429,
+//	 "detail":"answer the challenge to go on","challenged-policies":["login"]}
 func (v *Verdict) Answer(set func(name, value string)) (status int, body []byte) {
 	ct, body := v.body()
 	set("Content-Type", ct)
@@ -517,6 +531,9 @@ const (
 )
 
 func (v *Verdict) body() (contentType string, body []byte) {
+	if v.Outcome == OutcomeChallenge {
+		return problemJSON, v.challengeProblem()
+	}
 	if v.Outcome == OutcomeDeny {
 		if v.g.cfg.body == BodyProblem {
 			return problemJSON, v.problem()
@@ -588,6 +605,18 @@ func statusProblem(status int, detail string) []byte {
 		Detail string `json:"detail"`
 	}{"about:blank", title, status, detail})
 	return append(b, '\n')
+}
+
+// challengeProblem is the RFC 9457 document of a challenge.
+func (v *Verdict) challengeProblem() []byte {
+	var b strings.Builder
+	b.WriteString(`{"type":"`)
+	b.WriteString(ChallengeProblemType)
+	b.WriteString(`","title":"Challenge required","status":429,"detail":"answer the challenge to go on","challenged-policies":[`)
+	// Policy names hold no quote, backslash or control character.
+	b.WriteString(strconv.Quote(v.ItemName()))
+	b.WriteString("]}\n")
+	return []byte(b.String())
 }
 
 func (v *Verdict) problem() []byte {

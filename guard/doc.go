@@ -42,10 +42,15 @@
 //	malformed key source or cost    400 with a fixed reason     InvalidArgument
 //	body too long for the key       413 Content Too Large       InvalidArgument
 //	store failed under FailClosed   503 (not 429)               Unavailable
+//	challenged (Rule.Challenge)     429, no Retry-After         Unauthenticated + ErrorInfo
 //
 // Bodies are fixed texts, or with [WithBody]([BodyProblem]) RFC 9457
 // application/problem+json documents for every refusal (429, 400, 413 and
-// 503 alike); an error's detail never reaches the client.
+// 503 alike); an error's detail never reaches the client. A challenge
+// ([OutcomeChallenge]: ask for a CAPTCHA or a second factor, then record
+// the pass with core.Limiter.Pass) is always a problem+json document of
+// type [ChallengeProblemType]; each adapter's WithChallengeHandler answers
+// it the app's way instead.
 //
 // # After the handler
 //

@@ -101,9 +101,9 @@ func WithResetIf(reset func(status int) bool) Option {
 }
 
 // WithAlso adds a limit decided together with the guard's own: the
-// request is admitted only if every limit admits it, and a denial by one
-// refunds the units the others took, so a denied request consumes nothing
-// (SMS: per phone AND per IP AND a global cap). The limits are decided in
+// request is admitted only if every limit admits it, and a denial (or a
+// challenge) by one refunds the units the others took, so a denied
+// request consumes nothing (SMS: per phone AND per IP AND a global cap). The limits are decided in
 // order, each in its own store call, so they may live in different Redis
 // Cluster slots. A request with no key for one limit is not limited by
 // that one; the others still decide. A denial is answered with the
@@ -144,9 +144,9 @@ func WithKeyError(a KeyErrorAction) Option {
 	return func(c *config) { c.keyErr = a }
 }
 
-// WithDryRun makes the guard decide and report but never block: denials
-// (and FailClosed refusals) are let through without rate-limit headers and
-// reported to the guard's observers as [core.EventDryRun]. Use it to tune
+// WithDryRun makes the guard decide and report but never block: denials,
+// challenges and FailClosed refusals are let through without rate-limit
+// headers and reported to the guard's observers as [core.EventDryRun]. Use it to tune
 // limits safely in production. Bad requests are still refused. Off by
 // default.
 func WithDryRun(on bool) Option {
@@ -202,16 +202,21 @@ type Guard struct {
 
 // limit is one limiter of a guard with its key function.
 type limit struct {
-	l        *core.Limiter
-	key      keyfunc.Func
-	name     string // the policy name
-	inFlight bool   // an InFlight policy: its admissions are leases
-	keys     *keyWatch
+	l         *core.Limiter
+	key       keyfunc.Func
+	name      string // the policy name
+	inFlight  bool   // an InFlight policy: its admissions are leases
+	challenge bool   // a rule of the policy has a Challenge
+	keys      *keyWatch
 }
 
 func newLimit(l *core.Limiter, key keyfunc.Func) limit {
 	p := l.Policy()
-	return limit{l: l, key: key, name: p.Name, inFlight: p.InFlight > 0, keys: new(keyWatch)}
+	lim := limit{l: l, key: key, name: p.Name, inFlight: p.InFlight > 0, keys: new(keyWatch)}
+	for _, r := range p.Rules {
+		lim.challenge = lim.challenge || r.Challenge > 0
+	}
+	return lim
 }
 
 // New returns a guard for l. It panics if l is nil; if l's policy is an
@@ -413,9 +418,12 @@ func (g *Guard) decide(ctx context.Context, v *Verdict, lim *limit, r keyfunc.Re
 	}
 	v.refundAll(ctx)
 	v.Decision, v.Key, v.by = d, key, lim
-	if d.Source == core.SourceClosed {
+	switch {
+	case d.Source == core.SourceClosed:
 		v.Outcome, v.Err = OutcomeUnavailable, errClosed
-	} else {
+	case d.Challenged:
+		v.Outcome = OutcomeChallenge
+	default:
 		v.Outcome = OutcomeDeny
 	}
 	return false

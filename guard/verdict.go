@@ -27,6 +27,15 @@ const (
 	// OutcomeBlocked means refused by the block predicate ([WithBlock]):
 	// 403 (gRPC: PermissionDenied).
 	OutcomeBlocked
+	// OutcomeChallenge means the request would reach a rule's Challenge
+	// (core.Rule.Challenge) and the key has not passed one
+	// (core.Limiter.Pass): the app must ask for a CAPTCHA or a second
+	// factor before it goes on. It consumed nothing. By default 429 with
+	// an application/problem+json body of type [ChallengeProblemType] and
+	// no Retry-After (gRPC: Unauthenticated with an ErrorInfo of reason
+	// CHALLENGE_REQUIRED); each adapter's WithChallengeHandler hands it to
+	// the app instead.
+	OutcomeChallenge
 )
 
 // String returns the outcome's name.
@@ -44,6 +53,8 @@ func (o Outcome) String() string {
 		return "unavailable"
 	case OutcomeBlocked:
 		return "blocked"
+	case OutcomeChallenge:
+		return "challenge"
 	}
 	return "unknown"
 }
@@ -55,8 +66,8 @@ type Verdict struct {
 	// Outcome classifies the verdict.
 	Outcome Outcome
 	// Decision is the decision the answer shows: the first admission, or
-	// the denial. It is the zero Decision when no limiter decided, and for
-	// a cost that can never fit.
+	// the denial or challenge. It is the zero Decision when no limiter
+	// decided, and for a cost that can never fit.
 	Decision core.Decision
 	// Key is the key of that decision; empty when there was none.
 	Key string

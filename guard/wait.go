@@ -35,6 +35,9 @@ import (
 //   - the key source or cost is malformed: OutcomeInvalid, as for Admit;
 //   - the cost can never fit a limit: OutcomeDeny, Err wrapping
 //     [core.ErrInvalidCost];
+//   - a limit challenges r (core.Rule.Challenge, which [Guard.CheckOutbound]
+//     refuses): OutcomeChallenge at once, since waiting passes no
+//     challenge;
 //   - ctx ended, or its deadline would pass before the request fits (a
 //     denial's RetryAfter, or a wait in line, that ends after it):
 //     OutcomeUnavailable, Err wrapping ctx.Err() or
@@ -92,6 +95,10 @@ func (g *Guard) waitAll(ctx context.Context, v *Verdict, ks []keyed) {
 			g.fail(ctx, v, first.lim, first.key, err)
 			return
 		}
+		if d.Challenged {
+			v.Decision, v.Key, v.by, v.Outcome = d, first.key, first.lim, OutcomeChallenge
+			return
+		}
 		v.admit(first.lim, first.key, d)
 		var denied *keyed
 		for i := 1; i < len(ks) && denied == nil; i++ {
@@ -107,6 +114,11 @@ func (g *Guard) waitAll(ctx context.Context, v *Verdict, ks []keyed) {
 			}
 		}
 		if denied == nil {
+			return
+		}
+		if d.Challenged {
+			v.refundAll(ctx)
+			v.Decision, v.Key, v.by, v.Outcome = d, denied.key, denied.lim, OutcomeChallenge
 			return
 		}
 		// Nothing is kept while the limit that denied is waited for.
@@ -174,7 +186,9 @@ func pause(ctx context.Context, policy string, d core.Decision) error {
 //   - [WithCountIf] and [WithResetIf]: an outgoing request has no handler
 //     whose status could say whether it counts;
 //   - a limit whose policy is an InFlight policy (core.Policy.InFlight):
-//     nothing would release the lease of a request sent.
+//     nothing would release the lease of a request sent;
+//   - a limit whose policy has a Challenge (core.Rule.Challenge): nobody
+//     is there to answer it.
 //
 // Adapters that throttle outgoing requests (nethttp.Transport,
 // grpclimit's client interceptors) call it at construction and panic
@@ -196,6 +210,9 @@ func (g *Guard) CheckOutbound() error {
 		}
 		if lim.inFlight {
 			why = append(why, fmt.Sprintf("InFlight policy %q does not apply to outgoing requests: nothing would release the lease of a request sent", lim.name))
+		}
+		if lim.challenge {
+			why = append(why, fmt.Sprintf("policy %q has a Rules[].Challenge, which does not apply to outgoing requests: nobody is there to answer it", lim.name))
 		}
 	}
 	if len(why) == 0 {

@@ -34,6 +34,13 @@ func newServer(t *testing.T, l *core.Limiter, o adaptertest.Options) string {
 			_, _ = io.WriteString(w, body)
 		}))
 	}
+	if o.ChallengeHandler {
+		opts = append(opts, nethttp.WithChallengeHandler(func(w http.ResponseWriter, _ *http.Request, v *guard.Verdict) {
+			status, body := adaptertest.ChallengeReply(v)
+			w.WriteHeader(status)
+			_, _ = io.WriteString(w, body)
+		}))
+	}
 	mux := http.NewServeMux()
 	h := nethttp.New(l, opts...)(http.HandlerFunc(handler))
 	if o.Outer != nil {

@@ -13,7 +13,8 @@
 //	mux.Handle("POST /login", nethttp.New(login, guard.WithKey(keyfunc.ClientIP()))(loginHandler))
 //
 // It takes every [guard] option (key, skip, cost, count-if, headers,
-// body, …) plus [WithDenyHandler] and [WithRoute]. Allowed and denied
+// body, …) plus [WithDenyHandler], [WithChallengeHandler] (a policy's
+// core.Rule.Challenge) and [WithRoute]. Allowed and denied
 // responses carry X-RateLimit-Limit, X-RateLimit-Remaining and
 // X-RateLimit-Reset (or the IETF RateLimit fields, see guard.WithHeaders);
 // denials are 429 Too Many Requests with Retry-After. A key function that

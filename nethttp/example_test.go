@@ -204,3 +204,50 @@ func ExampleNew_perUser() {
 	// t-bob 200 1
 	// nobody 401
 }
+
+// Ask for a second factor from the 2nd attempt in 15 minutes, and refuse
+// after the 3rd: a challenged request gets the app's own answer, and a
+// request that carries the right code records the pass before the limiter
+// decides.
+func ExampleWithChallengeHandler() {
+	limiter, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{
+		Name:  "login",
+		Rules: []core.Rule{{Limit: 3, Window: 15 * time.Minute, Challenge: 2}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	user := keyfunc.Header("X-User")
+	limit := nethttp.New(limiter, guard.WithKey(user),
+		nethttp.WithChallengeHandler(func(w http.ResponseWriter, _ *http.Request, _ *guard.Verdict) {
+			http.Error(w, "send the code we texted you in X-OTP", http.StatusUnauthorized)
+		}))
+	// A real app checks the code it sent; this one takes "123456".
+	verify := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-OTP") == "123456" {
+				if key, err := user(keyfunc.FromHTTP(r, "")); err == nil {
+					_ = limiter.Pass(r.Context(), key)
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	login := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	h := verify(limit(login))
+
+	for _, otp := range []string{"", "", "123456", "", ""} {
+		req := httptest.NewRequest(http.MethodPost, "/login", nil)
+		req.Header.Set("X-User", "alice")
+		req.Header.Set("X-OTP", otp)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		fmt.Printf("otp=%q: %d %s", otp, rec.Code, rec.Body)
+	}
+	// Output:
+	// otp="": 200 ok
+	// otp="": 401 send the code we texted you in X-OTP
+	// otp="123456": 200 ok
+	// otp="": 200 ok
+	// otp="": 429 rate limit exceeded: retry after 900s
+}

@@ -8,11 +8,12 @@ import (
 	"github.com/ratekit/ratekit/guard"
 )
 
-// denyHandler and routeFunc are this adapter's own settings, carried by
-// guard.Native.
+// denyHandler, challengeHandler and routeFunc are this adapter's own
+// settings, carried by guard.Native.
 type (
-	denyHandler func(w http.ResponseWriter, r *http.Request, v *guard.Verdict)
-	routeFunc   func(r *http.Request) string
+	denyHandler      func(w http.ResponseWriter, r *http.Request, v *guard.Verdict)
+	challengeHandler func(w http.ResponseWriter, r *http.Request, v *guard.Verdict)
+	routeFunc        func(r *http.Request) string
 )
 
 // WithDenyHandler replaces the 429 answer. The rate-limit headers and
@@ -20,6 +21,20 @@ type (
 // answer is the guard's fixed body (see [Write]).
 func WithDenyHandler(h func(w http.ResponseWriter, r *http.Request, v *guard.Verdict)) guard.Option {
 	return guard.Native(denyHandler(h))
+}
+
+// WithChallengeHandler hands a challenged request to h instead of the
+// default answer: one that would reach a rule's Challenge
+// (core.Rule.Challenge) from a key that has not passed one
+// (guard.OutcomeChallenge); it consumed nothing. h asks for the CAPTCHA
+// or second factor the app's way; once the app has verified it, it calls
+// core.Limiter.Pass for the key, and the client's next request goes on.
+// The rate-limit headers are already set on w when h is called; there is
+// no Retry-After. By default the answer is 429 with an
+// application/problem+json body of type guard.ChallengeProblemType (see
+// [Write]).
+func WithChallengeHandler(h func(w http.ResponseWriter, r *http.Request, v *guard.Verdict)) guard.Option {
+	return guard.Native(challengeHandler(h))
 }
 
 // WithRoute sets how the route of a request is named for key functions
@@ -83,10 +98,11 @@ func LimitByUser(user any, limit int64, per time.Duration, opts ...guard.Option)
 // panics.
 func middleware(fn string, g *guard.Guard) func(http.Handler) http.Handler {
 	var (
-		deny  denyHandler
-		route routeFunc
+		deny      denyHandler
+		challenge challengeHandler
+		route     routeFunc
 	)
-	g.ReadNatives(fn, &deny, &route)
+	g.ReadNatives(fn, &deny, &challenge, &route)
 	finish := g.NeedsFinish()
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -100,11 +116,14 @@ func middleware(fn string, g *guard.Guard) func(http.Handler) http.Handler {
 			if !v.Proceed() {
 				// A copy, so that the allowed path keeps v on the stack.
 				vv := v
-				if deny != nil && vv.Outcome == guard.OutcomeDeny {
+				switch {
+				case deny != nil && vv.Outcome == guard.OutcomeDeny:
 					deny(w, r, &vv)
-					return
+				case challenge != nil && vv.Outcome == guard.OutcomeChallenge:
+					challenge(w, r, &vv)
+				default:
+					Write(w, &vv)
 				}
-				Write(w, &vv)
 				return
 			}
 			if !finish {
@@ -136,7 +155,8 @@ func serveAndFinish(next http.Handler, w http.ResponseWriter, r *http.Request, v
 
 // Write writes the guard's answer for a request that does not proceed:
 // status, content type and fixed body. Headers from v.WriteHTTPHeaders must be
-// set before. Deny handlers may call it to fall back to the default answer.
+// set before. Deny and challenge handlers may call it to fall back to the
+// default answer.
 func Write(w http.ResponseWriter, v *guard.Verdict) {
 	status, body := v.Answer(w.Header().Set)
 	w.WriteHeader(status)

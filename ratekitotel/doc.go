@@ -22,6 +22,8 @@
 //	ratekit.skips             counter    {policy}  requests not limited (skip rule, no key)
 //	ratekit.blocks            counter    {policy}  requests refused by a block rule (403)
 //	ratekit.lockouts          counter    {policy}  denials of a key locked out (also in ratekit.decisions)
+//	ratekit.challenges        counter    {policy}  requests challenged (Rule.Challenge; denied in ratekit.decisions)
+//	ratekit.passes            counter    {policy}  challenges passed (Limiter.Pass)
 //	ratekit.key_errors        counter    {policy}  requests whose key function failed
 //	ratekit.fallbacks         counter    {policy, source: local|open|closed}
 //	ratekit.deny_cache.hits   counter    {policy}

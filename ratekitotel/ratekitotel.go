@@ -47,6 +47,8 @@ type Observer struct {
 	skips        metric.Int64Counter
 	blocks       metric.Int64Counter
 	lockouts     metric.Int64Counter
+	challenges   metric.Int64Counter
+	passes       metric.Int64Counter
 	keyErrors    metric.Int64Counter
 	fallbacks    metric.Int64Counter
 	cacheHits    metric.Int64Counter
@@ -91,6 +93,8 @@ func New(meter metric.Meter, opts ...Option) (*Observer, error) {
 		skips:        counter("ratekit.skips", "{request}", "Requests not limited: a skip rule matched, the request had no key or cost nothing."),
 		blocks:       counter("ratekit.blocks", "{request}", "Requests refused by a block rule (403) without a decision."),
 		lockouts:     counter("ratekit.lockouts", "{decision}", "Denials of a key locked out (Policy.Lockout); also counted in ratekit.decisions."),
+		challenges:   counter("ratekit.challenges", "{decision}", "Requests challenged at a rule's Challenge threshold (Rule.Challenge); also counted as denied in ratekit.decisions."),
+		passes:       counter("ratekit.passes", "{event}", "Challenges passed (Limiter.Pass) and recorded by the store."),
 		keyErrors:    counter("ratekit.key_errors", "{request}", "Requests whose key function failed."),
 		fallbacks:    counter("ratekit.fallbacks", "{decision}", "Decisions made by the failure policy because the store failed, by source (local, open, closed)."),
 		cacheHits:    counter("ratekit.deny_cache.hits", "{decision}", "Denials answered by the limiter's deny cache without a store call."),
@@ -135,6 +139,9 @@ func (o *Observer) Observe(ctx context.Context, e core.Event) {
 		if d.Locked && !d.Allowed {
 			o.lockouts.Add(ctx, 1, a.policy...)
 		}
+		if d.Challenged {
+			o.challenges.Add(ctx, 1, a.policy...)
+		}
 		switch {
 		case d.Source == core.SourceCache:
 			o.cacheHits.Add(ctx, 1, a.policy...)
@@ -153,6 +160,8 @@ func (o *Observer) Observe(ctx context.Context, e core.Event) {
 		o.breakerOpens.Add(ctx, 1, a.policy...)
 	case core.EventBreakerClose:
 		o.breakerOpen.Record(ctx, 0, a.gaugePoint...)
+	case core.EventPass:
+		o.passes.Add(ctx, 1, a.policy...)
 	case core.EventSkip:
 		o.skips.Add(ctx, 1, a.policy...)
 	case core.EventBlock:

@@ -101,6 +101,10 @@ func TestMetrics(t *testing.T) {
 		{"ratekit.decisions{ratekit.outcome=allowed,ratekit.policy=flaky,ratekit.source=store}", 1},
 		{"ratekit.breaker.opens{ratekit.policy=flaky}", 1},
 		{"ratekit.breaker.open{ratekit.policy=flaky}", 0},
+		{"ratekit.challenges{ratekit.policy=captcha}", 2},
+		{"ratekit.passes{ratekit.policy=captcha}", 1},
+		{"ratekit.decisions{ratekit.outcome=denied,ratekit.policy=captcha,ratekit.source=store}", 2},
+		{"ratekit.decisions{ratekit.outcome=allowed,ratekit.policy=captcha,ratekit.source=store}", 1},
 	}
 	for _, tc := range tests {
 		v, ok := got[tc.series]
@@ -118,7 +122,7 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("collected %d series, want %d: %v", len(got), len(tests), got)
 	}
 	for s := range got {
-		if strings.Contains(s, "alice") || strings.Contains(s, "carol") || strings.Contains(s, "bob") {
+		if strings.Contains(s, "alice") || strings.Contains(s, "carol") || strings.Contains(s, "bob") || strings.Contains(s, "trudy") {
 			t.Errorf("series %s carries a key", s)
 		}
 	}

@@ -26,6 +26,9 @@
 //	ratekit_blocks_total{policy}                    requests refused by a block rule (403)
 //	ratekit_lockouts_total{policy}                  denials of a key locked out (Policy.Lockout;
 //	                                                also counted as denied decisions)
+//	ratekit_challenges_total{policy}                requests challenged (Rule.Challenge; also
+//	                                                counted as denied decisions)
+//	ratekit_passes_total{policy}                    challenges passed (Limiter.Pass)
 //	ratekit_key_errors_total{policy}                requests whose key function failed
 //	ratekit_fallbacks_total{policy,source}          decisions made by the failure policy
 //	                                                because the store failed (local, open, closed)

@@ -63,6 +63,8 @@ type Observer struct {
 	skips        *prometheus.CounterVec
 	blocks       *prometheus.CounterVec
 	lockouts     *prometheus.CounterVec
+	challenges   *prometheus.CounterVec
+	passes       *prometheus.CounterVec
 	keyErrors    *prometheus.CounterVec
 	fallbacks    *prometheus.CounterVec
 	cacheHits    *prometheus.CounterVec
@@ -82,6 +84,8 @@ type policyMetrics struct {
 	skips        prometheus.Counter
 	blocks       prometheus.Counter
 	lockouts     prometheus.Counter
+	challenges   prometheus.Counter
+	passes       prometheus.Counter
 	keyErrors    prometheus.Counter
 	cacheHits    prometheus.Counter
 	storeErrors  prometheus.Counter
@@ -107,6 +111,8 @@ func New(opts ...Option) *Observer {
 		skips:       counter("skips_total", "Requests not limited: a skip rule matched, the request had no key or cost nothing.", "policy"),
 		blocks:      counter("blocks_total", "Requests refused by a block rule (403) without a decision.", "policy"),
 		lockouts:    counter("lockouts_total", "Denials of a key locked out (Policy.Lockout); also counted in decisions_total.", "policy"),
+		challenges:  counter("challenges_total", "Requests challenged at a rule's Challenge threshold (Rule.Challenge); also counted as denied in decisions_total.", "policy"),
+		passes:      counter("passes_total", "Challenges passed (Limiter.Pass) and recorded by the store.", "policy"),
 		keyErrors:   counter("key_errors_total", "Requests whose key function failed.", "policy"),
 		fallbacks:   counter("fallbacks_total", "Decisions made by the failure policy because the store failed, by source (local, open, closed).", "policy", "source"),
 		cacheHits:   counter("deny_cache_hits_total", "Denials answered by the limiter's deny cache without a store call.", "policy"),
@@ -124,8 +130,8 @@ func New(opts ...Option) *Observer {
 }
 
 func (o *Observer) collectors() []prometheus.Collector {
-	return []prometheus.Collector{o.decisions, o.dryRun, o.skips, o.blocks, o.lockouts, o.keyErrors, o.fallbacks, o.cacheHits,
-		o.storeErrors, o.latency, o.breakerOpen, o.breakerOpens}
+	return []prometheus.Collector{o.decisions, o.dryRun, o.skips, o.blocks, o.lockouts, o.challenges, o.passes, o.keyErrors,
+		o.fallbacks, o.cacheHits, o.storeErrors, o.latency, o.breakerOpen, o.breakerOpens}
 }
 
 // Describe implements [prometheus.Collector].
@@ -160,6 +166,9 @@ func (o *Observer) Observe(_ context.Context, e core.Event) {
 		if d.Locked && !d.Allowed {
 			m.lockouts.Inc()
 		}
+		if d.Challenged {
+			m.challenges.Inc()
+		}
 		switch {
 		case d.Source == core.SourceCache:
 			m.cacheHits.Inc()
@@ -182,6 +191,8 @@ func (o *Observer) Observe(_ context.Context, e core.Event) {
 		m.breakerOpens.Inc()
 	case core.EventBreakerClose:
 		m.breakerOpen.Set(0)
+	case core.EventPass:
+		m.passes.Inc()
 	case core.EventSkip:
 		m.skips.Inc()
 	case core.EventBlock:
@@ -227,6 +238,8 @@ func (o *Observer) policy(name string) *policyMetrics {
 		skips:        o.skips.WithLabelValues(name),
 		blocks:       o.blocks.WithLabelValues(name),
 		lockouts:     o.lockouts.WithLabelValues(name),
+		challenges:   o.challenges.WithLabelValues(name),
+		passes:       o.passes.WithLabelValues(name),
 		keyErrors:    o.keyErrors.WithLabelValues(name),
 		cacheHits:    o.cacheHits.WithLabelValues(name),
 		storeErrors:  o.storeErrors.WithLabelValues(name),

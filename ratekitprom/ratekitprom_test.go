@@ -113,6 +113,11 @@ func TestMetricsScrape(t *testing.T) {
 		{"ratekit_breaker_opens_total", []string{"policy=flaky"}, 1},
 		{"ratekit_breaker_open", []string{"policy=flaky"}, 0},
 		{"ratekit_breaker_open", []string{"policy=login"}, 0},
+		{"ratekit_challenges_total", []string{"policy=captcha"}, 2},
+		{"ratekit_challenges_total", []string{"policy=login"}, 0},
+		{"ratekit_passes_total", []string{"policy=captcha"}, 1},
+		{"ratekit_decisions_total", []string{"outcome=denied", "policy=captcha", "source=store"}, 2},
+		{"ratekit_decisions_total", []string{"outcome=allowed", "policy=captcha", "source=store"}, 1},
 	}
 	for _, tc := range tests {
 		got, ok := value(fams, tc.name, tc.labels...)
@@ -128,7 +133,7 @@ func TestMetricsScrape(t *testing.T) {
 	for name, f := range fams {
 		for _, m := range f.GetMetric() {
 			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "key" || strings.Contains(lp.GetValue(), "alice") || strings.Contains(lp.GetValue(), "carol") {
+				if lp.GetName() == "key" || strings.Contains(lp.GetValue(), "alice") || strings.Contains(lp.GetValue(), "carol") || strings.Contains(lp.GetValue(), "trudy") {
 					t.Errorf("%s has label %s=%q: keys must never be labels", name, lp.GetName(), lp.GetValue())
 				}
 			}

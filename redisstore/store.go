@@ -66,12 +66,13 @@ const defaultBatch = 64
 // each following its own redirect.
 //
 // A Store offers every optional capability of the core package: leases
-// ([core.Leases]), invalidations between instances over pub/sub
-// ([core.Invalidator]), the count of instances ([core.Fleet]), breakers
-// per Cluster master ([core.Partitioned]), a check of the server
-// ([core.Checker]) and the keys refused most, summed over the instances
-// ([core.Refusals]). It is safe for concurrent use. It does not close the
-// client: the caller owns it.
+// ([core.Leases]), challenges ([core.Challenges]), invalidations
+// between instances over pub/sub ([core.Invalidator]), the count of
+// instances ([core.Fleet]), breakers per Cluster master
+// ([core.Partitioned]), a check of the server ([core.Checker]) and the
+// keys refused most, summed over the instances ([core.Refusals]). It is
+// safe for concurrent use. It does not close the client: the caller owns
+// it.
 type Store struct {
 	client    redis.UniversalClient
 	cluster   bool // slot by slot
@@ -93,6 +94,7 @@ type Store struct {
 var (
 	_ core.Store       = (*Store)(nil)
 	_ core.Leases      = (*Store)(nil)
+	_ core.Challenges  = (*Store)(nil)
 	_ core.Invalidator = (*Store)(nil)
 	_ core.Fleet       = (*Store)(nil)
 	_ core.Partitioned = (*Store)(nil)
@@ -268,6 +270,14 @@ func (s *Store) Refund(ctx context.Context, q core.Query, at int64) error {
 	return err
 }
 
+// Pass implements [core.Challenges]: the pass is a field of the key's
+// one hash, read by its decisions in the same script call, and deleted
+// with the key by Reset.
+func (s *Store) Pass(ctx context.Context, q core.Query) error {
+	_, err := s.decide(ctx, &q, redislib.OpPass, 0)
+	return err
+}
+
 // decide runs one operation of q, waiting for its answer until ctx ends.
 func (s *Store) decide(ctx context.Context, q *core.Query, op byte, at int64) (core.Result, error) {
 	if err := ctx.Err(); err != nil {
@@ -282,7 +292,7 @@ func (s *Store) decide(ctx context.Context, q *core.Query, op byte, at int64) (c
 		// The caller gave up; the flight still owns c.
 		return core.Result{}, fmt.Errorf("ratekit: redis store: %w", err)
 	}
-	res, err := core.Result{Allowed: c.Allowed, At: c.When, Rules: c.Rules, LockedFor: c.LockedFor}, c.Err
+	res, err := core.Result{Allowed: c.Allowed, At: c.When, Rules: c.Rules, LockedFor: c.LockedFor, Challenged: c.Challenged}, c.Err
 	redislib.Put(c)
 	if err != nil {
 		return core.Result{}, fmt.Errorf("ratekit: redis store: %w", err)
@@ -619,7 +629,7 @@ func (s *Store) runAndWait(ctx context.Context, c *redislib.Call) {
 		c.Err = ctx.Err()
 		return
 	}
-	c.Allowed, c.When, c.Rules, c.LockedFor, c.Used, c.Err = done.Allowed, done.When, done.Rules, done.LockedFor, done.Used, done.Err
+	c.Allowed, c.Challenged, c.When, c.Rules, c.LockedFor, c.Used, c.Err = done.Allowed, done.Challenged, done.When, done.Rules, done.LockedFor, done.Used, done.Err
 }
 
 // takeAndWait is runAndWait's work, on a call of its own.

@@ -63,11 +63,12 @@ const defaultBatch = 64
 // again at once one key per call.
 //
 // A Store offers every optional capability of the core package: leases
-// ([core.Leases]), invalidations between instances over pub/sub
-// ([core.Invalidator]), the count of instances ([core.Fleet]), breakers
-// per Cluster master ([core.Partitioned]), a check of the server
-// ([core.Checker]) and the keys refused most, summed over the instances
-// ([core.Refusals]). Unlike redisstore it cannot wait for replicas
+// ([core.Leases]), challenges ([core.Challenges]), invalidations
+// between instances over pub/sub ([core.Invalidator]), the count of
+// instances ([core.Fleet]), breakers per Cluster master
+// ([core.Partitioned]), a check of the server ([core.Checker]) and the
+// keys refused most, summed over the instances ([core.Refusals]).
+// Unlike redisstore it cannot wait for replicas
 // (redisstore.WithWaitReplicas). It is safe for concurrent use. It does
 // not close the client: the caller owns it. The store's goroutines (the
 // subscription, and the fleet's announcements) end with [Store.Close], or
@@ -100,6 +101,7 @@ type Store struct {
 var (
 	_ core.Store       = (*Store)(nil)
 	_ core.Leases      = (*Store)(nil)
+	_ core.Challenges  = (*Store)(nil)
 	_ core.Invalidator = (*Store)(nil)
 	_ core.Fleet       = (*Store)(nil)
 	_ core.Partitioned = (*Store)(nil)
@@ -244,6 +246,14 @@ func (s *Store) Refund(ctx context.Context, q core.Query, at int64) error {
 	return err
 }
 
+// Pass implements [core.Challenges]: the pass is a field of the key's
+// one hash, read by its decisions in the same script call, and deleted
+// with the key by Reset.
+func (s *Store) Pass(ctx context.Context, q core.Query) error {
+	_, err := s.decide(ctx, &q, redislib.OpPass, 0)
+	return err
+}
+
 // decide runs one operation of q, waiting for its answer until ctx ends.
 func (s *Store) decide(ctx context.Context, q *core.Query, op byte, at int64) (core.Result, error) {
 	if err := ctx.Err(); err != nil {
@@ -258,7 +268,7 @@ func (s *Store) decide(ctx context.Context, q *core.Query, op byte, at int64) (c
 		// The caller gave up; the flight still owns c.
 		return core.Result{}, fmt.Errorf("ratekit: rueidis store: %w", err)
 	}
-	res, err := core.Result{Allowed: c.Allowed, At: c.When, Rules: c.Rules, LockedFor: c.LockedFor}, c.Err
+	res, err := core.Result{Allowed: c.Allowed, At: c.When, Rules: c.Rules, LockedFor: c.LockedFor, Challenged: c.Challenged}, c.Err
 	redislib.Put(c)
 	if err != nil {
 		return core.Result{}, fmt.Errorf("ratekit: rueidis store: %w", err)

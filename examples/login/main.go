@@ -8,15 +8,37 @@
 //     (core.Lockout);
 //   - per account (the username, trimmed and case-folded, stored in Redis
 //     only as a keyed hash): 5 failures per 15 minutes, forgotten after a
-//     successful login.
+//     successful login; from the 3rd attempt after 2 failures, the login
+//     asks for a CAPTCHA first (core.Rule.Challenge).
 //
 // Each limiter reserves a unit before the password is checked and gives it
 // back when the login succeeds, so 50 concurrent guesses at one account
-// reach the password check exactly 5 times, and a user who logs in
-// correctly a thousand times is never limited. Denials are 429 with
-// Retry-After and an RFC 9457 problem+json body naming the limit
-// ("login-ip" or "login-account"); no X-RateLimit fields are sent, so
-// that nobody can read how many failures an account has.
+// reach the password check exactly 2 times without a CAPTCHA and 5 times
+// with one, and a user who logs in correctly a thousand times is never
+// limited. Denials are 429 with Retry-After and an RFC 9457 problem+json
+// body naming the limit ("login-ip" or "login-account"); no X-RateLimit
+// fields are sent, so that nobody can read how many failures an account
+// has.
+//
+// # Challenge before lockout
+//
+// After 2 failures the account's next attempt is challenged instead of
+// checked: 429 with a problem+json body of type guard.ChallengeProblemType,
+// no Retry-After, and a "captcha" member with the question. The client
+// sends the login again with the answer in a "captcha" field; the app
+// verifies it and records the pass (core.Limiter.Pass) before the account
+// limiter decides, and the attempts go on, counted as before, until the
+// 5th failure is refused. A challenged attempt counts toward nothing. A
+// wrong answer is 403, which the per-IP limit counts as a failure. The
+// pass lasts the 15 minutes, on every instance; a successful login
+// forgets it with the failures. The CAPTCHA here is a stub whose answer
+// is "human": a real app verifies the token of its CAPTCHA widget with
+// the provider (reCAPTCHA, hCaptcha, Turnstile) or checks a second factor
+// at that point.
+//
+//	curl -s -d username=alice -d password=guess localhost:8081/login     # 401, twice
+//	curl -s -d username=alice -d password=guess localhost:8081/login     # 429: {"type":"…#challenge-before-lockout",…,"captcha":"type the word \"human\""}
+//	curl -s -d username=alice -d password=wonderland -d captcha=human localhost:8081/login   # {"user":"alice"}
 //
 // Demo users: alice / wonderland and bob / builder.
 //
@@ -68,17 +90,20 @@
 //     successful login.
 //
 // An attacker with many addresses can still keep an account locked by
-// failing 5 times per window from each of them. Shorter windows shorten
-// the lockout but let a patient guesser try more often; pair the limits
-// with a second factor or a CAPTCHA after a few failures where that
-// matters.
+// failing 5 times per window from each of them, if it answers the CAPTCHA
+// each time. Shorter windows shorten the lockout but let a patient
+// guesser try more often; the CAPTCHA after 2 failures makes every
+// guess past them cost a solved challenge.
 package main
 
 import (
+	"context"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"log"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -131,15 +156,17 @@ func main() {
 
 // config holds the limits of the login route; tests shorten the windows.
 type config struct {
-	ipFailures      int64                      // failed logins per client IP per window
-	ipLockout       core.Lockout               // how long an address over its limit stays refused
-	accountFailures int64                      // failed logins per account per window
-	window          time.Duration              // the window of both limits
-	clientIP        keyfunc.Func               // how the client IP is found
-	block           func(keyfunc.Request) bool // clients refused outright; nil: none
-	accountSecret   []byte                     // HMAC key of account keys; nil: keyfunc's public default
-	limiterOptions  []core.Option              // options of both limiters
-	adminToken      string                     // bearer token of the admin routes; "" does not mount them
+	ipFailures       int64                                         // failed logins per client IP per window
+	ipLockout        core.Lockout                                  // how long an address over its limit stays refused
+	accountFailures  int64                                         // failed logins per account per window
+	accountChallenge int64                                         // the attempt (failures + 1) from which a CAPTCHA is asked; 0: never
+	verifyCaptcha    func(ctx context.Context, answer string) bool // checks an answer to the CAPTCHA
+	window           time.Duration                                 // the window of both limits
+	clientIP         keyfunc.Func                                  // how the client IP is found
+	block            func(keyfunc.Request) bool                    // clients refused outright; nil: none
+	accountSecret    []byte                                        // HMAC key of account keys; nil: keyfunc's public default
+	limiterOptions   []core.Option                                 // options of both limiters
+	adminToken       string                                        // bearer token of the admin routes; "" does not mount them
 }
 
 func defaultConfig() config {
@@ -147,19 +174,34 @@ func defaultConfig() config {
 		ipFailures:      20,
 		ipLockout:       core.Lockout{For: time.Hour, Max: 24 * time.Hour},
 		accountFailures: 5,
-		window:          15 * time.Minute,
-		clientIP:        keyfunc.ClientIP(),
+		// The 3rd attempt after 2 failures asks for a CAPTCHA.
+		accountChallenge: 3,
+		verifyCaptcha:    stubCaptcha,
+		window:           15 * time.Minute,
+		clientIP:         keyfunc.ClientIP(),
 	}
+}
+
+// captchaQuestion is the demo CAPTCHA's question, and stubCaptcha checks
+// its answer. A real app asks its CAPTCHA provider to verify the token
+// the widget gave the client (reCAPTCHA, hCaptcha, Turnstile: one HTTPS
+// call), or checks a second factor (a TOTP code of the account) here.
+const captchaQuestion = `type the word "human"`
+
+func stubCaptcha(_ context.Context, answer string) bool {
+	return subtle.ConstantTimeCompare([]byte(strings.ToLower(strings.TrimSpace(answer))), []byte("human")) == 1
 }
 
 // app is the login service: its router and the two limiters in front of
 // the password check.
 type app struct {
-	router  *gin.Engine
-	ip      *core.Limiter // failures per client IP
-	account *core.Limiter // failures per account
-	users   authenticator
-	checks  atomic.Int64 // password checks made: what the limiters protect
+	router     *gin.Engine
+	ip         *core.Limiter // failures per client IP
+	account    *core.Limiter // failures per account
+	accountKey keyfunc.Func  // the account limiter's key function
+	verify     func(ctx context.Context, answer string) bool
+	users      authenticator
+	checks     atomic.Int64 // password checks made: what the limiters protect
 }
 
 // newApp builds the service on store.
@@ -174,12 +216,13 @@ func newApp(store core.Store, users authenticator, cfg config) (*app, error) {
 	}
 	accountLimit, err := core.NewLimiter(store, core.Policy{
 		Name:  "login-account",
-		Rules: []core.Rule{{Limit: cfg.accountFailures, Window: cfg.window}},
+		Rules: []core.Rule{{Limit: cfg.accountFailures, Window: cfg.window, Challenge: cfg.accountChallenge}},
 	}, cfg.limiterOptions...)
 	if err != nil {
 		return nil, err
 	}
-	a := &app{router: gin.New(), ip: ipLimit, account: accountLimit, users: users}
+	a := &app{router: gin.New(), ip: ipLimit, account: accountLimit, users: users, verify: cfg.verifyCaptcha,
+		accountKey: personal.Account(personal.Secret(cfg.accountSecret))}
 	a.router.Use(gin.Recovery())
 
 	// Per IP first: an address over its limit is refused before its
@@ -195,13 +238,18 @@ func newApp(store core.Store, users authenticator, cfg config) (*app, error) {
 		guard.WithHeaders(guard.HeadersNone),
 	)
 	perAccount := ginlimit.New(accountLimit,
-		guard.WithKey(personal.Account(personal.Secret(cfg.accountSecret))),
+		guard.WithKey(a.accountKey),
 		guard.WithCountIf(guard.StatusAuthFailure),
 		guard.WithResetIf(guard.StatusSuccess),
 		guard.WithBody(guard.BodyProblem),
 		guard.WithHeaders(guard.HeadersNone),
+		ginlimit.WithChallengeHandler(askForCaptcha),
 	)
-	a.router.POST("/login", perIP, perAccount, a.login)
+	if cfg.accountChallenge > 0 {
+		a.router.POST("/login", perIP, a.answerChallenge, perAccount, a.login)
+	} else {
+		a.router.POST("/login", perIP, perAccount, a.login)
+	}
 
 	if cfg.adminToken != "" {
 		// Support staff peek at and unlock keys here. The account
@@ -229,10 +277,86 @@ func bearer(token string, next http.Handler) http.Handler {
 	})
 }
 
-// credentials is the body of POST /login, JSON or form.
+// credentials is the body of POST /login, JSON or form. Captcha is the
+// answer to a challenge, when the client was asked for one.
 type credentials struct {
 	Username string `json:"username" form:"username"`
 	Password string `json:"password" form:"password"`
+	Captcha  string `json:"captcha,omitempty" form:"captcha"`
+}
+
+// askForCaptcha answers an attempt the account limiter challenged: the
+// guard's default answer (429, problem+json of the challenge type, no
+// Retry-After), with the question the client must answer in its next
+// login's captcha field.
+func askForCaptcha(c *gin.Context, v *guard.Verdict) {
+	body, err := json.Marshal(map[string]any{
+		"type":                guard.ChallengeProblemType,
+		"title":               "Challenge required",
+		"status":              http.StatusTooManyRequests,
+		"detail":              "send the login again with the answer in the captcha field",
+		"challenged-policies": []string{v.ItemName()},
+		"captcha":             captchaQuestion,
+	})
+	if err != nil {
+		ginlimit.Write(c, v) // the default answer
+		return
+	}
+	c.Header("X-Content-Type-Options", "nosniff")
+	c.Data(http.StatusTooManyRequests, "application/problem+json", append(body, '\n'))
+}
+
+// maxLoginBody bounds the body answerChallenge reads.
+const maxLoginBody = 64 << 10
+
+// answerChallenge runs before the account limiter: a login that carries
+// a right answer to the CAPTCHA records that its account passed the
+// challenge (core.Limiter.Pass), so that the limiter admits it and the
+// account's next attempts; a wrong answer is refused with 403, which the
+// per-IP limiter counts as a failure. A login without an answer goes on
+// as it is. The body stays readable by the handler.
+func (a *app) answerChallenge(c *gin.Context) {
+	r := keyfunc.FromHTTP(c.Request, c.FullPath())
+	answer := captchaField(r)
+	if answer == "" {
+		return // gin runs the rest of the chain
+	}
+	ctx := c.Request.Context()
+	if !a.verify(ctx, answer) {
+		c.AbortWithStatusJSON(http.StatusForbidden, gin.H{"error": "wrong CAPTCHA answer"})
+		return
+	}
+	key, err := a.accountKey(r)
+	if err != nil {
+		return // the account limiter refuses the request (400)
+	}
+	if err := a.account.Pass(ctx, key); err != nil {
+		// Not recorded: the account limiter challenges the attempt again.
+		log.Printf("login: recording a passed CAPTCHA: %v", err)
+	}
+}
+
+// captchaField returns the captcha field of a login's JSON or form body;
+// "" when there is none or the body cannot be read.
+func captchaField(r keyfunc.Request) string {
+	body, err := r.Body(maxLoginBody)
+	if err != nil {
+		return ""
+	}
+	if strings.HasPrefix(r.Header("Content-Type"), "application/json") {
+		var v struct {
+			Captcha string `json:"captcha"`
+		}
+		if json.Unmarshal(body, &v) != nil {
+			return ""
+		}
+		return v.Captcha
+	}
+	form, err := url.ParseQuery(string(body))
+	if err != nil {
+		return ""
+	}
+	return form.Get("captcha")
 }
 
 // login checks a password. Unknown users and wrong passwords get the same

@@ -72,10 +72,21 @@ type answer struct {
 	status     int
 	retryAfter int    // Retry-After in seconds; 0 when absent
 	policy     string // the limit a 429 names in its problem body
+	challenged bool   // the 429 asks for a CAPTCHA
 }
 
+// jsonBody is a login that answers the CAPTCHA, as a client does once it
+// has been asked: the tests of the limits see every attempt counted, as
+// they would without the challenge (TestChallengeBeforeLockout sends
+// logins without an answer).
 func jsonBody(user, password string) string {
-	b, _ := json.Marshal(credentials{Username: user, Password: password})
+	return loginBody(user, password, "human")
+}
+
+// loginBody is a JSON login with the CAPTCHA answer captcha ("" for
+// none).
+func loginBody(user, password, captcha string) string {
+	b, _ := json.Marshal(credentials{Username: user, Password: password, Captcha: captcha})
 	return string(b)
 }
 
@@ -91,12 +102,22 @@ func read(t *testing.T, status int, h http.Header, body io.Reader) answer {
 	}
 	if status == http.StatusTooManyRequests {
 		var p struct {
-			Violated []string `json:"violated-policies"`
+			Type       string   `json:"type"`
+			Violated   []string `json:"violated-policies"`
+			Challenged []string `json:"challenged-policies"`
+			Captcha    string   `json:"captcha"`
 		}
-		if err := json.NewDecoder(body).Decode(&p); err != nil || len(p.Violated) != 1 {
-			t.Fatalf("429 body is not a problem naming one policy: %+v, %v", p, err)
+		if err := json.NewDecoder(body).Decode(&p); err != nil {
+			t.Fatalf("429 body is not JSON: %v", err)
 		}
-		a.policy = p.Violated[0]
+		switch {
+		case p.Type == guard.ChallengeProblemType && len(p.Challenged) == 1 && p.Captcha != "" && a.retryAfter == 0:
+			a.policy, a.challenged = p.Challenged[0], true
+		case p.Type == guard.ProblemType && len(p.Violated) == 1:
+			a.policy = p.Violated[0]
+		default:
+			t.Fatalf("429 body is neither a denial naming one policy nor a challenge with a question and no Retry-After: %+v", p)
+		}
 	}
 	return a
 }
@@ -113,10 +134,17 @@ func serve(t *testing.T, a *app, ip, user, password string) answer {
 	return read(t, rec.Code, rec.Header(), rec.Body)
 }
 
-// post sends one JSON login over the loopback server.
+// post sends one JSON login over the loopback server, answering the
+// CAPTCHA.
 func post(t *testing.T, c *http.Client, url, user, password string) answer {
 	t.Helper()
-	res, err := c.Post(url+"/login", "application/json", strings.NewReader(jsonBody(user, password)))
+	return postBody(t, c, url, jsonBody(user, password))
+}
+
+// postBody sends one JSON login body over the loopback server.
+func postBody(t *testing.T, c *http.Client, url, body string) answer {
+	t.Helper()
+	res, err := c.Post(url+"/login", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Errorf("POST /login: %v", err)
 		return answer{}
@@ -446,8 +474,11 @@ func TestSupportUnlocksEveryInstance(t *testing.T) {
 		}
 		return stdout.String()
 	}
-	if out := ratekit("peek", "-policy", "login-account", "-rules", "5/15m", "-account", "Alice"); !strings.Contains(out, "a request now: denied") {
-		t.Fatalf("ratekit peek -account Alice:\n%s\nwant denied", out)
+	if out := ratekit("peek", "-policy", "login-account", "-rules", "5/15m", "-account", "Alice"); !strings.Contains(out, "a request now: denied") ||
+		!strings.Contains(out, "sliding log: 5 units") || !strings.Contains(out, "challenge passed: until") {
+		t.Fatalf("ratekit peek -account Alice:\n%s\nwant 5 units, her passed CAPTCHA, denied", out)
+	} else {
+		t.Logf("ratekit peek -account Alice:\n%s", out)
 	}
 	if out := ratekit("reset", "-policy", "login-account", "-account", "alice"); !strings.Contains(out, "deleted 1 Redis key") {
 		t.Fatalf("ratekit reset -account alice:\n%s\nwant 1 Redis key deleted", out)
@@ -673,5 +704,129 @@ func TestSupportUnlocksThroughAdminRoutes(t *testing.T) {
 	plain.router.ServeHTTP(rec, req)
 	if rec.Code != http.StatusNotFound {
 		t.Errorf("admin route without LOGIN_ADMIN_TOKEN: %d, want 404 (not mounted)", rec.Code)
+	}
+}
+
+// TestChallengeBeforeLockout: two instances of the example on one store
+// (Redis: a client each on one server; memory: one MemoryStore). Alice
+// fails twice; then 20 concurrent wrong passwords without an answer, over
+// both instances, are all asked for the CAPTCHA and none reaches the
+// password check; a wrong answer is 403, which the IP limit counts; 20
+// concurrent wrong passwords with the answer reach the check exactly 3
+// more times (5 in all) and the other 17 are denied by login-account,
+// which then refuses her right password too. Bob, asked for the CAPTCHA
+// after 2 failures, logs in with it: his failures and his pass are
+// forgotten, so after 2 more failures he is asked again.
+func TestChallengeBeforeLockout(t *testing.T) {
+	for _, sc := range []struct {
+		name   string
+		stores func(t *testing.T) [2]core.Store
+	}{
+		{"memory", func(*testing.T) [2]core.Store {
+			s := core.NewMemoryStore()
+			return [2]core.Store{s, s}
+		}},
+		{"redis", func(t *testing.T) [2]core.Store {
+			srv := redistest.Start(t)
+			return [2]core.Store{redisstore.New(srv.Client(t)), redisstore.New(srv.Client(t))}
+		}},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			users := plainUsers{"alice": "wonderland", "bob": "builder"}
+			cfg := testConfig()
+			cfg.ipFailures = 1000 // this test is about the account limit
+			cfg.ipLockout = core.Lockout{}
+			var (
+				apps [2]*app
+				urls [2]string
+			)
+			for i, st := range sc.stores(t) {
+				apps[i] = newTestApp(t, st, users, cfg)
+				srv := httptest.NewServer(apps[i].router)
+				t.Cleanup(srv.Close)
+				urls[i] = srv.URL
+			}
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 30 * time.Second}
+			t.Cleanup(client.CloseIdleConnections)
+			checks := func() int64 { return apps[0].checks.Load() + apps[1].checks.Load() }
+			// flood sends 20 logins with body at once, alternating
+			// instances, and counts what they got.
+			flood := func(body string) map[string]int {
+				var (
+					wg     sync.WaitGroup
+					mu     sync.Mutex
+					counts = map[string]int{}
+				)
+				for i := range 20 {
+					wg.Go(func() {
+						ans := postBody(t, client, urls[i%2], body)
+						kind := strconv.Itoa(ans.status)
+						switch {
+						case ans.challenged && ans.policy == "login-account":
+							kind = "challenge"
+						case ans.status == http.StatusTooManyRequests && ans.policy == "login-account" && ans.retryAfter >= 1 && ans.retryAfter <= 900:
+							kind = "deny"
+						}
+						mu.Lock()
+						counts[kind]++
+						mu.Unlock()
+					})
+				}
+				wg.Wait()
+				return counts
+			}
+
+			for i := range 2 {
+				if ans := postBody(t, client, urls[i], loginBody("alice", "guess", "")); ans.status != http.StatusUnauthorized {
+					t.Fatalf("alice's wrong password %d: %+v, want 401", i+1, ans)
+				}
+			}
+			if got := flood(loginBody("alice", "guess", "")); got["challenge"] != 20 || checks() != 2 {
+				t.Fatalf("20 wrong passwords without a CAPTCHA after 2 failures: %v, %d password checks; want 20 challenges, 2 checks", got, checks())
+			}
+			if ans := postBody(t, client, urls[1], loginBody("alice", "guess", "robot")); ans.status != http.StatusForbidden || checks() != 2 {
+				t.Fatalf("a wrong CAPTCHA answer: %+v, %d checks; want 403 and no check", ans, checks())
+			}
+			if got := used(t, apps[0].ip, "127.0.0.1"); got != 3 {
+				t.Errorf("the IP limit holds %d failures, want 3: 2 passwords and the wrong answer, no challenge", got)
+			}
+			alice := accountKey(t, "alice")
+			if got := used(t, apps[1].account, alice); got != 2 {
+				t.Errorf("alice's account limit holds %d failures after the challenges, want 2", got)
+			}
+
+			if got := flood(loginBody("alice", "guess", "human")); got["401"] != 3 || got["deny"] != 17 || checks() != 5 {
+				t.Fatalf("20 wrong passwords with the CAPTCHA answered: %v, %d password checks; want 3×401, 17 denied by login-account, 5 checks", got, checks())
+			}
+			for i, a := range apps {
+				if got := used(t, a.account, alice); got != 5 {
+					t.Errorf("instance %d: alice's account limit holds %d failures, want 5", i, got)
+				}
+			}
+			if ans := postBody(t, client, urls[0], loginBody("alice", "wonderland", "human")); ans.status != http.StatusTooManyRequests || ans.challenged || ans.policy != "login-account" {
+				t.Errorf("alice's right password with the CAPTCHA after 5 failures: %+v, want 429 by login-account", ans)
+			}
+
+			for i := range 2 {
+				if ans := postBody(t, client, urls[i], loginBody("bob", "nope", "")); ans.status != http.StatusUnauthorized {
+					t.Fatalf("bob's wrong password %d: %+v, want 401", i+1, ans)
+				}
+			}
+			if ans := postBody(t, client, urls[0], loginBody("bob", "builder", "")); !ans.challenged {
+				t.Fatalf("bob's right password without the CAPTCHA after 2 failures: %+v, want a challenge", ans)
+			}
+			if ans := postBody(t, client, urls[1], loginBody("bob", "builder", "human")); ans.status != http.StatusOK {
+				t.Fatalf("bob's right password with the CAPTCHA: %+v, want 200", ans)
+			}
+			for i := range 2 {
+				if ans := postBody(t, client, urls[i], loginBody("bob", "nope", "")); ans.status != http.StatusUnauthorized {
+					t.Fatalf("bob's wrong password %d after his login: %+v, want 401", i+1, ans)
+				}
+			}
+			if ans := postBody(t, client, urls[0], loginBody("bob", "nope", "")); !ans.challenged {
+				t.Errorf("bob's 3rd failure after his login: %+v, want a challenge: his pass went with his failures", ans)
+			}
+		})
 	}
 }

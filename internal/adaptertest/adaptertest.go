@@ -74,6 +74,10 @@ type Options struct {
 	// DenyHandler asks for the adapter's native deny handler, answering
 	// with [DenyReply] the framework's way.
 	DenyHandler bool
+	// ChallengeHandler asks for the adapter's native challenge handler
+	// (WithChallengeHandler), answering with [ChallengeReply] the
+	// framework's way.
+	ChallengeHandler bool
 	// Decompress asks for request bodies with Content-Encoding: gzip to
 	// be decoded before the limiter, as a decompressing middleware does:
 	// net/http, gin and echo servers wrap their handler in [Gunzip];
@@ -105,8 +109,8 @@ type Also struct {
 }
 
 // GuardOptions translates the neutral fields of o into guard options,
-// which every adapter takes as they are. o.DenyHandler is the adapter's to
-// translate.
+// which every adapter takes as they are. o.DenyHandler and
+// o.ChallengeHandler are the adapter's to translate.
 func (o Options) GuardOptions() []guard.Option {
 	var opts []guard.Option
 	if o.Key != nil {
@@ -295,6 +299,13 @@ var ErrPlain = errors.New("adaptertest: plain handler error")
 // framework's way.
 func DenyReply(v *guard.Verdict) (status int, body string) {
 	return http.StatusTooManyRequests, fmt.Sprintf("custom deny: retry in %ds\n", guard.Seconds(v.Decision.RetryAfter))
+}
+
+// ChallengeReply is what the adapter's native challenge handler answers
+// when Options.ChallengeHandler is set: status 401 and this body, naming
+// the challenged policy, written the framework's way.
+func ChallengeReply(v *guard.Verdict) (status int, body string) {
+	return http.StatusUnauthorized, "custom challenge: " + v.ItemName() + "\n"
 }
 
 // errDown is the error of a store that is down.

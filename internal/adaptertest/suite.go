@@ -278,6 +278,26 @@ func checkProblem(t *testing.T, what string, res response, policy string) {
 	}
 }
 
+// checkChallenge checks the default answer to a challenged request:
+// 429, an RFC 9457 body of the challenge's type naming policy, and no
+// Retry-After.
+func checkChallenge(t *testing.T, what string, res response, policy string) {
+	t.Helper()
+	wantStatus(t, what, res, http.StatusTooManyRequests)
+	wantHeaders(t, what, res, "Content-Type", "application/problem+json", guard.HeaderRetryAfter, "")
+	var p struct {
+		Type               string   `json:"type"`
+		Status             int      `json:"status"`
+		ChallengedPolicies []string `json:"challenged-policies"`
+	}
+	if err := json.Unmarshal([]byte(res.body), &p); err != nil {
+		t.Fatalf("%s: body %q is not JSON: %v", what, res.body, err)
+	}
+	if p.Type != guard.ChallengeProblemType || p.Status != http.StatusTooManyRequests || !reflect.DeepEqual(p.ChallengedPolicies, []string{policy}) {
+		t.Errorf("%s: problem %+v, want type %s, status 429, challenged-policies [%s]", what, p, guard.ChallengeProblemType, policy)
+	}
+}
+
 var cases = []testCase{
 	{"allow then deny with headers", func(t *testing.T, newServer NewServer) {
 		base := start(t, newServer, testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("basic", testkit.PerHour(3))), Options{})
@@ -422,6 +442,65 @@ var cases = []testCase{
 			t.Errorf("denied: body %q, want the deny handler's %q", res.body, want)
 		}
 		wantHeaders(t, "denied", res, guard.HeaderRetryAfter, "3600", guard.HeaderLimit, "1", guard.HeaderRemaining, "0")
+	}},
+
+	{"challenge before the limit: default answer, pass, then the limit", func(t *testing.T, newServer NewServer) {
+		// Limit 4 and Challenge 2: the 2nd request is challenged (429,
+		// the challenge's problem type whatever the body style, no
+		// Retry-After, the handler not reached, nothing counted) until
+		// the key passes; then requests 2 to 4 go on and the 5th is
+		// denied as usual.
+		l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "login-challenge", Rules: []core.Rule{{Limit: 4, Window: hour, Challenge: 2}}})
+		base := start(t, newServer, l, Options{Key: userKey})
+		alice := request{header: hdr("X-User", "alice")}
+		wantStatus(t, "request 1", do(t, base, alice), http.StatusOK)
+		for i := range 3 {
+			what := "challenged request " + strconv.Itoa(i+1)
+			res := do(t, base, alice)
+			checkChallenge(t, what, res, "login-challenge")
+			wantHeaders(t, what, res, guard.HeaderRetryAfter, "", guard.HeaderLimit, "4", guard.HeaderRemaining, "3",
+				"X-Content-Type-Options", "nosniff")
+		}
+		wantUsed(t, l, "alice", 1)
+		if err := l.Pass(context.Background(), "alice"); err != nil {
+			t.Fatal(err)
+		}
+		for i, remaining := range []string{"2", "1", "0"} {
+			res := do(t, base, alice)
+			what := "request " + strconv.Itoa(i+2) + " after the pass"
+			wantStatus(t, what, res, http.StatusOK)
+			wantHeaders(t, what, res, guard.HeaderRemaining, remaining)
+		}
+		res := do(t, base, alice)
+		wantStatus(t, "request 5", res, http.StatusTooManyRequests)
+		wantHeaders(t, "request 5", res, guard.HeaderRetryAfter, "3600", "Content-Type", textPlain)
+		// Another key has no pass.
+		bob := request{header: hdr("X-User", "bob")}
+		wantStatus(t, "bob 1", do(t, base, bob), http.StatusOK)
+		checkChallenge(t, "bob 2", do(t, base, bob), "login-challenge")
+	}},
+
+	{"custom challenge handler", func(t *testing.T, newServer NewServer) {
+		l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "login-2fa", Rules: []core.Rule{{Limit: 2, Window: hour, Challenge: 1}}})
+		body := guard.BodyProblem
+		base := start(t, newServer, l, Options{Key: userKey, Body: &body, ChallengeHandler: true, DenyHandler: true})
+		alice := request{header: hdr("X-User", "alice")}
+		res := do(t, base, alice)
+		wantStatus(t, "challenged", res, http.StatusUnauthorized)
+		if want := "custom challenge: login-2fa\n"; res.body != want {
+			t.Errorf("challenged: body %q, want the challenge handler's %q", res.body, want)
+		}
+		wantHeaders(t, "challenged", res, guard.HeaderRetryAfter, "", guard.HeaderLimit, "2", guard.HeaderRemaining, "2")
+		wantUsed(t, l, "alice", 0)
+		if err := l.Pass(context.Background(), "alice"); err != nil {
+			t.Fatal(err)
+		}
+		wantStatuses(t, "after the pass", statuses(t, base, alice, 2), 200, 200)
+		res = do(t, base, alice)
+		wantStatus(t, "denied", res, http.StatusTooManyRequests)
+		if want := "custom deny: retry in 3600s\n"; res.body != want {
+			t.Errorf("denied: body %q, want the deny handler's %q", res.body, want)
+		}
 	}},
 
 	{"missing key skips by default", func(t *testing.T, newServer NewServer) {

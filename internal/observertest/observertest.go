@@ -32,9 +32,12 @@ import (
 //     closes it;
 //   - one core.EventBlock for "login";
 //   - policy "ban" (1 a minute, Lockout of an hour): an admission, then
-//     two denials that each report a lockout.
+//     two denials that each report a lockout;
+//   - policy "captcha" (3 a minute, Challenge 1, behind a guard): two
+//     requests challenged, a pass (core.EventPass), then an admission.
 //
-// No key ("alice", "bob", "carol", "mallory") may appear in a metric.
+// No key ("alice", "bob", "carol", "mallory", "trudy") may appear in a
+// metric.
 func Run(t *testing.T, obs core.Observer, whileOpen func()) {
 	t.Helper()
 	ctx := context.Background()
@@ -86,6 +89,21 @@ func Run(t *testing.T, obs core.Observer, whileOpen func()) {
 		if d, err := ban.Allow(ctx, "mallory"); err != nil || d.Allowed != (i == 0) || d.Locked != (i > 0) {
 			t.Fatalf("ban call %d = %+v, %v; want allowed, then locked out", i+1, d, err)
 		}
+	}
+
+	captcha := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "captcha",
+		Rules: []core.Rule{{Limit: 3, Window: time.Minute, Challenge: 1}}}, core.WithObserver(obs))
+	g := guard.New(captcha, guard.WithKey(testkit.UserKey), guard.WithObserver(obs))
+	for i := range 2 {
+		if v := admit(g, "trudy"); v.Outcome != guard.OutcomeChallenge {
+			t.Fatalf("captcha request %d: outcome %v, want challenge", i+1, v.Outcome)
+		}
+	}
+	if err := captcha.Pass(ctx, "trudy"); err != nil {
+		t.Fatal(err)
+	}
+	if v := admit(g, "trudy"); v.Outcome != guard.OutcomeAllow {
+		t.Fatalf("captcha request after Pass: outcome %v, want allow", v.Outcome)
 	}
 }
 

@@ -31,6 +31,8 @@ type held struct {
 	periods    []period // calendar counts, by period start
 	lockUntil  int64    // the lockout's end; 0: none
 	offences   int64    // the lockout's offences so far
+	passUntil  int64    // the end of a passed challenge (core.Rule.Challenge); 0: none
+	hashed     bool     // the key's state is in the policy's one hash (":m")
 	leases     int64    // leases in flight (not expired)
 }
 
@@ -50,7 +52,7 @@ type period struct {
 
 // empty reports whether Redis holds nothing for the key.
 func (h *held) empty() bool {
-	return len(h.log) == 0 && len(h.buckets) == 0 && len(h.periods) == 0 && h.lockUntil == 0 && h.leases == 0
+	return len(h.log) == 0 && len(h.buckets) == 0 && len(h.periods) == 0 && h.lockUntil == 0 && h.passUntil == 0 && h.leases == 0
 }
 
 // locked reports whether the key is locked out now, and for how long.
@@ -118,6 +120,7 @@ func readHeld(ctx context.Context, rdb redis.UniversalClient, base string) (held
 		}
 	}
 	for f, v := range m.Val() {
+		h.hashed = true
 		if err := h.addMore(f, v, mTTL.Val()); err != nil {
 			wrongType = fmt.Errorf("%s:m: %w", base, err)
 		}
@@ -131,8 +134,9 @@ func readHeld(ctx context.Context, rdb redis.UniversalClient, base string) (held
 }
 
 // addMore reads field f of a policy's one hash (see redis.lua): the
-// sliding log ('g'), the lockout ('l'), a calendar period, a bucket, or
-// the key's bookkeeping ('b', 'x'); ttl is the hash's.
+// sliding log ('g'), the lockout ('l'), a passed challenge ('p'), a
+// calendar period, a bucket, or the key's bookkeeping ('b', 'x'); ttl is
+// the hash's.
 func (h *held) addMore(f, v string, ttl time.Duration) error {
 	switch {
 	case f == "g":
@@ -141,6 +145,13 @@ func (h *held) addMore(f, v string, ttl time.Duration) error {
 		return err
 	case f == "l":
 		return h.setLock([]byte(v), 24)
+	case f == "p":
+		until, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%q, not the end of a pass", v)
+		}
+		h.passUntil = until
+		return nil
 	case f == redislib.BornField || f == "x":
 		return nil
 	case f[0] >= 'a' && f[0] <= 'z':
@@ -280,6 +291,10 @@ func (h *held) print(w io.Writer) {
 			fmt.Fprintf(w, "  lockout: ended %s ago; %s remembered\n", h.ago(h.lockUntil), plural(h.offences, "offence"))
 		}
 	}
+	if h.passUntil > h.now {
+		fmt.Fprintf(w, "  challenge passed: until %s (%s from now)\n", micros(h.passUntil).Format(time.RFC3339),
+			round(time.Duration(h.passUntil-h.now)*time.Microsecond))
+	}
 	if h.leases > 0 {
 		fmt.Fprintf(w, "  in flight: %s\n", plural(h.leases, "lease"))
 	}
@@ -306,6 +321,9 @@ type heldJSON struct {
 	LockedUntil string `json:"locked_until,omitempty"`
 	// Offences is the lockout's offences so far.
 	Offences int64 `json:"offences,omitempty"`
+	// PassedUntil is the end of the key's passed challenge, while it
+	// holds (core.Limiter.Pass).
+	PassedUntil string `json:"passed_until,omitempty"`
 	// InFlight is the leases in flight.
 	InFlight int64 `json:"in_flight,omitempty"`
 }
@@ -337,6 +355,9 @@ func (h *held) json() heldJSON {
 	}
 	if h.lockUntil > 0 {
 		out.LockedUntil, out.Offences = micros(h.lockUntil).Format(time.RFC3339), h.offences
+	}
+	if h.passUntil > h.now {
+		out.PassedUntil = micros(h.passUntil).Format(time.RFC3339)
 	}
 	out.InFlight = h.leases
 	return out

@@ -37,17 +37,19 @@ commands:
   peek -policy NAME [-rules LIMIT/WINDOW[,LIMIT/WINDOW...]] [-algorithm log|buckets]
        [-buckets N] [-shards N] [-json] [key flags] KEY
         what Redis holds for KEY, read by itself: the units admitted and when,
-        the counts of calendar periods, a lockout and its end, the requests in
-        flight; and what a request of one unit would get now. Redis holds what
-        was admitted, not the policy's limits: a lockout says "denied" by
-        itself, and -rules (the policy's) says whether a request fits them
-        and what remains. Records nothing.
+        the counts of calendar periods, a lockout and its end, a passed
+        challenge and its end, the requests in flight; and what a request of
+        one unit would get now. Redis holds what was admitted, not the
+        policy's limits: a lockout says "denied" by itself, and -rules (the
+        policy's) says whether a request fits them and what remains (-rules
+        has no Challenge: a request it says fits may be challenged). Records
+        nothing.
   reset -policy NAME [-shards N] [key flags] KEY...
-        forget everything recorded for each KEY (both algorithms, its lockout
-        and calendar counts), and say how many Redis keys were deleted; when
-        nothing was found for a KEY, exit 1 with a hint (a wrong policy,
-        prefix or key; for -account and -phone, a RATEKIT_KEY_SECRET that is
-        not the app's)
+        forget everything recorded for each KEY (both algorithms, its lockout,
+        calendar counts and passed challenge), and say how many Redis keys
+        were deleted; when nothing was found for a KEY, exit 1 with a hint
+        (a wrong policy, prefix or key; for -account and -phone, a
+        RATEKIT_KEY_SECRET that is not the app's)
   policies [-max N]
         policy names found in Redis, with their number of Redis keys of each
         kind: sliding log, buckets, calendar counts, lockouts, in-flight leases
@@ -606,9 +608,11 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 	locked, lockedFor := h.locked()
 	var d core.Decision
 	if len(p.Rules) > 0 {
-		if h.lockUntil > 0 {
+		if h.lockUntil > 0 || h.hashed && p.Lockout.For == 0 {
 			// The lockout's length does not matter to a peek, only
-			// that the policy has one: then it reads the lockout.
+			// that the policy has one: then it reads the lockout, and
+			// the key's one hash, where a policy with a lockout, a
+			// calendar rule or a challenge keeps it all.
 			p.Lockout = core.Lockout{For: time.Second}
 		}
 		l, failed, err := limiter(store, p)
@@ -629,7 +633,10 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 		until = time.Now().Add(lockedFor).UTC().Truncate(time.Second)
 	}
 	redisKey := base
-	if p.Algorithm == core.SlidingBuckets {
+	switch {
+	case h.hashed:
+		redisKey += ":m" // a lockout, calendar rules or a challenge: one hash
+	case p.Algorithm == core.SlidingBuckets:
 		redisKey += ":b"
 	}
 	if *asJSON {
@@ -953,8 +960,8 @@ func policies(ctx context.Context, args []string, getenv func(string) string, st
 
 // keyKinds are the Redis keys a policy keeps per key, by the suffix
 // after <prefix>:<policy>:{<key>} (redisstore.Store.Key), as policies
-// counts them. A policy with a lockout or calendar rules keeps all of a
-// key's state in one hash, ":m"; the ":c" and ":l" keys of earlier
+// counts them. A policy with a lockout, calendar rules or a challenge
+// keeps all of a key's state in one hash, ":m" (counted as LOCKOUT+CAL); the ":c" and ":l" keys of earlier
 // versions are moved into it by the key's next decision, and are counted
 // until then.
 var keyKinds = [...]struct{ suffix, column string }{

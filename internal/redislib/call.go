@@ -19,9 +19,10 @@ const (
 	OpTake   byte = 1 // admit units; for leases, take one
 	OpRefund byte = 2 // give units back; for leases, release one
 	OpRenew  byte = 3 // leases only: extend one still held
+	OpPass   byte = 4 // challenges only: record that the key passed one
 
-	// opMore is added to the op of a decision that carries a lockout or
-	// calendar rules (see redis.lua).
+	// opMore is added to the op of a decision that carries a lockout,
+	// calendar rules or challenges (see redis.lua).
 	opMore = 8
 )
 
@@ -63,18 +64,19 @@ type Call struct {
 	rules           []core.Rule
 	bw              [maxRules]int64 // SlidingBuckets: bucket width per rule, µs
 	lease           core.Lease
-	more            bool         // a lockout or calendar rules (see redis.lua)
+	more            bool         // a lockout, calendar rules or challenges (see redis.lua)
 	lock            core.Lockout // the policy's lockout
 	cal             int64        // calendar rules' periods are found around this time, µs
 	refund          bool         // publishes its key when it frees units
 
 	// The answer.
-	Allowed   bool
-	When      int64 // the time of the decision (of the units, for a take)
-	Used      int64 // leases: the units held after a take or peek
-	Rules     core.RuleStates
-	LockedFor time.Duration
-	Err       error
+	Allowed    bool
+	Challenged bool  // a challenge (core.Result.Challenged)
+	When       int64 // the time of the decision (of the units, for a take)
+	Used       int64 // leases: the units held after a take or peek
+	Rules      core.RuleStates
+	LockedFor  time.Duration
+	Err        error
 
 	// Done receives once when the answer is in.
 	Done chan struct{}
@@ -155,6 +157,14 @@ func (c *Call) Decision(prefix string, q *core.Query, op byte, at, wall int64, c
 		if c.Kind == KindBuckets {
 			c.bw[i] = max(1, r.Window.Microseconds()/int64(q.Buckets))
 		}
+	}
+	for _, r := range q.Rules {
+		if r.Challenge > 0 {
+			c.more = true
+		}
+	}
+	if op == OpPass && !c.more {
+		return fmt.Errorf("a pass of a policy without a Rules[].Challenge: %w", core.ErrInvalidPolicy)
 	}
 	if q.Lockout.For > 0 {
 		c.more, c.lock = true, q.Lockout
@@ -252,7 +262,7 @@ func Encode(calls []*Call) *Blob {
 		for _, c := range calls {
 			size += 8 * (7 + 3*len(c.rules))
 			if c.more {
-				size += 8 * (3 + 6*len(c.rules))
+				size += 8 * (5 + 7*len(c.rules))
 			}
 		}
 		b = slices.Grow(b, size)
@@ -298,10 +308,13 @@ func (c *Call) encode(b []byte) []byte {
 	return b
 }
 
-// appendMore packs the lockout and calendar rules of c (see redis.lua):
-// per calendar rule four period boundaries around c.cal, the start of the
-// period before its, its start and end, and the next one's end, so that
-// the script picks the period of its own clock.
+// appendMore packs the lockout, calendar rules and challenges of c (see
+// redis.lua): per calendar rule four period boundaries around c.cal, the
+// start of the period before its, its start and end, and the next one's
+// end, so that the script picks the period of its own clock; then how
+// long a pass lasts for the sliding rules with a Challenge and, when a
+// rule has one, every rule's Challenge (0: none), the sliding rules'
+// first, in the order of their states in the reply.
 func (c *Call) appendMore(b []byte) []byte {
 	b = appendFloat(b, float64(c.lock.For.Microseconds()), float64(c.lock.Max.Microseconds()), float64(calendarRules(c.rules)))
 	for _, r := range c.rules {
@@ -313,6 +326,27 @@ func (c *Call) appendMore(b []byte) []byte {
 		_, next := r.Period(end)
 		b = appendFloat(b, float64(r.Limit), float64(r.Calendar),
 			float64(prev.UnixMicro()), float64(start.UnixMicro()), float64(end.UnixMicro()), float64(next.UnixMicro()))
+	}
+	var passFor int64
+	nch := 0
+	for _, r := range c.rules {
+		if r.Challenge > 0 {
+			nch = len(c.rules)
+			if r.Calendar == 0 {
+				passFor = max(passFor, r.Window.Microseconds())
+			}
+		}
+	}
+	b = appendFloat(b, float64(passFor), float64(nch))
+	if nch == 0 {
+		return b
+	}
+	for _, cal := range [2]bool{false, true} {
+		for _, r := range c.rules {
+			if (r.Calendar != 0) == cal {
+				b = appendFloat(b, float64(r.Challenge))
+			}
+		}
 	}
 	return b
 }
@@ -371,7 +405,7 @@ func Decode(calls []*Call, reply string, err error) {
 			r = r[n:]
 			continue
 		}
-		c.Allowed, c.When = status == 1, int64(when)
+		c.Allowed, c.Challenged, c.When = status == 1, status == 2, int64(when)
 		switch {
 		case c.Kind == KindLease:
 			if c.Op == OpTake || c.Op == OpPeek {
@@ -380,7 +414,7 @@ func Decode(calls []*Call, reply string, err error) {
 				next()
 			}
 			continue
-		case c.Op == OpRefund:
+		case c.Op == OpRefund || c.Op == OpPass:
 			continue
 		}
 		c.decodeStates(next)

@@ -45,15 +45,27 @@ local function failed(err)
 end
 
 -- ======================================================================
--- Lockouts and calendar rules, for the policies that have them: their
--- decisions have MORE added to op and, after the sliding rules (and the
--- refund's time), the lockout's length and cap in µs (0, 0 for none),
--- the number of calendar rules and per calendar rule its limit, its kind
--- (1 day, 2 week, 3 month) and four period boundaries in µs: the start of
--- the period before the caller's time, of the caller's period, its end
--- and the next period's end, computed by the caller (Lua knows no time
--- zones). The decision picks from them the period that holds its own
--- time, so a boundary is exact to the server's clock.
+-- Lockouts, calendar rules and challenges, for the policies that have
+-- them: their decisions have MORE added to op and, after the sliding
+-- rules (and the refund's time), the lockout's length and cap in µs (0, 0
+-- for none), the number of calendar rules and per calendar rule its
+-- limit, its kind (1 day, 2 week, 3 month) and four period boundaries in
+-- µs: the start of the period before the caller's time, of the caller's
+-- period, its end and the next period's end, computed by the caller (Lua
+-- knows no time zones). The decision picks from them the period that
+-- holds its own time, so a boundary is exact to the server's clock. Then
+-- come how long a pass lasts for the sliding rules with a challenge (µs),
+-- the number of challenge thresholds nch (0, or every rule's), and nch
+-- thresholds: the sliding rules' in order, then the calendar rules' (0:
+-- none).
+--
+-- A take or peek whose units every rule has room for, of a key not
+-- locked out and without a live pass, is challenged when for some rule
+-- the units used plus n reach its threshold: it records nothing, starts
+-- no lockout and answers 2 for allowed. Op 4 (a pass) records that the
+-- key passed a challenge, until the longest window of the sliding rules
+-- with a threshold or the end of the current period of such a calendar
+-- rule, whichever is later, and answers {1, time}.
 --
 -- Such a policy keeps everything of a key in one HASH, <base>:m, the one
 -- key its decisions touch and declare: while a Cluster slot migrates,
@@ -68,6 +80,7 @@ end
 --         period; a new period's field drops those of ended periods;
 --   'b'   when the key was made: a refund of a decision before it (the
 --         key was reset since) does nothing;
+--   'p'   the time until which the key's pass holds (challenges);
 --   'x'   the time, in the decisions' clock, until which the key lives
 --         at least: every part extends it, none shortens it.
 -- Their reply has, after the sliding rules' states, per calendar rule the
@@ -77,7 +90,7 @@ local MORE = 8
 local KIND = {'d', 'w', 'm'}
 
 
--- readMore reads a decision's lockout and calendar rules.
+-- readMore reads a decision's lockout, calendar rules and challenges.
 local function readMore(blob, pos)
   local lfor, lmax, nc
   lfor, lmax, nc, pos = sunpack('<ddd', blob, pos)
@@ -87,7 +100,27 @@ local function readMore(blob, pos)
     l, kind, b0, b1, b2, b3, pos = sunpack('<dddddd', blob, pos)
     cals[i] = {l, kind, b0, b1, b2, b3}
   end
-  return {lfor = lfor, lmax = lmax, cals = cals}, pos
+  local passfor, nch
+  passfor, nch, pos = sunpack('<dd', blob, pos)
+  local ch = {}
+  for i = 1, nch do ch[i], pos = sunpack('<d', blob, pos) end
+  return {lfor = lfor, lmax = lmax, cals = cals, passfor = passfor, ch = ch}, pos
+end
+
+-- challenged reports whether n more units reach a challenge threshold of
+-- m: used holds the units of the sliding rules (nr of them); the
+-- calendar rules' units are in their states.
+local function challenged(m, used, nr, n)
+  local ch = m.ch
+  for i = 1, nr do
+    local c = ch[i]
+    if c > 0 and used[i] + n >= c then return true end
+  end
+  for i, cal in ipairs(m.cals) do
+    local c = ch[nr + i]
+    if c > 0 and cal.used + n >= c then return true end
+  end
+  return false
 end
 
 -- period sets the calendar rule c's period at time t and its field.
@@ -234,19 +267,22 @@ local function import(k, buckets, now)
   return live
 end
 
--- runMore decides for a policy with a lockout or calendar rules, on its
--- key k. slide(op) decides the sliding rules (nr of them) in k and
--- returns its packed answer, whether they admit and until when they need
--- k to live: a key locked out, or a calendar rule without room, has them
--- peeked at.
+-- runMore decides for a policy with a lockout, calendar rules or
+-- challenges, on its key k. slide(op, gate) decides the sliding rules (nr
+-- of them) in k and returns its packed answer, whether they admit, until
+-- when they need k to live and whether gate challenged the decision: a
+-- key locked out, or a calendar rule without room, has them peeked at.
+-- gate, when set, is asked with the sliding rules' units before a take
+-- records anything that fits them, and a take it challenges records
+-- nothing.
 local function runMore(k, op, n, now, cnow, at, m, slide, nr, buckets)
   local cals = m.cals
-  local fields = {'x', 'l', 'b'}
+  local fields = {'x', 'l', 'b', 'p'}
   local t0 = now
   if op == 2 then t0 = at end
   for i, c in ipairs(cals) do
     period(c, t0)
-    fields[i + 3] = c.f
+    fields[i + 4] = c.f
   end
   local got = call('HMGET', k, unpack(fields))
   local x = tonumber(got[1])
@@ -264,6 +300,20 @@ local function runMore(k, op, n, now, cnow, at, m, slide, nr, buckets)
     end
     return res
   end
+  if op == 4 then
+    -- A pass: until the longest window, or period, of a rule with a
+    -- threshold; it never shortens one the key holds.
+    local untl = now + m.passfor
+    for i, c in ipairs(cals) do
+      if (m.ch[nr + i] or 0) > 0 and c.e > untl then untl = c.e end
+    end
+    if untl > (tonumber(got[4]) or 0) then call('HSET', k, 'p', int(untl)) end
+    if untl > x then
+      call('HSET', k, 'x', int(untl))
+      call('PEXPIRE', k, int(ceil((untl - now) / 1000) + 1 + lag(cnow)))
+    end
+    return pack('<dd', 1, now)
+  end
   local untl, off = 0, 0
   if m.lfor > 0 and got[2] and #got[2] == 24 then
     local keep
@@ -275,17 +325,24 @@ local function runMore(k, op, n, now, cnow, at, m, slide, nr, buckets)
   end
   local locked = untl > now
   local fits = true
-  if #cals > 0 then fits = calFits(cals, {unpack(got, 4)}, n, now) end
+  if #cals > 0 then fits = calFits(cals, {unpack(got, 5)}, n, now) end
   local sop = op
   if locked or not fits then sop = 0 end
   local t, body, ok = now, '', 1
+  local chal, gate = false, nil
+  if #m.ch > 0 and not locked and fits and (tonumber(got[4]) or 0) <= now then
+    -- No pass: what fits every rule may reach a threshold.
+    gate = function(used) return challenged(m, used, nr, n) end
+  end
   if nr > 0 then
     local res, e
-    res, ok, e = slide(sop)
+    res, ok, e, chal = slide(sop, gate)
     t, body = sunpack('<d', res, 9), sub(res, 17)
     if e and e > need then need = e end
+  elseif gate then
+    chal = gate({})
   end
-  local allowed = not locked and fits and ok == 1
+  local allowed = not locked and fits and ok == 1 and not chal
   if op == 1 and allowed and #cals > 0 then
     local e = calAdd(k, cals, n, now)
     if e > need then need = e end
@@ -293,7 +350,7 @@ local function runMore(k, op, n, now, cnow, at, m, slide, nr, buckets)
   local lock = 0
   if locked then
     lock = untl - now
-  elseif op == 1 and not allowed and m.lfor > 0 then
+  elseif op == 1 and not allowed and not chal and m.lfor > 0 then
     local e
     lock, e = lockout(k, m, now, off)
     if e > need then need = e end
@@ -302,7 +359,9 @@ local function runMore(k, op, n, now, cnow, at, m, slide, nr, buckets)
     call('HSET', k, 'x', int(need))
     call('PEXPIRE', k, int(ceil((need - now) / 1000) + 1 + lag(cnow)))
   end
-  local out = {pack('<dd', allowed and 1 or 0, t), body}
+  local status = 0
+  if allowed then status = 1 elseif chal then status = 2 end
+  local out = {pack('<dd', status, t), body}
   for _, c in ipairs(cals) do
     out[#out + 1] = pack('<dddd', c.used, c.retry, c.e - now, c.e - c.s)
   end
@@ -336,7 +395,7 @@ end
 --
 -- keys[d]  the key of decision d
 -- args[1]  the decisions, packed as little-endian doubles; per decision:
---            op (0 peek, 1 take, 2 refund), n, keep, client time in µs
+--            op (0 peek, 1 take, 2 refund; 4 pass, see runMore), n, keep, client time in µs
 --            (0: the server's TIME), nrules, then limit and window (µs)
 --            per rule; a refund has one more double, the time of the take.
 -- Returns one string of little-endian doubles; per decision: allowed, the
@@ -461,7 +520,7 @@ end
 
 local limits, windows, used, retry, starts, nexts = {}, {}, {}, {}, {}, {}
 
-local function decide(op, n, keep, now, cnow, nr, maxw, at)
+local function decide(op, n, keep, now, cnow, nr, maxw, at, gate)
   if op == 2 then
     -- Refund: remove up to n entries recorded at time at.
     local i = first(0, cnt, at - 1)
@@ -516,9 +575,11 @@ local function decide(op, n, keep, now, cnow, nr, maxw, at)
   local newest = 0
   if cnt > 0 then newest = entry(cnt - 1) end
   local t = now
+  local chal = false
+  if allowed == 1 and gate then chal = gate(used) end
   -- Whether the state still is the value once written (see current).
   local keeps = not hashed
-  if op == 1 and allowed == 1 then
+  if op == 1 and allowed == 1 and not chal then
     keeps = false
     -- Entries stay in order even if the clock steps back.
     if newest > t then t = newest end
@@ -574,7 +635,7 @@ local function decide(op, n, keep, now, cnow, nr, maxw, at)
   if nr == 1 then
     local reset = 0
     if used[1] > 0 then reset = newest + windows[1] - now end
-    return pack('<dddddd', allowed, t, used[1], retry[1], reset, nexts[1]), allowed, expat
+    return pack('<dddddd', allowed, t, used[1], retry[1], reset, nexts[1]), allowed, expat, chal
   end
   local out = pack('<dd', allowed, t)
   for i = 1, nr do
@@ -582,7 +643,7 @@ local function decide(op, n, keep, now, cnow, nr, maxw, at)
     if used[i] > 0 then reset = newest + windows[i] - now end
     out = out .. pack('<dddd', used[i], retry[i], reset, nexts[i])
   end
-  return out, allowed, expat
+  return out, allowed, expat, chal
 end
 
 local function run(k, op, n, keep, now, cnow, nr, maxw, at)
@@ -636,9 +697,9 @@ register('log', function(keys, args)
     if more then
       local m
       m, pos = readMore(blob, pos)
-      local function slide(sop)
+      local function slide(sop, gate)
         load(k, true)
-        return decide(sop, n, keep, now, cnow, nr, maxw, at)
+        return decide(sop, n, keep, now, cnow, nr, maxw, at, gate)
       end
       current = false
       ok, res = pcall(runMore, k, op, n, now, cnow, at, m, slide, nr, false)
@@ -667,7 +728,7 @@ end)
 --
 -- keys[d]  the key of decision d
 -- args[1]  the decisions, packed as little-endian doubles; per decision:
---            op (0 peek, 1 take, 2 refund), n, client time in µs (0: the
+--            op (0 peek, 1 take, 2 refund; 4 pass), n, client time in µs (0: the
 --            server's TIME), nrules, then limit, window and bucket width
 --            (µs) per rule; a refund has one more double, the time of the
 --            take.
@@ -680,7 +741,7 @@ local function fmt(x) return string.format('%.0f', x) end
 -- hashed says the key is a policy's <base>:m (see runMore), whose other
 -- fields are left alone and whose TTL runMore keeps: the take returns
 -- until when its buckets need the key.
-local function decideBuckets(key, op, n, now, cnow, rules, at, hashed)
+local function decideBuckets(key, op, n, now, cnow, rules, at, hashed, gate)
   if op == 2 then
     -- Refund: give the units back to the buckets of the take's time,
     -- unless the key was made after it.
@@ -776,7 +837,9 @@ local function decideBuckets(key, op, n, now, cnow, rules, at, hashed)
     end
   end
 
-  if op == 1 and allowed == 1 then
+  local chal = false
+  if allowed == 1 and gate then chal = gate(used) end
+  if op == 1 and allowed == 1 and not chal then
     if not born then call('HSET', key, 'b', fmt(now)) end
     local done = {}
     for i, r in ipairs(rules) do
@@ -811,7 +874,7 @@ local function decideBuckets(key, op, n, now, cnow, rules, at, hashed)
     end
     out[#out + 1] = pack('<dddd', used[i], retry[i], reset, nxt)
   end
-  return table.concat(out), allowed, need
+  return table.concat(out), allowed, need, chal
 end
 
 register('buckets', function(keys, args)
@@ -840,7 +903,7 @@ register('buckets', function(keys, args)
       local m
       m, pos = readMore(blob, pos)
       local k = keys[d]
-      local function slide(sop) return decideBuckets(k, sop, n, now, cnow, rules, at, true) end
+      local function slide(sop, gate) return decideBuckets(k, sop, n, now, cnow, rules, at, true, gate) end
       ok, res = pcall(runMore, k, op, n, now, cnow, at, m, slide, nr, true)
     else
       ok, res = pcall(decideBuckets, keys[d], op, n, now, cnow, rules, at)

@@ -3,8 +3,8 @@
 // [core.NewLimiter] (and directly where the store's own answer is the
 // point) and checks exact admission under concurrency, multi-rule binding,
 // exact RetryAfter, Peek, Reset, Refund, cost validation, bounded keys,
-// window expiry, lockouts, calendar rules and the refusals kept
-// ([core.Refusals]).
+// window expiry, lockouts, calendar rules, challenges and the refusals
+// kept ([core.Refusals]).
 package storetest
 
 import (
@@ -82,6 +82,10 @@ func Run(t *testing.T, newStore func(t *testing.T) core.Store, opts ...core.Opti
 		{"CalendarBoundary", testCalendarBoundary},
 		{"CalendarRefundReset", testCalendarRefundReset},
 		{"Refusals", testRefusals},
+		{"Challenge", testChallenge},
+		{"ChallengeRules", testChallengeRules},
+		{"ChallengeLockout", testChallengeLockout},
+		{"ChallengeConcurrent", testChallengeConcurrent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -142,12 +146,14 @@ func spied(sp *spy) core.Store {
 type localCaps interface {
 	core.Local
 	core.Leases
+	core.Challenges
 }
 
 // sharedCaps are the capabilities of a shared store (the Redis drivers).
 type sharedCaps interface {
 	core.Store
 	core.Leases
+	core.Challenges
 	core.Invalidator
 	core.Fleet
 	core.Partitioned
@@ -1070,6 +1076,11 @@ func testValidation(t *testing.T, s *suite) {
 		{"lockout max without for", st, core.Policy{Name: "p", Rules: ok, Lockout: core.Lockout{Max: time.Hour}}, nil, "Lockout.For"},
 		{"lockout max below for", st, core.Policy{Name: "p", Rules: ok, Lockout: core.Lockout{For: time.Hour, Max: time.Minute}}, nil, "Lockout.Max"},
 		{"lockout with shards", st, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 4, Window: time.Second}}, Shards: 2, Lockout: core.Lockout{For: time.Hour}}, nil, "Lockout"},
+		{"challenge at the limit", st, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 3, Window: time.Second, Challenge: 3}}}, nil, "Rules[0].Challenge must be below Limit"},
+		{"negative challenge", st, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 3, Window: time.Second, Challenge: -1}}}, nil, "Rules[0].Challenge"},
+		{"second rule's challenge", st, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 3, Window: time.Second}, {Limit: 5, Calendar: core.Day, Challenge: 9}}}, nil, "Rules[1].Challenge"},
+		{"challenge with shards", st, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 4, Window: time.Second, Challenge: 2}}, Shards: 2}, nil, "Challenge"},
+		{"challenge on a store without challenges", struct{ core.Store }{st}, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 4, Window: time.Second, Challenge: 2}}}, nil, "core.Challenges"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := core.NewLimiter(tc.store, tc.policy, tc.opts...)
@@ -1096,6 +1107,7 @@ func testValidation(t *testing.T, s *suite) {
 		{Name: "p", Rules: []core.Rule{{Limit: 10, Window: time.Second}, {Limit: 1_000_000, Calendar: core.Month}, {Limit: 50_000, Calendar: core.Day, Location: time.Local}}},
 		{Name: "p", Rules: ok, Lockout: core.Lockout{For: time.Millisecond}},
 		{Name: "p", Rules: ok, Lockout: core.Lockout{For: time.Hour, Max: time.Hour}},
+		{Name: "p", Rules: []core.Rule{{Limit: 2, Window: time.Second, Challenge: 1}, {Limit: 9, Calendar: core.Day, Challenge: 8}}},
 	} {
 		if _, err := core.NewLimiter(st, p); err != nil {
 			t.Errorf("NewLimiter(%+v) = %v, want a limiter", p, err)
