@@ -115,7 +115,7 @@ func readHeld(ctx context.Context, rdb redis.UniversalClient, base string) (held
 		}
 	}
 	if v, err := lock.Bytes(); err == nil {
-		if err := h.setLock([]byte(v), 16); err != nil {
+		if err := h.setLock(v, 16); err != nil {
 			wrongType = fmt.Errorf("%s:l: %w", base, err)
 		}
 	}
