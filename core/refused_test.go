@@ -322,8 +322,24 @@ func TestTopRefusedBound(t *testing.T) {
 			if len(all) > 3*1000 {
 				t.Errorf("TopRefused returned %d keys after the flood; want at most 1,000 a minute", len(all))
 			}
-			if got := all[:min(heavy, len(all))]; !reflect.DeepEqual(got, wantHeavy) {
-				t.Errorf("the top %d after the flood = %v\nwant %v", heavy, got, wantHeavy)
+			got := all[:min(heavy, len(all))]
+			if tc.name == "memory" {
+				if !reflect.DeepEqual(got, wantHeavy) {
+					t.Errorf("the top %d after the flood = %v\nwant %v", heavy, got, wantHeavy)
+				}
+				return
+			}
+			// In parallel, a refusal that reaches the sketch rather than
+			// the deny cache (a denial decided while another replaced the
+			// key's entry) may be pushed out of it by the flood before a
+			// flush: it is lost, never added. The heavy keys come first,
+			// in order, each within a few refusals of its count, never over.
+			for i := range wantHeavy {
+				w := wantHeavy[i]
+				if i >= len(got) || got[i].Key != w.Key || got[i].Refusals > w.Refusals || got[i].Refusals < w.Refusals-2 {
+					t.Errorf("the top %d after the flood = %v\nwant %v, each within 2 below", heavy, got, wantHeavy)
+					break
+				}
 			}
 		})
 	}
