@@ -214,12 +214,9 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		wholeLimit: o.wholeLimit,
 	}
 	if hasChallenge(policy.Rules) {
-		c, ok := store.(Challenges)
-		if !ok {
-			return nil, fmt.Errorf("ratekit: policy %q has a Rules[].Challenge, but store %T keeps no challenges (core.Challenges): %w",
-				policy.Name, store, ErrInvalidPolicy)
+		if l.passes, err = challengesOf(store, policy.Name); err != nil {
+			return nil, err
 		}
-		l.passes = c
 	}
 	l.breakers.init(store, o)
 	if !o.tier && !o.noRefusals {
@@ -252,25 +249,42 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 			t.refused = l.refused
 		}
 	}
-	if l.refused != nil {
-		// The deny caches count the refusals they answer.
-		all := []*Limiter{l}
-		if l.tiers != nil {
-			for _, t := range l.tiers.by {
-				all = append(all, t)
-			}
-		}
-		for _, t := range all {
-			if t.deny != nil {
-				t.deny.refused = l.refused
-				l.refused.caches = append(l.refused.caches, t.deny)
-			}
-		}
-	}
+	l.countRefusals()
 	if inv != nil && !local && (l.deny != nil || l.local != nil || l.tiers != nil && l.tiers.cache != nil) {
 		inv.Watch(policy.Name, l.invalidate)
 	}
 	return l, nil
+}
+
+// challengesOf returns store's challenges, for a policy with a
+// Rules[].Challenge, or an error naming what the store lacks.
+func challengesOf(store Store, policy string) (Challenges, error) {
+	c, ok := store.(Challenges)
+	if !ok {
+		return nil, fmt.Errorf("ratekit: policy %q has a Rules[].Challenge, but store %T keeps no challenges (core.Challenges): %w",
+			policy, store, ErrInvalidPolicy)
+	}
+	return c, nil
+}
+
+// countRefusals has the deny caches of l and of its tiers count the
+// refusals they answer into l's refusals, when l counts them.
+func (l *Limiter) countRefusals() {
+	if l.refused == nil {
+		return
+	}
+	all := []*Limiter{l}
+	if l.tiers != nil {
+		for _, t := range l.tiers.by {
+			all = append(all, t)
+		}
+	}
+	for _, t := range all {
+		if t.deny != nil {
+			t.deny.refused = l.refused
+			l.refused.caches = append(l.refused.caches, t.deny)
+		}
+	}
 }
 
 // newOptions returns the options opts set, over the defaults, checked.

@@ -563,28 +563,9 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 	if fs.NArg() != 1 {
 		return fmt.Errorf("%w: peek takes exactly one key", errUsage)
 	}
-	p := core.Policy{Name: *policy, Buckets: *buckets, Shards: *shards}
-	var err error
-	if *rules != "" {
-		if p.Rules, err = parseRules(*rules); err != nil {
-			return err
-		}
-	}
-	switch *algo {
-	case "", "log":
-	case "buckets":
-		p.Algorithm = core.SlidingBuckets
-	default:
-		return fmt.Errorf("%w: -algorithm %q: want log or buckets", errUsage, *algo)
-	}
-	check := p
-	if len(check.Rules) == 0 {
-		// Any rule with room for every shard: what is left to check is
-		// the name, the shards and the buckets.
-		check.Rules = []core.Rule{{Limit: int64(max(*shards, 1)), Window: time.Second}}
-	}
-	if err := check.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
+	p, err := peekPolicy(*policy, *rules, *algo, *buckets, *shards)
+	if err != nil {
+		return err
 	}
 	kind, targets, err := kf.targets(fs.Args(), getenv, stderr, c.cmd)
 	if err != nil {
@@ -605,86 +586,140 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 	if *algo == "" && len(h.buckets) > 0 && len(h.log) == 0 {
 		p.Algorithm = core.SlidingBuckets
 	}
-	locked, lockedFor := h.locked()
-	var d core.Decision
+	v := peeked{p: p, kind: kind, t: t, h: &h, redisKey: base}
+	v.locked, v.lockedFor = h.locked()
 	if len(p.Rules) > 0 {
-		if h.lockUntil > 0 || h.hashed && p.Lockout.For == 0 {
-			// The lockout's length does not matter to a peek, only
-			// that the policy has one: then it reads the lockout, and
-			// the key's one hash, where a policy with a lockout, a
-			// calendar rule or a challenge keeps it all.
-			p.Lockout = core.Lockout{For: time.Second}
-		}
-		l, failed, err := limiter(store, p)
-		if err != nil {
-			return fmt.Errorf("%w: %w", errUsage, err)
-		}
-		d, err = l.Peek(ctx, t.key)
-		if err == nil && *failed != nil {
-			err = *failed
-		}
-		if err != nil {
+		if err := v.decide(ctx, store); err != nil {
 			return fmt.Errorf("redis at %s: %w", cn.addr, err)
 		}
-		locked, lockedFor = d.Locked, d.RetryAfter
 	}
-	var until time.Time
-	if locked {
-		until = time.Now().Add(lockedFor).UTC().Truncate(time.Second)
+	if v.locked {
+		v.until = time.Now().Add(v.lockedFor).UTC().Truncate(time.Second)
 	}
-	redisKey := base
 	switch {
 	case h.hashed:
-		redisKey += ":m" // a lockout, calendar rules or a challenge: one hash
-	case p.Algorithm == core.SlidingBuckets:
-		redisKey += ":b"
+		v.redisKey += ":m" // a lockout, calendar rules or a challenge: one hash
+	case v.p.Algorithm == core.SlidingBuckets:
+		v.redisKey += ":b"
 	}
 	if *asJSON {
-		return printJSON(stdout, p, t.key, redisKey, d, &h, locked, until)
+		return printJSON(stdout, v.p, t.key, v.redisKey, v.d, &h, v.locked, v.until)
 	}
-	if kind == "key" {
-		fmt.Fprintf(stdout, "policy %s, key %q (Redis key %s)\n", p.Name, t.key, redisKey)
-	} else {
-		fmt.Fprintf(stdout, "policy %s, %s %q (stored key %q, Redis key %s)\n", p.Name, kind, t.arg, t.key, redisKey)
-	}
-	if p.Shards > 1 {
-		fmt.Fprintf(stdout, "shard 0 of %d: each shard holds a share of every rule\n", p.Shards)
-	}
-	h.print(stdout)
+	v.print(stdout)
 	if h.empty() && kind != "key" {
 		// Nothing under a derived key: perhaps not the app's secret.
 		fmt.Fprintln(stderr, notFoundHint(kind, c.prefix, getenv(secretEnv) != ""))
 	}
-	switch {
-	case locked:
-		fmt.Fprintf(stdout, "a request now: denied, locked out until %s (retry after %s)\n", until.Format(time.RFC3339), round(lockedFor))
-	case len(p.Rules) == 0 && h.empty():
-		fmt.Fprintln(stdout, "a request now: allowed, whatever the policy's rules")
-	case len(p.Rules) == 0:
-		fmt.Fprintln(stdout, "a request now: allowed unless a rule is full; -rules LIMIT/WINDOW,... (the policy's) says which")
-	case d.Allowed:
-		fmt.Fprintln(stdout, "a request now: allowed")
-	default:
-		fmt.Fprintf(stdout, "a request now: denied, retry after %s\n", round(d.RetryAfter))
+	return nil
+}
+
+// peekPolicy returns the policy that peek's flags describe, or a usage
+// error naming what is wrong.
+func peekPolicy(name, rules, algo string, buckets, shards int) (core.Policy, error) {
+	p := core.Policy{Name: name, Buckets: buckets, Shards: shards}
+	if rules != "" {
+		var err error
+		if p.Rules, err = parseRules(rules); err != nil {
+			return p, err
+		}
 	}
-	for i, s := range d.Rules() {
+	switch algo {
+	case "", "log":
+	case "buckets":
+		p.Algorithm = core.SlidingBuckets
+	default:
+		return p, fmt.Errorf("%w: -algorithm %q: want log or buckets", errUsage, algo)
+	}
+	check := p
+	if len(check.Rules) == 0 {
+		// Any rule with room for every shard: what is left to check is
+		// the name, the shards and the buckets.
+		check.Rules = []core.Rule{{Limit: int64(max(shards, 1)), Window: time.Second}}
+	}
+	if err := check.Validate(); err != nil {
+		return p, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return p, nil
+}
+
+// peeked is what peek found for one key: what Redis holds, and with the
+// policy's rules the decision a request would get now.
+type peeked struct {
+	p         core.Policy
+	kind      string // how the key was named (see keyFlags.targets)
+	t         target
+	h         *held
+	redisKey  string
+	d         core.Decision // with rules
+	locked    bool
+	lockedFor time.Duration
+	until     time.Time // the lockout's end, when locked
+}
+
+// decide peeks at the key with the policy's rules on store.
+func (v *peeked) decide(ctx context.Context, store *redisstore.Store) error {
+	if v.h.lockUntil > 0 || v.h.hashed && v.p.Lockout.For == 0 {
+		// The lockout's length does not matter to a peek, only that the
+		// policy has one: then it reads the lockout, and the key's one
+		// hash, where a policy with a lockout, a calendar rule or a
+		// challenge keeps it all.
+		v.p.Lockout = core.Lockout{For: time.Second}
+	}
+	l, failed, err := limiter(store, v.p)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	v.d, err = l.Peek(ctx, v.t.key)
+	if err == nil && *failed != nil {
+		err = *failed
+	}
+	if err != nil {
+		return err
+	}
+	v.locked, v.lockedFor = v.d.Locked, v.d.RetryAfter
+	return nil
+}
+
+// print writes v as text.
+func (v *peeked) print(w io.Writer) {
+	if v.kind == "key" {
+		fmt.Fprintf(w, "policy %s, key %q (Redis key %s)\n", v.p.Name, v.t.key, v.redisKey)
+	} else {
+		fmt.Fprintf(w, "policy %s, %s %q (stored key %q, Redis key %s)\n", v.p.Name, v.kind, v.t.arg, v.t.key, v.redisKey)
+	}
+	if v.p.Shards > 1 {
+		fmt.Fprintf(w, "shard 0 of %d: each shard holds a share of every rule\n", v.p.Shards)
+	}
+	v.h.print(w)
+	switch {
+	case v.locked:
+		fmt.Fprintf(w, "a request now: denied, locked out until %s (retry after %s)\n", v.until.Format(time.RFC3339), round(v.lockedFor))
+	case len(v.p.Rules) == 0 && v.h.empty():
+		fmt.Fprintln(w, "a request now: allowed, whatever the policy's rules")
+	case len(v.p.Rules) == 0:
+		fmt.Fprintln(w, "a request now: allowed unless a rule is full; -rules LIMIT/WINDOW,... (the policy's) says which")
+	case v.d.Allowed:
+		fmt.Fprintln(w, "a request now: allowed")
+	default:
+		fmt.Fprintf(w, "a request now: denied, retry after %s\n", round(v.d.RetryAfter))
+	}
+	for i, s := range v.d.Rules() {
 		if s.Calendar != 0 {
-			fmt.Fprintf(stdout, "  rule %d/%s: used %d, remaining %d", s.Limit, calendarName(p.Rules[i]), s.Used, s.Remaining())
+			fmt.Fprintf(w, "  rule %d/%s: used %d, remaining %d", s.Limit, calendarName(v.p.Rules[i]), s.Used, s.Remaining())
 		} else {
-			fmt.Fprintf(stdout, "  rule %d/%s: used %d, remaining %d", s.Limit, s.Window, s.Used, s.Remaining())
+			fmt.Fprintf(w, "  rule %d/%s: used %d, remaining %d", s.Limit, s.Window, s.Used, s.Remaining())
 		}
 		if s.RetryAfter > 0 {
-			fmt.Fprintf(stdout, ", full: retry after %s", round(s.RetryAfter))
+			fmt.Fprintf(w, ", full: retry after %s", round(s.RetryAfter))
 		}
 		switch {
 		case s.Calendar != 0:
-			fmt.Fprintf(stdout, ", period ends in %s", round(s.ResetAfter))
+			fmt.Fprintf(w, ", period ends in %s", round(s.ResetAfter))
 		case s.ResetAfter > 0:
-			fmt.Fprintf(stdout, ", empty in %s", round(s.ResetAfter))
+			fmt.Fprintf(w, ", empty in %s", round(s.ResetAfter))
 		}
-		fmt.Fprintln(stdout)
+		fmt.Fprintln(w)
 	}
-	return nil
 }
 
 // calendarName names a calendar rule's period as -rules takes it:
