@@ -18,13 +18,6 @@ import (
 // goroutine, which runs while it holds some and ends at the first renewal
 // round that finds none.
 
-// defaultLeaseTTL is Policy.LeaseTTL when 0.
-const defaultLeaseTTL = 30 * time.Second
-
-// minLeaseTTL is the shortest Policy.LeaseTTL: renewals every third of
-// it must have time to reach the store.
-const minLeaseTTL = time.Second
-
 // leaseRetry is a denial's RetryAfter under an InFlight policy: a fixed
 // hint, since a lease frees when a request ends, which no store can
 // foresee.
@@ -36,44 +29,6 @@ const renewBatch = 1000
 // errLeaseLost is reported when a renewal finds a lease gone before its
 // release.
 var errLeaseLost = errors.New("lease lost before its release: the key was reset, its renewals failed for a whole LeaseTTL, or Redis lost it")
-
-// leaseTTL returns the effective lease TTL.
-func (p *Policy) leaseTTL() time.Duration {
-	if p.LeaseTTL == 0 {
-		return defaultLeaseTTL
-	}
-	return p.LeaseTTL
-}
-
-// validateInFlight is Validate for a policy with InFlight or LeaseTTL set.
-func (p *Policy) validateInFlight() error {
-	switch {
-	case p.InFlight < 0:
-		return fmt.Errorf("ratekit: policy %q InFlight is %d, must not be negative: %w", p.Name, p.InFlight, ErrInvalidPolicy)
-	case p.InFlight == 0:
-		return fmt.Errorf("ratekit: policy %q has a LeaseTTL but InFlight is 0: LeaseTTL applies to InFlight policies only: %w",
-			p.Name, ErrInvalidPolicy)
-	case p.InFlight > maxLogLimit:
-		return fmt.Errorf("ratekit: policy %q InFlight %d is over %d: %w", p.Name, p.InFlight, maxLogLimit, ErrInvalidPolicy)
-	case len(p.Rules) > 0:
-		return fmt.Errorf("ratekit: policy %q has both InFlight and Rules: a policy limits requests in flight or requests per window, not both; "+
-			"decide two limiters together (guard.WithAlso, core.AllowAll): %w", p.Name, ErrInvalidPolicy)
-	case p.Algorithm != SlidingLog || p.Buckets != 0:
-		return fmt.Errorf("ratekit: policy %q: Algorithm and Buckets do not apply to an InFlight policy: %w", p.Name, ErrInvalidPolicy)
-	case p.Shards > 1:
-		return fmt.Errorf("ratekit: policy %q: Shards does not apply to an InFlight policy: %w", p.Name, ErrInvalidPolicy)
-	case p.Lockout != (Lockout{}):
-		return fmt.Errorf("ratekit: policy %q: Lockout does not apply to an InFlight policy: a key is never denied for what it did before: %w",
-			p.Name, ErrInvalidPolicy)
-	case p.Shards < 0:
-		return fmt.Errorf("ratekit: policy %q Shards is %d, must be within 0..%d: %w", p.Name, p.Shards, maxShards, ErrInvalidPolicy)
-	case p.LeaseTTL != 0 && p.LeaseTTL < minLeaseTTL:
-		return fmt.Errorf("ratekit: policy %q LeaseTTL is %v, must be at least %v: %w", p.Name, p.LeaseTTL, minLeaseTTL, ErrInvalidPolicy)
-	case p.LeaseTTL%time.Millisecond != 0:
-		return fmt.Errorf("ratekit: policy %q LeaseTTL %v is not a whole number of milliseconds: %w", p.Name, p.LeaseTTL, ErrInvalidPolicy)
-	}
-	return nil
-}
 
 // inFlight decides an InFlight policy on a store with [Leases]: every
 // admission takes a lease of its units, held until the decision is

@@ -690,3 +690,62 @@ func boundKey(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return "#" + base64.RawURLEncoding.EncodeToString(sum[:])
 }
+
+// TopRefused returns at most n of the keys the limiter refused most in
+// the last five minutes or so (the current minute by the store's clock
+// and the five before it), most refused first, ties in key order, with
+// how many of their requests were refused: summed over every instance
+// that shares the store when the store keeps refusals ([Refusals]:
+// [MemoryStore] and the Redis drivers do), else this instance's alone. It
+// returns nothing for n < 1. Keys are as the limiter hands them to its
+// store ([BoundKey]): an address, an AppKey, a pseudonym made by package
+// keyfunc/personal.
+//
+// Memory is fixed whatever the number of keys refused: each instance
+// counts its refusals in sketches of 256 keys in all, which it empties
+// into the store every 5 seconds while it refuses requests, and a store
+// keeps a policy's 1,000 most refused keys of each minute. The counts are
+// exact for the keys that stayed among the most refused. A key counted
+// with an error is added with the count it certainly had, never more: a
+// flood of keys made up one per request (an attacker's) reports each
+// once at most, and does not push out a key refused more often than one
+// in 32 of the refusals of those 5 seconds. When more keys than the
+// sketches hold are each refused about as often as the others, the counts
+// of the few kept are lower bounds. On a shared store the deny cache
+// counts a denied key's flood exactly (see [WithDenyCache]).
+//
+// What this instance refused so far is added to the store first, so that
+// it is counted at once; another instance's refusals count once it has
+// added them, within 5 seconds. The error wraps the store's, or ctx's;
+// each store call waits at most 2 seconds. TopRefused is safe for
+// concurrent use; it is not meant for the request path.
+func (l *Limiter) TopRefused(ctx context.Context, n int) ([]RefusedKey, error) {
+	if n < 1 || l.refused == nil {
+		return nil, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("ratekit: policy %q: top refused: %w", l.policy.Name, err)
+	}
+	r := l.refused
+	fctx, cancel := context.WithTimeout(ctx, refusedTimeout)
+	err := r.flush(fctx)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("ratekit: policy %q: top refused: add this instance's refusals: %w", l.policy.Name, err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, refusedTimeout)
+	defer cancel()
+	top, err := r.sink.TopRefused(rctx, l.policy.Name, n)
+	if err != nil {
+		return nil, fmt.Errorf("ratekit: policy %q: top refused: %w", l.policy.Name, err)
+	}
+	return top, nil
+}
+
+// refuse counts a refusal of the store key key, unless the limiter
+// counts none.
+func (l *Limiter) refuse(key string) {
+	if l.refused != nil {
+		l.refused.add(key, 1)
+	}
+}

@@ -1212,3 +1212,32 @@ func (p *memPolicy) lift(key string) {
 	}
 	sh.mu.Unlock()
 }
+
+// passUntil returns, in µs, when a challenge passed at now (µs) ends
+// under rules: once the longest window of the rules with a Challenge has
+// passed, or the current period of such a calendar rule has ended,
+// whichever is later; now itself when no rule has a Challenge.
+func passUntil(rules []Rule, now int64) int64 {
+	until := now
+	for _, r := range rules {
+		switch {
+		case r.Challenge <= 0:
+		case r.Calendar != 0:
+			_, end := r.Calendar.period(r.Location, now)
+			until = max(until, end)
+		default:
+			until = max(until, now+r.Window.Microseconds())
+		}
+	}
+	return until
+}
+
+// AddRefused implements [Refusals].
+func (s *MemoryStore) AddRefused(ctx context.Context, policy string, refused []RefusedKey) error {
+	return s.refused.AddRefused(ctx, policy, refused)
+}
+
+// TopRefused implements [Refusals].
+func (s *MemoryStore) TopRefused(ctx context.Context, policy string, n int) ([]RefusedKey, error) {
+	return s.refused.TopRefused(ctx, policy, n)
+}

@@ -253,25 +253,6 @@ func hasChallenge(rules []Rule) bool {
 	return false
 }
 
-// passUntil returns, in µs, when a challenge passed at now (µs) ends
-// under rules: once the longest window of the rules with a Challenge has
-// passed, or the current period of such a calendar rule has ended,
-// whichever is later; now itself when no rule has a Challenge.
-func passUntil(rules []Rule, now int64) int64 {
-	until := now
-	for _, r := range rules {
-		switch {
-		case r.Challenge <= 0:
-		case r.Calendar != 0:
-			_, end := r.Calendar.period(r.Location, now)
-			until = max(until, end)
-		default:
-			until = max(until, now+r.Window.Microseconds())
-		}
-	}
-	return until
-}
-
 // hasCalendar reports whether rules hold a calendar rule.
 func hasCalendar(rules []Rule) bool {
 	for i := range rules {
@@ -433,3 +414,51 @@ func (p *Policy) validateLockout() error {
 	}
 	return nil
 }
+
+// defaultLeaseTTL is Policy.LeaseTTL when 0.
+const defaultLeaseTTL = 30 * time.Second
+
+// minLeaseTTL is the shortest Policy.LeaseTTL: renewals every third of
+// it must have time to reach the store.
+const minLeaseTTL = time.Second
+
+// leaseTTL returns the effective lease TTL.
+func (p *Policy) leaseTTL() time.Duration {
+	if p.LeaseTTL == 0 {
+		return defaultLeaseTTL
+	}
+	return p.LeaseTTL
+}
+
+// validateInFlight is Validate for a policy with InFlight or LeaseTTL set.
+func (p *Policy) validateInFlight() error {
+	switch {
+	case p.InFlight < 0:
+		return fmt.Errorf("ratekit: policy %q InFlight is %d, must not be negative: %w", p.Name, p.InFlight, ErrInvalidPolicy)
+	case p.InFlight == 0:
+		return fmt.Errorf("ratekit: policy %q has a LeaseTTL but InFlight is 0: LeaseTTL applies to InFlight policies only: %w",
+			p.Name, ErrInvalidPolicy)
+	case p.InFlight > maxLogLimit:
+		return fmt.Errorf("ratekit: policy %q InFlight %d is over %d: %w", p.Name, p.InFlight, maxLogLimit, ErrInvalidPolicy)
+	case len(p.Rules) > 0:
+		return fmt.Errorf("ratekit: policy %q has both InFlight and Rules: a policy limits requests in flight or requests per window, not both; "+
+			"decide two limiters together (guard.WithAlso, core.AllowAll): %w", p.Name, ErrInvalidPolicy)
+	case p.Algorithm != SlidingLog || p.Buckets != 0:
+		return fmt.Errorf("ratekit: policy %q: Algorithm and Buckets do not apply to an InFlight policy: %w", p.Name, ErrInvalidPolicy)
+	case p.Shards > 1:
+		return fmt.Errorf("ratekit: policy %q: Shards does not apply to an InFlight policy: %w", p.Name, ErrInvalidPolicy)
+	case p.Lockout != (Lockout{}):
+		return fmt.Errorf("ratekit: policy %q: Lockout does not apply to an InFlight policy: a key is never denied for what it did before: %w",
+			p.Name, ErrInvalidPolicy)
+	case p.Shards < 0:
+		return fmt.Errorf("ratekit: policy %q Shards is %d, must be within 0..%d: %w", p.Name, p.Shards, maxShards, ErrInvalidPolicy)
+	case p.LeaseTTL != 0 && p.LeaseTTL < minLeaseTTL:
+		return fmt.Errorf("ratekit: policy %q LeaseTTL is %v, must be at least %v: %w", p.Name, p.LeaseTTL, minLeaseTTL, ErrInvalidPolicy)
+	case p.LeaseTTL%time.Millisecond != 0:
+		return fmt.Errorf("ratekit: policy %q LeaseTTL %v is not a whole number of milliseconds: %w", p.Name, p.LeaseTTL, ErrInvalidPolicy)
+	}
+	return nil
+}
+
+// maxShards is the largest Policy.Shards.
+const maxShards = 256

@@ -5,9 +5,6 @@ import (
 	"sync/atomic"
 )
 
-// maxShards is the largest Policy.Shards.
-const maxShards = 256
-
 // shardSet splits each key of a policy with Shards > 1 over that many
 // store keys: "<key>#<i>", each a hash tag of its own on Redis, so the
 // shards of one key land in different Cluster slots. Shard i holds, for

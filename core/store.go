@@ -357,3 +357,13 @@ type Refusals interface {
 func (q *Query) bucketWidth(r Rule) int64 {
 	return max(1, r.Window.Microseconds()/int64(q.Buckets))
 }
+
+// RefusedKey is a key a limiter refused, with how many of its requests it
+// refused.
+type RefusedKey struct {
+	// Key is the key as the limiter hands it to its store (bounded: see
+	// [BoundKey]), without a shard's suffix under Policy.Shards.
+	Key string
+	// Refusals is the number of the key's requests refused.
+	Refusals int64
+}
