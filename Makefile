@@ -6,7 +6,7 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 .PHONY: run test test-short lint fuzz bench bench-go redis-server chromium
 
 # ALONE are the tests timed against the store timeout, which run on their own.
-ALONE := ^(TestRedisFaults|TestRedisTimeoutWhilePaused|TestRedisPoolExhausted|TestInFlightBreakerAndTimeout|TestRedisSaturatedApp|TestRedisClusterPaused)$$
+ALONE := ^(TestRedisFaults|TestRedisTimeoutWhilePaused|TestRedisPoolExhausted|TestInFlightBreakerAndTimeout|TestRedisSaturatedApp|TestRedisClusterPaused|TestPaused)$$
 
 ## run: the quickstart example server on the in-memory store (REDIS_URL switches to Redis)
 run:
@@ -22,7 +22,7 @@ test: redis-server chromium
 	# timed against the store timeout: alone on the machine, since a limiter rightly waits
 	# on while other test binaries starve its process; the saturation test also without
 	# the race detector (it skips under it).
-	$(GO) test -race -count=1 -run '$(ALONE)' ./core/
+	$(GO) test -race -count=1 -p 1 -run '$(ALONE)' ./core/ ./rueidisstore/
 	$(GO) test -count=1 -run '^TestRedisSaturatedApp$$' ./core/
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count=1 ./...
 	cd bench && $(GO) vet -mod=mod ./... && $(GO) test -mod=mod -count=1 ./...
