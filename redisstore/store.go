@@ -74,6 +74,7 @@ const defaultBatch = 64
 // safe for concurrent use. It does not close the client: the caller owns
 // it.
 type Store struct {
+	leases    *redislib.Leases // core.Leases, made once
 	client    redis.UniversalClient
 	cluster   bool // slot by slot
 	prefix    string
@@ -230,6 +231,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	} else {
 		s.batch = newBatcher()
 	}
+	s.leases = &redislib.Leases{Name: "ratekit: redis store", Prefix: s.prefix, Cluster: s.cluster, Run: s.run, Flight: s.flight}
 	s.watch = newWatcher(s)
 	return s
 }

@@ -74,6 +74,7 @@ const defaultBatch = 64
 // subscription, and the fleet's announcements) end with [Store.Close], or
 // when rueidis reports the client closed.
 type Store struct {
+	leases  *redislib.Leases // core.Leases, made once
 	client  rueidis.Client
 	cluster bool // slot by slot
 	prefix  string
@@ -165,6 +166,7 @@ func New(client rueidis.Client, opts ...Option) *Store {
 	} else {
 		s.batch = newBatcher()
 	}
+	s.leases = &redislib.Leases{Name: "ratekit: rueidis store", Prefix: s.prefix, Cluster: s.cluster, Run: s.do, Flight: s.flight}
 	return s
 }
 
