@@ -1278,9 +1278,11 @@ func TestRedisClientTimeTTL(t *testing.T) {
 	store := redisstore.New(rdb)
 	const lag = 30 * time.Second
 	slow := func() time.Time { return time.Now().Add(-lag) }
-	l := testkit.Limiter(t, store, core.Policy{Name: "slow", Rules: []core.Rule{{Limit: 1, Window: time.Second}}}, core.WithClock(slow))
+	l := testkit.Limiter(t, store, core.Policy{Name: "slow", Rules: []core.Rule{{Limit: 1, Window: time.Second}}},
+		// What Redis holds is the point: no fallback on a busy machine.
+		core.WithClock(slow), core.WithTimeout(10*time.Second))
 	ctx := context.Background()
-	if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
+	if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed || d.Source != core.SourceStore {
 		t.Fatalf("Allow = %+v, %v", d, err)
 	}
 	if ttl := rdb.PTTL(ctx, store.Key("slow", "k")).Val(); ttl < lag+time.Second {
@@ -1299,7 +1301,8 @@ func TestRedisClientTimeTTL(t *testing.T) {
 	base := time.Now().Add(-time.Minute)
 	var step atomic.Int64
 	stepped := func() time.Time { return base.Add(time.Duration(step.Load())) }
-	l2 := testkit.Limiter(t, store, core.Policy{Name: "stepped", Rules: []core.Rule{{Limit: 1000, Window: 10 * time.Second}}}, core.WithClock(stepped))
+	l2 := testkit.Limiter(t, store, core.Policy{Name: "stepped", Rules: []core.Rule{{Limit: 1000, Window: 10 * time.Second}}},
+		core.WithClock(stepped), core.WithTimeout(10*time.Second))
 	for _, s := range []struct {
 		at time.Duration
 		n  int64
