@@ -1,6 +1,7 @@
 package core
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -96,4 +97,41 @@ func (b *breaker) retryAfter(now time.Time) time.Duration {
 		}
 	}
 	return time.Second
+}
+
+// breakers are the circuit breakers of a limiter: one, or on a
+// [Partitioned] store one per partition, made when first needed.
+type breakers struct {
+	one       breaker
+	part      Partitioned
+	threshold int32
+	cooldown  time.Duration
+	mu        sync.Mutex
+	by        map[string]*breaker // per partition, on a Partitioned store
+}
+
+// init sets the breakers up for store with the options o.
+func (b *breakers) init(store Store, o options) {
+	b.threshold, b.cooldown = int32(o.breakerFails), o.breakerCool
+	b.one = breaker{threshold: b.threshold, cooldown: b.cooldown}
+	b.part, _ = store.(Partitioned)
+}
+
+// of returns the breaker of q's partition.
+func (b *breakers) of(q *Query) *breaker {
+	if b.part == nil {
+		return &b.one
+	}
+	name := b.part.Partition(q.Policy, q.Key)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	br := b.by[name]
+	if br == nil {
+		if b.by == nil {
+			b.by = make(map[string]*breaker)
+		}
+		br = &breaker{threshold: b.threshold, cooldown: b.cooldown}
+		b.by[name] = br
+	}
+	return br
 }

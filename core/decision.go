@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"time"
 )
 
@@ -119,4 +120,52 @@ func (s *RuleStates) prepare(n int) []RuleState {
 	s.more = nil
 	return s.a[:n] // the callers set every state
 
+}
+
+// Refund gives back the units the decision recorded, as if the request had
+// not been made: "count only failures" reserves a unit before the handler
+// and refunds it when the request turns out not to count. It does nothing
+// for a denial, for a fallback admission that recorded nothing, and for a
+// decision already refunded or whose key was reset since, under every
+// algorithm and calendar rule: the key's windows are then new, and the
+// refund must not add room to them. (Under WithClock, "since" is read on
+// the instances' clocks, which must then agree.) The error wraps the
+// store's; the units then stay counted, which can only under-admit.
+//
+// Under an InFlight policy the units are a lease held while the request
+// runs, and Refund releases it: call it when the request ends, whatever
+// its outcome (the guard's adapters do, after the handler). Releasing is
+// exact: a lease is released once, however often Refund is called on the
+// decision or its copies. A release that fails is retried in the
+// background until it succeeds or the lease expires (Policy.LeaseTTL).
+func (d *Decision) Refund(ctx context.Context) error {
+	t := d.ticket
+	if !d.Allowed || t.owner == nil {
+		return nil
+	}
+	d.ticket = ticket{}
+	return t.owner.refund(ctx, t)
+}
+
+// ticket identifies the units an admission recorded, for Refund.
+type ticket struct {
+	owner decider // the limiter's, which gives them back
+	key   string  // the store key (a shard's, with shards)
+	shard int     // the shard, with shards
+	at    int64
+	n     int64
+	local bool // recorded by the local fallback store
+	// mirror is the local time at which the local fallback store
+	// recorded the units the store admitted (FailLocal); 0: none.
+	mirror int64
+}
+
+// decider is how a Limiter decides, chosen when it is built: rates on a
+// Local store, rates on a shared store, or leases (Policy.InFlight). Keys
+// are bounded; shard is the key's shard, with shards.
+type decider interface {
+	allow(ctx context.Context, key string, shard int, n int64) (Decision, error)
+	peek(ctx context.Context, key string, shard int) (Decision, error)
+	refund(ctx context.Context, t ticket) error
+	reset(ctx context.Context, key string, shard int) error
 }

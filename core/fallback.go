@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"log/slog"
-	"sync/atomic"
 	"time"
 )
 
@@ -25,34 +24,11 @@ import (
 // meanwhile ([EventFallbackStart], [EventFallbackEnd]); without an
 // observer it logs both through log/slog's default logger.
 
-// WithLocalShare says what each instance admits on its own under
-// [FailLocal] while a shared store fails: true (the default) gives each
-// instance its share of every limit, ⌊Limit / N⌋ and at least 1, where N
-// is the number of instances that use the policy, as the store last
-// counted them ([Fleet]: the Redis drivers count them; until it has, and on a
-// store that does not, N is 1). During an outage that starts from empty
-// windows the fleet then admits at most N × max(1, ⌊Limit/N⌋) units per
-// window: the limit, or N when the limit is below N. false gives every
-// instance the whole limit, so that N instances admit up to N × Limit.
-// Either way each instance's local window starts with the admissions it
-// made through the store in the current windows, and the lockouts it
-// learned of hold.
-func WithLocalShare(share bool) Option {
-	return func(o *options) { o.wholeLimit = !share }
-}
-
 // fallbackQuiet is how long a limiter must go without a fallback decision
 // before a decision of the store ends its fallback episode: a store that
 // fails one call in ten does not start and end an episode every few
 // calls.
 const fallbackQuiet = time.Second
-
-// fallbackState tracks a limiter's fallback episodes.
-type fallbackState struct {
-	on    atomic.Bool
-	count atomic.Int64 // fallback decisions in the episode
-	last  atomic.Int64 // unix nanoseconds of the latest
-}
 
 // fellBack records a decision made by the failure policy because the
 // store failed (cause; nil when the breaker was open), reporting the
@@ -114,7 +90,7 @@ func (l *Limiter) fallback(q Query, shard int, take bool, br *breaker) Decision 
 	allowed, at := l.local.policy(q.Policy).decide(&q, take, &d.states)
 	l.bind(&d, allowed, SourceLocal)
 	if take && allowed {
-		d.ticket = ticket{owner: l, key: q.Key, shard: shard, at: at, n: q.N, local: true}
+		d.ticket = ticket{owner: l.d, key: q.Key, shard: shard, at: at, n: q.N, local: true}
 	}
 	return d
 }

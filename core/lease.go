@@ -114,7 +114,7 @@ func (f *inFlight) allow(ctx context.Context, key string, _ int, n int64) (Decis
 		}
 		d := f.decision(ok, held, f.limit, SourceStore)
 		if ok {
-			d.ticket = ticket{owner: l, key: key, at: seq, n: n}
+			d.ticket = ticket{owner: l.d, key: key, at: seq, n: n}
 		} else {
 			l.refuse(key)
 		}
@@ -141,7 +141,7 @@ func (f *inFlight) allow(ctx context.Context, key string, _ int, n int64) (Decis
 	if answered {
 		d := f.decision(ok, held, f.limit, SourceStore)
 		if ok {
-			d.ticket = ticket{owner: l, key: key, at: seq, n: n}
+			d.ticket = ticket{owner: l.d, key: key, at: seq, n: n}
 			f.keep(seq, &heldLease{key: key, n: n})
 			if f.local != nil {
 				// Mirrored, so that a fallback counts it.
@@ -205,7 +205,7 @@ func (f *inFlight) fallback(key string, seq, n int64, take bool, br *breaker) De
 	used, ok := f.local.take(key, leaseID{f.owner, seq}, n, limit)
 	d := f.decision(ok, used, limit, SourceLocal)
 	if ok {
-		d.ticket = ticket{owner: l, key: key, at: seq, n: n, local: true}
+		d.ticket = ticket{owner: l.d, key: key, at: seq, n: n, local: true}
 	}
 	return d
 }

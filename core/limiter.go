@@ -6,145 +6,9 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
-
-// DefaultTimeout bounds every store call unless [WithTimeout] sets another.
-const DefaultTimeout = 20 * time.Millisecond
-
-// FailurePolicy says how a [Limiter] decides when its store fails or times
-// out.
-type FailurePolicy uint8
-
-const (
-	// FailLocal decides with an in-process [MemoryStore] for the same
-	// policy, so the service stays up and each instance stays protected.
-	// It is the default.
-	FailLocal FailurePolicy = iota
-	// FailOpen admits every request while the store fails.
-	FailOpen
-	// FailClosed denies every request while the store fails; adapters
-	// answer 503 Service Unavailable, not 429.
-	FailClosed
-)
-
-// String returns the policy's name.
-func (p FailurePolicy) String() string {
-	switch p {
-	case FailLocal:
-		return "FailLocal"
-	case FailOpen:
-		return "FailOpen"
-	case FailClosed:
-		return "FailClosed"
-	}
-	return fmt.Sprintf("FailurePolicy(%d)", int(p))
-}
-
-// Option configures a [Limiter].
-type Option func(*options)
-
-type options struct {
-	timeout       time.Duration
-	failure       FailurePolicy
-	observer      Observer
-	denyCacheSize int
-	breakerFails  int
-	breakerCool   time.Duration
-	tierFunc      TierFunc
-	tiers         map[string][]Rule
-	tierCacheSize int
-	tierCacheTTL  time.Duration
-	clock         func() time.Time
-	keep          int64 // the largest limit of every tier (set by the tiers' parent)
-	wholeLimit    bool  // WithLocalShare(false)
-	tier          bool  // a tier's limiter: its parent counts its refusals
-	refusedEvery  time.Duration
-	noRefusals    bool // count no refusals (tests, benchmarks)
-}
-
-// fallbackMaxKeys bounds the local store of FailLocal.
-const fallbackMaxKeys = 100_000
-
-// WithTimeout bounds every store call; 20 ms ([DefaultTimeout]) by default.
-// It must be positive. The bound holds whatever the go-redis client's own
-// options are.
-//
-// The timeout means that the store did not answer, not that this process
-// was too busy to read an answer that came: when the timeout falls due
-// while the process is starved of CPU (the timeout noticed late by an
-// eighth of the timeout or more, or the Go scheduler busy: every P
-// running with goroutines waiting, or slow by that much to run a
-// goroutine that yields, now or for any call in the last 100 ms), the
-// call waits on, twice as long as the process was held up, and is judged
-// anew, up to a second past the timeout. A login server whose CPU an attack of
-// password guesses saturates thus stays exact on a healthy Redis, while
-// a Redis that is paused, stopped or cut off costs a responsive process
-// no more than the timeout.
-func WithTimeout(d time.Duration) Option {
-	return func(o *options) { o.timeout = d }
-}
-
-// WithFailurePolicy says how to decide when the store fails or times out;
-// [FailLocal] by default.
-func WithFailurePolicy(p FailurePolicy) Option {
-	return func(o *options) { o.failure = p }
-}
-
-// WithObserver adds an observer of the limiter: every decision, store
-// failure, breaker change and failed [Limiter.Check]. Several observers
-// are called in order. What only a middleware knows (skipped requests,
-// bad keys, denials let through in dry-run mode) goes to the middleware's
-// own observer instead, so one observer given to both sees every event
-// once.
-func WithObserver(obs Observer) Option {
-	return func(o *options) { o.observer = join(o.observer, obs) }
-}
-
-// WithDenyCache sets how many denied keys the limiter remembers locally;
-// 10,000 by default, 0 turns the cache off. When it is full, expired
-// denials, or else those that answered the fewest requests (then those
-// that end soonest), make room: a flood of keys denied once each does not
-// push out the keys that flood the limiter most.
-// A key denied with RetryAfter r cannot be admitted before r passes, so
-// until then a flood from it is answered without a store call. The cache
-// never admits: it only answers denials that the store would give as
-// well. A limiter on a [MemoryStore] has no deny cache: the store answers
-// as fast. Nor has a limiter of an InFlight policy: its units free
-// whenever a request ends.
-func WithDenyCache(size int) Option {
-	return func(o *options) { o.denyCacheSize = size }
-}
-
-// WithBreaker sets the circuit breaker: after failures consecutive store
-// failures, the limiter stops calling the store for cooldown and decides
-// by its failure policy at once; then one probe call at a time tests the
-// store. The default is 5 failures and 1 s; failures 0 turns it off. The
-// failure of one key (a key holding a value of another type) does not
-// count. On a store spread over servers ([Partitioned]) each partition
-// has a breaker of its own: on a Redis Cluster, with either Redis driver,
-// each master (by the slot of the key's hash tag, as Redis places it), so
-// that one failing master switches only its own keys to the failure
-// policy.
-func WithBreaker(failures int, cooldown time.Duration) Option {
-	return func(o *options) {
-		o.breakerFails = failures
-		o.breakerCool = cooldown
-	}
-}
-
-// WithClock makes the limiter read the time of its decisions from clock
-// instead of the store's own clock (the Redis server's TIME, or the
-// process's monotonic clock for a [MemoryStore]). Tests use it to step
-// time exactly. With a Redis store every app instance then writes its own
-// clock's times, so the windows are only as exact as the instances'
-// clocks agree: leave it unset in production. Keys still expire by the
-// Redis server's clock: each write extends a key's TTL by how far clock
-// runs behind the server's, so no entry expires while it counts in
-// clock's time (a clock ahead of the server's only keeps keys longer).
-func WithClock(clock func() time.Time) Option {
-	return func(o *options) { o.clock = clock }
-}
 
 // Limiter decides whether requests of one [Policy] are admitted, key by
 // key. Build one per policy at start-up and share it: a Limiter is safe for
@@ -161,7 +25,8 @@ type Limiter struct {
 	observer Observer
 	deny     *denyCache
 	breakers breakers
-	tiers    *tierSet
+	tiers    *tierSet   // nil unless WithTiers
+	tiered   []*Limiter // the tiers' limiters, by tierSet index
 	shards   *shardSet  // nil unless Policy.Shards > 1
 	passes   Challenges // the store, when a rule has a Challenge
 	clock    func() time.Time
@@ -174,148 +39,11 @@ type Limiter struct {
 	refused    *refusals // the refusals counted (TopRefused); nil: none
 }
 
-// decider is how a Limiter decides, chosen when it is built: rates on a
-// Local store, rates on a shared store, or leases (Policy.InFlight). Keys
-// are bounded; shard is the key's shard, with shards.
-type decider interface {
-	allow(ctx context.Context, key string, shard int, n int64) (Decision, error)
-	peek(ctx context.Context, key string, shard int) (Decision, error)
-	refund(ctx context.Context, t ticket) error
-	reset(ctx context.Context, key string, shard int) error
-}
-
-// NewLimiter returns a limiter for policy on store. It returns an error
-// wrapping [ErrInvalidPolicy], naming the field, when the policy or an
-// option cannot work, or when the store lacks a capability the policy
-// needs (an InFlight policy needs [Leases], a rule with a Challenge
-// [Challenges]).
-func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
-	if store == nil {
-		return nil, fmt.Errorf("ratekit: NewLimiter: store is nil: %w", ErrInvalidPolicy)
-	}
-	if err := policy.Validate(); err != nil {
-		return nil, err
-	}
-	o, err := newOptions(policy.Name, opts)
-	if err != nil {
-		return nil, err
-	}
-	policy.Rules = append([]Rule(nil), policy.Rules...)
-	l := &Limiter{
-		store:      store,
-		policy:     policy,
-		keep:       max(o.keep, policy.maxLimit()),
-		minLimit:   policy.minLimit(),
-		timeout:    o.timeout,
-		failure:    o.failure,
-		observer:   o.observer,
-		shards:     newShardSet(policy),
-		clock:      o.clock,
-		wholeLimit: o.wholeLimit,
-	}
-	if hasChallenge(policy.Rules) {
-		if l.passes, err = challengesOf(store, policy.Name); err != nil {
-			return nil, err
-		}
-	}
-	l.breakers.init(store, o)
-	if !o.tier && !o.noRefusals {
-		l.refused = newRefusals(policy, store, o.refusedEvery)
-	}
-	_, local := store.(Local)
-	if !local && o.failure == FailLocal {
-		l.local = NewMemoryStore(WithMaxKeys(fallbackMaxKeys))
-		if f, ok := store.(Fleet); ok && !o.wholeLimit {
-			l.fleet = f.Join(policy.Name)
-		}
-	}
-	if policy.InFlight > 0 {
-		return l, l.inFlight(o, local)
-	}
-	inv, _ := store.(Invalidator)
-	if local {
-		l.d = localRates{l}
-	} else {
-		l.d = sharedRates{l}
-		if o.denyCacheSize > 0 && inv != nil {
-			l.deny = newDenyCache(o.denyCacheSize)
-		}
-	}
-	if o.tierFunc != nil || o.tiers != nil {
-		if l.tiers, err = newTiers(store, policy, o, opts); err != nil {
-			return nil, err
-		}
-		for _, t := range l.tiers.by {
-			t.refused = l.refused
-		}
-	}
-	l.countRefusals()
-	if inv != nil && !local && (l.deny != nil || l.local != nil || l.tiers != nil && l.tiers.cache != nil) {
-		inv.Watch(policy.Name, l.invalidate)
-	}
-	return l, nil
-}
-
-// challengesOf returns store's challenges, for a policy with a
-// Rules[].Challenge, or an error naming what the store lacks.
-func challengesOf(store Store, policy string) (Challenges, error) {
-	c, ok := store.(Challenges)
-	if !ok {
-		return nil, fmt.Errorf("ratekit: policy %q has a Rules[].Challenge, but store %T keeps no challenges (core.Challenges): %w",
-			policy, store, ErrInvalidPolicy)
-	}
-	return c, nil
-}
-
-// countRefusals has the deny caches of l and of its tiers count the
-// refusals they answer into l's refusals, when l counts them.
-func (l *Limiter) countRefusals() {
-	if l.refused == nil {
-		return
-	}
-	all := []*Limiter{l}
-	if l.tiers != nil {
-		for _, t := range l.tiers.by {
-			all = append(all, t)
-		}
-	}
-	for _, t := range all {
-		if t.deny != nil {
-			t.deny.refused = l.refused
-			l.refused.caches = append(l.refused.caches, t.deny)
-		}
-	}
-}
-
-// newOptions returns the options opts set, over the defaults, checked.
-func newOptions(policy string, opts []Option) (options, error) {
-	o := options{
-		timeout:       DefaultTimeout,
-		denyCacheSize: 10000,
-		breakerFails:  5,
-		breakerCool:   time.Second,
-		tierCacheSize: 10000,
-		tierCacheTTL:  time.Minute,
-		refusedEvery:  refusedEvery,
-	}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	switch {
-	case o.timeout <= 0:
-		return o, fmt.Errorf("ratekit: policy %q: WithTimeout %v must be positive: %w", policy, o.timeout, ErrInvalidPolicy)
-	case o.failure > FailClosed:
-		return o, fmt.Errorf("ratekit: policy %q: WithFailurePolicy: unknown %v: %w", policy, o.failure, ErrInvalidPolicy)
-	case o.denyCacheSize < 0:
-		return o, fmt.Errorf("ratekit: policy %q: WithDenyCache size %d must not be negative: %w", policy, o.denyCacheSize, ErrInvalidPolicy)
-	case o.breakerFails < 0:
-		return o, fmt.Errorf("ratekit: policy %q: WithBreaker failures %d must not be negative: %w", policy, o.breakerFails, ErrInvalidPolicy)
-	case o.refusedEvery <= 0:
-		return o, fmt.Errorf("ratekit: policy %q: refusals flushed every %v: must be positive: %w", policy, o.refusedEvery, ErrInvalidPolicy)
-	case o.breakerFails > 0 && o.breakerCool <= 0:
-		return o, fmt.Errorf("ratekit: policy %q: WithBreaker cooldown %v must be positive: %w", policy, o.breakerCool, ErrInvalidPolicy)
-	}
-	return o, nil
+// fallbackState tracks a limiter's fallback episodes.
+type fallbackState struct {
+	on    atomic.Bool
+	count atomic.Int64 // fallback decisions in the episode
+	last  atomic.Int64 // unix nanoseconds of the latest
 }
 
 // invalidate acts on what the store reports from any instance (see
@@ -352,6 +80,15 @@ func (l *Limiter) Policy() Policy {
 	return p
 }
 
+// tier returns the limiter of key's tier, or nil for the policy's own
+// rules; l has tiers.
+func (l *Limiter) tier(ctx context.Context, key string) *Limiter {
+	if i := l.tiers.pick(ctx, key, boundKey(key)); i >= 0 {
+		return l.tiered[i]
+	}
+	return nil
+}
+
 // Allow is AllowN(ctx, key, 1).
 func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 	return l.AllowN(ctx, key, 1)
@@ -367,7 +104,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 // could never fit) or ctx is done (wrapping ctx.Err()).
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
 	if l.tiers != nil {
-		if t := l.tiers.pick(ctx, key, boundKey(key)); t != nil {
+		if t := l.tier(ctx, key); t != nil {
 			return t.AllowN(ctx, key, n)
 		}
 	}
@@ -390,7 +127,7 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
 		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
 	}
 	if l.tiers != nil {
-		if t := l.tiers.pick(ctx, key, boundKey(key)); t != nil {
+		if t := l.tier(ctx, key); t != nil {
 			return t.Peek(ctx, key)
 		}
 	}
@@ -425,44 +162,6 @@ func (l *Limiter) query(key string, shard int, n int64, now time.Time) Query {
 		q.Now = now.UnixMicro()
 	}
 	return q
-}
-
-// Refund gives back the units the decision recorded, as if the request had
-// not been made: "count only failures" reserves a unit before the handler
-// and refunds it when the request turns out not to count. It does nothing
-// for a denial, for a fallback admission that recorded nothing, and for a
-// decision already refunded or whose key was reset since, under every
-// algorithm and calendar rule: the key's windows are then new, and the
-// refund must not add room to them. (Under WithClock, "since" is read on
-// the instances' clocks, which must then agree.) The error wraps the
-// store's; the units then stay counted, which can only under-admit.
-//
-// Under an InFlight policy the units are a lease held while the request
-// runs, and Refund releases it: call it when the request ends, whatever
-// its outcome (the guard's adapters do, after the handler). Releasing is
-// exact: a lease is released once, however often Refund is called on the
-// decision or its copies. A release that fails is retried in the
-// background until it succeeds or the lease expires (Policy.LeaseTTL).
-func (d *Decision) Refund(ctx context.Context) error {
-	t := d.ticket
-	if !d.Allowed || t.owner == nil {
-		return nil
-	}
-	d.ticket = ticket{}
-	return t.owner.d.refund(ctx, t)
-}
-
-// ticket identifies the units an admission recorded, for Refund.
-type ticket struct {
-	owner *Limiter
-	key   string // the store key (a shard's, with shards)
-	shard int    // the shard, with shards
-	at    int64
-	n     int64
-	local bool // recorded by the local fallback store
-	// mirror is the local time at which the local fallback store
-	// recorded the units the store admitted (FailLocal); 0: none.
-	mirror int64
 }
 
 // storeNow returns the time of a store call for the store: the limiter's
@@ -591,7 +290,7 @@ func (l *Limiter) Pass(ctx context.Context, key string) error {
 		return fmt.Errorf("ratekit: policy %q: pass: %w", l.policy.Name, err)
 	}
 	if l.tiers != nil {
-		if t := l.tiers.pick(ctx, key, boundKey(key)); t != nil {
+		if t := l.tier(ctx, key); t != nil {
 			return t.Pass(ctx, key)
 		}
 	}
@@ -626,7 +325,7 @@ func (l *Limiter) resetKey(ctx context.Context, key string, shard int) error {
 	// The caches forget key once the store has: a denial decided before
 	// then must not be cached after.
 	if l.tiers != nil {
-		for _, t := range l.tiers.by {
+		for _, t := range l.tiered {
 			t.forgetLocal(ctx, key, shard)
 		}
 	}
@@ -748,4 +447,38 @@ func (l *Limiter) refuse(key string) {
 	if l.refused != nil {
 		l.refused.add(key, 1)
 	}
+}
+
+// InvalidateTier forgets the cached tier of key, so that its next request
+// resolves the tier again: call it after a key's plan changes. On a
+// store that is an [Invalidator] (the Redis drivers) every instance forgets it: the invalidation goes out on the
+// store's invalidation channel (Redis pub/sub, the channel that carries
+// resets to the other instances' deny caches), and each limiter of the
+// policy on that store (on Redis, with the same prefix) drops the key's cached tier
+// when the message arrives, a round trip later. An instance that is
+// reconnecting to Redis misses the message; it forgets every cached tier
+// when it subscribes again, and until then the cache's ttl
+// ([WithTierCache]) bounds how long it keeps the old tier.
+//
+// This instance forgets the key at once; the error, wrapping the store's,
+// says the other instances may not have heard (the publish is bounded by
+// the limiter's timeout). It does nothing on a limiter without tiers.
+func (l *Limiter) InvalidateTier(ctx context.Context, key string) error {
+	if l.tiers == nil {
+		return nil
+	}
+	bounded := boundKey(key)
+	l.tiers.forget(bounded)
+	inv, ok := l.store.(Invalidator)
+	if !ok {
+		return nil
+	}
+	cc := newCallCtx(ctx, time.Now(), l.timeout)
+	defer cc.release()
+	if err := inv.Invalidate(cc, l.policy.Name, bounded); err != nil {
+		err = fmt.Errorf("ratekit: policy %q: invalidate tier: %w", l.policy.Name, err)
+		l.emit(ctx, Event{Kind: EventStoreError, Key: bounded, Err: err})
+		return err
+	}
+	return nil
 }

@@ -708,23 +708,6 @@ func sharesWidth(q *Query, i int, g int64) bool {
 	return false
 }
 
-// Reset implements [Store].
-func (s *MemoryStore) Reset(ctx context.Context, q Query) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("ratekit: memory store: %w", err)
-	}
-	p := s.policy(q.Policy)
-	sh := p.shard(q.Key)
-	sh.mu.Lock()
-	if lg := sh.m[q.Key]; lg != nil {
-		sh.forgot = max(sh.forgot, lg.used)
-		sh.remove(lg)
-	}
-	sh.mu.Unlock()
-	s.resetLeases(q.Policy, q.Key)
-	return nil
-}
-
 // len returns the number of keys the store holds, swept or not yet.
 func (s *MemoryStore) len() int { return int(s.keys.Load()) }
 

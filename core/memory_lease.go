@@ -160,3 +160,20 @@ func (m *memLeases) forget(key string) {
 	delete(st.keys, key)
 	st.mu.Unlock()
 }
+
+// Reset implements [Store].
+func (s *MemoryStore) Reset(ctx context.Context, q Query) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ratekit: memory store: %w", err)
+	}
+	p := s.policy(q.Policy)
+	sh := p.shard(q.Key)
+	sh.mu.Lock()
+	if lg := sh.m[q.Key]; lg != nil {
+		sh.forgot = max(sh.forgot, lg.used)
+		sh.remove(lg)
+	}
+	sh.mu.Unlock()
+	s.resetLeases(q.Policy, q.Key)
+	return nil
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 )
 
@@ -29,7 +28,7 @@ func (r localRates) allow(ctx context.Context, key string, shard int, n int64) (
 	d.states.RuleStates, d.states.lock, d.states.challenged = res.Rules, res.LockedFor, res.Challenged
 	l.bind(&d, res.Allowed, SourceStore)
 	if res.Allowed {
-		d.ticket = ticket{owner: l, key: key, shard: shard, at: res.At, n: n}
+		d.ticket = ticket{owner: l.d, key: key, shard: shard, at: res.At, n: n}
 	} else if !res.Challenged {
 		l.refuse(key) // a challenge is no refusal
 	}
@@ -138,7 +137,7 @@ func (r sharedRates) decide(ctx context.Context, q Query, shard int, now time.Ti
 func (r sharedRates) learn(ctx context.Context, q *Query, shard int, now time.Time, gen since, res Result, lat time.Duration, d *Decision) {
 	l := r.l
 	if res.Allowed {
-		d.ticket = ticket{owner: l, key: q.Key, shard: shard, at: res.At, n: q.N, mirror: l.mirror(q)}
+		d.ticket = ticket{owner: l.d, key: q.Key, shard: shard, at: res.At, n: q.N, mirror: l.mirror(q)}
 	} else if !res.Challenged {
 		// The cache entry counts the refusal, or else the limiter does.
 		if l.deny == nil || !l.deny.put(q.Key, q.N, now, *d, gen) {
@@ -229,41 +228,4 @@ func (l *Limiter) call(ctx context.Context, q *Query, take bool, f func(ctx cont
 	}
 	l.emit(ctx, Event{Kind: EventStoreError, Key: q.Key, Cost: q.N, Err: cause, Latency: lat})
 	return false, lat, cause, nil
-}
-
-// breakers are the circuit breakers of a limiter: one, or on a
-// [Partitioned] store one per partition, made when first needed.
-type breakers struct {
-	one       breaker
-	part      Partitioned
-	threshold int32
-	cooldown  time.Duration
-	mu        sync.Mutex
-	by        map[string]*breaker // per partition, on a Partitioned store
-}
-
-// init sets the breakers up for store with the options o.
-func (b *breakers) init(store Store, o options) {
-	b.threshold, b.cooldown = int32(o.breakerFails), o.breakerCool
-	b.one = breaker{threshold: b.threshold, cooldown: b.cooldown}
-	b.part, _ = store.(Partitioned)
-}
-
-// of returns the breaker of q's partition.
-func (b *breakers) of(q *Query) *breaker {
-	if b.part == nil {
-		return &b.one
-	}
-	name := b.part.Partition(q.Policy, q.Key)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	br := b.by[name]
-	if br == nil {
-		if b.by == nil {
-			b.by = make(map[string]*breaker)
-		}
-		br = &breaker{threshold: b.threshold, cooldown: b.cooldown}
-		b.by[name] = br
-	}
-	return br
 }

@@ -69,10 +69,14 @@ type refusals struct {
 	every  time.Duration
 	seed   maphash.Seed
 	sk     [refusedShards]refusalShard
-	caches []*denyCache // folded into the sketches at each flush; set when built
-	armed  atomic.Bool  // a flush is due
-	timer  *time.Timer  // runs tick; stopped while nothing is due
+	caches []counter   // folded into the sketches at each flush; set when built
+	armed  atomic.Bool // a flush is due
+	timer  *time.Timer // runs tick; stopped while nothing is due
 }
+
+// counter counts refusals of its own (a deny cache counts those it
+// answers) and hands them over to r at each of r's flushes.
+type counter interface{ fold(r *refusals) }
 
 type refusalShard struct {
 	mu sync.Mutex

@@ -1,0 +1,217 @@
+package core
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+)
+
+// fallbackMaxKeys bounds the local store of FailLocal.
+const fallbackMaxKeys = 100_000
+
+// NewLimiter returns a limiter for policy on store. It returns an error
+// wrapping [ErrInvalidPolicy], naming the field, when the policy or an
+// option cannot work, or when the store lacks a capability the policy
+// needs (an InFlight policy needs [Leases], a rule with a Challenge
+// [Challenges]).
+func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
+	if store == nil {
+		return nil, fmt.Errorf("ratekit: NewLimiter: store is nil: %w", ErrInvalidPolicy)
+	}
+	if err := policy.Validate(); err != nil {
+		return nil, err
+	}
+	o, err := newOptions(policy.Name, opts)
+	if err != nil {
+		return nil, err
+	}
+	policy.Rules = append([]Rule(nil), policy.Rules...)
+	l := &Limiter{
+		store:      store,
+		policy:     policy,
+		keep:       max(o.keep, policy.maxLimit()),
+		minLimit:   policy.minLimit(),
+		timeout:    o.timeout,
+		failure:    o.failure,
+		observer:   o.observer,
+		shards:     newShardSet(policy),
+		clock:      o.clock,
+		wholeLimit: o.wholeLimit,
+	}
+	if hasChallenge(policy.Rules) {
+		if l.passes, err = challengesOf(store, policy.Name); err != nil {
+			return nil, err
+		}
+	}
+	l.breakers.init(store, o)
+	if !o.tier && !o.noRefusals {
+		l.refused = newRefusals(policy, store, o.refusedEvery)
+	}
+	_, local := store.(Local)
+	if !local && o.failure == FailLocal {
+		l.local = NewMemoryStore(WithMaxKeys(fallbackMaxKeys))
+		if f, ok := store.(Fleet); ok && !o.wholeLimit {
+			l.fleet = f.Join(policy.Name)
+		}
+	}
+	if policy.InFlight > 0 {
+		return l, l.inFlight(o, local)
+	}
+	inv, _ := store.(Invalidator)
+	if local {
+		l.d = localRates{l}
+	} else {
+		l.d = sharedRates{l}
+		if o.denyCacheSize > 0 && inv != nil {
+			l.deny = newDenyCache(o.denyCacheSize)
+		}
+	}
+	if o.tierFunc != nil || o.tiers != nil {
+		if l.tiers, l.tiered, err = newTiers(store, policy, o, opts); err != nil {
+			return nil, err
+		}
+		for _, t := range l.tiered {
+			t.refused = l.refused
+		}
+	}
+	l.countRefusals()
+	if inv != nil && !local && (l.deny != nil || l.local != nil || l.tiers != nil && l.tiers.cache != nil) {
+		inv.Watch(policy.Name, l.invalidate)
+	}
+	return l, nil
+}
+
+// challengesOf returns store's challenges, for a policy with a
+// Rules[].Challenge, or an error naming what the store lacks.
+func challengesOf(store Store, policy string) (Challenges, error) {
+	c, ok := store.(Challenges)
+	if !ok {
+		return nil, fmt.Errorf("ratekit: policy %q has a Rules[].Challenge, but store %T keeps no challenges (core.Challenges): %w",
+			policy, store, ErrInvalidPolicy)
+	}
+	return c, nil
+}
+
+// countRefusals has the deny caches of l and of its tiers count the
+// refusals they answer into l's refusals, when l counts them.
+func (l *Limiter) countRefusals() {
+	if l.refused == nil {
+		return
+	}
+	all := []*Limiter{l}
+	if l.tiers != nil {
+		for _, t := range l.tiered {
+			all = append(all, t)
+		}
+	}
+	for _, t := range all {
+		if t.deny != nil {
+			t.deny.refused = l.refused
+			l.refused.caches = append(l.refused.caches, t.deny)
+		}
+	}
+}
+
+// newTiers builds one limiter per tier, each with the base policy's name
+// and the tier's rules: the set that resolves keys to tiers, and the
+// tiers' limiters in the order of its indexes.
+func newTiers(store Store, base Policy, o options, opts []Option) (*tierSet, []*Limiter, error) {
+	if o.tierFunc == nil {
+		return nil, nil, fmt.Errorf("ratekit: policy %q: WithTiers resolve func is nil: %w", base.Name, ErrInvalidPolicy)
+	}
+	if len(o.tiers) == 0 {
+		return nil, nil, fmt.Errorf("ratekit: policy %q: WithTiers has no tiers: %w", base.Name, ErrInvalidPolicy)
+	}
+	if o.tierCacheSize < 0 || o.tierCacheSize > 0 && o.tierCacheTTL <= 0 {
+		return nil, nil, fmt.Errorf("ratekit: policy %q: WithTierCache(%d, %v): size must not be negative and ttl must be positive: %w",
+			base.Name, o.tierCacheSize, o.tierCacheTTL, ErrInvalidPolicy)
+	}
+	ts := &tierSet{resolve: o.tierFunc, index: make(map[string]int, len(o.tiers)), ttl: o.tierCacheTTL}
+	var tiered []*Limiter
+	names := make([]string, 0, len(o.tiers))
+	for name := range o.tiers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	// Every tier keeps as much history as the largest limit of any, so a
+	// key keeps its usage when its tier changes.
+	keep := base.maxLimit()
+	for _, name := range names {
+		keep = max(keep, slidingMax(o.tiers[name]))
+	}
+	for _, name := range names {
+		p := base
+		p.Rules = o.tiers[name]
+		if err := p.Validate(); err != nil {
+			return nil, nil, fmt.Errorf("ratekit: WithTiers tier %q: %w", name, err)
+		}
+		if hasChallenge(p.Rules) != hasChallenge(base.Rules) {
+			// A key's pass and counts live where a policy with a
+			// challenge keeps them: a tier that had none would not see
+			// them.
+			return nil, nil, fmt.Errorf("ratekit: policy %q: WithTiers tier %q: a Rules[].Challenge must be in every tier and the policy's Rules or in none, so that a key keeps its pass between tiers: %w",
+				base.Name, name, ErrInvalidPolicy)
+		}
+		if !sameWindows(base.Rules, p.Rules) {
+			// A key's history is kept for its rules' windows: a tier with
+			// another window would start its count from nothing, or cut
+			// short the history another tier needs.
+			return nil, nil, fmt.Errorf("ratekit: policy %q: WithTiers tier %q: every tier must have the windows of the policy's Rules (%s), with limits of its own, so that a key's usage carries over between tiers: %w",
+				base.Name, name, windowsOf(base.Rules), ErrInvalidPolicy)
+		}
+		// The tier limiters take every option but the tiers themselves.
+		child, err := NewLimiter(store, p, append(opts[:len(opts):len(opts)], withoutTiers(keep))...)
+		if err != nil {
+			return nil, nil, fmt.Errorf("ratekit: WithTiers tier %q: %w", name, err)
+		}
+		ts.index[name] = len(tiered)
+		tiered = append(tiered, child)
+	}
+	if o.tierCacheSize > 0 {
+		c, err := lru.New[string, tierEntry](o.tierCacheSize)
+		if err != nil {
+			return nil, nil, fmt.Errorf("ratekit: policy %q: WithTierCache: %w", base.Name, err)
+		}
+		ts.cache = c
+	}
+	return ts, tiered, nil
+}
+
+// sameWindows reports whether two rule lists have the same set of windows
+// and calendar periods. A calendar rule's Location may differ.
+func sameWindows(a, b []Rule) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, r := range a {
+		found := false
+		for _, q := range b {
+			if q.Window == r.Window && q.Calendar == r.Calendar {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// windowsOf lists the windows of rules, for error messages.
+func windowsOf(rules []Rule) string {
+	var b strings.Builder
+	for i, r := range rules {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if r.Calendar != 0 {
+			b.WriteString(r.Calendar.String())
+		} else {
+			b.WriteString(r.Window.String())
+		}
+	}
+	return b.String()
+}
