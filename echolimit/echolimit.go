@@ -4,7 +4,9 @@ import (
 	"context"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/labstack/echo/v4"
 
@@ -113,43 +115,88 @@ func LimitByUser(user any, limit int64, per time.Duration, opts ...guard.Option)
 // middleware returns the echo middleware of g; fn names the constructor
 // in panics.
 func middleware(fn string, g *guard.Guard) echo.MiddlewareFunc {
-	var (
-		skip      skipper
-		deny      denyHandler
-		challenge challengeHandler
-	)
-	g.ReadNatives(fn, &skip, &deny, &challenge)
-	finish := g.NeedsFinish()
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			if skip != nil && skip(c) {
-				return next(c)
-			}
-			r := c.Request()
-			ctx := r.Context()
-			loc := localsPool.Get().(*locals)
-			loc.c = c
-			v := g.AdmitHTTP(ctx, r, c.Path(), loc)
-			loc.c = nil
-			localsPool.Put(loc)
-			v.WriteHTTPHeaders(c.Response().Header())
-			if !v.Proceed() {
-				switch {
-				case deny != nil && v.Outcome == guard.OutcomeDeny:
-					d := v // only refusals pay for the copy the handler may keep
-					return deny(c, &d)
-				case challenge != nil && v.Outcome == guard.OutcomeChallenge:
-					d := v
-					return challenge(c, &d)
-				}
-				return Write(c, &v)
-			}
-			if !finish {
-				return next(c)
-			}
-			return nextAndFinish(ctx, next, c, &v)
-		}
+	m := &limiter{g: g}
+	g.ReadNatives(fn, &m.skip, &m.deny, &m.challenge)
+	m.finish = g.NeedsFinish()
+	return m.wrap
+}
+
+// limiter is the middleware of a guard.
+type limiter struct {
+	g         *guard.Guard
+	skip      skipper
+	deny      denyHandler
+	challenge challengeHandler
+	finish    bool
+	handlers  [16]handlerSlot
+}
+
+// handlerSlot keeps the handler built for one next (see limiter.wrap).
+type handlerSlot struct {
+	seen atomic.Uintptr          // the next last seen that the slot did not hold
+	h    atomic.Pointer[handler] // set once
+}
+
+// handler is the handler built for the next whose closure is at next.
+type handler struct {
+	next unsafe.Pointer
+	h    echo.HandlerFunc
+}
+
+// wrap returns the handler that limits requests before next. echo v4
+// applies route and group middleware on every request (and e.Use
+// middleware to the route's handler on every request), calling wrap with
+// the same next each time; building a handler allocates, so the handler
+// of a next seen twice is kept, in one of a few slots chosen by the
+// address of next's closure, and found there again by that address. The
+// same closure is the same function: the handler kept calls exactly what
+// a new one would. A slot keeps the first such handler for good, so that
+// a next built anew for every request (an outer middleware's) costs no
+// more than it did before, and the handlers kept are at most as many as
+// the slots.
+func (m *limiter) wrap(next echo.HandlerFunc) echo.HandlerFunc {
+	fn := next // next itself, captured below, must not have its address taken
+	id := *(*unsafe.Pointer)(unsafe.Pointer(&fn))
+	slot := &m.handlers[(uintptr(id)>>4)%uintptr(len(m.handlers))]
+	kept := slot.h.Load()
+	if kept != nil && kept.next == id {
+		return kept.h
 	}
+	h := func(c echo.Context) error { return m.serve(c, next) }
+	if kept == nil && slot.seen.Swap(uintptr(id)) == uintptr(id) {
+		slot.h.CompareAndSwap(nil, &handler{next: id, h: h})
+	}
+	return h
+}
+
+// serve limits the request of c before next.
+func (m *limiter) serve(c echo.Context, next echo.HandlerFunc) error {
+	if m.skip != nil && m.skip(c) {
+		return next(c)
+	}
+	r := c.Request()
+	ctx := r.Context()
+	loc := localsPool.Get().(*locals)
+	loc.c = c
+	v := m.g.AdmitHTTP(ctx, r, c.Path(), loc)
+	loc.c = nil
+	localsPool.Put(loc)
+	v.WriteHTTPHeaders(c.Response().Header())
+	if !v.Proceed() {
+		switch {
+		case m.deny != nil && v.Outcome == guard.OutcomeDeny:
+			d := v // only refusals pay for the copy the handler may keep
+			return m.deny(c, &d)
+		case m.challenge != nil && v.Outcome == guard.OutcomeChallenge:
+			d := v
+			return m.challenge(c, &d)
+		}
+		return Write(c, &v)
+	}
+	if !m.finish {
+		return next(c)
+	}
+	return nextAndFinish(ctx, next, c, &v)
 }
 
 // nextAndFinish runs the rest of the chain and finishes v with the status

@@ -7,13 +7,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
-	"net/netip"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
 
+	"github.com/ratekit/ratekit/internal/peeraddr"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
@@ -68,12 +67,7 @@ func (r request) RawQuery() string {
 // would trust a forwarding header from anyone, while keyfunc.ClientIP
 // honours them only from trusted proxies.
 func (r request) RemoteAddr() string {
-	a := r.c.Context().RemoteAddr()
-	if t, ok := a.(*net.TCPAddr); ok { // one allocation instead of three
-		ap := t.AddrPort()
-		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).String()
-	}
-	return a.String()
+	return peeraddr.String(r.c.Context().RemoteAddr())
 }
 
 func (r request) Value(key any) any {

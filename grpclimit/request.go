@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
+	"github.com/ratekit/ratekit/internal/peeraddr"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
@@ -64,7 +65,7 @@ func (r *request) Values(name string) []string {
 
 func (r *request) RemoteAddr() string {
 	if p, ok := peer.FromContext(r.ctx); ok && p.Addr != nil {
-		return p.Addr.String()
+		return peeraddr.String(p.Addr)
 	}
 	return ""
 }

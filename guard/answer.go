@@ -218,29 +218,53 @@ func (v *Verdict) Metadata() map[string][]string {
 // names, or their lowercase names when lower is set. The values of the
 // IETF list fields are added to those m holds.
 func fill(m map[string][]string, hs *headerSet, buf []byte, lower bool) {
-	// The values and the slices m holds them in share one block; m keeps
-	// it alive as long as it keeps any of them. The block's bytes are
-	// written once, here, before any string refers to them.
-	b := new(valueBlock)
-	var all string
-	if len(buf) <= len(b.buf) {
-		copy(b.buf[:], buf)
-		all = unsafe.String(&b.buf[0], len(buf))
-	} else {
-		all = string(buf)
-	}
+	vals := values(hs, buf)
 	for i := range hs.n {
-		b.vals[i] = all[hs.start(i):hs.ends[i]]
 		name := hs.names[i]
 		if lower {
 			name = lowerName(name)
 		}
-		if old := m[name]; len(old) > 0 && isList(hs.names[i]) {
-			m[name] = append(old[:len(old):len(old)], b.vals[i])
-			continue
+		if isList(hs.names[i]) {
+			if old := m[name]; len(old) > 0 {
+				m[name] = append(old[:len(old):len(old)], vals[i])
+				continue
+			}
 		}
-		m[name] = b.vals[i : i+1 : i+1]
+		m[name] = vals[i : i+1 : i+1]
 	}
+}
+
+// values returns the values of the fields of hs, which are in buf, as
+// strings that share one block of memory with the slice holding them: a
+// map keeps the block alive as long as it keeps any of them. The block's
+// bytes are written once, here, before any string refers to them. The
+// usual answer, the three X-RateLimit fields, takes the smallest block.
+func values(hs *headerSet, buf []byte) []string {
+	var (
+		vals []string
+		mem  []byte
+	)
+	switch {
+	case hs.n <= len(smallBlock{}.vals) && len(buf) <= len(smallBlock{}.buf):
+		b := new(smallBlock)
+		vals, mem = b.vals[:hs.n], b.buf[:]
+	case len(buf) <= len(valueBlock{}.buf):
+		b := new(valueBlock)
+		vals, mem = b.vals[:hs.n], b.buf[:]
+	default:
+		vals = make([]string, hs.n)
+	}
+	var all string
+	if mem != nil {
+		copy(mem, buf)
+		all = unsafe.String(&mem[0], len(buf))
+	} else {
+		all = string(buf)
+	}
+	for i := range vals {
+		vals[i] = all[hs.start(i):hs.ends[i]]
+	}
+	return vals
 }
 
 // lowerName returns a header field name of the answers in lowercase, as
@@ -269,6 +293,13 @@ const maxFields = 6
 type valueBlock struct {
 	vals [maxFields]string
 	buf  [64]byte
+}
+
+// smallBlock is the valueBlock of the usual answer, the three X-RateLimit
+// fields: 64 bytes rather than 160.
+type smallBlock struct {
+	vals [3]string
+	buf  [16]byte
 }
 
 // headerSet records the header fields of an answer: their names, and

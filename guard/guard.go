@@ -302,20 +302,24 @@ func (g *Guard) NeedsFinish() bool { return g.cfg.countIf != nil || g.cfg.resetI
 // the guard's limit and of every limit added with [WithAlso]. It never
 // panics on a malformed request and never returns a store error: a store
 // failure is resolved by the limiter's failure policy.
-func (g *Guard) Admit(ctx context.Context, r keyfunc.Request) Verdict {
-	v := Verdict{g: g, by: &g.own}
-	if !g.prelude(ctx, &v, r) {
-		return v
-	}
-	if !g.decide(ctx, &v, &g.own, r) {
-		return v
+func (g *Guard) Admit(ctx context.Context, r keyfunc.Request) (v Verdict) {
+	g.admit(ctx, &v, r)
+	return v
+}
+
+// admit is Admit writing its verdict to v, a zero Verdict: the verdict
+// (hundreds of bytes) is built where the caller returns it, not copied
+// there.
+func (g *Guard) admit(ctx context.Context, v *Verdict, r keyfunc.Request) {
+	v.g, v.by = g, &g.own
+	if !g.prelude(ctx, v, r) || !g.decide(ctx, v, &g.own, r) {
+		return
 	}
 	for i := range g.cfg.also {
-		if !g.decide(ctx, &v, &g.cfg.also[i], r) {
-			return v
+		if !g.decide(ctx, v, &g.cfg.also[i], r) {
+			return
 		}
 	}
-	return v
 }
 
 // prelude runs what [Guard.Admit] and [Guard.Wait] do before any
@@ -383,10 +387,10 @@ var ErrBlocked = errors.New("ratekit: request blocked (WithBlock)")
 // as keyfunc.FromHTTPWithValues(r, route, values) shows it, through a
 // view taken from a pool and put back before AdmitHTTP returns: the
 // net/http, gin and echo adapters' way to build none per request.
-func (g *Guard) AdmitHTTP(ctx context.Context, r *http.Request, route string, values keyfunc.Locals) Verdict {
+func (g *Guard) AdmitHTTP(ctx context.Context, r *http.Request, route string, values keyfunc.Locals) (v Verdict) {
 	h := httpViews.Get().(*keyfunc.HTTPRequest)
 	h.Reset(r, route, values)
-	v := g.Admit(ctx, h)
+	g.admit(ctx, &v, h)
 	h.Reset(nil, "", nil)
 	httpViews.Put(h)
 	return v
@@ -404,6 +408,11 @@ func (g *Guard) decide(ctx context.Context, v *Verdict, lim *limit, r keyfunc.Re
 	if !ok {
 		return v.Outcome != OutcomeInvalid
 	}
+	if v.nheld == 0 && !v.DryRun {
+		// The decision the answer shows, whatever it is: made where it is
+		// kept rather than copied there.
+		return g.decideFirst(ctx, v, lim, key)
+	}
 	d, err := lim.l.AllowN(ctx, key, v.Cost)
 	switch {
 	case err != nil:
@@ -417,6 +426,37 @@ func (g *Guard) decide(ctx context.Context, v *Verdict, lim *limit, r keyfunc.Re
 		return true
 	}
 	v.refundAll(ctx)
+	g.deny(v, lim, key, d)
+	return false
+}
+
+// decideFirst is decide for a verdict that holds no decision yet: no
+// admission, and no denial let through in dry-run mode.
+func (g *Guard) decideFirst(ctx context.Context, v *Verdict, lim *limit, key string) bool {
+	var err error
+	v.Decision, err = lim.l.AllowN(ctx, key, v.Cost)
+	d := &v.Decision
+	switch {
+	case err != nil:
+		g.fail(ctx, v, lim, key, err)
+		return false
+	case d.Allowed:
+		// As v.admit does with the first admission.
+		v.Key, v.by = key, lim
+		v.nheld++
+		v.Outcome = OutcomeAllow
+		return true
+	case g.cfg.dryRun:
+		g.letThrough(ctx, v, lim, key, *d)
+		return true
+	}
+	g.deny(v, lim, key, *d)
+	return false
+}
+
+// deny ends the pipeline with lim's denial (or challenge) d of key; the
+// units of the admissions before are given back already.
+func (g *Guard) deny(v *Verdict, lim *limit, key string, d core.Decision) {
 	v.Decision, v.Key, v.by = d, key, lim
 	switch {
 	case d.Source == core.SourceClosed:
@@ -426,7 +466,6 @@ func (g *Guard) decide(ctx context.Context, v *Verdict, lim *limit, r keyfunc.Re
 	default:
 		v.Outcome = OutcomeDeny
 	}
-	return false
 }
 
 // fail ends the pipeline for an error of lim's limiter: a cost that can

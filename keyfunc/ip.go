@@ -236,8 +236,17 @@ func ClientIP(opts ...IPOption) Func {
 		o(c)
 	}
 	client := c.resolver()
+	// With no proxy to trust and IPv4 clients keyed by their address, a
+	// peer written "a.b.c.d:port" is keyed by its host part as it stands.
+	plainIPv4 := len(c.trusted) == 0 && c.v4Bits == 32
 	return func(r Request) (string, error) {
-		a, seen, err := client(r)
+		ra := r.RemoteAddr()
+		if plainIPv4 {
+			if host, ok := ipv4Host(ra); ok {
+				return host, nil
+			}
+		}
+		a, seen, err := client(r, ra)
 		if err != nil {
 			return "", err
 		}
@@ -246,13 +255,13 @@ func ClientIP(opts ...IPOption) Func {
 }
 
 // resolver returns the function that finds the client address of a
-// request, and the text it was read from, the way ClientIP does.
-func (c *ipConfig) resolver() func(r Request) (netip.Addr, string, error) {
+// request whose RemoteAddr is ra, and the text it was read from, the way
+// ClientIP does.
+func (c *ipConfig) resolver() func(r Request, ra string) (netip.Addr, string, error) {
 	forwarded := c.header == headerForwarded
 	errBadHop := withReason(fmt.Errorf("ratekit: keyfunc: client ip: %s from a trusted proxy names no client address: %w",
 		c.header, ErrInvalidKey), "invalid forwarding header")
-	return func(r Request) (netip.Addr, string, error) {
-		ra := r.RemoteAddr()
+	return func(r Request, ra string) (netip.Addr, string, error) {
 		peer, ok := parseNode(ra, false)
 		if !ok {
 			return netip.Addr{}, "", errBadPeer
@@ -293,7 +302,7 @@ func InNetworks(prefixes []netip.Prefix, opts ...IPOption) func(r Request) bool 
 	}
 	client := c.resolver()
 	return func(r Request) bool {
-		a, _, err := client(r)
+		a, _, err := client(r, r.RemoteAddr())
 		if err != nil {
 			return false
 		}
@@ -483,6 +492,46 @@ func parseNode(s string, forwarded bool) (netip.Addr, bool) {
 		return netip.Addr{}, false
 	}
 	return a, true
+}
+
+// ipv4Host returns the host part of s, an IPv4 address with an optional
+// port ("192.0.2.1", "192.0.2.1:80"), when that host is written as
+// [ClientIP] keys it: four decimal fields of 0 to 255 without leading
+// zeros, the only form parseNode accepts for IPv4. It reports false for
+// any other text, which parseNode then reads (or refuses).
+func ipv4Host(s string) (string, bool) {
+	fields, digits, val := 0, 0, 0
+	for i := 0; i < len(s); i++ {
+		switch b := s[i]; {
+		case '0' <= b && b <= '9':
+			if digits == 1 && val == 0 {
+				return "", false // a leading zero
+			}
+			val = val*10 + int(b-'0')
+			digits++
+			if val > 255 {
+				return "", false
+			}
+		case b == '.' || b == ':':
+			if digits == 0 {
+				return "", false
+			}
+			fields++
+			digits, val = 0, 0
+			if b == ':' {
+				if fields != 4 || !validPort(s[i+1:], false) {
+					return "", false
+				}
+				return s[:i], true
+			}
+			if fields == 4 {
+				return "", false
+			}
+		default:
+			return "", false
+		}
+	}
+	return s, fields == 3 && digits > 0
 }
 
 // hostPart returns the address of an "ipv4:port" text, or the text itself

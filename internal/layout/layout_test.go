@@ -1,5 +1,7 @@
 // Package layout_test checks that the packages depend on each other as the
-// design says: adapters on guard, guard on core and keyfunc, the Redis
+// design says: adapters on guard (fiberlimit and grpclimit also on
+// internal/peeraddr, which writes their peers' net.Addr in one allocation
+// and depends on nothing of ratekit), guard on core and keyfunc, the Redis
 // drivers on core and internal/redislib, each on its own client only, and
 // core and keyfunc on nothing of ratekit, nor on heavy libraries nor on a
 // Redis client.
@@ -51,8 +53,9 @@ func TestDependencies(t *testing.T) {
 		{"nethttp", []string{"core", "guard", "keyfunc"}, []string{"github.com/nyaruka/phonenumbers"}},
 		{"ginlimit", []string{"core", "guard", "keyfunc"}, []string{"github.com/nyaruka/phonenumbers"}},
 		{"echolimit", []string{"core", "guard", "keyfunc"}, []string{"github.com/nyaruka/phonenumbers"}},
-		{"fiberlimit", []string{"core", "guard", "keyfunc"}, []string{"github.com/nyaruka/phonenumbers"}},
-		{"grpclimit", []string{"core", "guard", "keyfunc"}, []string{"github.com/nyaruka/phonenumbers"}},
+		{"fiberlimit", []string{"core", "guard", "keyfunc", "internal/peeraddr"}, []string{"github.com/nyaruka/phonenumbers"}},
+		{"grpclimit", []string{"core", "guard", "keyfunc", "internal/peeraddr"}, []string{"github.com/nyaruka/phonenumbers"}},
+		{"internal/peeraddr", nil, []string{"net/http"}},
 	} {
 		t.Run(tc.pkg, func(t *testing.T) {
 			allowed := map[string]bool{module + "/" + tc.pkg: true}
