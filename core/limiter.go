@@ -158,6 +158,7 @@ type Limiter struct {
 	timeout  time.Duration
 	failure  FailurePolicy
 	local    *MemoryStore // FailLocal's fallback store, on a shared store
+	mem      *memPolicy   // the policy's keys, when store is a *MemoryStore
 	observer Observer
 	deny     *denyCache
 	breakers breakers
@@ -235,6 +236,7 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	inv, _ := store.(Invalidator)
 	if local {
 		l.d = localRates{l}
+		l.mem = memPolicyOf(store, policy.Name)
 	} else {
 		l.d = sharedRates{l}
 		if o.denyCacheSize > 0 && inv != nil {

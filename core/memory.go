@@ -201,6 +201,18 @@ func (s *MemoryStore) policy(name string) *memPolicy {
 	return p
 }
 
+// memPolicyOf returns the keys of policy name when store is a
+// *MemoryStore itself (not a type wrapping one, whose Take may do more),
+// for a Limiter on it to decide in place: as Take does, without the
+// copies of the Store interface's values. It returns nil for any other
+// store.
+func memPolicyOf(store Store, name string) *memPolicy {
+	if s, ok := store.(*MemoryStore); ok {
+		return s.policy(name)
+	}
+	return nil
+}
+
 func (p *memPolicy) shard(key string) *memShard {
 	return &p.shards[maphash.String(p.store.seed, key)%memShards]
 }

@@ -18,19 +18,27 @@ const (
 // breaker, deny cache or fallback, which would only cost time.
 type localRates struct{ l *Limiter }
 
-func (r localRates) allow(ctx context.Context, key string, shard int, n int64) (Decision, error) {
+func (r localRates) allow(ctx context.Context, key string, shard int, n int64) (d Decision, _ error) {
 	l := r.l
-	var d Decision
 	q := l.query(key, shard, n, l.stamp())
-	res, err := l.store.Take(ctx, q)
-	if err != nil {
-		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
+	var allowed bool
+	var at int64
+	if l.mem != nil {
+		// A MemoryStore of its own: decided in place, as Take would,
+		// without copying the query, the result and the rule states.
+		allowed, at = l.mem.decide(&q, true, &d.states)
+	} else {
+		res, err := l.store.Take(ctx, q)
+		if err != nil {
+			return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
+		}
+		d.states.RuleStates, d.states.lock, d.states.challenged = res.Rules, res.LockedFor, res.Challenged
+		allowed, at = res.Allowed, res.At
 	}
-	d.states.RuleStates, d.states.lock, d.states.challenged = res.Rules, res.LockedFor, res.Challenged
-	l.bind(&d, res.Allowed, SourceStore)
-	if res.Allowed {
-		d.ticket = ticket{owner: l, key: key, shard: shard, at: res.At, n: n}
-	} else if !res.Challenged {
+	l.bind(&d, allowed, SourceStore)
+	if allowed {
+		d.ticket = ticket{owner: l, key: key, shard: shard, at: at, n: n}
+	} else if !d.states.challenged {
 		l.refuse(key) // a challenge is no refusal
 	}
 	if l.observer != nil {
