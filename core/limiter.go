@@ -421,12 +421,19 @@ func (l *Limiter) stamp() time.Time {
 // query returns the store query for a bounded key (shard's, with shards)
 // decided at now; the zero now for refunds and resets.
 func (l *Limiter) query(key string, shard int, n int64, now time.Time) Query {
-	q := Query{Policy: l.policy.Name, Key: key, Rules: l.shards.rules(shard, l.policy.Rules),
+	var q Query
+	l.setQuery(&q, key, shard, n, now)
+	return q
+}
+
+// setQuery sets *q to query(key, shard, n, now), in place: the decisions
+// of a MemoryStore build theirs where they use it.
+func (l *Limiter) setQuery(q *Query, key string, shard int, n int64, now time.Time) {
+	*q = Query{Policy: l.policy.Name, Key: key, Rules: l.shards.rules(shard, l.policy.Rules),
 		Algorithm: l.policy.Algorithm, Buckets: l.policy.buckets(), N: n, Keep: l.keep, Lockout: l.policy.Lockout}
 	if l.clock != nil && !now.IsZero() {
 		q.Now = now.UnixMicro()
 	}
-	return q
 }
 
 // Refund gives back the units the decision recorded, as if the request had

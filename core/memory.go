@@ -97,8 +97,8 @@ type memPolicy struct {
 type memShard struct {
 	policy *memPolicy
 	mu     sync.Mutex
-	m      map[string]*memLog
-	keys   []*memLog // the values of m, for sweeping in turn
+	m      map[uint64]*memLog // by the key's hash, keys of one hash chained (memLog.next)
+	keys   []*memLog          // every key of the shard, for sweeping in turn
 	cursor int
 	ops    uint32
 	free   []*memLog // removed logs, for new keys to reuse
@@ -123,6 +123,8 @@ const (
 // bucket width (SlidingBuckets).
 type memLog struct {
 	key     string
+	hash    uint64     // of key
+	next    *memLog    // the next key of the same hash
 	index   int        // in memShard.keys
 	ev      []memEvent // SlidingLog; live events are ev[head:]
 	head    int
@@ -188,7 +190,7 @@ func (s *MemoryStore) policy(name string) *memPolicy {
 	if p == nil {
 		p = &memPolicy{name: name, store: s}
 		for i := range p.shards {
-			p.shards[i].m = make(map[string]*memLog)
+			p.shards[i].m = make(map[uint64]*memLog)
 			p.shards[i].policy = p
 		}
 		s.policies[name] = p
@@ -213,8 +215,21 @@ func memPolicyOf(store Store, name string) *memPolicy {
 	return nil
 }
 
-func (p *memPolicy) shard(key string) *memShard {
-	return &p.shards[maphash.String(p.store.seed, key)%memShards]
+// shard returns the shard of key and the key's hash, which finds it in
+// the shard (memShard.get): a key is hashed once.
+func (p *memPolicy) shard(key string) (*memShard, uint64) {
+	h := maphash.String(p.store.seed, key)
+	return &p.shards[h%memShards], h
+}
+
+// get returns the window of key, whose hash is h, or nil; sh.mu is held.
+func (sh *memShard) get(h uint64, key string) *memLog {
+	for lg := sh.m[h]; lg != nil; lg = lg.next {
+		if lg.key == key {
+			return lg
+		}
+	}
+	return nil
 }
 
 // Take implements [Store].
@@ -255,9 +270,9 @@ func (p *memPolicy) decide(q *Query, take bool, st *states) (allowed bool, at in
 	if now == 0 {
 		now = p.store.now()
 	}
-	sh := p.shard(q.Key)
+	sh, h := p.shard(q.Key)
 	sh.mu.Lock()
-	lg := sh.m[q.Key]
+	lg := sh.get(h, q.Key)
 	if q.Now == 0 && lg != nil && lg.used > now {
 		// The clock was read before the lock, outside the critical
 		// section; a decision that got the lock after a later one takes
@@ -270,19 +285,21 @@ func (p *memPolicy) decide(q *Query, take bool, st *states) (allowed bool, at in
 	}
 	switch {
 	case q.Lockout.For > 0 || hasCalendar(q.Rules) || hasChallenge(q.Rules):
-		allowed = p.decideMore(sh, lg, q, take, now, maxW, st)
+		allowed = p.decideMore(sh, h, lg, q, take, now, maxW, st)
 	case q.Algorithm == SlidingBuckets:
-		allowed = p.decideBuckets(sh, lg, q, take, now, maxW, st, challengeGate{})
+		allowed = p.decideBuckets(sh, h, lg, q, take, now, maxW, st, challengeGate{})
 	default:
-		allowed = p.decideLog(sh, lg, q, take, now, maxW, st, challengeGate{})
+		allowed = p.decideLog(sh, h, lg, q, take, now, maxW, st, challengeGate{})
 	}
 	if lg != nil {
 		lg.used = max(lg.used, now)
 	}
-	sh.sweep(now)
+	tick := sh.sweep(now)
 	sh.mu.Unlock()
 	p.store.shed(now)
-	p.store.tick(now)
+	if tick {
+		p.store.tick(now)
+	}
 	return allowed, now
 }
 
@@ -290,7 +307,7 @@ func (p *memPolicy) decide(q *Query, take bool, st *states) (allowed bool, at in
 // asked with the rule states before a take records units that fit every
 // rule; when it says so, the request is challenged (st.challenged) and
 // nothing is recorded.
-func (p *memPolicy) decideLog(sh *memShard, lg *memLog, q *Query, take bool, now, maxW int64, st *states, gate challengeGate) bool {
+func (p *memPolicy) decideLog(sh *memShard, h uint64, lg *memLog, q *Query, take bool, now, maxW int64, st *states, gate challengeGate) bool {
 	rs := st.prepare(len(q.Rules))
 	var allowed bool
 	if lg == nil {
@@ -302,7 +319,7 @@ func (p *memPolicy) decideLog(sh *memShard, lg *memLog, q *Query, take bool, now
 	st.challenged = allowed && gate.reaches(rs)
 	if take && allowed && !st.challenged {
 		if lg == nil {
-			lg = p.insert(sh, q.Key, now)
+			lg = p.insert(sh, h, q.Key, now)
 		}
 		lg.add(now, q.N)
 		lg.expires = max(lg.expires, now+maxW)
@@ -413,7 +430,7 @@ func (lg *memLog) compact() {
 
 // insert adds a key to the shard; sh.mu is held. The caller calls
 // MemoryStore.shed once it has released sh.mu.
-func (p *memPolicy) insert(sh *memShard, key string, now int64) *memLog {
+func (p *memPolicy) insert(sh *memShard, h uint64, key string, now int64) *memLog {
 	p.keys.Add(1)
 	p.store.keys.Add(1)
 	var lg *memLog
@@ -426,7 +443,8 @@ func (p *memPolicy) insert(sh *memShard, key string, now int64) *memLog {
 		lg = &memLog{key: key, index: len(sh.keys), used: now}
 	}
 	lg.born = max(now, sh.forgot+1)
-	sh.m[key] = lg
+	lg.hash, lg.next = h, sh.m[h]
+	sh.m[h] = lg
 	sh.keys = append(sh.keys, lg)
 	return lg
 }
@@ -495,7 +513,19 @@ func (p *memPolicy) evictOne(now int64, evenLocked bool) bool {
 func (sh *memShard) remove(lg *memLog) {
 	sh.policy.keys.Add(-1)
 	sh.policy.store.keys.Add(-1)
-	delete(sh.m, lg.key)
+	switch head := sh.m[lg.hash]; {
+	case head == lg && lg.next == nil:
+		delete(sh.m, lg.hash)
+	case head == lg:
+		sh.m[lg.hash] = lg.next
+	default:
+		for k := head; k != nil; k = k.next {
+			if k.next == lg {
+				k.next = lg.next
+				break
+			}
+		}
+	}
 	last := len(sh.keys) - 1
 	sh.keys[lg.index] = sh.keys[last]
 	sh.keys[lg.index].index = lg.index
@@ -621,12 +651,15 @@ func (lg *memLog) recount(i int) {
 // sweep looks at a few keys every so many operations of the shard and
 // deletes the expired ones, going round the shard's keys in turn, so that
 // every key is looked at within len(keys)/2 operations of the shard:
-// more than a stream of keys each seen once can add.
-func (sh *memShard) sweep(now int64) {
+// more than a stream of keys each seen once can add. It reports when
+// the store's sweep is due (tick): every 16 operations of the shard too,
+// half-way between its own.
+func (sh *memShard) sweep(now int64) (tick bool) {
 	sh.ops++
 	if sh.ops%16 == 0 {
 		sh.sweepSome(now, 32)
 	}
+	return sh.ops%16 == 8
 }
 
 // sweepSome looks at up to limit keys from the cursor on and deletes the
@@ -646,13 +679,11 @@ func (sh *memShard) sweepSome(now int64, limit int) {
 }
 
 // tick sweeps the shards of every policy in turn, 64 keys every 16
-// operations store-wide, so that keys of a policy that sees no more
-// traffic are still emptied: every key is looked at within about
-// keys/4 operations of the store. It runs outside any shard lock.
+// decisions store-wide (each shard's decisions call it one time in 16),
+// so that keys of a policy that sees no more traffic are still emptied:
+// every key is looked at within about keys/4 decisions of the store. It
+// runs outside any shard lock.
 func (s *MemoryStore) tick(now int64) {
-	if rand.Uint32()%16 != 0 {
-		return
-	}
 	list := *s.list.Load()
 	n := s.tickN.Add(1)
 	p := list[int(n/memShards)%len(list)]
@@ -674,10 +705,10 @@ func (s *MemoryStore) Refund(ctx context.Context, q Query, at int64) error {
 // refund gives back q.N units recorded at time at, unless the key was
 // reset (or forgotten) since: its units then went with it.
 func (p *memPolicy) refund(q *Query, at int64) {
-	sh := p.shard(q.Key)
+	sh, h := p.shard(q.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	lg := sh.m[q.Key]
+	lg := sh.get(h, q.Key)
 	if lg == nil || at < lg.born {
 		return
 	}
@@ -726,9 +757,9 @@ func (s *MemoryStore) Reset(ctx context.Context, q Query) error {
 		return fmt.Errorf("ratekit: memory store: %w", err)
 	}
 	p := s.policy(q.Policy)
-	sh := p.shard(q.Key)
+	sh, h := p.shard(q.Key)
 	sh.mu.Lock()
-	if lg := sh.m[q.Key]; lg != nil {
+	if lg := sh.get(h, q.Key); lg != nil {
 		sh.forgot = max(sh.forgot, lg.used)
 		sh.remove(lg)
 	}
@@ -745,7 +776,7 @@ func (s *MemoryStore) len() int { return int(s.keys.Load()) }
 // tiers of one window) share them; the bucket holding the window's start
 // is counted in full, so the count never falls short of the true sliding
 // count. sh.mu is held.
-func (p *memPolicy) decideBuckets(sh *memShard, lg *memLog, q *Query, take bool, now, maxW int64, st *states, gate challengeGate) bool {
+func (p *memPolicy) decideBuckets(sh *memShard, h uint64, lg *memLog, q *Query, take bool, now, maxW int64, st *states, gate challengeGate) bool {
 	rs := st.prepare(len(q.Rules))
 	var scratch memLog
 	view := lg
@@ -785,7 +816,7 @@ func (p *memPolicy) decideBuckets(sh *memShard, lg *memLog, q *Query, take bool,
 	st.challenged = allowed && gate.reaches(rs)
 	if take && allowed && !st.challenged {
 		if lg == nil {
-			lg = p.insert(sh, q.Key, now)
+			lg = p.insert(sh, h, q.Key, now)
 		}
 		for i, r := range q.Rules {
 			if r.Calendar != 0 {
@@ -901,7 +932,7 @@ func findAt(ev []memEvent, at int64) (int, bool) {
 // room, or a request challenged leaves the sliding rules peeked at; a
 // take that every rule admits is counted in the calendar periods too; a
 // take that a rule denies starts a lockout (a challenged one does not).
-func (p *memPolicy) decideMore(sh *memShard, lg *memLog, q *Query, take bool, now, maxW int64, st *states) bool {
+func (p *memPolicy) decideMore(sh *memShard, h uint64, lg *memLog, q *Query, take bool, now, maxW int64, st *states) bool {
 	var lock int64
 	if lg != nil && lg.lock > now {
 		lock = lg.lock - now
@@ -922,15 +953,15 @@ func (p *memPolicy) decideMore(sh *memShard, lg *memLog, q *Query, take bool, no
 		st.prepare(len(q.Rules))
 		st.challenged = gate.reaches(nil)
 	case q.Algorithm == SlidingBuckets:
-		allowed = p.decideBuckets(sh, lg, q, takeSliding, now, maxW, st, gate)
+		allowed = p.decideBuckets(sh, h, lg, q, takeSliding, now, maxW, st, gate)
 	default:
-		allowed = p.decideLog(sh, lg, q, takeSliding, now, maxW, st, gate)
+		allowed = p.decideLog(sh, h, lg, q, takeSliding, now, maxW, st, gate)
 	}
 	challenged := st.challenged
 	allowed = allowed && fits && lock == 0 && !challenged
 	if take && (allowed && len(cal) > 0 || !allowed && !challenged && lock == 0 && q.Lockout.For > 0) {
-		if lg = sh.m[q.Key]; lg == nil {
-			lg = p.insert(sh, q.Key, now)
+		if lg = sh.get(h, q.Key); lg == nil {
+			lg = p.insert(sh, h, q.Key, now)
 		}
 		if allowed {
 			for i := range cal {
@@ -1007,9 +1038,9 @@ func (p *memPolicy) pass(q *Query) {
 	if now == 0 {
 		now = p.store.now()
 	}
-	sh := p.shard(q.Key)
+	sh, h := p.shard(q.Key)
 	sh.mu.Lock()
-	lg := sh.m[q.Key]
+	lg := sh.get(h, q.Key)
 	if q.Now == 0 && lg != nil && lg.used > now {
 		now = lg.used // keep the key's times in order (see decide)
 	}
@@ -1017,7 +1048,7 @@ func (p *memPolicy) pass(q *Query) {
 		now = sh.forgot + 1 // see decide
 	}
 	if lg == nil {
-		lg = p.insert(sh, q.Key, now)
+		lg = p.insert(sh, h, q.Key, now)
 	}
 	lg.used = max(lg.used, now)
 	lg.pass = max(lg.pass, passUntil(q.Rules, now))
@@ -1142,9 +1173,9 @@ func lockoutFor(lo Lockout, offences int64) int64 {
 // so the key never holds more live units than a rule's limit.
 func (p *memPolicy) record(q *Query) int64 {
 	now := p.store.now()
-	sh := p.shard(q.Key)
+	sh, h := p.shard(q.Key)
 	sh.mu.Lock()
-	lg := sh.m[q.Key]
+	lg := sh.get(h, q.Key)
 	if lg != nil && lg.used > now {
 		now = lg.used // keep the key's times in order (see decide)
 	}
@@ -1152,7 +1183,7 @@ func (p *memPolicy) record(q *Query) int64 {
 		now = sh.forgot + 1 // see decide
 	}
 	if lg == nil {
-		lg = p.insert(sh, q.Key, now)
+		lg = p.insert(sh, h, q.Key, now)
 	}
 	lg.used = now
 	var maxW, maxG int64
@@ -1199,11 +1230,11 @@ func (p *memPolicy) record(q *Query) int64 {
 // fallback store.
 func (p *memPolicy) lockFor(q *Query, d time.Duration) {
 	now := p.store.now()
-	sh := p.shard(q.Key)
+	sh, h := p.shard(q.Key)
 	sh.mu.Lock()
-	lg := sh.m[q.Key]
+	lg := sh.get(h, q.Key)
 	if lg == nil {
-		lg = p.insert(sh, q.Key, now)
+		lg = p.insert(sh, h, q.Key, now)
 		lg.used = now
 	}
 	lg.lock = max(lg.lock, now+d.Microseconds())
@@ -1217,9 +1248,9 @@ func (p *memPolicy) lockFor(q *Query, d time.Duration) {
 // an instance's fallback store mirrored of a key reset or refunded
 // elsewhere. Forgetting a pass can only challenge more.
 func (p *memPolicy) lift(key string) {
-	sh := p.shard(key)
+	sh, h := p.shard(key)
 	sh.mu.Lock()
-	if lg := sh.m[key]; lg != nil {
+	if lg := sh.get(h, key); lg != nil {
 		lg.lock, lg.pass = 0, 0
 	}
 	sh.mu.Unlock()

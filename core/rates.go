@@ -20,7 +20,8 @@ type localRates struct{ l *Limiter }
 
 func (r localRates) allow(ctx context.Context, key string, shard int, n int64) (d Decision, _ error) {
 	l := r.l
-	q := l.query(key, shard, n, l.stamp())
+	var q Query
+	l.setQuery(&q, key, shard, n, l.stamp())
 	var allowed bool
 	var at int64
 	if l.mem != nil {
