@@ -367,7 +367,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 // returns an error only when n is invalid (wrapping [ErrInvalidCost]: n
 // below 1, or above the smallest limit of the key's rules, so that it
 // could never fit) or ctx is done (wrapping ctx.Err()).
-func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (d Decision, _ error) {
 	if l.tiers != nil {
 		if t := l.tiers.pick(ctx, key, boundKey(key)); t != nil {
 			return t.AllowN(ctx, key, n)
@@ -380,6 +380,10 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
 	}
 	key, shard := l.shards.pick(boundKey(key))
+	if l.mem != nil {
+		l.allowMem(ctx, key, shard, n, &d) // into the result: no copy
+		return d, nil
+	}
 	return l.d.allow(ctx, key, shard, n)
 }
 
@@ -426,11 +430,12 @@ func (l *Limiter) query(key string, shard int, n int64, now time.Time) Query {
 	return q
 }
 
-// setQuery sets *q to query(key, shard, n, now), in place: the decisions
-// of a MemoryStore build theirs where they use it.
+// setQuery sets *q, which is zero, to query(key, shard, n, now), field
+// by field: the decisions of a MemoryStore build theirs where they use
+// it.
 func (l *Limiter) setQuery(q *Query, key string, shard int, n int64, now time.Time) {
-	*q = Query{Policy: l.policy.Name, Key: key, Rules: l.shards.rules(shard, l.policy.Rules),
-		Algorithm: l.policy.Algorithm, Buckets: l.policy.buckets(), N: n, Keep: l.keep, Lockout: l.policy.Lockout}
+	q.Policy, q.Key, q.Rules = l.policy.Name, key, l.shards.rules(shard, l.policy.Rules)
+	q.Algorithm, q.Buckets, q.N, q.Keep, q.Lockout = l.policy.Algorithm, l.policy.buckets(), n, l.keep, l.policy.Lockout
 	if l.clock != nil && !now.IsZero() {
 		q.Now = now.UnixMicro()
 	}

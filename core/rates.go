@@ -20,32 +20,42 @@ type localRates struct{ l *Limiter }
 
 func (r localRates) allow(ctx context.Context, key string, shard int, n int64) (d Decision, _ error) {
 	l := r.l
+	if l.mem != nil {
+		l.allowMem(ctx, key, shard, n, &d)
+		return d, nil
+	}
+	res, err := l.store.Take(ctx, l.query(key, shard, n, l.stamp()))
+	if err != nil {
+		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
+	}
+	d.states.RuleStates, d.states.lock, d.states.challenged = res.Rules, res.LockedFor, res.Challenged
+	l.decided(ctx, key, shard, n, res.Allowed, res.At, &d)
+	return d, nil
+}
+
+// allowMem is localRates.allow on the limiter's own MemoryStore (l.mem),
+// deciding into *d, which is zero: in place, as Take would, without
+// copying the query, the result and the rule states across the Store
+// interface.
+func (l *Limiter) allowMem(ctx context.Context, key string, shard int, n int64, d *Decision) {
 	var q Query
 	l.setQuery(&q, key, shard, n, l.stamp())
-	var allowed bool
-	var at int64
-	if l.mem != nil {
-		// A MemoryStore of its own: decided in place, as Take would,
-		// without copying the query, the result and the rule states.
-		allowed, at = l.mem.decide(&q, true, &d.states)
-	} else {
-		res, err := l.store.Take(ctx, q)
-		if err != nil {
-			return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
-		}
-		d.states.RuleStates, d.states.lock, d.states.challenged = res.Rules, res.LockedFor, res.Challenged
-		allowed, at = res.Allowed, res.At
-	}
-	l.bind(&d, allowed, SourceStore)
+	allowed, at := l.mem.decide(&q, true, &d.states)
+	l.decided(ctx, key, shard, n, allowed, at, d)
+}
+
+// decided completes d, a decision of the limiter's Local store whose rule
+// states are set, and reports it.
+func (l *Limiter) decided(ctx context.Context, key string, shard int, n int64, allowed bool, at int64, d *Decision) {
+	l.bind(d, allowed, SourceStore)
 	if allowed {
 		d.ticket = ticket{owner: l, key: key, shard: shard, at: at, n: n}
 	} else if !d.states.challenged {
 		l.refuse(key) // a challenge is no refusal
 	}
 	if l.observer != nil {
-		l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d})
+		l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: *d})
 	}
-	return d, nil
 }
 
 func (r localRates) peek(ctx context.Context, key string, shard int) (Decision, error) {
