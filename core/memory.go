@@ -98,7 +98,7 @@ type memShard struct {
 	policy *memPolicy
 	mu     sync.Mutex
 	m      map[uint64]*memLog // by the key's hash, keys of one hash chained (memLog.next)
-	keys   []*memLog          // every key of the shard, for sweeping in turn
+	keys   []memSlot          // every key of the shard, for sweeping in turn
 	cursor int
 	ops    uint32
 	free   []*memLog // removed logs, for new keys to reuse
@@ -106,6 +106,15 @@ type memShard struct {
 	// key made again is born after it, so that a refund of a decision
 	// made before the reset does nothing.
 	forgot int64
+}
+
+// memSlot is a key of a shard, for sweeping: its window and a lower
+// bound of when it expires (memLog.expires, which never decreases), so
+// that a sweep reads the keys' bounds side by side and looks at a key's
+// window only once its bound has passed.
+type memSlot struct {
+	lg      *memLog
+	expires int64 // µs; lg.expires was at least this when last looked at
 }
 
 // memFree bounds the removed logs a shard keeps for reuse, and
@@ -445,7 +454,7 @@ func (p *memPolicy) insert(sh *memShard, h uint64, key string, now int64) *memLo
 	lg.born = max(now, sh.forgot+1)
 	lg.hash, lg.next = h, sh.m[h]
 	sh.m[h] = lg
-	sh.keys = append(sh.keys, lg)
+	sh.keys = append(sh.keys, memSlot{lg: lg})
 	return lg
 }
 
@@ -492,7 +501,7 @@ func (p *memPolicy) evictOne(now int64, evenLocked bool) bool {
 		sh.mu.Lock()
 		var victim *memLog
 		for range min(8, len(sh.keys)) {
-			k := sh.keys[rand.IntN(len(sh.keys))]
+			k := sh.keys[rand.IntN(len(sh.keys))].lg
 			if (evenLocked || k.lock <= now) && (victim == nil || k.used < victim.used) {
 				victim = k
 			}
@@ -528,8 +537,8 @@ func (sh *memShard) remove(lg *memLog) {
 	}
 	last := len(sh.keys) - 1
 	sh.keys[lg.index] = sh.keys[last]
-	sh.keys[lg.index].index = lg.index
-	sh.keys[last] = nil
+	sh.keys[lg.index].lg.index = lg.index
+	sh.keys[last] = memSlot{}
 	sh.keys = sh.keys[:last]
 	if len(sh.free) < memFree {
 		ev := lg.ev[:0]
@@ -663,16 +672,20 @@ func (sh *memShard) sweep(now int64) (tick bool) {
 }
 
 // sweepSome looks at up to limit keys from the cursor on and deletes the
-// expired ones.
+// expired ones: their bounds first, the window of a key whose bound has
+// passed next.
 func (sh *memShard) sweepSome(now int64, limit int) {
 	for range min(limit, len(sh.keys)) {
 		if sh.cursor >= len(sh.keys) {
 			sh.cursor = 0
 		}
-		lg := sh.keys[sh.cursor]
-		if lg.expires <= now {
-			sh.remove(lg) // the last key moves to the cursor
-			continue
+		k := &sh.keys[sh.cursor]
+		if k.expires <= now {
+			if k.lg.expires <= now {
+				sh.remove(k.lg) // the last key moves to the cursor
+				continue
+			}
+			k.expires = k.lg.expires
 		}
 		sh.cursor++
 	}
