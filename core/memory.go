@@ -88,24 +88,29 @@ func WithMaxKeys(n int) MemoryOption {
 
 // memPolicy holds the keys of one policy.
 type memPolicy struct {
+	shards [memShards]memShard
 	name   string
 	store  *MemoryStore
 	keys   atomic.Int64 // keys held
-	shards [memShards]memShard
 }
 
+// memShard is the keys of a policy whose hashes fall on it, under a lock
+// of its own. What a decision uses comes first, and each shard fills 128
+// bytes (two cache lines, as the adjacent-line prefetcher pairs them), so
+// that the locks of two shards never share a cache line.
 type memShard struct {
-	policy *memPolicy
 	mu     sync.Mutex
-	m      map[uint64]*memLog // by the key's hash, keys of one hash chained (memLog.next)
-	keys   []memSlot          // every key of the shard, for sweeping in turn
-	cursor int
 	ops    uint32
-	free   []*memLog // removed logs, for new keys to reuse
+	m      map[uint64]*memLog // by the key's hash, keys of one hash chained (memLog.next)
+	policy *memPolicy
 	// forgot is the latest decision time of a key reset or evicted: a
 	// key made again is born after it, so that a refund of a decision
 	// made before the reset does nothing.
 	forgot int64
+	keys   []memSlot // every key of the shard, for sweeping in turn
+	cursor int
+	free   []*memLog // removed logs, for new keys to reuse
+	_      [32]byte
 }
 
 // memSlot is a key of a shard, for sweeping: its window and a lower
@@ -130,18 +135,23 @@ const (
 // memLog is the window of one key: events sorted by time, each holding the
 // units admitted at that microsecond (SlidingLog), or bucket counts per
 // bucket width (SlidingBuckets).
+//
+// What a sliding-log decision writes comes first, in one cache line (the
+// struct's size, 192 bytes, is a size class of the allocator that keeps
+// its objects on cache-line boundaries).
 type memLog struct {
-	key     string
-	hash    uint64     // of key
-	next    *memLog    // the next key of the same hash
-	index   int        // in memShard.keys
 	ev      []memEvent // SlidingLog; live events are ev[head:]
 	head    int
-	cur     [inlineRules]int // per rule, where its window started last time
-	bk      []memBuckets     // SlidingBuckets
-	expires int64            // µs; the key holds nothing live after
-	used    int64            // µs; last decision
-	born    int64            // µs; no decision before it is refunded
+	cur     [inlineRules]int32 // per rule, where its window started last time
+	expires int64              // µs; the key holds nothing live after
+	used    int64              // µs; last decision
+
+	key   string
+	hash  uint64       // of key
+	next  *memLog      // the next key of the same hash
+	index int          // in memShard.keys
+	bk    []memBuckets // SlidingBuckets
+	born  int64        // µs; no decision before it is refunded
 
 	cal      []memPeriod // calendar rules: the units of each period
 	lock     int64       // µs; the key is locked out until then
@@ -399,8 +409,8 @@ func (lg *memLog) evaluate(rules []Rule, n, now, maxW int64, states []RuleState)
 func (lg *memLog) start(i int, cutoff int64) int {
 	ev := lg.ev
 	c := lg.head
-	if i < len(lg.cur) && lg.cur[i] > c && lg.cur[i] <= len(ev) {
-		c = lg.cur[i]
+	if i < len(lg.cur) && int(lg.cur[i]) > c && int(lg.cur[i]) <= len(ev) {
+		c = int(lg.cur[i])
 	}
 	if c > lg.head && ev[c-1].at > cutoff {
 		// The hint is past the window's start (the clock stepped back).
@@ -415,7 +425,7 @@ func (lg *memLog) start(i int, cutoff int64) int {
 		}
 	}
 	if i < len(lg.cur) {
-		lg.cur[i] = c
+		lg.cur[i] = int32(c)
 	}
 	return c
 }
@@ -427,11 +437,11 @@ func (lg *memLog) compact() {
 	switch {
 	case lg.head == len(ev):
 		lg.ev, lg.head = ev[:0], 0
-		lg.cur = [inlineRules]int{}
+		lg.cur = [inlineRules]int32{}
 	case lg.head > 32 && lg.head*2 >= len(ev):
 		n := copy(ev, ev[lg.head:])
 		for i := range lg.cur {
-			lg.cur[i] = max(0, lg.cur[i]-lg.head)
+			lg.cur[i] = int32(max(0, int(lg.cur[i])-lg.head))
 		}
 		lg.ev, lg.head = ev[:n], 0
 	}
@@ -639,7 +649,7 @@ func (lg *memLog) add(at, n int64) {
 		lg.ev[i].n += n
 	} else {
 		lg.ev = slices.Insert(lg.ev, i, memEvent{at: at, n: n})
-		lg.cur = [inlineRules]int{}
+		lg.cur = [inlineRules]int32{}
 	}
 	lg.recount(i)
 }
@@ -748,7 +758,7 @@ func (p *memPolicy) refund(q *Query, at int64) {
 	lg.ev[i].n -= min(q.N, lg.ev[i].n)
 	if lg.ev[i].n == 0 {
 		lg.ev = slices.Delete(lg.ev, i, i+1)
-		lg.cur = [inlineRules]int{}
+		lg.cur = [inlineRules]int32{}
 	}
 	lg.recount(i)
 }
