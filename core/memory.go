@@ -289,6 +289,7 @@ func (p *memPolicy) decide(q *Query, take bool, st *states) (allowed bool, at in
 	if now == 0 {
 		now = p.store.now()
 	}
+	more := q.Lockout.For > 0 || hasCalendar(q.Rules) || hasChallenge(q.Rules)
 	sh, h := p.shard(q.Key)
 	sh.mu.Lock()
 	lg := sh.get(h, q.Key)
@@ -303,15 +304,15 @@ func (p *memPolicy) decide(q *Query, take bool, st *states) (allowed bool, at in
 		now = sh.forgot + 1 // after the decisions of a key reset (see refund)
 	}
 	switch {
-	case q.Lockout.For > 0 || hasCalendar(q.Rules) || hasChallenge(q.Rules):
+	case more:
 		allowed = p.decideMore(sh, h, lg, q, take, now, maxW, st)
 	case q.Algorithm == SlidingBuckets:
 		allowed = p.decideBuckets(sh, h, lg, q, take, now, maxW, st, challengeGate{})
 	default:
 		allowed = p.decideLog(sh, h, lg, q, take, now, maxW, st, challengeGate{})
 	}
-	if lg != nil {
-		lg.used = max(lg.used, now)
+	if lg != nil && lg.used < now {
+		lg.used = now
 	}
 	tick := sh.sweep(now)
 	sh.mu.Unlock()
@@ -332,7 +333,12 @@ func (p *memPolicy) decideLog(sh *memShard, h uint64, lg *memLog, q *Query, take
 	if lg == nil {
 		allowed = evaluate(nil, q.Rules, q.N, now, rs)
 	} else {
-		lg.used = now
+		// Written only when they change, here and below: the decisions
+		// of a hot key in one microsecond leave the line of lg's fields
+		// shared between the cores that take turns at its lock.
+		if lg.used != now {
+			lg.used = now
+		}
 		allowed = lg.evaluate(q.Rules, q.N, now, maxW, rs)
 	}
 	st.challenged = allowed && gate.reaches(rs)
@@ -341,7 +347,9 @@ func (p *memPolicy) decideLog(sh *memShard, h uint64, lg *memLog, q *Query, take
 			lg = p.insert(sh, h, q.Key, now)
 		}
 		lg.add(now, q.N)
-		lg.expires = max(lg.expires, now+maxW)
+		if e := now + maxW; e > lg.expires {
+			lg.expires = e
+		}
 		for i := range rs {
 			if q.Rules[i].Calendar != 0 {
 				continue // decideMore counts it
@@ -424,7 +432,7 @@ func (lg *memLog) start(i int, cutoff int64) int {
 			c++
 		}
 	}
-	if i < len(lg.cur) {
+	if i < len(lg.cur) && int(lg.cur[i]) != c {
 		lg.cur[i] = int32(c)
 	}
 	return c
