@@ -122,14 +122,24 @@ type memSlot struct {
 	expires int64 // µs; lg.expires was at least this when last looked at
 }
 
-// memFree bounds the removed logs a shard keeps for reuse, and
-// memFreeEvents the events a reused log keeps room for: keys that come
-// and go (a window shorter than the gap between a key's requests,
+// memFree bounds the removed logs a shard keeps for reuse: keys that
+// come and go (a window shorter than the gap between a key's requests,
 // rotating addresses) reuse memory rather than allocate, and what is kept
-// stays small.
+// stays small (a log keeps its first chunk of events only, when it has no
+// other).
+const memFree = 16
+
+// A key's sliding log is kept in chunks of memChunkLen events (1.5 KiB),
+// so that a growing log never copies its events, nor leaves the arrays it
+// outgrew to the garbage collector: each event is written once, where it
+// stays until whole chunks have left the window. The first chunk starts
+// at 4 events and doubles up to memChunkLen, so that a key of a few units
+// holds a few events. memSpareChunks chunks that left the window are kept
+// for the events to come.
 const (
-	memFree       = 16
-	memFreeEvents = 64
+	memChunkBits   = 6
+	memChunkLen    = 1 << memChunkBits
+	memSpareChunks = 2
 )
 
 // memLog is the window of one key: events sorted by time, each holding the
@@ -138,10 +148,16 @@ const (
 //
 // What a sliding-log decision writes comes first, in one cache line (the
 // struct's size, 192 bytes, is a size class of the allocator that keeps
-// its objects on cache-line boundaries).
+// its objects on cache-line boundaries). Event indexes are int32: a log
+// holds at most a few times the 100,000 units a rule keeps.
 type memLog struct {
-	ev      []memEvent // SlidingLog; live events are ev[head:]
-	head    int
+	// ev holds the SlidingLog's events in chunks (see memChunkLen): event
+	// i is ev[i>>memChunkBits][i&(memChunkLen-1)], read by event(i); the
+	// events are [0, n), the live ones [head, n). Every chunk is
+	// memChunkLen long but the first while it is the only one.
+	ev      [][]memEvent
+	n       int32
+	head    int32
 	cur     [inlineRules]int32 // per rule, where its window started last time
 	expires int64              // µs; the key holds nothing live after
 	used    int64              // µs; last decision
@@ -367,15 +383,15 @@ func (p *memPolicy) decideLog(sh *memShard, h uint64, lg *memLog, q *Query, take
 // evaluate is the package's evaluate on the key's events, finding each
 // window's start from where it was last time: a few steps forward at
 // most, where a search from scratch would wander over events written a
-// whole window ago. Events out of the longest window are dropped once
-// they are as many as the live ones.
+// whole window ago. Events out of the longest window are dropped in whole
+// chunks (see compact).
 func (lg *memLog) evaluate(rules []Rule, n, now, maxW int64, states []RuleState) bool {
-	ev := lg.ev
-	end := len(ev)
+	head, end := int(lg.head), int(lg.n)
 	allowed := true
 	var newest, total int64
-	if end > lg.head {
-		newest, total = ev[end-1].at, ev[end-1].cum
+	if end > head {
+		e := lg.event(end - 1)
+		newest, total = e.at, e.cum
 	}
 	oldest := end // the start of the longest window
 	for i, r := range rules {
@@ -385,48 +401,86 @@ func (lg *memLog) evaluate(rules []Rule, n, now, maxW int64, states []RuleState)
 		w := r.Window.Microseconds()
 		c := lg.start(i, now-w)
 		oldest = min(oldest, c)
-		var used, base int64
+		var used, base, first int64
 		if c < end {
-			base = ev[c].cum - ev[c].n
+			e := lg.event(c)
+			base, first = e.cum-e.n, e.at
 			used = total - base
 		}
 		st := RuleState{Limit: r.Limit, Window: r.Window, Used: used}
 		if used > 0 {
 			st.ResetAfter = time.Duration(newest+w-now) * time.Microsecond
-			st.NextAfter = time.Duration(ev[c].at+w-now) * time.Microsecond
+			st.NextAfter = time.Duration(first+w-now) * time.Microsecond
 		}
 		if need := used + n - r.Limit; need > 0 {
 			allowed = false
 			// The first event by which need units of the window have left.
-			j := c + reaching(ev[c:end], base+need)
-			if j < end {
-				st.RetryAfter = time.Duration(ev[j].at+w-now) * time.Microsecond
+			if j := lg.reaching(c, end, base+need); j < end {
+				st.RetryAfter = time.Duration(lg.event(j).at+w-now) * time.Microsecond
 			}
 		}
 		states[i] = st
 	}
-	if oldest > lg.head {
-		lg.head = oldest
+	if oldest > head {
+		lg.head = int32(oldest)
 		lg.compact()
 	}
 	return allowed
 }
 
+// event returns event i of the log.
+func (lg *memLog) event(i int) *memEvent {
+	return &lg.ev[i>>memChunkBits][i&(memChunkLen-1)]
+}
+
+// after returns the index of the first event of [lo, hi) after t, or hi.
+func (lg *memLog) after(lo, hi int, t int64) int {
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if lg.event(m).at <= t {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// reaching returns the index of the first event of [lo, hi) whose running
+// total reaches c, or hi.
+func (lg *memLog) reaching(lo, hi int, c int64) int {
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if lg.event(m).cum < c {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// find finds the live event at time at.
+func (lg *memLog) find(at int64) (int, bool) {
+	i := lg.after(int(lg.head), int(lg.n), at-1)
+	return i, i < int(lg.n) && lg.event(i).at == at
+}
+
 // start returns the index of the first event after cutoff, starting from
 // rule i's hint.
 func (lg *memLog) start(i int, cutoff int64) int {
-	ev := lg.ev
-	c := lg.head
-	if i < len(lg.cur) && int(lg.cur[i]) > c && int(lg.cur[i]) <= len(ev) {
+	head, n := int(lg.head), int(lg.n)
+	c := head
+	if i < len(lg.cur) && int(lg.cur[i]) > c && int(lg.cur[i]) <= n {
 		c = int(lg.cur[i])
 	}
-	if c > lg.head && ev[c-1].at > cutoff {
+	if c > head && lg.event(c-1).at > cutoff {
 		// The hint is past the window's start (the clock stepped back).
-		c = lg.head + after(ev[lg.head:c], cutoff)
+		c = lg.after(head, c, cutoff)
 	} else {
-		for steps := 0; c < len(ev) && ev[c].at <= cutoff; steps++ {
+		for steps := 0; c < n && lg.event(c).at <= cutoff; steps++ {
 			if steps == 8 {
-				c += after(ev[c:], cutoff)
+				c = lg.after(c, n, cutoff)
 				break
 			}
 			c++
@@ -438,21 +492,58 @@ func (lg *memLog) start(i int, cutoff int64) int {
 	return c
 }
 
-// compact drops the dead events once they are as many as the live ones:
-// amortised O(1), and appends then reuse the array.
+// compact drops the chunks whose events are all dead once they are a
+// quarter of the chunks or more (so that moving the chunks costs O(1) per
+// chunk), keeping up to memSpareChunks of them for the events to come; a
+// log with nothing live keeps its first chunk only.
 func (lg *memLog) compact() {
-	ev := lg.ev
-	switch {
-	case lg.head == len(ev):
-		lg.ev, lg.head = ev[:0], 0
-		lg.cur = [inlineRules]int32{}
-	case lg.head > 32 && lg.head*2 >= len(ev):
-		n := copy(ev, ev[lg.head:])
-		for i := range lg.cur {
-			lg.cur[i] = int32(max(0, int(lg.cur[i])-lg.head))
+	if lg.head == lg.n {
+		if len(lg.ev) > 1 {
+			clear(lg.ev[1:])
+			lg.ev = lg.ev[:1]
 		}
-		lg.ev, lg.head = ev[:n], 0
+		lg.n, lg.head = 0, 0
+		lg.cur = [inlineRules]int32{}
+		return
 	}
+	k := int(lg.head) >> memChunkBits
+	if k == 0 || k*4 < len(lg.ev) {
+		return
+	}
+	// Rotate the k dead chunks (each full, memChunkLen long) to the end.
+	ev := lg.ev
+	slices.Reverse(ev[:k])
+	slices.Reverse(ev[k:])
+	slices.Reverse(ev)
+	d := int32(k << memChunkBits)
+	lg.n -= d
+	lg.head -= d
+	for i := range lg.cur {
+		lg.cur[i] = max(0, lg.cur[i]-d)
+	}
+	if keep := (int(lg.n)+memChunkLen-1)>>memChunkBits + memSpareChunks; len(ev) > keep {
+		clear(ev[keep:])
+		lg.ev = ev[:keep]
+	}
+}
+
+// push appends e to the log.
+func (lg *memLog) push(e memEvent) {
+	i := int(lg.n)
+	k, o := i>>memChunkBits, i&(memChunkLen-1)
+	switch {
+	case k == len(lg.ev):
+		size := memChunkLen
+		if k == 0 {
+			size = 4 // a key's first events
+		}
+		lg.ev = append(lg.ev, make([]memEvent, size))
+	case o == len(lg.ev[k]):
+		// The first chunk, the only one, is full: double it.
+		lg.ev[k] = append(lg.ev[k], make([]memEvent, o)...)
+	}
+	lg.ev[k][o] = e
+	lg.n++
 }
 
 // insert adds a key to the shard; sh.mu is held. The caller calls
@@ -559,9 +650,9 @@ func (sh *memShard) remove(lg *memLog) {
 	sh.keys[last] = memSlot{}
 	sh.keys = sh.keys[:last]
 	if len(sh.free) < memFree {
-		ev := lg.ev[:0]
-		if cap(ev) > memFreeEvents {
-			ev = nil
+		var ev [][]memEvent
+		if len(lg.ev) == 1 && cap(lg.ev) <= 4 {
+			ev = lg.ev // one chunk: memChunkLen events at most
 		}
 		*lg = memLog{ev: ev}
 		sh.free = append(sh.free, lg)
@@ -636,27 +727,31 @@ func reaching(ev []memEvent, c int64) int {
 
 // add records n units at time at, keeping events sorted and merged.
 func (lg *memLog) add(at, n int64) {
-	l := len(lg.ev)
-	switch {
-	case l == lg.head:
-		lg.ev = append(lg.ev, memEvent{at: at, n: n, cum: n})
+	l := int(lg.n)
+	if l == int(lg.head) {
+		lg.push(memEvent{at: at, n: n, cum: n})
 		return
-	case lg.ev[l-1].at < at:
-		lg.ev = append(lg.ev, memEvent{at: at, n: n, cum: lg.ev[l-1].cum + n})
+	}
+	switch last := lg.event(l - 1); {
+	case last.at < at:
+		lg.push(memEvent{at: at, n: n, cum: last.cum + n})
 		return
-	case lg.ev[l-1].at == at:
-		lg.ev[l-1].n += n
-		lg.ev[l-1].cum += n
+	case last.at == at:
+		last.n += n
+		last.cum += n
 		return
 	}
 	// An injected clock stepped back: insert in order, then fix the
 	// running totals after the insertion point.
-	i, found := findAt(lg.ev[lg.head:], at)
-	i += lg.head
+	i, found := lg.find(at)
 	if found {
-		lg.ev[i].n += n
+		lg.event(i).n += n
 	} else {
-		lg.ev = slices.Insert(lg.ev, i, memEvent{at: at, n: n})
+		lg.push(memEvent{})
+		for j := int(lg.n) - 1; j > i; j-- {
+			*lg.event(j) = *lg.event(j - 1)
+		}
+		*lg.event(i) = memEvent{at: at, n: n}
 		lg.cur = [inlineRules]int32{}
 	}
 	lg.recount(i)
@@ -666,12 +761,13 @@ func (lg *memLog) add(at, n int64) {
 func (lg *memLog) recount(i int) {
 	// Only differences of totals are read, so any base will do.
 	var cum int64
-	if i > lg.head {
-		cum = lg.ev[i-1].cum
+	if i > int(lg.head) {
+		cum = lg.event(i - 1).cum
 	}
-	for j := i; j < len(lg.ev); j++ {
-		cum += lg.ev[j].n
-		lg.ev[j].cum = cum
+	for j := i; j < int(lg.n); j++ {
+		e := lg.event(j)
+		cum += e.n
+		e.cum = cum
 	}
 }
 
@@ -758,14 +854,17 @@ func (p *memPolicy) refund(q *Query, at int64) {
 		}
 		return
 	}
-	i, found := findAt(lg.ev[lg.head:], at)
+	i, found := lg.find(at)
 	if !found {
 		return
 	}
-	i += lg.head
-	lg.ev[i].n -= min(q.N, lg.ev[i].n)
-	if lg.ev[i].n == 0 {
-		lg.ev = slices.Delete(lg.ev, i, i+1)
+	e := lg.event(i)
+	e.n -= min(q.N, e.n)
+	if e.n == 0 {
+		for j := i + 1; j < int(lg.n); j++ {
+			*lg.event(j - 1) = *lg.event(j)
+		}
+		lg.n--
 		lg.cur = [inlineRules]int32{}
 	}
 	lg.recount(i)
@@ -1243,8 +1342,8 @@ func (p *memPolicy) record(q *Query) int64 {
 	}
 	if q.Algorithm == SlidingLog && maxW > 0 {
 		// Drop what left the longest window, as an evaluation would.
-		if c := lg.head + after(lg.ev[lg.head:], now-maxW); c > lg.head {
-			lg.head = c
+		if c := lg.after(int(lg.head), int(lg.n), now-maxW); c > int(lg.head) {
+			lg.head = int32(c)
 			lg.compact()
 		}
 		lg.add(now, q.N)
