@@ -22,6 +22,7 @@ type Limiter struct {
 	timeout  time.Duration
 	failure  FailurePolicy
 	local    *MemoryStore // FailLocal's fallback store, on a shared store
+	mem      *memPolicy   // the policy's keys, when store is a *MemoryStore
 	observer Observer
 	deny     *denyCache
 	breakers breakers
@@ -102,7 +103,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 // returns an error only when n is invalid (wrapping [ErrInvalidCost]: n
 // below 1, or above the smallest limit of the key's rules, so that it
 // could never fit) or ctx is done (wrapping ctx.Err()).
-func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (d Decision, _ error) {
 	if l.tiers != nil {
 		if t := l.tier(ctx, key); t != nil {
 			return t.AllowN(ctx, key, n)
@@ -115,7 +116,35 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
 	}
 	key, shard := l.shards.pick(boundKey(key))
+	if l.mem != nil {
+		l.allowMem(ctx, key, shard, n, &d) // into the result: no copy
+		return d, nil
+	}
 	return l.d.allow(ctx, key, shard, n)
+}
+
+// allowMem is AllowN's decision on the limiter's own MemoryStore (l.mem),
+// into *d, which is zero: in place, as Take would, without copying the
+// query, the result and the rule states across the Store interface.
+func (l *Limiter) allowMem(ctx context.Context, key string, shard int, n int64, d *Decision) {
+	var q Query
+	l.setQuery(&q, key, shard, n, l.stamp())
+	allowed, at := l.mem.decide(&q, true, &d.states)
+	l.decided(ctx, key, shard, n, allowed, at, d)
+}
+
+// decided completes d, a decision of the limiter's Local store whose rule
+// states are set, and reports it.
+func (l *Limiter) decided(ctx context.Context, key string, shard int, n int64, allowed bool, at int64, d *Decision) {
+	l.bind(d, allowed, SourceStore)
+	if allowed {
+		d.ticket = ticket{owner: l.d, key: key, shard: shard, at: at, n: n}
+	} else if !d.states.challenged {
+		l.refuse(key) // a challenge is no refusal
+	}
+	if l.observer != nil {
+		l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: *d})
+	}
 }
 
 // Peek reports the decision a request of one unit for key would get now,
@@ -156,12 +185,20 @@ func (l *Limiter) stamp() time.Time {
 // query returns the store query for a bounded key (shard's, with shards)
 // decided at now; the zero now for refunds and resets.
 func (l *Limiter) query(key string, shard int, n int64, now time.Time) Query {
-	q := Query{Policy: l.policy.Name, Key: key, Rules: l.shards.rules(shard, l.policy.Rules),
-		Algorithm: l.policy.Algorithm, Buckets: l.policy.buckets(), N: n, Keep: l.keep, Lockout: l.policy.Lockout}
+	var q Query
+	l.setQuery(&q, key, shard, n, now)
+	return q
+}
+
+// setQuery sets *q, which is zero, to query(key, shard, n, now), field
+// by field: the decisions of a MemoryStore build theirs where they use
+// it.
+func (l *Limiter) setQuery(q *Query, key string, shard int, n int64, now time.Time) {
+	q.Policy, q.Key, q.Rules = l.policy.Name, key, l.shards.rules(shard, l.policy.Rules)
+	q.Algorithm, q.Buckets, q.N, q.Keep, q.Lockout = l.policy.Algorithm, l.policy.buckets(), n, l.keep, l.policy.Lockout
 	if l.clock != nil && !now.IsZero() {
 		q.Now = now.UnixMicro()
 	}
-	return q
 }
 
 // storeNow returns the time of a store call for the store: the limiter's

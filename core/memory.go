@@ -88,49 +88,86 @@ func WithMaxKeys(n int) MemoryOption {
 
 // memPolicy holds the keys of one policy.
 type memPolicy struct {
+	shards [memShards]memShard
 	name   string
 	store  *MemoryStore
 	keys   atomic.Int64 // keys held
-	shards [memShards]memShard
 }
 
+// memShard is the keys of a policy whose hashes fall on it, under a lock
+// of its own. What a decision uses comes first, and each shard fills 128
+// bytes (two cache lines, as the adjacent-line prefetcher pairs them), so
+// that the locks of two shards never share a cache line.
 type memShard struct {
-	policy *memPolicy
 	mu     sync.Mutex
-	m      map[string]*memLog
-	keys   []*memLog // the values of m, for sweeping in turn
-	cursor int
 	ops    uint32
-	free   []*memLog // removed logs, for new keys to reuse
+	m      map[uint64]*memLog // by the key's hash, keys of one hash chained (memLog.next)
+	policy *memPolicy
 	// forgot is the latest decision time of a key reset or evicted: a
 	// key made again is born after it, so that a refund of a decision
 	// made before the reset does nothing.
 	forgot int64
+	keys   []memSlot // every key of the shard, for sweeping in turn
+	cursor int
+	free   []*memLog // removed logs, for new keys to reuse
+	_      [32]byte
 }
 
-// memFree bounds the removed logs a shard keeps for reuse, and
-// memFreeEvents the events a reused log keeps room for: keys that come
-// and go (a window shorter than the gap between a key's requests,
+// memSlot is a key of a shard, for sweeping: its window and a lower
+// bound of when it expires (memLog.expires, which never decreases), so
+// that a sweep reads the keys' bounds side by side and looks at a key's
+// window only once its bound has passed.
+type memSlot struct {
+	lg      *memLog
+	expires int64 // µs; lg.expires was at least this when last looked at
+}
+
+// memFree bounds the removed logs a shard keeps for reuse: keys that
+// come and go (a window shorter than the gap between a key's requests,
 // rotating addresses) reuse memory rather than allocate, and what is kept
-// stays small.
+// stays small (a log keeps its first chunk of events only, when it has no
+// other).
+const memFree = 16
+
+// A key's sliding log is kept in chunks of memChunkLen events (1.5 KiB),
+// so that a growing log never copies its events, nor leaves the arrays it
+// outgrew to the garbage collector: each event is written once, where it
+// stays until whole chunks have left the window. The first chunk starts
+// at 4 events and doubles up to memChunkLen, so that a key of a few units
+// holds a few events. memSpareChunks chunks that left the window are kept
+// for the events to come.
 const (
-	memFree       = 16
-	memFreeEvents = 64
+	memChunkBits   = 6
+	memChunkLen    = 1 << memChunkBits
+	memSpareChunks = 2
 )
 
 // memLog is the window of one key: events sorted by time, each holding the
 // units admitted at that microsecond (SlidingLog), or bucket counts per
 // bucket width (SlidingBuckets).
+//
+// What a sliding-log decision writes comes first, in one cache line (the
+// struct's size, 192 bytes, is a size class of the allocator that keeps
+// its objects on cache-line boundaries). Event indexes are int32: a log
+// holds at most a few times the 100,000 units a rule keeps.
 type memLog struct {
-	key     string
-	index   int        // in memShard.keys
-	ev      []memEvent // SlidingLog; live events are ev[head:]
-	head    int
-	cur     [inlineRules]int // per rule, where its window started last time
-	bk      []memBuckets     // SlidingBuckets
-	expires int64            // µs; the key holds nothing live after
-	used    int64            // µs; last decision
-	born    int64            // µs; no decision before it is refunded
+	// ev holds the SlidingLog's events in chunks (see memChunkLen): event
+	// i is ev[i>>memChunkBits][i&(memChunkLen-1)], read by event(i); the
+	// events are [0, n), the live ones [head, n). Every chunk is
+	// memChunkLen long but the first while it is the only one.
+	ev      [][]memEvent
+	n       int32
+	head    int32
+	cur     [inlineRules]int32 // per rule, where its window started last time
+	expires int64              // µs; the key holds nothing live after
+	used    int64              // µs; last decision
+
+	key   string
+	hash  uint64       // of key
+	next  *memLog      // the next key of the same hash
+	index int          // in memShard.keys
+	bk    []memBuckets // SlidingBuckets
+	born  int64        // µs; no decision before it is refunded
 
 	cal      []memPeriod // calendar rules: the units of each period
 	lock     int64       // µs; the key is locked out until then
@@ -188,7 +225,7 @@ func (s *MemoryStore) policy(name string) *memPolicy {
 	if p == nil {
 		p = &memPolicy{name: name, store: s}
 		for i := range p.shards {
-			p.shards[i].m = make(map[string]*memLog)
+			p.shards[i].m = make(map[uint64]*memLog)
 			p.shards[i].policy = p
 		}
 		s.policies[name] = p
@@ -201,8 +238,33 @@ func (s *MemoryStore) policy(name string) *memPolicy {
 	return p
 }
 
-func (p *memPolicy) shard(key string) *memShard {
-	return &p.shards[maphash.String(p.store.seed, key)%memShards]
+// memPolicyOf returns the keys of policy name when store is a
+// *MemoryStore itself (not a type wrapping one, whose Take may do more),
+// for a Limiter on it to decide in place: as Take does, without the
+// copies of the Store interface's values. It returns nil for any other
+// store.
+func memPolicyOf(store Store, name string) *memPolicy {
+	if s, ok := store.(*MemoryStore); ok {
+		return s.policy(name)
+	}
+	return nil
+}
+
+// shard returns the shard of key and the key's hash, which finds it in
+// the shard (memShard.get): a key is hashed once.
+func (p *memPolicy) shard(key string) (*memShard, uint64) {
+	h := maphash.String(p.store.seed, key)
+	return &p.shards[h%memShards], h
+}
+
+// get returns the window of key, whose hash is h, or nil; sh.mu is held.
+func (sh *memShard) get(h uint64, key string) *memLog {
+	for lg := sh.m[h]; lg != nil; lg = lg.next {
+		if lg.key == key {
+			return lg
+		}
+	}
+	return nil
 }
 
 // Take implements [Store].
@@ -243,9 +305,10 @@ func (p *memPolicy) decide(q *Query, take bool, st *states) (allowed bool, at in
 	if now == 0 {
 		now = p.store.now()
 	}
-	sh := p.shard(q.Key)
+	more := q.Lockout.For > 0 || hasCalendar(q.Rules) || hasChallenge(q.Rules)
+	sh, h := p.shard(q.Key)
 	sh.mu.Lock()
-	lg := sh.m[q.Key]
+	lg := sh.get(h, q.Key)
 	if q.Now == 0 && lg != nil && lg.used > now {
 		// The clock was read before the lock, outside the critical
 		// section; a decision that got the lock after a later one takes
@@ -257,20 +320,22 @@ func (p *memPolicy) decide(q *Query, take bool, st *states) (allowed bool, at in
 		now = sh.forgot + 1 // after the decisions of a key reset (see refund)
 	}
 	switch {
-	case q.Lockout.For > 0 || hasCalendar(q.Rules) || hasChallenge(q.Rules):
-		allowed = p.decideMore(sh, lg, q, take, now, maxW, st)
+	case more:
+		allowed = p.decideMore(sh, h, lg, q, take, now, maxW, st)
 	case q.Algorithm == SlidingBuckets:
-		allowed = p.decideBuckets(sh, lg, q, take, now, maxW, st, challengeGate{})
+		allowed = p.decideBuckets(sh, h, lg, q, take, now, maxW, st, challengeGate{})
 	default:
-		allowed = p.decideLog(sh, lg, q, take, now, maxW, st, challengeGate{})
+		allowed = p.decideLog(sh, h, lg, q, take, now, maxW, st, challengeGate{})
 	}
-	if lg != nil {
-		lg.used = max(lg.used, now)
+	if lg != nil && lg.used < now {
+		lg.used = now
 	}
-	sh.sweep(now)
+	tick := sh.sweep(now)
 	sh.mu.Unlock()
 	p.store.shed(now)
-	p.store.tick(now)
+	if tick {
+		p.store.tick(now)
+	}
 	return allowed, now
 }
 
@@ -278,22 +343,29 @@ func (p *memPolicy) decide(q *Query, take bool, st *states) (allowed bool, at in
 // asked with the rule states before a take records units that fit every
 // rule; when it says so, the request is challenged (st.challenged) and
 // nothing is recorded.
-func (p *memPolicy) decideLog(sh *memShard, lg *memLog, q *Query, take bool, now, maxW int64, st *states, gate challengeGate) bool {
+func (p *memPolicy) decideLog(sh *memShard, h uint64, lg *memLog, q *Query, take bool, now, maxW int64, st *states, gate challengeGate) bool {
 	rs := st.prepare(len(q.Rules))
 	var allowed bool
 	if lg == nil {
 		allowed = evaluate(nil, q.Rules, q.N, now, rs)
 	} else {
-		lg.used = now
+		// Written only when they change, here and below: the decisions
+		// of a hot key in one microsecond leave the line of lg's fields
+		// shared between the cores that take turns at its lock.
+		if lg.used != now {
+			lg.used = now
+		}
 		allowed = lg.evaluate(q.Rules, q.N, now, maxW, rs)
 	}
 	st.challenged = allowed && gate.reaches(rs)
 	if take && allowed && !st.challenged {
 		if lg == nil {
-			lg = p.insert(sh, q.Key, now)
+			lg = p.insert(sh, h, q.Key, now)
 		}
 		lg.add(now, q.N)
-		lg.expires = max(lg.expires, now+maxW)
+		if e := now + maxW; e > lg.expires {
+			lg.expires = e
+		}
 		for i := range rs {
 			if q.Rules[i].Calendar != 0 {
 				continue // decideMore counts it
@@ -311,15 +383,15 @@ func (p *memPolicy) decideLog(sh *memShard, lg *memLog, q *Query, take bool, now
 // evaluate is the package's evaluate on the key's events, finding each
 // window's start from where it was last time: a few steps forward at
 // most, where a search from scratch would wander over events written a
-// whole window ago. Events out of the longest window are dropped once
-// they are as many as the live ones.
+// whole window ago. Events out of the longest window are dropped in whole
+// chunks (see compact).
 func (lg *memLog) evaluate(rules []Rule, n, now, maxW int64, states []RuleState) bool {
-	ev := lg.ev
-	end := len(ev)
+	head, end := int(lg.head), int(lg.n)
 	allowed := true
 	var newest, total int64
-	if end > lg.head {
-		newest, total = ev[end-1].at, ev[end-1].cum
+	if end > head {
+		e := lg.event(end - 1)
+		newest, total = e.at, e.cum
 	}
 	oldest := end // the start of the longest window
 	for i, r := range rules {
@@ -329,79 +401,154 @@ func (lg *memLog) evaluate(rules []Rule, n, now, maxW int64, states []RuleState)
 		w := r.Window.Microseconds()
 		c := lg.start(i, now-w)
 		oldest = min(oldest, c)
-		var used, base int64
+		var used, base, first int64
 		if c < end {
-			base = ev[c].cum - ev[c].n
+			e := lg.event(c)
+			base, first = e.cum-e.n, e.at
 			used = total - base
 		}
 		st := RuleState{Limit: r.Limit, Window: r.Window, Used: used}
 		if used > 0 {
 			st.ResetAfter = time.Duration(newest+w-now) * time.Microsecond
-			st.NextAfter = time.Duration(ev[c].at+w-now) * time.Microsecond
+			st.NextAfter = time.Duration(first+w-now) * time.Microsecond
 		}
 		if need := used + n - r.Limit; need > 0 {
 			allowed = false
 			// The first event by which need units of the window have left.
-			j := c + reaching(ev[c:end], base+need)
-			if j < end {
-				st.RetryAfter = time.Duration(ev[j].at+w-now) * time.Microsecond
+			if j := lg.reaching(c, end, base+need); j < end {
+				st.RetryAfter = time.Duration(lg.event(j).at+w-now) * time.Microsecond
 			}
 		}
 		states[i] = st
 	}
-	if oldest > lg.head {
-		lg.head = oldest
+	if oldest > head {
+		lg.head = int32(oldest)
 		lg.compact()
 	}
 	return allowed
 }
 
+// event returns event i of the log.
+func (lg *memLog) event(i int) *memEvent {
+	return &lg.ev[i>>memChunkBits][i&(memChunkLen-1)]
+}
+
+// after returns the index of the first event of [lo, hi) after t, or hi.
+func (lg *memLog) after(lo, hi int, t int64) int {
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if lg.event(m).at <= t {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// reaching returns the index of the first event of [lo, hi) whose running
+// total reaches c, or hi.
+func (lg *memLog) reaching(lo, hi int, c int64) int {
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if lg.event(m).cum < c {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// find finds the live event at time at.
+func (lg *memLog) find(at int64) (int, bool) {
+	i := lg.after(int(lg.head), int(lg.n), at-1)
+	return i, i < int(lg.n) && lg.event(i).at == at
+}
+
 // start returns the index of the first event after cutoff, starting from
 // rule i's hint.
 func (lg *memLog) start(i int, cutoff int64) int {
-	ev := lg.ev
-	c := lg.head
-	if i < len(lg.cur) && lg.cur[i] > c && lg.cur[i] <= len(ev) {
-		c = lg.cur[i]
+	head, n := int(lg.head), int(lg.n)
+	c := head
+	if i < len(lg.cur) && int(lg.cur[i]) > c && int(lg.cur[i]) <= n {
+		c = int(lg.cur[i])
 	}
-	if c > lg.head && ev[c-1].at > cutoff {
+	if c > head && lg.event(c-1).at > cutoff {
 		// The hint is past the window's start (the clock stepped back).
-		c = lg.head + after(ev[lg.head:c], cutoff)
+		c = lg.after(head, c, cutoff)
 	} else {
-		for steps := 0; c < len(ev) && ev[c].at <= cutoff; steps++ {
+		for steps := 0; c < n && lg.event(c).at <= cutoff; steps++ {
 			if steps == 8 {
-				c += after(ev[c:], cutoff)
+				c = lg.after(c, n, cutoff)
 				break
 			}
 			c++
 		}
 	}
-	if i < len(lg.cur) {
-		lg.cur[i] = c
+	if i < len(lg.cur) && int(lg.cur[i]) != c {
+		lg.cur[i] = int32(c)
 	}
 	return c
 }
 
-// compact drops the dead events once they are as many as the live ones:
-// amortised O(1), and appends then reuse the array.
+// compact drops the chunks whose events are all dead once they are a
+// quarter of the chunks or more (so that moving the chunks costs O(1) per
+// chunk), keeping up to memSpareChunks of them for the events to come; a
+// log with nothing live keeps its first chunk only.
 func (lg *memLog) compact() {
-	ev := lg.ev
-	switch {
-	case lg.head == len(ev):
-		lg.ev, lg.head = ev[:0], 0
-		lg.cur = [inlineRules]int{}
-	case lg.head > 32 && lg.head*2 >= len(ev):
-		n := copy(ev, ev[lg.head:])
-		for i := range lg.cur {
-			lg.cur[i] = max(0, lg.cur[i]-lg.head)
+	if lg.head == lg.n {
+		if len(lg.ev) > 1 {
+			clear(lg.ev[1:])
+			lg.ev = lg.ev[:1]
 		}
-		lg.ev, lg.head = ev[:n], 0
+		lg.n, lg.head = 0, 0
+		lg.cur = [inlineRules]int32{}
+		return
 	}
+	k := int(lg.head) >> memChunkBits
+	if k == 0 || k*4 < len(lg.ev) {
+		return
+	}
+	// Rotate the k dead chunks (each full, memChunkLen long) to the end.
+	ev := lg.ev
+	slices.Reverse(ev[:k])
+	slices.Reverse(ev[k:])
+	slices.Reverse(ev)
+	d := int32(k << memChunkBits)
+	lg.n -= d
+	lg.head -= d
+	for i := range lg.cur {
+		lg.cur[i] = max(0, lg.cur[i]-d)
+	}
+	if keep := (int(lg.n)+memChunkLen-1)>>memChunkBits + memSpareChunks; len(ev) > keep {
+		clear(ev[keep:])
+		lg.ev = ev[:keep]
+	}
+}
+
+// push appends e to the log.
+func (lg *memLog) push(e memEvent) {
+	i := int(lg.n)
+	k, o := i>>memChunkBits, i&(memChunkLen-1)
+	switch {
+	case k == len(lg.ev):
+		size := memChunkLen
+		if k == 0 {
+			size = 4 // a key's first events
+		}
+		lg.ev = append(lg.ev, make([]memEvent, size))
+	case o == len(lg.ev[k]):
+		// The first chunk, the only one, is full: double it.
+		lg.ev[k] = append(lg.ev[k], make([]memEvent, o)...)
+	}
+	lg.ev[k][o] = e
+	lg.n++
 }
 
 // insert adds a key to the shard; sh.mu is held. The caller calls
 // MemoryStore.shed once it has released sh.mu.
-func (p *memPolicy) insert(sh *memShard, key string, now int64) *memLog {
+func (p *memPolicy) insert(sh *memShard, h uint64, key string, now int64) *memLog {
 	p.keys.Add(1)
 	p.store.keys.Add(1)
 	var lg *memLog
@@ -414,8 +561,9 @@ func (p *memPolicy) insert(sh *memShard, key string, now int64) *memLog {
 		lg = &memLog{key: key, index: len(sh.keys), used: now}
 	}
 	lg.born = max(now, sh.forgot+1)
-	sh.m[key] = lg
-	sh.keys = append(sh.keys, lg)
+	lg.hash, lg.next = h, sh.m[h]
+	sh.m[h] = lg
+	sh.keys = append(sh.keys, memSlot{lg: lg})
 	return lg
 }
 
@@ -462,7 +610,7 @@ func (p *memPolicy) evictOne(now int64, evenLocked bool) bool {
 		sh.mu.Lock()
 		var victim *memLog
 		for range min(8, len(sh.keys)) {
-			k := sh.keys[rand.IntN(len(sh.keys))]
+			k := sh.keys[rand.IntN(len(sh.keys))].lg
 			if (evenLocked || k.lock <= now) && (victim == nil || k.used < victim.used) {
 				victim = k
 			}
@@ -483,16 +631,28 @@ func (p *memPolicy) evictOne(now int64, evenLocked bool) bool {
 func (sh *memShard) remove(lg *memLog) {
 	sh.policy.keys.Add(-1)
 	sh.policy.store.keys.Add(-1)
-	delete(sh.m, lg.key)
+	switch head := sh.m[lg.hash]; {
+	case head == lg && lg.next == nil:
+		delete(sh.m, lg.hash)
+	case head == lg:
+		sh.m[lg.hash] = lg.next
+	default:
+		for k := head; k != nil; k = k.next {
+			if k.next == lg {
+				k.next = lg.next
+				break
+			}
+		}
+	}
 	last := len(sh.keys) - 1
 	sh.keys[lg.index] = sh.keys[last]
-	sh.keys[lg.index].index = lg.index
-	sh.keys[last] = nil
+	sh.keys[lg.index].lg.index = lg.index
+	sh.keys[last] = memSlot{}
 	sh.keys = sh.keys[:last]
 	if len(sh.free) < memFree {
-		ev := lg.ev[:0]
-		if cap(ev) > memFreeEvents {
-			ev = nil
+		var ev [][]memEvent
+		if len(lg.ev) == 1 && cap(lg.ev) <= 4 {
+			ev = lg.ev // one chunk: memChunkLen events at most
 		}
 		*lg = memLog{ev: ev}
 		sh.free = append(sh.free, lg)
@@ -567,28 +727,32 @@ func reaching(ev []memEvent, c int64) int {
 
 // add records n units at time at, keeping events sorted and merged.
 func (lg *memLog) add(at, n int64) {
-	l := len(lg.ev)
-	switch {
-	case l == lg.head:
-		lg.ev = append(lg.ev, memEvent{at: at, n: n, cum: n})
+	l := int(lg.n)
+	if l == int(lg.head) {
+		lg.push(memEvent{at: at, n: n, cum: n})
 		return
-	case lg.ev[l-1].at < at:
-		lg.ev = append(lg.ev, memEvent{at: at, n: n, cum: lg.ev[l-1].cum + n})
+	}
+	switch last := lg.event(l - 1); {
+	case last.at < at:
+		lg.push(memEvent{at: at, n: n, cum: last.cum + n})
 		return
-	case lg.ev[l-1].at == at:
-		lg.ev[l-1].n += n
-		lg.ev[l-1].cum += n
+	case last.at == at:
+		last.n += n
+		last.cum += n
 		return
 	}
 	// An injected clock stepped back: insert in order, then fix the
 	// running totals after the insertion point.
-	i, found := findAt(lg.ev[lg.head:], at)
-	i += lg.head
+	i, found := lg.find(at)
 	if found {
-		lg.ev[i].n += n
+		lg.event(i).n += n
 	} else {
-		lg.ev = slices.Insert(lg.ev, i, memEvent{at: at, n: n})
-		lg.cur = [inlineRules]int{}
+		lg.push(memEvent{})
+		for j := int(lg.n) - 1; j > i; j-- {
+			*lg.event(j) = *lg.event(j - 1)
+		}
+		*lg.event(i) = memEvent{at: at, n: n}
+		lg.cur = [inlineRules]int32{}
 	}
 	lg.recount(i)
 }
@@ -597,50 +761,56 @@ func (lg *memLog) add(at, n int64) {
 func (lg *memLog) recount(i int) {
 	// Only differences of totals are read, so any base will do.
 	var cum int64
-	if i > lg.head {
-		cum = lg.ev[i-1].cum
+	if i > int(lg.head) {
+		cum = lg.event(i - 1).cum
 	}
-	for j := i; j < len(lg.ev); j++ {
-		cum += lg.ev[j].n
-		lg.ev[j].cum = cum
+	for j := i; j < int(lg.n); j++ {
+		e := lg.event(j)
+		cum += e.n
+		e.cum = cum
 	}
 }
 
 // sweep looks at a few keys every so many operations of the shard and
 // deletes the expired ones, going round the shard's keys in turn, so that
 // every key is looked at within len(keys)/2 operations of the shard:
-// more than a stream of keys each seen once can add.
-func (sh *memShard) sweep(now int64) {
+// more than a stream of keys each seen once can add. It reports when
+// the store's sweep is due (tick): every 16 operations of the shard too,
+// half-way between its own.
+func (sh *memShard) sweep(now int64) (tick bool) {
 	sh.ops++
 	if sh.ops%16 == 0 {
 		sh.sweepSome(now, 32)
 	}
+	return sh.ops%16 == 8
 }
 
 // sweepSome looks at up to limit keys from the cursor on and deletes the
-// expired ones.
+// expired ones: their bounds first, the window of a key whose bound has
+// passed next.
 func (sh *memShard) sweepSome(now int64, limit int) {
 	for range min(limit, len(sh.keys)) {
 		if sh.cursor >= len(sh.keys) {
 			sh.cursor = 0
 		}
-		lg := sh.keys[sh.cursor]
-		if lg.expires <= now {
-			sh.remove(lg) // the last key moves to the cursor
-			continue
+		k := &sh.keys[sh.cursor]
+		if k.expires <= now {
+			if k.lg.expires <= now {
+				sh.remove(k.lg) // the last key moves to the cursor
+				continue
+			}
+			k.expires = k.lg.expires
 		}
 		sh.cursor++
 	}
 }
 
 // tick sweeps the shards of every policy in turn, 64 keys every 16
-// operations store-wide, so that keys of a policy that sees no more
-// traffic are still emptied: every key is looked at within about
-// keys/4 operations of the store. It runs outside any shard lock.
+// decisions store-wide (each shard's decisions call it one time in 16),
+// so that keys of a policy that sees no more traffic are still emptied:
+// every key is looked at within about keys/4 decisions of the store. It
+// runs outside any shard lock.
 func (s *MemoryStore) tick(now int64) {
-	if rand.Uint32()%16 != 0 {
-		return
-	}
 	list := *s.list.Load()
 	n := s.tickN.Add(1)
 	p := list[int(n/memShards)%len(list)]
@@ -662,10 +832,10 @@ func (s *MemoryStore) Refund(ctx context.Context, q Query, at int64) error {
 // refund gives back q.N units recorded at time at, unless the key was
 // reset (or forgotten) since: its units then went with it.
 func (p *memPolicy) refund(q *Query, at int64) {
-	sh := p.shard(q.Key)
+	sh, h := p.shard(q.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	lg := sh.m[q.Key]
+	lg := sh.get(h, q.Key)
 	if lg == nil || at < lg.born {
 		return
 	}
@@ -684,15 +854,18 @@ func (p *memPolicy) refund(q *Query, at int64) {
 		}
 		return
 	}
-	i, found := findAt(lg.ev[lg.head:], at)
+	i, found := lg.find(at)
 	if !found {
 		return
 	}
-	i += lg.head
-	lg.ev[i].n -= min(q.N, lg.ev[i].n)
-	if lg.ev[i].n == 0 {
-		lg.ev = slices.Delete(lg.ev, i, i+1)
-		lg.cur = [inlineRules]int{}
+	e := lg.event(i)
+	e.n -= min(q.N, e.n)
+	if e.n == 0 {
+		for j := i + 1; j < int(lg.n); j++ {
+			*lg.event(j - 1) = *lg.event(j)
+		}
+		lg.n--
+		lg.cur = [inlineRules]int32{}
 	}
 	lg.recount(i)
 }
@@ -716,7 +889,7 @@ func (s *MemoryStore) len() int { return int(s.keys.Load()) }
 // tiers of one window) share them; the bucket holding the window's start
 // is counted in full, so the count never falls short of the true sliding
 // count. sh.mu is held.
-func (p *memPolicy) decideBuckets(sh *memShard, lg *memLog, q *Query, take bool, now, maxW int64, st *states, gate challengeGate) bool {
+func (p *memPolicy) decideBuckets(sh *memShard, h uint64, lg *memLog, q *Query, take bool, now, maxW int64, st *states, gate challengeGate) bool {
 	rs := st.prepare(len(q.Rules))
 	var scratch memLog
 	view := lg
@@ -756,7 +929,7 @@ func (p *memPolicy) decideBuckets(sh *memShard, lg *memLog, q *Query, take bool,
 	st.challenged = allowed && gate.reaches(rs)
 	if take && allowed && !st.challenged {
 		if lg == nil {
-			lg = p.insert(sh, q.Key, now)
+			lg = p.insert(sh, h, q.Key, now)
 		}
 		for i, r := range q.Rules {
 			if r.Calendar != 0 {
@@ -872,7 +1045,7 @@ func findAt(ev []memEvent, at int64) (int, bool) {
 // room, or a request challenged leaves the sliding rules peeked at; a
 // take that every rule admits is counted in the calendar periods too; a
 // take that a rule denies starts a lockout (a challenged one does not).
-func (p *memPolicy) decideMore(sh *memShard, lg *memLog, q *Query, take bool, now, maxW int64, st *states) bool {
+func (p *memPolicy) decideMore(sh *memShard, h uint64, lg *memLog, q *Query, take bool, now, maxW int64, st *states) bool {
 	var lock int64
 	if lg != nil && lg.lock > now {
 		lock = lg.lock - now
@@ -893,15 +1066,15 @@ func (p *memPolicy) decideMore(sh *memShard, lg *memLog, q *Query, take bool, no
 		st.prepare(len(q.Rules))
 		st.challenged = gate.reaches(nil)
 	case q.Algorithm == SlidingBuckets:
-		allowed = p.decideBuckets(sh, lg, q, takeSliding, now, maxW, st, gate)
+		allowed = p.decideBuckets(sh, h, lg, q, takeSliding, now, maxW, st, gate)
 	default:
-		allowed = p.decideLog(sh, lg, q, takeSliding, now, maxW, st, gate)
+		allowed = p.decideLog(sh, h, lg, q, takeSliding, now, maxW, st, gate)
 	}
 	challenged := st.challenged
 	allowed = allowed && fits && lock == 0 && !challenged
 	if take && (allowed && len(cal) > 0 || !allowed && !challenged && lock == 0 && q.Lockout.For > 0) {
-		if lg = sh.m[q.Key]; lg == nil {
-			lg = p.insert(sh, q.Key, now)
+		if lg = sh.get(h, q.Key); lg == nil {
+			lg = p.insert(sh, h, q.Key, now)
 		}
 		if allowed {
 			for i := range cal {
@@ -978,9 +1151,9 @@ func (p *memPolicy) pass(q *Query) {
 	if now == 0 {
 		now = p.store.now()
 	}
-	sh := p.shard(q.Key)
+	sh, h := p.shard(q.Key)
 	sh.mu.Lock()
-	lg := sh.m[q.Key]
+	lg := sh.get(h, q.Key)
 	if q.Now == 0 && lg != nil && lg.used > now {
 		now = lg.used // keep the key's times in order (see decide)
 	}
@@ -988,7 +1161,7 @@ func (p *memPolicy) pass(q *Query) {
 		now = sh.forgot + 1 // see decide
 	}
 	if lg == nil {
-		lg = p.insert(sh, q.Key, now)
+		lg = p.insert(sh, h, q.Key, now)
 	}
 	lg.used = max(lg.used, now)
 	lg.pass = max(lg.pass, passUntil(q.Rules, now))
@@ -1113,9 +1286,9 @@ func lockoutFor(lo Lockout, offences int64) int64 {
 // so the key never holds more live units than a rule's limit.
 func (p *memPolicy) record(q *Query) int64 {
 	now := p.store.now()
-	sh := p.shard(q.Key)
+	sh, h := p.shard(q.Key)
 	sh.mu.Lock()
-	lg := sh.m[q.Key]
+	lg := sh.get(h, q.Key)
 	if lg != nil && lg.used > now {
 		now = lg.used // keep the key's times in order (see decide)
 	}
@@ -1123,7 +1296,7 @@ func (p *memPolicy) record(q *Query) int64 {
 		now = sh.forgot + 1 // see decide
 	}
 	if lg == nil {
-		lg = p.insert(sh, q.Key, now)
+		lg = p.insert(sh, h, q.Key, now)
 	}
 	lg.used = now
 	var maxW, maxG int64
@@ -1152,8 +1325,8 @@ func (p *memPolicy) record(q *Query) int64 {
 	}
 	if q.Algorithm == SlidingLog && maxW > 0 {
 		// Drop what left the longest window, as an evaluation would.
-		if c := lg.head + after(lg.ev[lg.head:], now-maxW); c > lg.head {
-			lg.head = c
+		if c := lg.after(int(lg.head), int(lg.n), now-maxW); c > int(lg.head) {
+			lg.head = int32(c)
 			lg.compact()
 		}
 		lg.add(now, q.N)
@@ -1170,11 +1343,11 @@ func (p *memPolicy) record(q *Query) int64 {
 // fallback store.
 func (p *memPolicy) lockFor(q *Query, d time.Duration) {
 	now := p.store.now()
-	sh := p.shard(q.Key)
+	sh, h := p.shard(q.Key)
 	sh.mu.Lock()
-	lg := sh.m[q.Key]
+	lg := sh.get(h, q.Key)
 	if lg == nil {
-		lg = p.insert(sh, q.Key, now)
+		lg = p.insert(sh, h, q.Key, now)
 		lg.used = now
 	}
 	lg.lock = max(lg.lock, now+d.Microseconds())
@@ -1188,9 +1361,9 @@ func (p *memPolicy) lockFor(q *Query, d time.Duration) {
 // an instance's fallback store mirrored of a key reset or refunded
 // elsewhere. Forgetting a pass can only challenge more.
 func (p *memPolicy) lift(key string) {
-	sh := p.shard(key)
+	sh, h := p.shard(key)
 	sh.mu.Lock()
-	if lg := sh.m[key]; lg != nil {
+	if lg := sh.get(h, key); lg != nil {
 		lg.lock, lg.pass = 0, 0
 	}
 	sh.mu.Unlock()

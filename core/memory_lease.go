@@ -167,9 +167,9 @@ func (s *MemoryStore) Reset(ctx context.Context, q Query) error {
 		return fmt.Errorf("ratekit: memory store: %w", err)
 	}
 	p := s.policy(q.Policy)
-	sh := p.shard(q.Key)
+	sh, h := p.shard(q.Key)
 	sh.mu.Lock()
-	if lg := sh.m[q.Key]; lg != nil {
+	if lg := sh.get(h, q.Key); lg != nil {
 		sh.forgot = max(sh.forgot, lg.used)
 		sh.remove(lg)
 	}

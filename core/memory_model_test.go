@@ -12,11 +12,23 @@ import (
 
 // TestMemoryStoreMatchesModel drives the memory store with random takes,
 // refunds and clock steps (some backwards) and checks every answer against
-// a brute-force sliding log.
+// a brute-force sliding log: on small windows, and on windows of
+// thousands of events, whose logs span many chunks.
 func TestMemoryStoreMatchesModel(t *testing.T) {
+	t.Run("small", func(t *testing.T) {
+		matchModel(t, []core.Rule{{Limit: 7, Window: 300 * time.Millisecond}, {Limit: 20, Window: 2 * time.Second}}, 4000, 40000)
+	})
+	t.Run("long", func(t *testing.T) {
+		matchModel(t, []core.Rule{{Limit: 500, Window: 300 * time.Millisecond}, {Limit: 2000, Window: 2 * time.Second}}, 20000, 1500)
+	})
+}
+
+// matchModel runs steps random operations on rules (the second rule has
+// the longest window), the clock moving up to maxStep µs forward at a
+// time (or, one time in 20, up to 3 ms back).
+func matchModel(t *testing.T, rules []core.Rule, steps, maxStep int) {
 	clock := newTestClock()
 	store := core.NewMemoryStore()
-	rules := []core.Rule{{Limit: 7, Window: 300 * time.Millisecond}, {Limit: 20, Window: 2 * time.Second}}
 	type unit struct {
 		at int64
 	}
@@ -28,12 +40,12 @@ func TestMemoryStoreMatchesModel(t *testing.T) {
 	var admitted []taken
 	rng := rand.New(rand.NewPCG(7, 11))
 	ctx := context.Background()
-	for step := range 4000 {
+	for step := range steps {
 		switch r := rng.IntN(100); {
 		case r < 5:
 			clock.Add(-time.Duration(rng.IntN(3000)) * time.Microsecond)
 		default:
-			clock.Add(time.Duration(rng.IntN(40000)) * time.Microsecond)
+			clock.Add(time.Duration(rng.IntN(maxStep)) * time.Microsecond)
 		}
 		now := clock.Now().UnixMicro()
 		if rng.IntN(10) == 0 && len(admitted) > 0 {

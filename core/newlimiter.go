@@ -62,6 +62,7 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	inv, _ := store.(Invalidator)
 	if local {
 		l.d = localRates{l}
+		l.mem = memPolicyOf(store, policy.Name)
 	} else {
 		l.d = sharedRates{l}
 		if o.denyCacheSize > 0 && inv != nil {

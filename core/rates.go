@@ -17,24 +17,18 @@ const (
 // breaker, deny cache or fallback, which would only cost time.
 type localRates struct{ l *Limiter }
 
-func (r localRates) allow(ctx context.Context, key string, shard int, n int64) (Decision, error) {
+func (r localRates) allow(ctx context.Context, key string, shard int, n int64) (d Decision, _ error) {
 	l := r.l
-	var d Decision
-	q := l.query(key, shard, n, l.stamp())
-	res, err := l.store.Take(ctx, q)
+	if l.mem != nil {
+		l.allowMem(ctx, key, shard, n, &d)
+		return d, nil
+	}
+	res, err := l.store.Take(ctx, l.query(key, shard, n, l.stamp()))
 	if err != nil {
 		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
 	}
 	d.states.RuleStates, d.states.lock, d.states.challenged = res.Rules, res.LockedFor, res.Challenged
-	l.bind(&d, res.Allowed, SourceStore)
-	if res.Allowed {
-		d.ticket = ticket{owner: l.d, key: key, shard: shard, at: res.At, n: n}
-	} else if !res.Challenged {
-		l.refuse(key) // a challenge is no refusal
-	}
-	if l.observer != nil {
-		l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d})
-	}
+	l.decided(ctx, key, shard, n, res.Allowed, res.At, &d)
 	return d, nil
 }
 
