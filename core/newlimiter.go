@@ -60,21 +60,10 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		return l, l.inFlight(o, local)
 	}
 	inv, _ := store.(Invalidator)
-	if local {
-		l.d = localRates{l}
-		l.mem = memPolicyOf(store, policy.Name)
-	} else {
-		l.d = sharedRates{l}
-		if o.denyCacheSize > 0 && inv != nil {
-			l.deny = newDenyCache(o.denyCacheSize)
-		}
-	}
+	l.rates(store, o, local, inv != nil)
 	if o.tierFunc != nil || o.tiers != nil {
 		if l.tiers, l.tiered, err = newTiers(store, policy, o, opts); err != nil {
 			return nil, err
-		}
-		for _, t := range l.tiered {
-			t.refused = l.refused
 		}
 	}
 	l.countRefusals()
@@ -82,6 +71,21 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		inv.Watch(policy.Name, l.invalidate)
 	}
 	return l, nil
+}
+
+// rates makes l decide rates: in place on its own MemoryStore, through
+// any other Local store, or on a shared store, with a deny cache when the
+// store tells of resets (an Invalidator).
+func (l *Limiter) rates(store Store, o options, local, invalidates bool) {
+	if local {
+		l.d = localRates{l}
+		l.mem = memPolicyOf(store, l.policy.Name)
+		return
+	}
+	l.d = sharedRates{l}
+	if o.denyCacheSize > 0 && invalidates {
+		l.deny = newDenyCache(o.denyCacheSize)
+	}
 }
 
 // challengesOf returns store's challenges, for a policy with a
@@ -95,11 +99,15 @@ func challengesOf(store Store, policy string) (Challenges, error) {
 	return c, nil
 }
 
-// countRefusals has the deny caches of l and of its tiers count the
-// refusals they answer into l's refusals, when l counts them.
+// countRefusals has l's tiers count their refusals into l's, and the
+// deny caches of l and of its tiers count those they answer, when l
+// counts them.
 func (l *Limiter) countRefusals() {
 	if l.refused == nil {
 		return
+	}
+	for _, t := range l.tiered {
+		t.refused = l.refused
 	}
 	all := []*Limiter{l}
 	if l.tiers != nil {
