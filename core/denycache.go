@@ -60,9 +60,14 @@ type denyStripe struct {
 	mu  sync.RWMutex
 	m   map[string]*denyEntry // entries are never changed once in m, but for their counts
 	max int
+	// last is the entry that answered last, found again without the
+	// lock while it stays in m (until gone): a flood of one key reads
+	// a pointer instead of writing the lock's reader count.
+	last atomic.Pointer[denyEntry]
 }
 
 type denyEntry struct {
+	key    string
 	until  time.Time // the entry answers until then
 	at     time.Time // when the store denied
 	n      int64
@@ -70,7 +75,7 @@ type denyEntry struct {
 	d      Decision
 	hits   atomic.Int64 // refusals not yet handed to the limiter's refusals
 	folded atomic.Int64 // refusals handed over by folds
-	gone   atomic.Bool  // out of its stripe: a hit hands its count over itself
+	gone   atomic.Bool  // out of its stripe: no longer found as last; a hit hands its count over itself
 }
 
 // newDenyCache returns a cache of at most size entries; size > 0.
@@ -107,14 +112,15 @@ func (st *denyStripe) drop(key string, e *denyEntry, r *refusals) {
 	st.mu.Unlock()
 }
 
-// spill hands the refusals e counted to r, once e is out of its stripe.
-// A hit by a caller that found e just before counts after the spill, and
-// hands its count over itself (see hit).
+// spill marks e out of its stripe, so that it answers no more, and hands
+// the refusals it counted to r (nil: nowhere). A hit by a caller that
+// found e just before counts after the spill, and hands its count over
+// itself (see hit).
 func (e *denyEntry) spill(key string, r *refusals) {
+	e.gone.Store(true)
 	if r == nil {
 		return
 	}
-	e.gone.Store(true)
 	if h := e.hits.Swap(0); h > 0 {
 		r.add(key, h)
 	}
@@ -217,11 +223,15 @@ func (c *denyCache) get(key string, n int64, now time.Time, stale bool, d *Decis
 		return false
 	}
 	st := c.of(key)
-	st.mu.RLock()
-	e := st.m[key]
-	st.mu.RUnlock()
-	if e == nil {
-		return false
+	e := st.last.Load()
+	if e == nil || e.gone.Load() || e.key != key {
+		st.mu.RLock()
+		e = st.m[key]
+		st.mu.RUnlock()
+		if e == nil {
+			return false
+		}
+		st.last.Store(e)
 	}
 	if !stale && e.epoch != c.epoch.Load() {
 		return false
@@ -276,7 +286,7 @@ func (c *denyCache) put(key string, n int64, now time.Time, d Decision, s since)
 	// monotonic clock may drift apart by up to NTP's 500 ppm; end the entry
 	// 1000 ppm early so that it never outlasts the store's own denial.
 	ttl := d.RetryAfter - d.RetryAfter/1000
-	e := &denyEntry{until: now.Add(ttl), at: now, n: n, epoch: s.epoch, d: d}
+	e := &denyEntry{key: key, until: now.Add(ttl), at: now, n: n, epoch: s.epoch, d: d}
 	e.hits.Store(1)
 	st := c.of(key)
 	st.mu.Lock()

@@ -161,3 +161,47 @@ func TestDenyCacheEpochOfTheCall(t *testing.T) {
 		t.Error("a denial of the current epoch did not answer")
 	}
 }
+
+// TestDenyCacheLastGone: the entry that answered last, found again
+// without the stripe's lock, answers no more once it leaves the cache:
+// removed (a reset or refund), pushed out to make room, or replaced by a
+// newer denial of the key, which answers instead; nor does it answer
+// for another key of its stripe.
+func TestDenyCacheLastGone(t *testing.T) {
+	now := time.Now()
+	denial := func(retry time.Duration) Decision {
+		return Decision{Allowed: false, RetryAfter: retry, Limit: 1}
+	}
+	c := newDenyCache(1) // one stripe of one entry: every key shares it
+	c.live.Store(true)
+	var d Decision
+	c.put("a", 1, now, denial(time.Hour), c.generation("a"))
+	if !c.get("a", 1, now, false, &d) || c.entries[0].last.Load() == nil {
+		t.Fatal("a: no cached denial, or not kept as the last to answer")
+	}
+	if c.get("b", 1, now, false, &d) {
+		t.Error("b answered by a's denial")
+	}
+
+	c.remove("a")
+	if c.get("a", 1, now, false, &d) {
+		t.Error("a answered after its removal")
+	}
+
+	c.put("a", 1, now, denial(time.Hour), c.generation("a"))
+	if !c.get("a", 1, now, false, &d) {
+		t.Fatal("a: no cached denial after a new put")
+	}
+	c.put("b", 1, now, denial(time.Hour), c.generation("b")) // pushes a out
+	if c.get("a", 1, now, false, &d) {
+		t.Error("a answered after it was pushed out")
+	}
+
+	if !c.get("b", 1, now, false, &d) || d.RetryAfter != time.Hour {
+		t.Fatalf("b = %+v, want its one-hour denial", d)
+	}
+	c.put("b", 1, now, denial(2*time.Hour), c.generation("b"))
+	if !c.get("b", 1, now, false, &d) || d.RetryAfter < time.Hour+59*time.Minute {
+		t.Errorf("b after a newer denial = %+v, want the two-hour one", d)
+	}
+}
