@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -175,6 +176,38 @@ func (v *Verdict) WriteHeaderFields(set, add func(name, value string)) {
 		}
 	}
 }
+
+// WriteHeaderBytes is [Verdict.WriteHeaderFields] for a writer that
+// copies what it is given, such as fasthttp's ResponseHeader.SetBytesV
+// and AddBytesV: each value is in a buffer that is valid only during the
+// call to set or add, which must copy it and must not modify or keep it.
+// It allocates nothing.
+func (v *Verdict) WriteHeaderBytes(set, add func(name string, value []byte)) {
+	b := headerBufs.Get().(*headerBuf)
+	buf := v.collect(&b.hs, b.buf[:0])
+	for i := range b.hs.n {
+		name := b.hs.names[i]
+		val := buf[b.hs.start(i):b.hs.ends[i]:b.hs.ends[i]]
+		if isList(name) {
+			add(name, val)
+		} else {
+			set(name, val)
+		}
+	}
+	b.hs.n = 0
+	headerBufs.Put(b)
+}
+
+// headerBuf is the scratch space of [Verdict.WriteHeaderBytes], kept in
+// a pool: the values it hands out are on loan, so they cannot be on the
+// stack (a pointer into the stack passed to an unknown function moves
+// the whole buffer to the heap).
+type headerBuf struct {
+	hs  headerSet
+	buf [128]byte
+}
+
+var headerBufs = sync.Pool{New: func() any { return new(headerBuf) }}
 
 // isList reports whether a field of the answers is a list, whose values
 // add up across middlewares.

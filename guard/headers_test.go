@@ -115,3 +115,42 @@ func TestAdmitHTTPReusesViews(t *testing.T) {
 		t.Errorf("body left for the handler = %q", b)
 	}
 }
+
+// TestWriteHeaderBytes: WriteHeaderBytes makes the calls WriteHeaderFields
+// makes, in the same order, with the same values, for allowed and denied
+// answers whose values fit its buffer or not, and allocates nothing.
+func TestWriteHeaderBytes(t *testing.T) {
+	ctx := context.Background()
+	rules := []core.Rule{{Limit: 2, Window: 90 * time.Second}, {Limit: 100_000, Window: 24 * time.Hour},
+		{Limit: 99_999, Window: 48 * time.Hour}, {Limit: 99_998, Window: 72 * time.Hour}}
+	for _, style := range []guard.HeaderStyle{guard.HeadersNone, guard.HeadersXRateLimit, guard.HeadersIETF, guard.HeadersXRateLimit | guard.HeadersIETF} {
+		g := guard.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("bytes", rules...)),
+			guard.WithHeaders(style), guard.WithKey(testkit.UserKey))
+		for i := range 3 { // allowed, allowed, denied
+			v := g.Admit(ctx, req().with("X-User", "alice"))
+			var want, got []string
+			v.WriteHeaderFields(
+				func(name, value string) { want = append(want, "set "+name+": "+value) },
+				func(name, value string) { want = append(want, "add "+name+": "+value) })
+			v.WriteHeaderBytes(
+				func(name string, value []byte) { got = append(got, "set "+name+": "+string(value)) },
+				func(name string, value []byte) { got = append(got, "add "+name+": "+string(value)) })
+			if strings.Join(got, "\n") != strings.Join(want, "\n") {
+				t.Errorf("style %v, request %d: WriteHeaderBytes made\n%s\nwant\n%s", style, i, strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		}
+	}
+	if race.Enabled {
+		return // allocation counts differ under the race detector
+	}
+	g := guard.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("bytes-allocs", core.Rule{Limit: 100_000, Window: time.Hour})))
+	v := g.Admit(ctx, req())
+	var n int
+	count := func(string, []byte) { n++ }
+	if a := testing.AllocsPerRun(100, func() { v.WriteHeaderBytes(count, count) }); a != 0 {
+		t.Errorf("WriteHeaderBytes: %v allocations, want 0", a)
+	}
+	if n == 0 {
+		t.Error("WriteHeaderBytes wrote no field")
+	}
+}
