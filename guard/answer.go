@@ -371,7 +371,8 @@ func (v *Verdict) collect(hs *headerSet, buf []byte) []byte {
 	decided := v.Outcome == OutcomeAllow && !v.DryRun || v.Outcome == OutcomeDeny || v.Outcome == OutcomeChallenge
 	st := v.g.cfg.headers
 	if decided && st&HeadersXRateLimit != 0 && advertised(d) {
-		buf = hs.int(buf, HeaderLimit, d.Limit)
+		buf = v.by.limitText(buf, d.Rule, d.Limit)
+		hs.end(HeaderLimit, len(buf))
 		buf = hs.int(buf, HeaderRemaining, d.Remaining)
 		if !v.by.inFlight {
 			// Requests in flight have no window to reset.
@@ -408,15 +409,34 @@ func advertised(d *core.Decision) bool {
 // field is a list, so the items of stacked middlewares add up (see
 // [Verdict.WriteHeaderFields]).
 func (v *Verdict) ietf(hs *headerSet, buf []byte) []byte {
+	// The partition keys, hashed once for both fields: the shown
+	// decision's, then those of the first admissions in more.
+	var pks [4]pkey
+	if advertised(&v.Decision) {
+		partitionKey(pks[0][:], v.by.name, v.Key)
+	}
+	if v.Outcome == OutcomeAllow {
+		for i := 0; i < len(v.more) && i+1 < len(pks); i++ {
+			if h := &v.more[i]; advertised(&h.d) {
+				partitionKey(pks[i+1][:], h.lim.name, h.key)
+			}
+		}
+	}
 	for pass, name := range [2]string{HeaderPolicy, HeaderRateLimit} {
 		n := 0
 		if advertised(&v.Decision) {
-			buf = appendItems(buf, pass, v.by, v.Key, &v.Decision, &n)
+			buf = appendItems(buf, pass, v.by, &pks[0], &v.Decision, &n)
 		}
 		if v.Outcome == OutcomeAllow {
 			for i := range v.more {
 				if h := &v.more[i]; advertised(&h.d) {
-					buf = appendItems(buf, pass, h.lim, h.key, &h.d, &n)
+					pk := &pkey{}
+					if i+1 < len(pks) {
+						pk = &pks[i+1]
+					} else {
+						partitionKey(pk[:], h.lim.name, h.key)
+					}
+					buf = appendItems(buf, pass, h.lim, pk, &h.d, &n)
 				}
 			}
 		}
@@ -428,7 +448,8 @@ func (v *Verdict) ietf(hs *headerSet, buf []byte) []byte {
 	return buf
 }
 
-// appendItems appends the items of lim's decision d for key to buf, those
+// appendItems appends the items of lim's decision d, for the key whose
+// partition key is pk, to buf, those
 // of RateLimit-Policy on pass 0 and of RateLimit on pass 1; *n counts the
 // items of the field so far. One item per rule, named by the policy (and
 // the window or calendar period when there are several rules). A
@@ -441,9 +462,7 @@ func (v *Verdict) ietf(hs *headerSet, buf []byte) []byte {
 // is locked out (core.Decision.Locked) no item has any quota left until
 // the lockout ends. An InFlight policy is one item of quota unit
 // "concurrent-requests", without a window or a reset time.
-func appendItems(buf []byte, pass int, lim *limit, key string, d *core.Decision, n *int) []byte {
-	var pk [12]byte // base64 of 9 bytes
-	partitionKey(pk[:], lim.name, key)
+func appendItems(buf []byte, pass int, lim *limit, pk *pkey, d *core.Decision, n *int) []byte {
 	if *n > 0 {
 		buf = append(buf, ", "...)
 	}
@@ -473,12 +492,18 @@ func appendItems(buf []byte, pass int, lim *limit, key string, d *core.Decision,
 		if i > 0 {
 			buf = append(buf, ", "...)
 		}
-		buf = strconv.AppendQuote(buf, itemName(lim.name, r.Window, r.Calendar, multi))
+		t := lim.itemText(i, &r, multi)
+		if t != nil {
+			buf = append(buf, t.name...)
+		} else {
+			buf = strconv.AppendQuote(buf, itemName(lim.name, r.Window, r.Calendar, multi))
+		}
 		if pass == 0 {
-			buf = append(buf, ";q="...)
-			buf = appendInt(buf, r.Limit)
-			buf = append(buf, ";w="...)
-			buf = appendInt(buf, Seconds(r.Window))
+			if t != nil {
+				buf = append(buf, t.qw...)
+			} else {
+				buf = appendQW(buf, r.Limit, r.Window)
+			}
 		} else {
 			left, more := r.Remaining(), r.NextAfter
 			if r.RetryAfter > 0 {
@@ -514,6 +539,14 @@ func (v *Verdict) ItemName() string {
 	return itemName(v.by.name, d.Window, cal, len(rs) > 1)
 }
 
+// appendQW appends the q and w parameters of a RateLimit-Policy item.
+func appendQW(buf []byte, limit int64, window time.Duration) []byte {
+	buf = append(buf, ";q="...)
+	buf = appendInt(buf, limit)
+	buf = append(buf, ";w="...)
+	return appendInt(buf, Seconds(window))
+}
+
 // itemName names a rule in the IETF fields and problem bodies.
 func itemName(policy string, window time.Duration, cal core.Calendar, multi bool) string {
 	if !multi {
@@ -533,6 +566,9 @@ func itemName(policy string, window time.Duration, cal core.Calendar, multi bool
 	}
 	return policy + "-" + w
 }
+
+// pkey is a partition key: base64 of 9 bytes of a hash.
+type pkey [12]byte
 
 // partitionKey writes to dst (12 bytes) a hash of the key, so that the
 // header never reveals it.

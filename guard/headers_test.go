@@ -2,9 +2,12 @@ package guard_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -152,5 +155,37 @@ func TestWriteHeaderBytes(t *testing.T) {
 	}
 	if n == 0 {
 		t.Error("WriteHeaderBytes wrote no field")
+	}
+}
+
+// TestIETFPartitionKeys: every item of the IETF fields carries the
+// partition key of its own limit and key, in both fields, however many
+// limits admitted the request.
+func TestIETFPartitionKeys(t *testing.T) {
+	ctx := context.Background()
+	pk := func(policy, key string) string {
+		h := sha256.Sum256([]byte(policy + "\x00" + key))
+		return base64.StdEncoding.EncodeToString(h[:9])
+	}
+	opts := []guard.Option{guard.WithHeaders(guard.HeadersIETF), guard.WithKey(testkit.UserKey)}
+	var want []string
+	for i := range 6 {
+		name := "pk-also-" + strconv.Itoa(i)
+		key := keyfunc.Func(func(keyfunc.Request) (string, error) { return "k" + strconv.Itoa(i), nil })
+		opts = append(opts, guard.WithAlso(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy(name, testkit.PerHour(10))), key))
+		want = append(want, `"`+name+`";`+"%s;pk=:"+pk(name, "k"+strconv.Itoa(i))+":")
+	}
+	g := guard.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("pk-own", testkit.PerHour(10))), opts...)
+	v := g.Admit(ctx, req().with("X-User", "alice"))
+	want = append([]string{`"pk-own";%s;pk=:` + pk("pk-own", "alice") + ":"}, want...)
+	h := headers(&v)
+	for field, params := range map[string]string{guard.HeaderPolicy: "q=10;w=3600", guard.HeaderRateLimit: "r=9;t=3600"} {
+		var items []string
+		for _, w := range want {
+			items = append(items, strings.Replace(w, "%s", params, 1))
+		}
+		if got := h[field]; got != strings.Join(items, ", ") {
+			t.Errorf("%s = %s\nwant %s", field, got, strings.Join(items, ", "))
+		}
 	}
 }
