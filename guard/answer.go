@@ -160,7 +160,7 @@ func (v *Verdict) WriteHeaders(set func(name, value string)) {
 func (v *Verdict) WriteHeaderFields(set, add func(name, value string)) {
 	var (
 		hs    headerSet
-		stack [128]byte
+		stack [maxStack]byte
 	)
 	buf := v.collect(&hs, stack[:0])
 	if hs.n == 0 {
@@ -204,7 +204,7 @@ func (v *Verdict) WriteHeaderBytes(set, add func(name string, value []byte)) {
 // the whole buffer to the heap).
 type headerBuf struct {
 	hs  headerSet
-	buf [128]byte
+	buf [maxStack]byte
 }
 
 var headerBufs = sync.Pool{New: func() any { return new(headerBuf) }}
@@ -216,12 +216,13 @@ func isList(name string) bool { return name == HeaderPolicy || name == HeaderRat
 // WriteHTTPHeaders writes the header fields of [Verdict.WriteHeaders] to
 // h as [Verdict.WriteHeaderFields] says: adding to the IETF fields h
 // holds, replacing its values of the others; in a single allocation for
-// the usual X-RateLimit fields. It is what the net/http, gin and echo
-// adapters use.
+// the X-RateLimit fields, and for IETF fields of up to 320 bytes (the
+// items of two or three rules), two beyond. It is what the net/http, gin
+// and echo adapters use.
 func (v *Verdict) WriteHTTPHeaders(h http.Header) {
 	var (
 		hs    headerSet
-		stack [128]byte
+		stack [maxStack]byte
 	)
 	buf := v.collect(&hs, stack[:0])
 	if hs.n == 0 {
@@ -236,7 +237,7 @@ func (v *Verdict) WriteHTTPHeaders(h http.Header) {
 func (v *Verdict) Metadata() map[string][]string {
 	var (
 		hs    headerSet
-		stack [128]byte
+		stack [maxStack]byte
 	)
 	buf := v.collect(&hs, stack[:0])
 	if hs.n == 0 {
@@ -284,6 +285,9 @@ func values(hs *headerSet, buf []byte) []string {
 	case len(buf) <= len(valueBlock{}.buf):
 		b := new(valueBlock)
 		vals, mem = b.vals[:hs.n], b.buf[:]
+	case len(buf) <= len(largeBlock{}.buf):
+		b := new(largeBlock)
+		vals, mem = b.vals[:hs.n], b.buf[:]
 	default:
 		vals = make([]string, hs.n)
 	}
@@ -325,11 +329,22 @@ const maxFields = 6
 // valueBlock holds the header values of one answer written to a map.
 type valueBlock struct {
 	vals [maxFields]string
-	buf  [64]byte
+	buf  [128]byte // the IETF fields of a policy of one rule
 }
 
+// largeBlock is the valueBlock of longer values: the IETF fields of a
+// policy of two or three rules.
+type largeBlock struct {
+	vals [maxFields]string
+	buf  [maxStack]byte
+}
+
+// maxStack is the size of the buffer on the stack that the header values
+// of an answer are collected in; longer values go to the heap.
+const maxStack = 320
+
 // smallBlock is the valueBlock of the usual answer, the three X-RateLimit
-// fields: 64 bytes rather than 160.
+// fields: 64 bytes rather than 224.
 type smallBlock struct {
 	vals [3]string
 	buf  [16]byte

@@ -67,8 +67,9 @@ func TestHeaderWriters(t *testing.T) {
 	}
 }
 
-// TestHeaderAllocations: the X-RateLimit fields of an allowed request cost
-// one allocation in an http.Header.
+// TestHeaderAllocations: the X-RateLimit fields of an allowed request, or
+// the IETF fields of a policy of two rules, cost one allocation in an
+// http.Header.
 func TestHeaderAllocations(t *testing.T) {
 	if race.Enabled {
 		t.Skip("allocation counts differ under the race detector")
@@ -78,6 +79,19 @@ func TestHeaderAllocations(t *testing.T) {
 	h := http.Header{"Content-Type": {"application/json"}}
 	if n := testing.AllocsPerRun(100, func() { v.WriteHTTPHeaders(h) }); n != 1 {
 		t.Errorf("WriteHTTPHeaders: %v allocations, want 1", n)
+	}
+	// The IETF fields of two rules too.
+	g = guard.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("allocs-ietf",
+		core.Rule{Limit: 100_000, Window: time.Hour}, core.Rule{Limit: 100_000, Window: 2 * time.Hour})), guard.WithHeaders(guard.HeadersIETF))
+	v = g.Admit(context.Background(), req())
+	write := func() {
+		// The IETF fields add up: start from none each time.
+		delete(h, guard.HeaderPolicy)
+		delete(h, guard.HeaderRateLimit)
+		v.WriteHTTPHeaders(h)
+	}
+	if n := testing.AllocsPerRun(100, write); n != 1 {
+		t.Errorf("WriteHTTPHeaders, IETF fields of two rules: %v allocations, want 1", n)
 	}
 }
 
