@@ -112,7 +112,8 @@ func handler(fn string, g *guard.Guard) fiber.Handler {
 		}
 		ctx := c.UserContext()
 		v := g.Admit(ctx, request{c})
-		v.WriteHeaderFields(c.Set, c.Response().Header.Add)
+		h := &c.Response().Header // copies what it is given
+		v.WriteHeaderBytes(h.SetBytesV, h.AddBytesV)
 		if !v.Proceed() {
 			switch {
 			case deny != nil && v.Outcome == guard.OutcomeDeny:

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -159,7 +160,7 @@ func (v *Verdict) WriteHeaders(set func(name, value string)) {
 func (v *Verdict) WriteHeaderFields(set, add func(name, value string)) {
 	var (
 		hs    headerSet
-		stack [128]byte
+		stack [maxStack]byte
 	)
 	buf := v.collect(&hs, stack[:0])
 	if hs.n == 0 {
@@ -176,6 +177,38 @@ func (v *Verdict) WriteHeaderFields(set, add func(name, value string)) {
 	}
 }
 
+// WriteHeaderBytes is [Verdict.WriteHeaderFields] for a writer that
+// copies what it is given, such as fasthttp's ResponseHeader.SetBytesV
+// and AddBytesV: each value is in a buffer that is valid only during the
+// call to set or add, which must copy it and must not modify or keep it.
+// It allocates nothing.
+func (v *Verdict) WriteHeaderBytes(set, add func(name string, value []byte)) {
+	b := headerBufs.Get().(*headerBuf)
+	buf := v.collect(&b.hs, b.buf[:0])
+	for i := range b.hs.n {
+		name := b.hs.names[i]
+		val := buf[b.hs.start(i):b.hs.ends[i]:b.hs.ends[i]]
+		if isList(name) {
+			add(name, val)
+		} else {
+			set(name, val)
+		}
+	}
+	b.hs.n = 0
+	headerBufs.Put(b)
+}
+
+// headerBuf is the scratch space of [Verdict.WriteHeaderBytes], kept in
+// a pool: the values it hands out are on loan, so they cannot be on the
+// stack (a pointer into the stack passed to an unknown function moves
+// the whole buffer to the heap).
+type headerBuf struct {
+	hs  headerSet
+	buf [maxStack]byte
+}
+
+var headerBufs = sync.Pool{New: func() any { return new(headerBuf) }}
+
 // isList reports whether a field of the answers is a list, whose values
 // add up across middlewares.
 func isList(name string) bool { return name == HeaderPolicy || name == HeaderRateLimit }
@@ -183,12 +216,13 @@ func isList(name string) bool { return name == HeaderPolicy || name == HeaderRat
 // WriteHTTPHeaders writes the header fields of [Verdict.WriteHeaders] to
 // h as [Verdict.WriteHeaderFields] says: adding to the IETF fields h
 // holds, replacing its values of the others; in a single allocation for
-// the usual X-RateLimit fields. It is what the net/http, gin and echo
-// adapters use.
+// the X-RateLimit fields, and for IETF fields of up to 320 bytes (the
+// items of two or three rules), two beyond. It is what the net/http, gin
+// and echo adapters use.
 func (v *Verdict) WriteHTTPHeaders(h http.Header) {
 	var (
 		hs    headerSet
-		stack [128]byte
+		stack [maxStack]byte
 	)
 	buf := v.collect(&hs, stack[:0])
 	if hs.n == 0 {
@@ -203,7 +237,7 @@ func (v *Verdict) WriteHTTPHeaders(h http.Header) {
 func (v *Verdict) Metadata() map[string][]string {
 	var (
 		hs    headerSet
-		stack [128]byte
+		stack [maxStack]byte
 	)
 	buf := v.collect(&hs, stack[:0])
 	if hs.n == 0 {
@@ -251,6 +285,9 @@ func values(hs *headerSet, buf []byte) []string {
 	case len(buf) <= len(valueBlock{}.buf):
 		b := new(valueBlock)
 		vals, mem = b.vals[:hs.n], b.buf[:]
+	case len(buf) <= len(largeBlock{}.buf):
+		b := new(largeBlock)
+		vals, mem = b.vals[:hs.n], b.buf[:]
 	default:
 		vals = make([]string, hs.n)
 	}
@@ -292,11 +329,22 @@ const maxFields = 6
 // valueBlock holds the header values of one answer written to a map.
 type valueBlock struct {
 	vals [maxFields]string
-	buf  [64]byte
+	buf  [128]byte // the IETF fields of a policy of one rule
 }
 
+// largeBlock is the valueBlock of longer values: the IETF fields of a
+// policy of two or three rules.
+type largeBlock struct {
+	vals [maxFields]string
+	buf  [maxStack]byte
+}
+
+// maxStack is the size of the buffer on the stack that the header values
+// of an answer are collected in; longer values go to the heap.
+const maxStack = 320
+
 // smallBlock is the valueBlock of the usual answer, the three X-RateLimit
-// fields: 64 bytes rather than 160.
+// fields: 64 bytes rather than 224.
 type smallBlock struct {
 	vals [3]string
 	buf  [16]byte
@@ -338,7 +386,8 @@ func (v *Verdict) collect(hs *headerSet, buf []byte) []byte {
 	decided := v.Outcome == OutcomeAllow && !v.DryRun || v.Outcome == OutcomeDeny || v.Outcome == OutcomeChallenge
 	st := v.g.cfg.headers
 	if decided && st&HeadersXRateLimit != 0 && advertised(d) {
-		buf = hs.int(buf, HeaderLimit, d.Limit)
+		buf = v.by.limitText(buf, d.Rule, d.Limit)
+		hs.end(HeaderLimit, len(buf))
 		buf = hs.int(buf, HeaderRemaining, d.Remaining)
 		if !v.by.inFlight {
 			// Requests in flight have no window to reset.
@@ -375,15 +424,34 @@ func advertised(d *core.Decision) bool {
 // field is a list, so the items of stacked middlewares add up (see
 // [Verdict.WriteHeaderFields]).
 func (v *Verdict) ietf(hs *headerSet, buf []byte) []byte {
+	// The partition keys, hashed once for both fields: the shown
+	// decision's, then those of the first admissions in more.
+	var pks [4]pkey
+	if advertised(&v.Decision) {
+		partitionKey(pks[0][:], v.by.name, v.Key)
+	}
+	if v.Outcome == OutcomeAllow {
+		for i := 0; i < len(v.more) && i+1 < len(pks); i++ {
+			if h := &v.more[i]; advertised(&h.d) {
+				partitionKey(pks[i+1][:], h.lim.name, h.key)
+			}
+		}
+	}
 	for pass, name := range [2]string{HeaderPolicy, HeaderRateLimit} {
 		n := 0
 		if advertised(&v.Decision) {
-			buf = appendItems(buf, pass, v.by, v.Key, &v.Decision, &n)
+			buf = appendItems(buf, pass, v.by, &pks[0], &v.Decision, &n)
 		}
 		if v.Outcome == OutcomeAllow {
 			for i := range v.more {
 				if h := &v.more[i]; advertised(&h.d) {
-					buf = appendItems(buf, pass, h.lim, h.key, &h.d, &n)
+					pk := &pkey{}
+					if i+1 < len(pks) {
+						pk = &pks[i+1]
+					} else {
+						partitionKey(pk[:], h.lim.name, h.key)
+					}
+					buf = appendItems(buf, pass, h.lim, pk, &h.d, &n)
 				}
 			}
 		}
@@ -395,7 +463,8 @@ func (v *Verdict) ietf(hs *headerSet, buf []byte) []byte {
 	return buf
 }
 
-// appendItems appends the items of lim's decision d for key to buf, those
+// appendItems appends the items of lim's decision d, for the key whose
+// partition key is pk, to buf, those
 // of RateLimit-Policy on pass 0 and of RateLimit on pass 1; *n counts the
 // items of the field so far. One item per rule, named by the policy (and
 // the window or calendar period when there are several rules). A
@@ -408,9 +477,7 @@ func (v *Verdict) ietf(hs *headerSet, buf []byte) []byte {
 // is locked out (core.Decision.Locked) no item has any quota left until
 // the lockout ends. An InFlight policy is one item of quota unit
 // "concurrent-requests", without a window or a reset time.
-func appendItems(buf []byte, pass int, lim *limit, key string, d *core.Decision, n *int) []byte {
-	var pk [12]byte // base64 of 9 bytes
-	partitionKey(pk[:], lim.name, key)
+func appendItems(buf []byte, pass int, lim *limit, pk *pkey, d *core.Decision, n *int) []byte {
 	if *n > 0 {
 		buf = append(buf, ", "...)
 	}
@@ -440,12 +507,18 @@ func appendItems(buf []byte, pass int, lim *limit, key string, d *core.Decision,
 		if i > 0 {
 			buf = append(buf, ", "...)
 		}
-		buf = strconv.AppendQuote(buf, itemName(lim.name, r.Window, r.Calendar, multi))
+		t := lim.itemText(i, &r, multi)
+		if t != nil {
+			buf = append(buf, t.name...)
+		} else {
+			buf = strconv.AppendQuote(buf, itemName(lim.name, r.Window, r.Calendar, multi))
+		}
 		if pass == 0 {
-			buf = append(buf, ";q="...)
-			buf = appendInt(buf, r.Limit)
-			buf = append(buf, ";w="...)
-			buf = appendInt(buf, Seconds(r.Window))
+			if t != nil {
+				buf = append(buf, t.qw...)
+			} else {
+				buf = appendQW(buf, r.Limit, r.Window)
+			}
 		} else {
 			left, more := r.Remaining(), r.NextAfter
 			if r.RetryAfter > 0 {
@@ -481,6 +554,14 @@ func (v *Verdict) ItemName() string {
 	return itemName(v.by.name, d.Window, cal, len(rs) > 1)
 }
 
+// appendQW appends the q and w parameters of a RateLimit-Policy item.
+func appendQW(buf []byte, limit int64, window time.Duration) []byte {
+	buf = append(buf, ";q="...)
+	buf = appendInt(buf, limit)
+	buf = append(buf, ";w="...)
+	return appendInt(buf, Seconds(window))
+}
+
 // itemName names a rule in the IETF fields and problem bodies.
 func itemName(policy string, window time.Duration, cal core.Calendar, multi bool) string {
 	if !multi {
@@ -500,6 +581,9 @@ func itemName(policy string, window time.Duration, cal core.Calendar, multi bool
 	}
 	return policy + "-" + w
 }
+
+// pkey is a partition key: base64 of 9 bytes of a hash.
+type pkey [12]byte
 
 // partitionKey writes to dst (12 bytes) a hash of the key, so that the
 // header never reveals it.

@@ -17,10 +17,20 @@ import (
 // one decision on a memory store with a limit never reached, and the
 // X-RateLimit fields written to a header map that is reused, as a
 // server's is not, so that the map's growth does not count.
+// The ietf case writes the IETF fields of a policy of two rules instead.
 func BenchmarkAdmitHTTP(b *testing.B) {
-	l := testkit.Limiter(b, core.NewMemoryStore(), core.Policy{Name: "bench",
-		Rules: []core.Rule{{Limit: 100_000, Window: time.Millisecond}}})
-	g := guard.New(l)
+	b.Run("xratelimit", func(b *testing.B) {
+		benchAdmitHTTP(b, []core.Rule{{Limit: 100_000, Window: time.Millisecond}})
+	})
+	b.Run("ietf", func(b *testing.B) {
+		benchAdmitHTTP(b, []core.Rule{{Limit: 100_000, Window: time.Millisecond}, {Limit: 100_000, Window: 2 * time.Millisecond}},
+			guard.WithHeaders(guard.HeadersIETF))
+	})
+}
+
+func benchAdmitHTTP(b *testing.B, rules []core.Rule, opts ...guard.Option) {
+	l := testkit.Limiter(b, core.NewMemoryStore(), core.Policy{Name: "bench", Rules: rules})
+	g := guard.New(l, opts...)
 	req := httptest.NewRequest(http.MethodGet, "/", nil)
 	ctx := context.Background()
 	h := make(http.Header)

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/keyfunc"
@@ -208,15 +210,56 @@ type limit struct {
 	inFlight  bool   // an InFlight policy: its admissions are leases
 	challenge bool   // a rule of the policy has a Challenge
 	keys      *keyWatch
+	rules     []ruleText // per rule of the policy
+}
+
+// ruleText holds the header texts of a rule of a limit's policy that are
+// the same in every answer, formatted once rather than per request.
+type ruleText struct {
+	limit  int64
+	window time.Duration
+	multi  bool   // the policy has several rules
+	q      string // the limit, as X-RateLimit-Limit shows it
+	name   string // the quoted item name of the IETF fields
+	qw     string // the q and w parameters of its RateLimit-Policy item
 }
 
 func newLimit(l *core.Limiter, key keyfunc.Func) limit {
 	p := l.Policy()
 	lim := limit{l: l, key: key, name: p.Name, inFlight: p.InFlight > 0, keys: new(keyWatch)}
-	for _, r := range p.Rules {
+	lim.rules = make([]ruleText, len(p.Rules))
+	multi := len(p.Rules) > 1
+	for i, r := range p.Rules {
 		lim.challenge = lim.challenge || r.Challenge > 0
+		lim.rules[i] = ruleText{limit: r.Limit, window: r.Window, multi: multi,
+			q:    string(appendInt(nil, r.Limit)),
+			name: strconv.Quote(itemName(p.Name, r.Window, 0, multi)),
+			qw:   string(appendQW(nil, r.Limit, r.Window))}
 	}
 	return lim
+}
+
+// limitText returns the text of limit as the X-RateLimit-Limit value of
+// a decision by rule i: formatted once when it is that rule's limit.
+func (lim *limit) limitText(buf []byte, i int, limit int64) []byte {
+	if i >= 0 && i < len(lim.rules) && lim.rules[i].limit == limit {
+		return append(buf, lim.rules[i].q...)
+	}
+	return appendInt(buf, limit)
+}
+
+// itemText returns the texts of the IETF item of rule state r, the i-th
+// of a decision with several rules or not (multi); nil when r is not the
+// policy's rule i as it was at construction, or a calendar rule (whose w
+// is the length of its current period).
+func (lim *limit) itemText(i int, r *core.RuleState, multi bool) *ruleText {
+	if r.Calendar != 0 || i >= len(lim.rules) {
+		return nil
+	}
+	if t := &lim.rules[i]; t.limit == r.Limit && t.window == r.Window && t.multi == multi {
+		return t
+	}
+	return nil
 }
 
 // New returns a guard for l. It panics if l is nil; if l's policy is an

@@ -2,9 +2,12 @@ package guard_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -64,8 +67,9 @@ func TestHeaderWriters(t *testing.T) {
 	}
 }
 
-// TestHeaderAllocations: the X-RateLimit fields of an allowed request cost
-// one allocation in an http.Header.
+// TestHeaderAllocations: the X-RateLimit fields of an allowed request, or
+// the IETF fields of a policy of two rules, cost one allocation in an
+// http.Header.
 func TestHeaderAllocations(t *testing.T) {
 	if race.Enabled {
 		t.Skip("allocation counts differ under the race detector")
@@ -75,6 +79,19 @@ func TestHeaderAllocations(t *testing.T) {
 	h := http.Header{"Content-Type": {"application/json"}}
 	if n := testing.AllocsPerRun(100, func() { v.WriteHTTPHeaders(h) }); n != 1 {
 		t.Errorf("WriteHTTPHeaders: %v allocations, want 1", n)
+	}
+	// The IETF fields of two rules too.
+	g = guard.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("allocs-ietf",
+		core.Rule{Limit: 100_000, Window: time.Hour}, core.Rule{Limit: 100_000, Window: 2 * time.Hour})), guard.WithHeaders(guard.HeadersIETF))
+	v = g.Admit(context.Background(), req())
+	write := func() {
+		// The IETF fields add up: start from none each time.
+		delete(h, guard.HeaderPolicy)
+		delete(h, guard.HeaderRateLimit)
+		v.WriteHTTPHeaders(h)
+	}
+	if n := testing.AllocsPerRun(100, write); n != 1 {
+		t.Errorf("WriteHTTPHeaders, IETF fields of two rules: %v allocations, want 1", n)
 	}
 }
 
@@ -113,5 +130,76 @@ func TestAdmitHTTPReusesViews(t *testing.T) {
 	// The handler still reads the whole first body.
 	if b, _ := io.ReadAll(r1.Body); string(b) != "first body" {
 		t.Errorf("body left for the handler = %q", b)
+	}
+}
+
+// TestWriteHeaderBytes: WriteHeaderBytes makes the calls WriteHeaderFields
+// makes, in the same order, with the same values, for allowed and denied
+// answers whose values fit its buffer or not, and allocates nothing.
+func TestWriteHeaderBytes(t *testing.T) {
+	ctx := context.Background()
+	rules := []core.Rule{{Limit: 2, Window: 90 * time.Second}, {Limit: 100_000, Window: 24 * time.Hour},
+		{Limit: 99_999, Window: 48 * time.Hour}, {Limit: 99_998, Window: 72 * time.Hour}}
+	for _, style := range []guard.HeaderStyle{guard.HeadersNone, guard.HeadersXRateLimit, guard.HeadersIETF, guard.HeadersXRateLimit | guard.HeadersIETF} {
+		g := guard.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("bytes", rules...)),
+			guard.WithHeaders(style), guard.WithKey(testkit.UserKey))
+		for i := range 3 { // allowed, allowed, denied
+			v := g.Admit(ctx, req().with("X-User", "alice"))
+			var want, got []string
+			v.WriteHeaderFields(
+				func(name, value string) { want = append(want, "set "+name+": "+value) },
+				func(name, value string) { want = append(want, "add "+name+": "+value) })
+			v.WriteHeaderBytes(
+				func(name string, value []byte) { got = append(got, "set "+name+": "+string(value)) },
+				func(name string, value []byte) { got = append(got, "add "+name+": "+string(value)) })
+			if strings.Join(got, "\n") != strings.Join(want, "\n") {
+				t.Errorf("style %v, request %d: WriteHeaderBytes made\n%s\nwant\n%s", style, i, strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		}
+	}
+	if race.Enabled {
+		return // allocation counts differ under the race detector
+	}
+	g := guard.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("bytes-allocs", core.Rule{Limit: 100_000, Window: time.Hour})))
+	v := g.Admit(ctx, req())
+	var n int
+	count := func(string, []byte) { n++ }
+	if a := testing.AllocsPerRun(100, func() { v.WriteHeaderBytes(count, count) }); a != 0 {
+		t.Errorf("WriteHeaderBytes: %v allocations, want 0", a)
+	}
+	if n == 0 {
+		t.Error("WriteHeaderBytes wrote no field")
+	}
+}
+
+// TestIETFPartitionKeys: every item of the IETF fields carries the
+// partition key of its own limit and key, in both fields, however many
+// limits admitted the request.
+func TestIETFPartitionKeys(t *testing.T) {
+	ctx := context.Background()
+	pk := func(policy, key string) string {
+		h := sha256.Sum256([]byte(policy + "\x00" + key))
+		return base64.StdEncoding.EncodeToString(h[:9])
+	}
+	opts := []guard.Option{guard.WithHeaders(guard.HeadersIETF), guard.WithKey(testkit.UserKey)}
+	var want []string
+	for i := range 6 {
+		name := "pk-also-" + strconv.Itoa(i)
+		key := keyfunc.Func(func(keyfunc.Request) (string, error) { return "k" + strconv.Itoa(i), nil })
+		opts = append(opts, guard.WithAlso(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy(name, testkit.PerHour(10))), key))
+		want = append(want, `"`+name+`";`+"%s;pk=:"+pk(name, "k"+strconv.Itoa(i))+":")
+	}
+	g := guard.New(testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("pk-own", testkit.PerHour(10))), opts...)
+	v := g.Admit(ctx, req().with("X-User", "alice"))
+	want = append([]string{`"pk-own";%s;pk=:` + pk("pk-own", "alice") + ":"}, want...)
+	h := headers(&v)
+	for field, params := range map[string]string{guard.HeaderPolicy: "q=10;w=3600", guard.HeaderRateLimit: "r=9;t=3600"} {
+		var items []string
+		for _, w := range want {
+			items = append(items, strings.Replace(w, "%s", params, 1))
+		}
+		if got := h[field]; got != strings.Join(items, ", ") {
+			t.Errorf("%s = %s\nwant %s", field, got, strings.Join(items, ", "))
+		}
 	}
 }

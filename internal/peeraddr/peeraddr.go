@@ -5,11 +5,14 @@ package peeraddr
 import (
 	"net"
 	"net/netip"
+	"sync/atomic"
+	"unsafe"
 )
 
-// String returns a.String() in one allocation where a is a *net.TCPAddr
+// String returns a.String(). For a *net.TCPAddr it returns the text of a
+// recent call for the same address, or writes it in one allocation
 // (net.TCPAddr.String takes three: the IP, the port and the joined
-// text), and a.String() otherwise.
+// text); for any other address, a.String().
 func String(a net.Addr) string {
 	t, ok := a.(*net.TCPAddr)
 	if !ok || t.Zone != "" || t.Port < 0 || t.Port > 65535 {
@@ -20,5 +23,44 @@ func String(a net.Addr) string {
 		return a.String()
 	}
 	// net.IP writes an IPv4-mapped IPv6 address as IPv4.
-	return netip.AddrPortFrom(ip.Unmap(), uint16(t.Port)).String()
+	ap := netip.AddrPortFrom(ip.Unmap(), uint16(t.Port))
+	slot := &texts[slotOf(ap)]
+	if e := slot.Load(); e != nil && e.ap == ap {
+		return e.text()
+	}
+	e := &entry{ap: ap}
+	e.n = uint8(len(ap.AppendTo(e.buf[:0])))
+	slot.Store(e)
+	return e.text()
+}
+
+// texts holds the texts of recent peers, so that the requests of one
+// connection (all the calls of a gRPC connection, the requests of an
+// HTTP keep-alive connection), keyed by its peer's address, share one
+// text rather than write one each. A slot holds the last address that
+// hashed to it; an entry is used only for an address equal to its own, so
+// a collision or a recycled address costs a new text, never a wrong one.
+// Entries are never changed once stored.
+var texts [256]atomic.Pointer[entry]
+
+// entry is the text of one address, in one allocation.
+type entry struct {
+	ap  netip.AddrPort
+	n   uint8
+	buf [len("[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535")]byte
+}
+
+// text returns the address's text; it shares e's memory, which is never
+// written again.
+func (e *entry) text() string { return unsafe.String(&e.buf[0], int(e.n)) }
+
+// slotOf returns the slot of ap in texts.
+func slotOf(ap netip.AddrPort) int {
+	b := ap.Addr().As16()
+	h := uint64(ap.Port())
+	for i := 0; i < len(b); i += 8 {
+		h = (h ^ uint64(b[i])<<56 ^ uint64(b[i+1])<<48 ^ uint64(b[i+2])<<40 ^ uint64(b[i+3])<<32 ^
+			uint64(b[i+4])<<24 ^ uint64(b[i+5])<<16 ^ uint64(b[i+6])<<8 ^ uint64(b[i+7])) * 0x9E3779B97F4A7C15
+	}
+	return int(h >> (64 - 8))
 }

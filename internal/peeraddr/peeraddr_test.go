@@ -1,7 +1,9 @@
 package peeraddr_test
 
 import (
+	"fmt"
 	"net"
+	"sync"
 	"testing"
 
 	"github.com/ratekit/ratekit/internal/peeraddr"
@@ -35,7 +37,42 @@ func TestStringAllocs(t *testing.T) {
 		t.Skip("the race detector changes allocation counts")
 	}
 	a := &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1234}
-	if n := testing.AllocsPerRun(100, func() { _ = peeraddr.String(a) }); n > 1 {
-		t.Errorf("String(%v) allocates %v times, want 1", a, n)
+	port := 1000
+	fresh := func() { port++; a.Port = port; _ = peeraddr.String(a) }
+	if n := testing.AllocsPerRun(100, fresh); n > 1 {
+		t.Errorf("String(%v) of a new address allocates %v times, want 1", a, n)
 	}
+	if n := testing.AllocsPerRun(100, func() { _ = peeraddr.String(a) }); n != 0 {
+		t.Errorf("String(%v) of the same address again allocates %v times, want 0", a, n)
+	}
+}
+
+// TestStringRecent: the texts kept for recent addresses are those of
+// their own address, whatever addresses share a slot, however a
+// *net.TCPAddr is changed between calls, and from any goroutine.
+func TestStringRecent(t *testing.T) {
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := &net.TCPAddr{}
+			for i := range 5000 {
+				// Far more addresses than slots, v4 and v6, each asked twice.
+				if i%2 == 0 {
+					a.IP = net.IPv4(10, byte(g), byte(i>>8), byte(i))
+				} else {
+					a.IP = net.ParseIP(fmt.Sprintf("2001:db8::%x:%x", g, i))
+				}
+				a.Port = i % 7
+				for range 2 {
+					if got, want := peeraddr.String(a), a.String(); got != want {
+						t.Errorf("String(%v) = %q, want %q", a, got, want)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
