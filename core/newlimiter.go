@@ -106,16 +106,8 @@ func (l *Limiter) countRefusals() {
 	if l.refused == nil {
 		return
 	}
-	for _, t := range l.tiered {
+	for _, t := range append([]*Limiter{l}, l.tiered...) {
 		t.refused = l.refused
-	}
-	all := []*Limiter{l}
-	if l.tiers != nil {
-		for _, t := range l.tiered {
-			all = append(all, t)
-		}
-	}
-	for _, t := range all {
 		if t.deny != nil {
 			t.deny.refused = l.refused
 			l.refused.caches = append(l.refused.caches, t.deny)
