@@ -146,34 +146,41 @@ const (
 // units admitted at that microsecond (SlidingLog), or bucket counts per
 // bucket width (SlidingBuckets).
 //
-// What a sliding-log decision writes comes first, in one cache line (the
-// struct's size, 192 bytes, is a size class of the allocator that keeps
-// its objects on cache-line boundaries). Event indexes are int32: a log
-// holds at most a few times the 100,000 units a rule keeps.
+// What a sliding-log decision reads and writes comes first, in two cache
+// lines: the first holds what finds the key (key, next) and what a
+// decision writes, the second what it reads of the window. The newest
+// event's time and running total are kept here as well (last, lastCum),
+// so that a decision reads no event but those at its windows' starts.
+// The struct's size, 192 bytes, is a size class of the allocator that
+// keeps its objects on cache-line boundaries. Event indexes are int32: a
+// log holds at most a few times the 100,000 units a rule keeps.
 type memLog struct {
+	key  string
+	next *memLog // the next key of the same hash
 	// ev holds the SlidingLog's events in chunks (see memChunkLen): event
 	// i is ev[i>>memChunkBits][i&(memChunkLen-1)], read by event(i); the
 	// events are [0, n), the live ones [head, n). Every chunk is
 	// memChunkLen long but the first while it is the only one.
-	ev      [][]memEvent
-	n       int32
-	head    int32
-	cur     [inlineRules]int32 // per rule, where its window started last time
-	expires int64              // µs; the key holds nothing live after
-	used    int64              // µs; last decision
+	ev   [][]memEvent
+	n    int32
+	head int32
+	used int64 // µs; last decision
 
-	key   string
-	hash  uint64       // of key
-	next  *memLog      // the next key of the same hash
-	index int          // in memShard.keys
-	bk    []memBuckets // SlidingBuckets
-	born  int64        // µs; no decision before it is refunded
+	// last and lastCum are event n-1's time and running total, when the
+	// log has a live event (n > head).
+	last, lastCum int64
+	cur           [inlineRules]int32 // per rule, where its window started last time
+	expires       int64              // µs; the key holds nothing live after
+	hash          uint64             // of key
+	born          int64              // µs; no decision before it is refunded
+	index         int32              // in memShard.keys
+	offences      int32              // lockouts so far (Lockout.Max)
 
-	cal      []memPeriod // calendar rules: the units of each period
-	lock     int64       // µs; the key is locked out until then
-	lockKeep int64       // µs; its offences are remembered until then
-	offences int64       // lockouts so far (Lockout.Max)
-	pass     int64       // µs; the key passed a challenge until then
+	bk       []memBuckets // SlidingBuckets
+	cal      []memPeriod  // calendar rules: the units of each period
+	lock     int64        // µs; the key is locked out until then
+	lockKeep int64        // µs; its offences are remembered until then
+	pass     int64        // µs; the key passed a challenge until then
 }
 
 // memPeriod is the units admitted in one calendar period [start, end).
@@ -390,8 +397,7 @@ func (lg *memLog) evaluate(rules []Rule, n, now, maxW int64, states []RuleState)
 	allowed := true
 	var newest, total int64
 	if end > head {
-		e := lg.event(end - 1)
-		newest, total = e.at, e.cum
+		newest, total = lg.last, lg.lastCum
 	}
 	oldest := end // the start of the longest window
 	for i, r := range rules {
@@ -544,6 +550,7 @@ func (lg *memLog) push(e memEvent) {
 	}
 	lg.ev[k][o] = e
 	lg.n++
+	lg.last, lg.lastCum = e.at, e.cum
 }
 
 // insert adds a key to the shard; sh.mu is held. The caller calls
@@ -556,9 +563,9 @@ func (p *memPolicy) insert(sh *memShard, h uint64, key string, now int64) *memLo
 		lg = sh.free[n-1]
 		sh.free[n-1] = nil
 		sh.free = sh.free[:n-1]
-		lg.key, lg.index, lg.used = key, len(sh.keys), now
+		lg.key, lg.index, lg.used = key, int32(len(sh.keys)), now
 	} else {
-		lg = &memLog{key: key, index: len(sh.keys), used: now}
+		lg = &memLog{key: key, index: int32(len(sh.keys)), used: now}
 	}
 	lg.born = max(now, sh.forgot+1)
 	lg.hash, lg.next = h, sh.m[h]
@@ -732,13 +739,15 @@ func (lg *memLog) add(at, n int64) {
 		lg.push(memEvent{at: at, n: n, cum: n})
 		return
 	}
-	switch last := lg.event(l - 1); {
-	case last.at < at:
-		lg.push(memEvent{at: at, n: n, cum: last.cum + n})
+	switch {
+	case lg.last < at:
+		lg.push(memEvent{at: at, n: n, cum: lg.lastCum + n})
 		return
-	case last.at == at:
+	case lg.last == at:
+		last := lg.event(l - 1)
 		last.n += n
 		last.cum += n
+		lg.lastCum = last.cum
 		return
 	}
 	// An injected clock stepped back: insert in order, then fix the
@@ -768,6 +777,10 @@ func (lg *memLog) recount(i int) {
 		e := lg.event(j)
 		cum += e.n
 		e.cum = cum
+	}
+	if lg.n > lg.head {
+		e := lg.event(int(lg.n) - 1)
+		lg.last, lg.lastCum = e.at, e.cum
 	}
 }
 
@@ -1248,7 +1261,7 @@ func (lg *memLog) lockout(lo Lockout, now int64) int64 {
 	if lg.lockKeep <= now {
 		lg.offences = 0 // forgotten
 	}
-	d := lockoutFor(lo, lg.offences)
+	d := lockoutFor(lo, int64(lg.offences))
 	lg.offences = min(lg.offences+1, maxOffences)
 	lg.lock = now + d
 	lg.lockKeep = lg.lock

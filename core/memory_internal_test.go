@@ -1,6 +1,11 @@
 package core
 
-import "testing"
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
 
 // TestMemShardSameHash: keys whose hashes are equal share a map entry,
 // chained, and each is found, removed and found missing on its own,
@@ -37,6 +42,47 @@ func TestMemShardSameHash(t *testing.T) {
 		if len(sh.m) != 0 || len(sh.keys) != 0 || p.keys.Load() != 0 {
 			t.Fatalf("order %v: after removing every key: map %d, keys %d, count %d, want 0",
 				order, len(sh.m), len(sh.keys), p.keys.Load())
+		}
+	}
+}
+
+// TestMemLogNewestKept: a log's copy of its newest event (last, lastCum)
+// stays that event's time and running total through takes in order and
+// out of order (a clock stepped back), merges into one microsecond,
+// refunds that empty an event, and windows that drop whole chunks.
+func TestMemLogNewestKept(t *testing.T) {
+	p := NewMemoryStore().policy("p")
+	rules := []Rule{{Limit: 300, Window: 5 * time.Millisecond}, {Limit: 900, Window: 20 * time.Millisecond}}
+	rng := rand.New(rand.NewPCG(3, 5))
+	now := int64(1_000_000)
+	var taken []int64
+	for step := range 20000 {
+		switch r := rng.IntN(100); {
+		case r < 5:
+			now -= rng.Int64N(2000)
+		case r < 30:
+			// the same microsecond: merged into the newest event
+		default:
+			now += rng.Int64N(60)
+		}
+		q := Query{Policy: "p", Key: "k", Rules: rules, N: 1 + rng.Int64N(3), Now: now}
+		if rng.IntN(8) == 0 && len(taken) > 0 {
+			i := rng.IntN(len(taken))
+			p.refund(&q, taken[i])
+			taken = slices.Delete(taken, i, i+1)
+		} else {
+			var st states
+			if ok, at := p.decide(&q, true, &st); ok {
+				taken = append(taken, at)
+			}
+		}
+		sh, h := p.shard("k")
+		lg := sh.get(h, "k")
+		if lg == nil || lg.n == lg.head {
+			continue
+		}
+		if e := lg.event(int(lg.n) - 1); lg.last != e.at || lg.lastCum != e.cum {
+			t.Fatalf("step %d: last, lastCum = %d, %d; newest event at %d, cum %d", step, lg.last, lg.lastCum, e.at, e.cum)
 		}
 	}
 }
