@@ -116,10 +116,12 @@ type memShard struct {
 // memSlot is a key of a shard, for sweeping: its window and a lower
 // bound of when it expires (memLog.expires, which never decreases), so
 // that a sweep reads the keys' bounds side by side and looks at a key's
-// window only once its bound has passed.
+// window only once its bound has passed; and the key's hash, which
+// finds it in the shard's map when it is removed.
 type memSlot struct {
 	lg      *memLog
-	expires int64 // µs; lg.expires was at least this when last looked at
+	expires int64  // µs; lg.expires was at least this when last looked at
+	hash    uint64 // of lg.key
 }
 
 // memFree bounds the removed logs a shard keeps for reuse: keys that
@@ -147,13 +149,13 @@ const (
 // bucket width (SlidingBuckets).
 //
 // What a sliding-log decision reads and writes comes first, in two cache
-// lines: the first holds what finds the key (key, next) and what a
-// decision writes, the second what it reads of the window. The newest
-// event's time and running total are kept here as well (last, lastCum),
-// so that a decision reads no event but those at its windows' starts.
-// The struct's size, 192 bytes, is a size class of the allocator that
-// keeps its objects on cache-line boundaries. Event indexes are int32: a
-// log holds at most a few times the 100,000 units a rule keeps.
+// lines: the first holds what finds the key (key, next) and the events,
+// the second the window's bounds. The newest event's time and running
+// total are kept here as well (last, lastCum), so that a decision reads
+// no event but those at its windows' starts. The struct's size, 192
+// bytes (TestMemLayout), is a size class of the allocator that keeps its
+// objects on cache-line boundaries. Event indexes are int32: a log holds
+// at most a few times the 100,000 units a rule keeps.
 type memLog struct {
 	key  string
 	next *memLog // the next key of the same hash
@@ -171,7 +173,6 @@ type memLog struct {
 	last, lastCum int64
 	cur           [inlineRules]int32 // per rule, where its window started last time
 	expires       int64              // µs; the key holds nothing live after
-	hash          uint64             // of key
 	born          int64              // µs; no decision before it is refunded
 	index         int32              // in memShard.keys
 	offences      int32              // lockouts so far (Lockout.Max)
@@ -568,9 +569,9 @@ func (p *memPolicy) insert(sh *memShard, h uint64, key string, now int64) *memLo
 		lg = &memLog{key: key, index: int32(len(sh.keys)), used: now}
 	}
 	lg.born = max(now, sh.forgot+1)
-	lg.hash, lg.next = h, sh.m[h]
+	lg.next = sh.m[h]
 	sh.m[h] = lg
-	sh.keys = append(sh.keys, memSlot{lg: lg})
+	sh.keys = append(sh.keys, memSlot{lg: lg, hash: h})
 	return lg
 }
 
@@ -638,11 +639,12 @@ func (p *memPolicy) evictOne(now int64, evenLocked bool) bool {
 func (sh *memShard) remove(lg *memLog) {
 	sh.policy.keys.Add(-1)
 	sh.policy.store.keys.Add(-1)
-	switch head := sh.m[lg.hash]; {
+	h := sh.keys[lg.index].hash
+	switch head := sh.m[h]; {
 	case head == lg && lg.next == nil:
-		delete(sh.m, lg.hash)
+		delete(sh.m, h)
 	case head == lg:
-		sh.m[lg.hash] = lg.next
+		sh.m[h] = lg.next
 	default:
 		for k := head; k != nil; k = k.next {
 			if k.next == lg {

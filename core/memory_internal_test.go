@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // TestMemShardSameHash: keys whose hashes are equal share a map entry,
@@ -84,5 +85,20 @@ func TestMemLogNewestKept(t *testing.T) {
 		if e := lg.event(int(lg.n) - 1); lg.last != e.at || lg.lastCum != e.cum {
 			t.Fatalf("step %d: last, lastCum = %d, %d; newest event at %d, cum %d", step, lg.last, lg.lastCum, e.at, e.cum)
 		}
+	}
+}
+
+// TestMemLayout: a key's window and a shard fill whole cache lines (see
+// memLog and memShard), so that the allocator keeps them on cache-line
+// boundaries and no two shards' locks share a line.
+func TestMemLayout(t *testing.T) {
+	if got := unsafe.Sizeof(memLog{}); got != 192 {
+		t.Errorf("memLog is %d bytes, want 192", got)
+	}
+	if got := unsafe.Offsetof(memLog{}.last); got != 64 {
+		t.Errorf("memLog.last at byte %d, want 64 (the second line)", got)
+	}
+	if got := unsafe.Sizeof(memShard{}); got != 128 {
+		t.Errorf("memShard is %d bytes, want 128", got)
 	}
 }
