@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -173,15 +174,37 @@ type memLog struct {
 	last, lastCum int64
 	cur           [inlineRules]int32 // per rule, where its window started last time
 	expires       int64              // µs; the key holds nothing live after
-	born          int64              // µs; no decision before it is refunded
-	index         int32              // in memShard.keys
-	offences      int32              // lockouts so far (Lockout.Max)
+	// The first rule's window start, cur[0], as start last found it:
+	// event cur[0]'s time (startAt) and running total before it
+	// (startBase), and event cur[0]-1's time, or math.MinInt64 when
+	// cur[0] was the head (startPrev); so that while the window starts
+	// at the same event, a decision reads no event at all (see
+	// startOf). startAt is math.MinInt64 when they are not known.
+	startAt, startBase, startPrev int64
 
-	bk       []memBuckets // SlidingBuckets
-	cal      []memPeriod  // calendar rules: the units of each period
-	lock     int64        // µs; the key is locked out until then
-	lockKeep int64        // µs; its offences are remembered until then
-	pass     int64        // µs; the key passed a challenge until then
+	index    int32    // in memShard.keys
+	offences int32    // lockouts so far (Lockout.Max)
+	born     int64    // µs; no decision before it is refunded
+	lock     int64    // µs; the key is locked out until then
+	lockKeep int64    // µs; its offences are remembered until then
+	pass     int64    // µs; the key passed a challenge until then
+	x        *memMore // SlidingBuckets and calendar rules; nil until used
+	_        [16]byte // to 192 bytes
+}
+
+// memMore is what a key holds for SlidingBuckets and calendar rules,
+// apart from its window so that a sliding-log window stays small.
+type memMore struct {
+	bk  []memBuckets // SlidingBuckets
+	cal []memPeriod  // calendar rules: the units of each period
+}
+
+// more returns lg.x, made on first use.
+func (lg *memLog) more() *memMore {
+	if lg.x == nil {
+		lg.x = new(memMore)
+	}
+	return lg.x
 }
 
 // memPeriod is the units admitted in one calendar period [start, end).
@@ -406,12 +429,10 @@ func (lg *memLog) evaluate(rules []Rule, n, now, maxW int64, states []RuleState)
 			continue // decideMore counts it
 		}
 		w := r.Window.Microseconds()
-		c := lg.start(i, now-w)
+		c, base, first := lg.startOf(i, now-w)
 		oldest = min(oldest, c)
-		var used, base, first int64
+		var used int64
 		if c < end {
-			e := lg.event(c)
-			base, first = e.cum-e.n, e.at
 			used = total - base
 		}
 		st := RuleState{Limit: r.Limit, Window: r.Window, Used: used}
@@ -473,6 +494,32 @@ func (lg *memLog) find(at int64) (int, bool) {
 	return i, i < int(lg.n) && lg.event(i).at == at
 }
 
+// startOf returns the index of the first event after cutoff, starting
+// from rule i's hint, with the running total before it and its time when
+// there is one: for the first rule, from the log's own fields while the
+// window starts at the same event.
+func (lg *memLog) startOf(i int, cutoff int64) (c int, base, first int64) {
+	if i == 0 {
+		if c := int(lg.cur[0]); lg.startPrev <= cutoff && cutoff < lg.startAt && c >= int(lg.head) && c < int(lg.n) {
+			return c, lg.startBase, lg.startAt
+		}
+	}
+	c = lg.start(i, cutoff)
+	if c < int(lg.n) {
+		e := lg.event(c)
+		base, first = e.cum-e.n, e.at
+		if i == 0 {
+			lg.startAt, lg.startBase, lg.startPrev = first, base, math.MinInt64
+			if c > int(lg.head) {
+				lg.startPrev = lg.event(c - 1).at
+			}
+		}
+	} else if i == 0 {
+		lg.startAt = math.MinInt64
+	}
+	return c, base, first
+}
+
 // start returns the index of the first event after cutoff, starting from
 // rule i's hint.
 func (lg *memLog) start(i int, cutoff int64) int {
@@ -511,6 +558,7 @@ func (lg *memLog) compact() {
 		}
 		lg.n, lg.head = 0, 0
 		lg.cur = [inlineRules]int32{}
+		lg.startAt = math.MinInt64
 		return
 	}
 	k := int(lg.head) >> memChunkBits
@@ -525,6 +573,9 @@ func (lg *memLog) compact() {
 	d := int32(k << memChunkBits)
 	lg.n -= d
 	lg.head -= d
+	if lg.cur[0] < d {
+		lg.startAt = math.MinInt64 // its event was dropped
+	}
 	for i := range lg.cur {
 		lg.cur[i] = max(0, lg.cur[i]-d)
 	}
@@ -768,8 +819,10 @@ func (lg *memLog) add(at, n int64) {
 	lg.recount(i)
 }
 
-// recount recomputes the running totals from event i on.
+// recount recomputes the running totals from event i on; the first
+// rule's window start is found afresh next time.
 func (lg *memLog) recount(i int) {
+	lg.startAt = math.MinInt64
 	// Only differences of totals are read, so any base will do.
 	var cum int64
 	if i > int(lg.head) {
@@ -863,8 +916,8 @@ func (p *memPolicy) refund(q *Query, at int64) {
 				continue
 			}
 			g := q.bucketWidth(r)
-			if j := lg.bucketsOf(g, false); j >= 0 && !sharesWidth(q, i, g) {
-				lg.bk[j].b = bucketAdd(lg.bk[j].b, at/g, -q.N)
+			if b := lg.bucketsOf(g, false); b != nil && !sharesWidth(q, i, g) {
+				b.b = bucketAdd(b.b, at/g, -q.N)
 			}
 		}
 		return
@@ -922,17 +975,17 @@ func (p *memPolicy) decideBuckets(sh *memShard, h uint64, lg *memLog, q *Query, 
 		g := q.bucketWidth(r)
 		maxG = max(maxG, g)
 		var bk []memEvent
-		if j := view.bucketsOf(g, false); j >= 0 {
+		if bs := view.bucketsOf(g, false); bs != nil {
 			// Drop the buckets older than every window of this width.
 			lo := (now - longestOfWidth(q, g)) / g
-			b := view.bk[j].b
+			b := bs.b
 			k := 0
 			for k < len(b) && b[k].at < lo {
 				k++
 			}
 			if k > 0 {
 				b = append(b[:0], b[k:]...)
-				view.bk[j].b = b
+				bs.b = b
 			}
 			bk = b
 		}
@@ -952,8 +1005,8 @@ func (p *memPolicy) decideBuckets(sh *memShard, h uint64, lg *memLog, q *Query, 
 			}
 			g := q.bucketWidth(r)
 			if !sharesWidth(q, i, g) {
-				j := lg.bucketsOf(g, true)
-				lg.bk[j].b = bucketAdd(lg.bk[j].b, now/g, q.N)
+				bs := lg.bucketsOf(g, true)
+				bs.b = bucketAdd(bs.b, now/g, q.N)
 			}
 			rs[i].Used += q.N
 			rs[i].ResetAfter = time.Duration((now/g+1)*g+r.Window.Microseconds()-now) * time.Microsecond
@@ -978,19 +1031,22 @@ func longestOfWidth(q *Query, g int64) int64 {
 	return w
 }
 
-// bucketsOf returns the index in lg.bk of the buckets of width g, adding
-// them when add is set; -1 when there are none.
-func (lg *memLog) bucketsOf(g int64, add bool) int {
-	for j := range lg.bk {
-		if lg.bk[j].width == g {
-			return j
+// bucketsOf returns the buckets of width g, adding them when add is set;
+// nil when there are none.
+func (lg *memLog) bucketsOf(g int64, add bool) *memBuckets {
+	if lg.x != nil {
+		for j := range lg.x.bk {
+			if lg.x.bk[j].width == g {
+				return &lg.x.bk[j]
+			}
 		}
 	}
 	if !add {
-		return -1
+		return nil
 	}
-	lg.bk = append(lg.bk, memBuckets{width: g})
-	return len(lg.bk) - 1
+	x := lg.more()
+	x.bk = append(x.bk, memBuckets{width: g})
+	return &x.bk[len(x.bk)-1]
 }
 
 // bucketState computes a rule's state over its live buckets bk (sorted by
@@ -1214,10 +1270,10 @@ func (lg *memLog) periods(q *Query, now int64, cal []RuleState, ends []int64) (_
 // periodUsed returns the units lg holds in the period [start, end); lg
 // may be nil.
 func (lg *memLog) periodUsed(start, end int64) int64 {
-	if lg == nil {
+	if lg == nil || lg.x == nil {
 		return 0
 	}
-	for _, c := range lg.cal {
+	for _, c := range lg.x.cal {
 		if c.start == start && c.end == end {
 			return c.n
 		}
@@ -1229,16 +1285,17 @@ func (lg *memLog) periodUsed(start, end int64) int64 {
 // held used; periods that have ended are dropped when a new one begins.
 func (lg *memLog) periodAdd(used, now, end int64, w time.Duration, n int64) {
 	start := end - w.Microseconds()
+	x := lg.more()
 	if used > 0 {
-		for i := range lg.cal {
-			if c := &lg.cal[i]; c.start == start && c.end == end {
+		for i := range x.cal {
+			if c := &x.cal[i]; c.start == start && c.end == end {
 				c.n += n
 				return
 			}
 		}
 	}
-	lg.cal = slices.DeleteFunc(lg.cal, func(c memPeriod) bool { return c.end <= now || c.start == start && c.end == end })
-	lg.cal = append(lg.cal, memPeriod{start: start, end: end, n: n})
+	x.cal = slices.DeleteFunc(x.cal, func(c memPeriod) bool { return c.end <= now || c.start == start && c.end == end })
+	x.cal = append(x.cal, memPeriod{start: start, end: end, n: n})
 }
 
 // refundPeriods gives q.N units back to the calendar periods that held
@@ -1248,9 +1305,12 @@ func (lg *memLog) refundPeriods(q *Query, at int64) {
 		if r.Calendar == 0 {
 			continue
 		}
+		if lg.x == nil {
+			return
+		}
 		start, end := r.Calendar.period(r.Location, at)
-		for i := range lg.cal {
-			if c := &lg.cal[i]; c.start == start && c.end == end {
+		for i := range lg.x.cal {
+			if c := &lg.x.cal[i]; c.start == start && c.end == end {
 				c.n -= min(q.N, c.n)
 				break
 			}
@@ -1329,13 +1389,13 @@ func (p *memPolicy) record(q *Query) int64 {
 		g := q.bucketWidth(r)
 		maxG = max(maxG, g)
 		if !sharesWidth(q, i, g) {
-			j := lg.bucketsOf(g, true)
-			b := lg.bk[j].b
+			bs := lg.bucketsOf(g, true)
+			b := bs.b
 			k := 0
 			for k < len(b) && b[k].at < (now-longestOfWidth(q, g))/g {
 				k++ // out of every window of this width
 			}
-			lg.bk[j].b = bucketAdd(append(b[:0], b[k:]...), now/g, q.N)
+			bs.b = bucketAdd(append(b[:0], b[k:]...), now/g, q.N)
 		}
 	}
 	if q.Algorithm == SlidingLog && maxW > 0 {

@@ -47,11 +47,13 @@ func TestMemShardSameHash(t *testing.T) {
 	}
 }
 
-// TestMemLogNewestKept: a log's copy of its newest event (last, lastCum)
-// stays that event's time and running total through takes in order and
-// out of order (a clock stepped back), merges into one microsecond,
-// refunds that empty an event, and windows that drop whole chunks.
-func TestMemLogNewestKept(t *testing.T) {
+// TestMemLogCopiesKept: a log's copy of its newest event (last, lastCum)
+// stays that event's time and running total, and the first rule's window
+// start found from its copy (startAt, startBase, startPrev) is the one a
+// search finds, through takes in order and out of order (a clock stepped
+// back), merges into one microsecond, refunds that empty an event or
+// not, and windows that drop whole chunks.
+func TestMemLogCopiesKept(t *testing.T) {
 	p := NewMemoryStore().policy("p")
 	rules := []Rule{{Limit: 300, Window: 5 * time.Millisecond}, {Limit: 900, Window: 20 * time.Millisecond}}
 	rng := rand.New(rand.NewPCG(3, 5))
@@ -84,6 +86,23 @@ func TestMemLogNewestKept(t *testing.T) {
 		}
 		if e := lg.event(int(lg.n) - 1); lg.last != e.at || lg.lastCum != e.cum {
 			t.Fatalf("step %d: last, lastCum = %d, %d; newest event at %d, cum %d", step, lg.last, lg.lastCum, e.at, e.cum)
+		}
+		// The first rule's window start, wherever the next decision's
+		// window starts, as a search from the head finds it.
+		for _, next := range []int64{now, now + rng.Int64N(3000), now - rng.Int64N(3000)} {
+			cutoff := next - rules[0].Window.Microseconds()
+			want := lg.after(int(lg.head), int(lg.n), cutoff)
+			var wantBase, wantFirst int64
+			if want < int(lg.n) {
+				e := lg.event(want)
+				wantBase, wantFirst = e.cum-e.n, e.at
+			}
+			saved := *lg
+			c, base, first := lg.startOf(0, cutoff)
+			*lg = saved // as if not asked
+			if c != want || base != wantBase || first != wantFirst {
+				t.Fatalf("step %d: startOf(0, %d) = %d, %d, %d; want %d, %d, %d", step, cutoff, c, base, first, want, wantBase, wantFirst)
+			}
 		}
 	}
 }
