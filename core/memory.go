@@ -150,30 +150,33 @@ const (
 // bucket width (SlidingBuckets).
 //
 // What a sliding-log decision reads and writes comes first, in two cache
-// lines: the first holds what finds the key (key, next) and the events,
-// the second the window's bounds. The newest event's time and running
-// total are kept here as well (last, lastCum), so that a decision reads
-// no event but those at its windows' starts. The struct's size, 192
-// bytes (TestMemLayout), is a size class of the allocator that keeps its
+// lines: the first holds what finds the key (key, next) and every field
+// that a decision writes, the second what it reads of the window, which
+// changes only when the window's start moves; so that the decisions of
+// a hot key from several cores move one line of it between them, not
+// two. The newest event's time and running total are kept as well (last,
+// lastCum), so that a decision reads no event at all while the first
+// rule's window starts at the same event. The struct's size, 192 bytes
+// (TestMemLayout), is a size class of the allocator that keeps its
 // objects on cache-line boundaries. Event indexes are int32: a log holds
 // at most a few times the 100,000 units a rule keeps.
 type memLog struct {
 	key  string
 	next *memLog // the next key of the same hash
+	n    int32
+	head int32
+	used int64 // µs; last decision
+	// last and lastCum are event n-1's time and running total, when the
+	// log has a live event (n > head).
+	last, lastCum int64
+	expires       int64 // µs; the key holds nothing live after
+
 	// ev holds the SlidingLog's events in chunks (see memChunkLen): event
 	// i is ev[i>>memChunkBits][i&(memChunkLen-1)], read by event(i); the
 	// events are [0, n), the live ones [head, n). Every chunk is
 	// memChunkLen long but the first while it is the only one.
-	ev   [][]memEvent
-	n    int32
-	head int32
-	used int64 // µs; last decision
-
-	// last and lastCum are event n-1's time and running total, when the
-	// log has a live event (n > head).
-	last, lastCum int64
-	cur           [inlineRules]int32 // per rule, where its window started last time
-	expires       int64              // µs; the key holds nothing live after
+	ev  [][]memEvent
+	cur [inlineRules]int32 // per rule, where its window started last time
 	// The first rule's window start, cur[0], as start last found it:
 	// event cur[0]'s time (startAt) and running total before it
 	// (startBase), and event cur[0]-1's time, or math.MinInt64 when

@@ -114,8 +114,14 @@ func TestMemLayout(t *testing.T) {
 	if got := unsafe.Sizeof(memLog{}); got != 192 {
 		t.Errorf("memLog is %d bytes, want 192", got)
 	}
-	if got := unsafe.Offsetof(memLog{}.last); got != 64 {
-		t.Errorf("memLog.last at byte %d, want 64 (the second line)", got)
+	if got := unsafe.Offsetof(memLog{}.expires); got >= 64 {
+		t.Errorf("memLog.expires at byte %d, want it in the first line, with the other fields a decision writes", got)
+	}
+	if got := unsafe.Offsetof(memLog{}.ev); got != 64 {
+		t.Errorf("memLog.ev at byte %d, want 64 (the second line)", got)
+	}
+	if got := unsafe.Offsetof(memLog{}.startPrev); got >= 128 {
+		t.Errorf("memLog.startPrev at byte %d, want it in the second line", got)
 	}
 	if got := unsafe.Sizeof(memShard{}); got != 128 {
 		t.Errorf("memShard is %d bytes, want 128", got)
