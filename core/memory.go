@@ -162,14 +162,17 @@ const (
 // at most a few times the 100,000 units a rule keeps.
 type memLog struct {
 	key  string
-	next *memLog // the next key of the same hash
 	n    int32
 	head int32
 	used int64 // µs; last decision
-	// last and lastCum are event n-1's time and running total, when the
-	// log has a live event (n > head).
-	last, lastCum int64
-	expires       int64 // µs; the key holds nothing live after
+	// last, lastN and lastCum are event n-1's time, units and running
+	// total, when the log has a live event (n > head). They are that
+	// event's own: the event in its chunk has its time, but its units
+	// and running total are written there only when another event is
+	// pushed, or before the events are read (flush), so that decisions
+	// in one microsecond, a hot key's, write none of the chunk's lines.
+	last, lastN, lastCum int64
+	expires              int64 // µs; the key holds nothing live after
 
 	// ev holds the SlidingLog's events in chunks (see memChunkLen): event
 	// i is ev[i>>memChunkBits][i&(memChunkLen-1)], read by event(i); the
@@ -185,6 +188,7 @@ type memLog struct {
 	// startOf). startAt is math.MinInt64 when they are not known.
 	startAt, startBase, startPrev int64
 
+	next     *memLog  // the next key of the same hash
 	index    int32    // in memShard.keys
 	offences int32    // lockouts so far (Lockout.Max)
 	born     int64    // µs; no decision before it is refunded
@@ -192,7 +196,7 @@ type memLog struct {
 	lockKeep int64    // µs; its offences are remembered until then
 	pass     int64    // µs; the key passed a challenge until then
 	x        *memMore // SlidingBuckets and calendar rules; nil until used
-	_        [16]byte // to 192 bytes
+	_        [8]byte  // to 192 bytes
 }
 
 // memMore is what a key holds for SlidingBuckets and calendar rules,
@@ -445,6 +449,7 @@ func (lg *memLog) evaluate(rules []Rule, n, now, maxW int64, states []RuleState)
 		}
 		if need := used + n - r.Limit; need > 0 {
 			allowed = false
+			lg.flush()
 			// The first event by which need units of the window have left.
 			if j := lg.reaching(c, end, base+need); j < end {
 				st.RetryAfter = time.Duration(lg.event(j).at+w-now) * time.Microsecond
@@ -507,6 +512,7 @@ func (lg *memLog) startOf(i int, cutoff int64) (c int, base, first int64) {
 			return c, lg.startBase, lg.startAt
 		}
 	}
+	lg.flush()
 	c = lg.start(i, cutoff)
 	if c < int(lg.n) {
 		e := lg.event(c)
@@ -588,8 +594,18 @@ func (lg *memLog) compact() {
 	}
 }
 
+// flush writes the newest event's units and running total to its chunk
+// (see memLog.lastN), for the events to be read.
+func (lg *memLog) flush() {
+	if lg.n > lg.head {
+		e := lg.event(int(lg.n) - 1)
+		e.n, e.cum = lg.lastN, lg.lastCum
+	}
+}
+
 // push appends e to the log.
 func (lg *memLog) push(e memEvent) {
+	lg.flush()
 	i := int(lg.n)
 	k, o := i>>memChunkBits, i&(memChunkLen-1)
 	switch {
@@ -605,7 +621,7 @@ func (lg *memLog) push(e memEvent) {
 	}
 	lg.ev[k][o] = e
 	lg.n++
-	lg.last, lg.lastCum = e.at, e.cum
+	lg.last, lg.lastN, lg.lastCum = e.at, e.n, e.cum
 }
 
 // insert adds a key to the shard; sh.mu is held. The caller calls
@@ -800,12 +816,11 @@ func (lg *memLog) add(at, n int64) {
 		lg.push(memEvent{at: at, n: n, cum: lg.lastCum + n})
 		return
 	case lg.last == at:
-		last := lg.event(l - 1)
-		last.n += n
-		last.cum += n
-		lg.lastCum = last.cum
+		lg.lastN += n
+		lg.lastCum += n
 		return
 	}
+	lg.flush()
 	// An injected clock stepped back: insert in order, then fix the
 	// running totals after the insertion point.
 	i, found := lg.find(at)
@@ -822,8 +837,9 @@ func (lg *memLog) add(at, n int64) {
 	lg.recount(i)
 }
 
-// recount recomputes the running totals from event i on; the first
-// rule's window start is found afresh next time.
+// recount recomputes the running totals from event i on, the newest
+// event being in its chunk (flush); the first rule's window start is
+// found afresh next time.
 func (lg *memLog) recount(i int) {
 	lg.startAt = math.MinInt64
 	// Only differences of totals are read, so any base will do.
@@ -838,7 +854,7 @@ func (lg *memLog) recount(i int) {
 	}
 	if lg.n > lg.head {
 		e := lg.event(int(lg.n) - 1)
-		lg.last, lg.lastCum = e.at, e.cum
+		lg.last, lg.lastN, lg.lastCum = e.at, e.n, e.cum
 	}
 }
 
@@ -925,6 +941,7 @@ func (p *memPolicy) refund(q *Query, at int64) {
 		}
 		return
 	}
+	lg.flush()
 	i, found := lg.find(at)
 	if !found {
 		return

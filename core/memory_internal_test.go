@@ -47,8 +47,8 @@ func TestMemShardSameHash(t *testing.T) {
 	}
 }
 
-// TestMemLogCopiesKept: a log's copy of its newest event (last, lastCum)
-// stays that event's time and running total, and the first rule's window
+// TestMemLogCopiesKept: a log's copy of its newest event (last, lastN,
+// lastCum) stays that event's, consistent with the event before it, and the first rule's window
 // start found from its copy (startAt, startBase, startPrev) is the one a
 // search finds, through takes in order and out of order (a clock stepped
 // back), merges into one microsecond, refunds that empty an event or
@@ -84,9 +84,21 @@ func TestMemLogCopiesKept(t *testing.T) {
 		if lg == nil || lg.n == lg.head {
 			continue
 		}
-		if e := lg.event(int(lg.n) - 1); lg.last != e.at || lg.lastCum != e.cum {
-			t.Fatalf("step %d: last, lastCum = %d, %d; newest event at %d, cum %d", step, lg.last, lg.lastCum, e.at, e.cum)
+		// The newest event in its chunk has its time; once flushed, its
+		// units and total too.
+		e := lg.event(int(lg.n) - 1)
+		if lg.last != e.at {
+			t.Fatalf("step %d: last = %d; newest event at %d", step, lg.last, e.at)
 		}
+		saved := *e
+		lg.flush()
+		if prev := int64(0); lg.n-lg.head > 1 {
+			prev = lg.event(int(lg.n) - 2).cum
+			if e.cum-prev != e.n {
+				t.Fatalf("step %d: flushed newest event holds %d units, running total %d after %d", step, e.n, e.cum, prev)
+			}
+		}
+		*e = saved // as if not flushed
 		// The first rule's window start, wherever the next decision's
 		// window starts, as a search from the head finds it.
 		for _, next := range []int64{now, now + rng.Int64N(3000), now - rng.Int64N(3000)} {
