@@ -595,11 +595,14 @@ func (lg *memLog) compact() {
 }
 
 // flush writes the newest event's units and running total to its chunk
-// (see memLog.lastN), for the events to be read.
+// (see memLog.lastN), for the events to be read; only when they changed,
+// so that the denials of a hot key, which read the events, leave the
+// chunk's lines shared between the cores.
 func (lg *memLog) flush() {
 	if lg.n > lg.head {
-		e := lg.event(int(lg.n) - 1)
-		e.n, e.cum = lg.lastN, lg.lastCum
+		if e := lg.event(int(lg.n) - 1); e.cum != lg.lastCum || e.n != lg.lastN {
+			e.n, e.cum = lg.lastN, lg.lastCum
+		}
 	}
 }
 
