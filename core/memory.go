@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -116,10 +117,12 @@ type memShard struct {
 // memSlot is a key of a shard, for sweeping: its window and a lower
 // bound of when it expires (memLog.expires, which never decreases), so
 // that a sweep reads the keys' bounds side by side and looks at a key's
-// window only once its bound has passed.
+// window only once its bound has passed; and the key's hash, which
+// finds it in the shard's map when it is removed.
 type memSlot struct {
 	lg      *memLog
-	expires int64 // µs; lg.expires was at least this when last looked at
+	expires int64  // µs; lg.expires was at least this when last looked at
+	hash    uint64 // of lg.key
 }
 
 // memFree bounds the removed logs a shard keeps for reuse: keys that
@@ -146,34 +149,69 @@ const (
 // units admitted at that microsecond (SlidingLog), or bucket counts per
 // bucket width (SlidingBuckets).
 //
-// What a sliding-log decision writes comes first, in one cache line (the
-// struct's size, 192 bytes, is a size class of the allocator that keeps
-// its objects on cache-line boundaries). Event indexes are int32: a log
-// holds at most a few times the 100,000 units a rule keeps.
+// What a sliding-log decision reads and writes comes first, in two cache
+// lines: the first holds what finds the key (key, next) and every field
+// that a decision writes, the second what it reads of the window, which
+// changes only when the window's start moves; so that the decisions of
+// a hot key from several cores move one line of it between them, not
+// two. The newest event's time and running total are kept as well (last,
+// lastCum), so that a decision reads no event at all while the first
+// rule's window starts at the same event. The struct's size, 192 bytes
+// (TestMemLayout), is a size class of the allocator that keeps its
+// objects on cache-line boundaries. Event indexes are int32: a log holds
+// at most a few times the 100,000 units a rule keeps.
 type memLog struct {
+	key  string
+	n    int32
+	head int32
+	used int64 // µs; last decision
+	// last, lastN and lastCum are event n-1's time, units and running
+	// total, when the log has a live event (n > head). They are that
+	// event's own: the event in its chunk has its time, but its units
+	// and running total are written there only when another event is
+	// pushed, or before the events are read (flush), so that decisions
+	// in one microsecond, a hot key's, write none of the chunk's lines.
+	last, lastN, lastCum int64
+	expires              int64 // µs; the key holds nothing live after
+
 	// ev holds the SlidingLog's events in chunks (see memChunkLen): event
 	// i is ev[i>>memChunkBits][i&(memChunkLen-1)], read by event(i); the
 	// events are [0, n), the live ones [head, n). Every chunk is
 	// memChunkLen long but the first while it is the only one.
-	ev      [][]memEvent
-	n       int32
-	head    int32
-	cur     [inlineRules]int32 // per rule, where its window started last time
-	expires int64              // µs; the key holds nothing live after
-	used    int64              // µs; last decision
+	ev  [][]memEvent
+	cur [inlineRules]int32 // per rule, where its window started last time
+	// The first rule's window start, cur[0], as start last found it:
+	// event cur[0]'s time (startAt) and running total before it
+	// (startBase), and event cur[0]-1's time, or math.MinInt64 when
+	// cur[0] was the head (startPrev); so that while the window starts
+	// at the same event, a decision reads no event at all (see
+	// startOf). startAt is math.MinInt64 when they are not known.
+	startAt, startBase, startPrev int64
 
-	key   string
-	hash  uint64       // of key
-	next  *memLog      // the next key of the same hash
-	index int          // in memShard.keys
-	bk    []memBuckets // SlidingBuckets
-	born  int64        // µs; no decision before it is refunded
+	next     *memLog  // the next key of the same hash
+	index    int32    // in memShard.keys
+	offences int32    // lockouts so far (Lockout.Max)
+	born     int64    // µs; no decision before it is refunded
+	lock     int64    // µs; the key is locked out until then
+	lockKeep int64    // µs; its offences are remembered until then
+	pass     int64    // µs; the key passed a challenge until then
+	x        *memMore // SlidingBuckets and calendar rules; nil until used
+	_        [8]byte  // to 192 bytes
+}
 
-	cal      []memPeriod // calendar rules: the units of each period
-	lock     int64       // µs; the key is locked out until then
-	lockKeep int64       // µs; its offences are remembered until then
-	offences int64       // lockouts so far (Lockout.Max)
-	pass     int64       // µs; the key passed a challenge until then
+// memMore is what a key holds for SlidingBuckets and calendar rules,
+// apart from its window so that a sliding-log window stays small.
+type memMore struct {
+	bk  []memBuckets // SlidingBuckets
+	cal []memPeriod  // calendar rules: the units of each period
+}
+
+// more returns lg.x, made on first use.
+func (lg *memLog) more() *memMore {
+	if lg.x == nil {
+		lg.x = new(memMore)
+	}
+	return lg.x
 }
 
 // memPeriod is the units admitted in one calendar period [start, end).
@@ -390,8 +428,7 @@ func (lg *memLog) evaluate(rules []Rule, n, now, maxW int64, states []RuleState)
 	allowed := true
 	var newest, total int64
 	if end > head {
-		e := lg.event(end - 1)
-		newest, total = e.at, e.cum
+		newest, total = lg.last, lg.lastCum
 	}
 	oldest := end // the start of the longest window
 	for i, r := range rules {
@@ -399,12 +436,10 @@ func (lg *memLog) evaluate(rules []Rule, n, now, maxW int64, states []RuleState)
 			continue // decideMore counts it
 		}
 		w := r.Window.Microseconds()
-		c := lg.start(i, now-w)
+		c, base, first := lg.startOf(i, now-w)
 		oldest = min(oldest, c)
-		var used, base, first int64
+		var used int64
 		if c < end {
-			e := lg.event(c)
-			base, first = e.cum-e.n, e.at
 			used = total - base
 		}
 		st := RuleState{Limit: r.Limit, Window: r.Window, Used: used}
@@ -414,6 +449,7 @@ func (lg *memLog) evaluate(rules []Rule, n, now, maxW int64, states []RuleState)
 		}
 		if need := used + n - r.Limit; need > 0 {
 			allowed = false
+			lg.flush()
 			// The first event by which need units of the window have left.
 			if j := lg.reaching(c, end, base+need); j < end {
 				st.RetryAfter = time.Duration(lg.event(j).at+w-now) * time.Microsecond
@@ -466,6 +502,33 @@ func (lg *memLog) find(at int64) (int, bool) {
 	return i, i < int(lg.n) && lg.event(i).at == at
 }
 
+// startOf returns the index of the first event after cutoff, starting
+// from rule i's hint, with the running total before it and its time when
+// there is one: for the first rule, from the log's own fields while the
+// window starts at the same event.
+func (lg *memLog) startOf(i int, cutoff int64) (c int, base, first int64) {
+	if i == 0 {
+		if c := int(lg.cur[0]); lg.startPrev <= cutoff && cutoff < lg.startAt && c >= int(lg.head) && c < int(lg.n) {
+			return c, lg.startBase, lg.startAt
+		}
+	}
+	lg.flush()
+	c = lg.start(i, cutoff)
+	if c < int(lg.n) {
+		e := lg.event(c)
+		base, first = e.cum-e.n, e.at
+		if i == 0 {
+			lg.startAt, lg.startBase, lg.startPrev = first, base, math.MinInt64
+			if c > int(lg.head) {
+				lg.startPrev = lg.event(c - 1).at
+			}
+		}
+	} else if i == 0 {
+		lg.startAt = math.MinInt64
+	}
+	return c, base, first
+}
+
 // start returns the index of the first event after cutoff, starting from
 // rule i's hint.
 func (lg *memLog) start(i int, cutoff int64) int {
@@ -504,6 +567,7 @@ func (lg *memLog) compact() {
 		}
 		lg.n, lg.head = 0, 0
 		lg.cur = [inlineRules]int32{}
+		lg.startAt = math.MinInt64
 		return
 	}
 	k := int(lg.head) >> memChunkBits
@@ -518,6 +582,9 @@ func (lg *memLog) compact() {
 	d := int32(k << memChunkBits)
 	lg.n -= d
 	lg.head -= d
+	if lg.cur[0] < d {
+		lg.startAt = math.MinInt64 // its event was dropped
+	}
 	for i := range lg.cur {
 		lg.cur[i] = max(0, lg.cur[i]-d)
 	}
@@ -527,8 +594,21 @@ func (lg *memLog) compact() {
 	}
 }
 
+// flush writes the newest event's units and running total to its chunk
+// (see memLog.lastN), for the events to be read; only when they changed,
+// so that the denials of a hot key, which read the events, leave the
+// chunk's lines shared between the cores.
+func (lg *memLog) flush() {
+	if lg.n > lg.head {
+		if e := lg.event(int(lg.n) - 1); e.cum != lg.lastCum || e.n != lg.lastN {
+			e.n, e.cum = lg.lastN, lg.lastCum
+		}
+	}
+}
+
 // push appends e to the log.
 func (lg *memLog) push(e memEvent) {
+	lg.flush()
 	i := int(lg.n)
 	k, o := i>>memChunkBits, i&(memChunkLen-1)
 	switch {
@@ -544,6 +624,7 @@ func (lg *memLog) push(e memEvent) {
 	}
 	lg.ev[k][o] = e
 	lg.n++
+	lg.last, lg.lastN, lg.lastCum = e.at, e.n, e.cum
 }
 
 // insert adds a key to the shard; sh.mu is held. The caller calls
@@ -556,14 +637,14 @@ func (p *memPolicy) insert(sh *memShard, h uint64, key string, now int64) *memLo
 		lg = sh.free[n-1]
 		sh.free[n-1] = nil
 		sh.free = sh.free[:n-1]
-		lg.key, lg.index, lg.used = key, len(sh.keys), now
+		lg.key, lg.index, lg.used = key, int32(len(sh.keys)), now
 	} else {
-		lg = &memLog{key: key, index: len(sh.keys), used: now}
+		lg = &memLog{key: key, index: int32(len(sh.keys)), used: now}
 	}
 	lg.born = max(now, sh.forgot+1)
-	lg.hash, lg.next = h, sh.m[h]
+	lg.next = sh.m[h]
 	sh.m[h] = lg
-	sh.keys = append(sh.keys, memSlot{lg: lg})
+	sh.keys = append(sh.keys, memSlot{lg: lg, hash: h})
 	return lg
 }
 
@@ -631,11 +712,12 @@ func (p *memPolicy) evictOne(now int64, evenLocked bool) bool {
 func (sh *memShard) remove(lg *memLog) {
 	sh.policy.keys.Add(-1)
 	sh.policy.store.keys.Add(-1)
-	switch head := sh.m[lg.hash]; {
+	h := sh.keys[lg.index].hash
+	switch head := sh.m[h]; {
 	case head == lg && lg.next == nil:
-		delete(sh.m, lg.hash)
+		delete(sh.m, h)
 	case head == lg:
-		sh.m[lg.hash] = lg.next
+		sh.m[h] = lg.next
 	default:
 		for k := head; k != nil; k = k.next {
 			if k.next == lg {
@@ -732,15 +814,16 @@ func (lg *memLog) add(at, n int64) {
 		lg.push(memEvent{at: at, n: n, cum: n})
 		return
 	}
-	switch last := lg.event(l - 1); {
-	case last.at < at:
-		lg.push(memEvent{at: at, n: n, cum: last.cum + n})
+	switch {
+	case lg.last < at:
+		lg.push(memEvent{at: at, n: n, cum: lg.lastCum + n})
 		return
-	case last.at == at:
-		last.n += n
-		last.cum += n
+	case lg.last == at:
+		lg.lastN += n
+		lg.lastCum += n
 		return
 	}
+	lg.flush()
 	// An injected clock stepped back: insert in order, then fix the
 	// running totals after the insertion point.
 	i, found := lg.find(at)
@@ -757,8 +840,11 @@ func (lg *memLog) add(at, n int64) {
 	lg.recount(i)
 }
 
-// recount recomputes the running totals from event i on.
+// recount recomputes the running totals from event i on, the newest
+// event being in its chunk (flush); the first rule's window start is
+// found afresh next time.
 func (lg *memLog) recount(i int) {
+	lg.startAt = math.MinInt64
 	// Only differences of totals are read, so any base will do.
 	var cum int64
 	if i > int(lg.head) {
@@ -768,6 +854,10 @@ func (lg *memLog) recount(i int) {
 		e := lg.event(j)
 		cum += e.n
 		e.cum = cum
+	}
+	if lg.n > lg.head {
+		e := lg.event(int(lg.n) - 1)
+		lg.last, lg.lastN, lg.lastCum = e.at, e.n, e.cum
 	}
 }
 
@@ -848,12 +938,13 @@ func (p *memPolicy) refund(q *Query, at int64) {
 				continue
 			}
 			g := q.bucketWidth(r)
-			if j := lg.bucketsOf(g, false); j >= 0 && !sharesWidth(q, i, g) {
-				lg.bk[j].b = bucketAdd(lg.bk[j].b, at/g, -q.N)
+			if b := lg.bucketsOf(g, false); b != nil && !sharesWidth(q, i, g) {
+				b.b = bucketAdd(b.b, at/g, -q.N)
 			}
 		}
 		return
 	}
+	lg.flush()
 	i, found := lg.find(at)
 	if !found {
 		return
@@ -907,17 +998,17 @@ func (p *memPolicy) decideBuckets(sh *memShard, h uint64, lg *memLog, q *Query, 
 		g := q.bucketWidth(r)
 		maxG = max(maxG, g)
 		var bk []memEvent
-		if j := view.bucketsOf(g, false); j >= 0 {
+		if bs := view.bucketsOf(g, false); bs != nil {
 			// Drop the buckets older than every window of this width.
 			lo := (now - longestOfWidth(q, g)) / g
-			b := view.bk[j].b
+			b := bs.b
 			k := 0
 			for k < len(b) && b[k].at < lo {
 				k++
 			}
 			if k > 0 {
 				b = append(b[:0], b[k:]...)
-				view.bk[j].b = b
+				bs.b = b
 			}
 			bk = b
 		}
@@ -937,8 +1028,8 @@ func (p *memPolicy) decideBuckets(sh *memShard, h uint64, lg *memLog, q *Query, 
 			}
 			g := q.bucketWidth(r)
 			if !sharesWidth(q, i, g) {
-				j := lg.bucketsOf(g, true)
-				lg.bk[j].b = bucketAdd(lg.bk[j].b, now/g, q.N)
+				bs := lg.bucketsOf(g, true)
+				bs.b = bucketAdd(bs.b, now/g, q.N)
 			}
 			rs[i].Used += q.N
 			rs[i].ResetAfter = time.Duration((now/g+1)*g+r.Window.Microseconds()-now) * time.Microsecond
@@ -963,19 +1054,22 @@ func longestOfWidth(q *Query, g int64) int64 {
 	return w
 }
 
-// bucketsOf returns the index in lg.bk of the buckets of width g, adding
-// them when add is set; -1 when there are none.
-func (lg *memLog) bucketsOf(g int64, add bool) int {
-	for j := range lg.bk {
-		if lg.bk[j].width == g {
-			return j
+// bucketsOf returns the buckets of width g, adding them when add is set;
+// nil when there are none.
+func (lg *memLog) bucketsOf(g int64, add bool) *memBuckets {
+	if lg.x != nil {
+		for j := range lg.x.bk {
+			if lg.x.bk[j].width == g {
+				return &lg.x.bk[j]
+			}
 		}
 	}
 	if !add {
-		return -1
+		return nil
 	}
-	lg.bk = append(lg.bk, memBuckets{width: g})
-	return len(lg.bk) - 1
+	x := lg.more()
+	x.bk = append(x.bk, memBuckets{width: g})
+	return &x.bk[len(x.bk)-1]
 }
 
 // bucketState computes a rule's state over its live buckets bk (sorted by
@@ -1199,10 +1293,10 @@ func (lg *memLog) periods(q *Query, now int64, cal []RuleState, ends []int64) (_
 // periodUsed returns the units lg holds in the period [start, end); lg
 // may be nil.
 func (lg *memLog) periodUsed(start, end int64) int64 {
-	if lg == nil {
+	if lg == nil || lg.x == nil {
 		return 0
 	}
-	for _, c := range lg.cal {
+	for _, c := range lg.x.cal {
 		if c.start == start && c.end == end {
 			return c.n
 		}
@@ -1214,16 +1308,17 @@ func (lg *memLog) periodUsed(start, end int64) int64 {
 // held used; periods that have ended are dropped when a new one begins.
 func (lg *memLog) periodAdd(used, now, end int64, w time.Duration, n int64) {
 	start := end - w.Microseconds()
+	x := lg.more()
 	if used > 0 {
-		for i := range lg.cal {
-			if c := &lg.cal[i]; c.start == start && c.end == end {
+		for i := range x.cal {
+			if c := &x.cal[i]; c.start == start && c.end == end {
 				c.n += n
 				return
 			}
 		}
 	}
-	lg.cal = slices.DeleteFunc(lg.cal, func(c memPeriod) bool { return c.end <= now || c.start == start && c.end == end })
-	lg.cal = append(lg.cal, memPeriod{start: start, end: end, n: n})
+	x.cal = slices.DeleteFunc(x.cal, func(c memPeriod) bool { return c.end <= now || c.start == start && c.end == end })
+	x.cal = append(x.cal, memPeriod{start: start, end: end, n: n})
 }
 
 // refundPeriods gives q.N units back to the calendar periods that held
@@ -1233,9 +1328,12 @@ func (lg *memLog) refundPeriods(q *Query, at int64) {
 		if r.Calendar == 0 {
 			continue
 		}
+		if lg.x == nil {
+			return
+		}
 		start, end := r.Calendar.period(r.Location, at)
-		for i := range lg.cal {
-			if c := &lg.cal[i]; c.start == start && c.end == end {
+		for i := range lg.x.cal {
+			if c := &lg.x.cal[i]; c.start == start && c.end == end {
 				c.n -= min(q.N, c.n)
 				break
 			}
@@ -1248,7 +1346,7 @@ func (lg *memLog) lockout(lo Lockout, now int64) int64 {
 	if lg.lockKeep <= now {
 		lg.offences = 0 // forgotten
 	}
-	d := lockoutFor(lo, lg.offences)
+	d := lockoutFor(lo, int64(lg.offences))
 	lg.offences = min(lg.offences+1, maxOffences)
 	lg.lock = now + d
 	lg.lockKeep = lg.lock
@@ -1314,13 +1412,13 @@ func (p *memPolicy) record(q *Query) int64 {
 		g := q.bucketWidth(r)
 		maxG = max(maxG, g)
 		if !sharesWidth(q, i, g) {
-			j := lg.bucketsOf(g, true)
-			b := lg.bk[j].b
+			bs := lg.bucketsOf(g, true)
+			b := bs.b
 			k := 0
 			for k < len(b) && b[k].at < (now-longestOfWidth(q, g))/g {
 				k++ // out of every window of this width
 			}
-			lg.bk[j].b = bucketAdd(append(b[:0], b[k:]...), now/g, q.N)
+			bs.b = bucketAdd(append(b[:0], b[k:]...), now/g, q.N)
 		}
 	}
 	if q.Algorithm == SlidingLog && maxW > 0 {
