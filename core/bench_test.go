@@ -49,10 +49,7 @@ func BenchmarkLimiterAllow(b *testing.B) {
 
 func benchAllow(b *testing.B, store core.Store) {
 	const nkeys = 4096
-	keys := make([]string, nkeys)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("user-%d", i)
-	}
+	keys := benchKeys(nkeys)
 	l, err := core.NewLimiter(store, core.Policy{Name: "bench", Rules: []core.Rule{{Limit: 1000, Window: time.Second}}},
 		core.WithTimeout(time.Second))
 	if err != nil {
@@ -182,10 +179,7 @@ func benchChallenge(b *testing.B, newStore func(b *testing.B) core.Store) {
 		nkeys = 4096
 		limit = 100_000
 	)
-	keys := make([]string, nkeys)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("user-%d", i)
-	}
+	keys := benchKeys(nkeys)
 	ctx := context.Background()
 	for _, bc := range []struct {
 		name      string
@@ -223,4 +217,14 @@ func benchChallenge(b *testing.B, newStore func(b *testing.B) core.Store) {
 			}
 		})
 	}
+}
+
+// benchKeys returns the keys user-0 … user-(n-1), which the benchmarks
+// rotate over.
+func benchKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user-%d", i)
+	}
+	return keys
 }

@@ -2,7 +2,6 @@ package core_test
 
 import (
 	"context"
-	"fmt"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -46,10 +45,7 @@ func benchCluster(b *testing.B, store core.Store, masters int) {
 		nkeys      = 4096
 		goroutines = 64
 	)
-	keys := make([]string, nkeys)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("user-%d", i)
-	}
+	keys := benchKeys(nkeys)
 	l, err := core.NewLimiter(store, core.Policy{Name: "bench", Rules: []core.Rule{{Limit: 1000, Window: time.Second}}},
 		core.WithTimeout(time.Second))
 	if err != nil {

@@ -2,7 +2,6 @@ package core_test
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,10 +25,7 @@ func BenchmarkInFlight(b *testing.B) {
 
 func benchInFlight(b *testing.B, store core.Store) {
 	const nkeys = 4096
-	keys := make([]string, nkeys)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("user-%d", i)
-	}
+	keys := benchKeys(nkeys)
 	l, err := core.NewLimiter(store, core.Policy{Name: "bench-inflight", InFlight: 1000}, core.WithTimeout(time.Second))
 	if err != nil {
 		b.Fatal(err)
