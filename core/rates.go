@@ -18,11 +18,7 @@ const (
 type localRates struct{ l *Limiter }
 
 func (r localRates) allow(ctx context.Context, key string, shard int, n int64) (d Decision, _ error) {
-	l := r.l
-	if l.mem != nil {
-		l.allowMem(ctx, key, shard, n, &d)
-		return d, nil
-	}
+	l := r.l // on its own MemoryStore, AllowN decides in place instead (allowMem)
 	res, err := l.store.Take(ctx, l.query(key, shard, n, l.stamp()))
 	if err != nil {
 		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
