@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/valyala/fasthttp"
 
 	"github.com/ratekit/ratekit/fiberlimit"
 	"github.com/ratekit/ratekit/internal/adaptertest"
@@ -22,19 +21,7 @@ func TestAllowedAllocations(t *testing.T) {
 	}
 	ok := func(c *fiber.Ctx) error { return c.SendString("ok") }
 	allocs := func(app *fiber.App) float64 {
-		h := app.Handler()
-		var req fasthttp.Request
-		req.Header.SetMethod(fiber.MethodGet)
-		req.SetRequestURI("/")
-		var ctx fasthttp.RequestCtx
-		ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(192, 0, 2, 7), Port: 1234}, nil)
-		return testing.AllocsPerRun(100, func() {
-			h(&ctx)
-			if s := ctx.Response.StatusCode(); s != fiber.StatusOK {
-				t.Fatalf("status %d", s)
-			}
-			ctx.Response.Reset()
-		})
+		return testing.AllocsPerRun(100, serveOne(t, app, net.IPv4(192, 0, 2, 7)))
 	}
 	bare := fiber.New()
 	bare.Get("/", ok)
