@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"hash/maphash"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -286,6 +287,7 @@ func (c *denyCache) put(key string, n int64, now time.Time, d Decision, s since)
 	// monotonic clock may drift apart by up to NTP's 500 ppm; end the entry
 	// 1000 ppm early so that it never outlasts the store's own denial.
 	ttl := d.RetryAfter - d.RetryAfter/1000
+	key = strings.Clone(key) // kept: see memPolicy.insert
 	e := &denyEntry{key: key, until: now.Add(ttl), at: now, n: n, epoch: s.epoch, d: d}
 	e.hits.Store(1)
 	st := c.of(key)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -253,6 +254,7 @@ func (f *inFlight) reset(ctx context.Context, key string, shard int) error {
 // keep registers a shared lease to renew (or to release, h.release),
 // starting the renewal goroutine if it is not running.
 func (f *inFlight) keep(seq int64, h *heldLease) {
+	h.key = strings.Clone(h.key) // kept: see memPolicy.insert
 	f.mu.Lock()
 	f.held[seq] = h
 	if !f.running {

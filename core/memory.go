@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -628,8 +629,12 @@ func (lg *memLog) push(e memEvent) {
 }
 
 // insert adds a key to the shard; sh.mu is held. The caller calls
-// MemoryStore.shed once it has released sh.mu.
+// MemoryStore.shed once it has released sh.mu. The key is copied: the
+// caller's string may live in a buffer that is reused after the request
+// (fasthttp's, an unsafe conversion), and a key that changed under the
+// store would be found no more, its window lost.
 func (p *memPolicy) insert(sh *memShard, h uint64, key string, now int64) *memLog {
+	key = strings.Clone(key)
 	p.keys.Add(1)
 	p.store.keys.Add(1)
 	var lg *memLog

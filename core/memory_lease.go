@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"strings"
 	"sync"
 )
 
@@ -102,7 +103,7 @@ func (m *memLeases) take(key string, id leaseID, n, limit int64) (used int64, ok
 			return 0, false
 		}
 		k = &memLeaseKey{units: make(map[leaseID]int64, 1)}
-		st.keys[key] = k
+		st.keys[strings.Clone(key)] = k // kept: see memPolicy.insert
 	}
 	if k.used+n > limit {
 		return k.used, false

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -47,7 +48,7 @@ func (ts *tierSet) pick(ctx context.Context, key, bounded string) int {
 		i = -1
 	}
 	if ts.cache != nil {
-		ts.cache.Add(bounded, tierEntry{i: i, exp: now.Add(ts.ttl)})
+		ts.cache.Add(strings.Clone(bounded), tierEntry{i: i, exp: now.Add(ts.ttl)}) // kept: see memPolicy.insert
 		if ts.gen.Load() != gen {
 			// An invalidation came while resolve ran: what it returned
 			// may be the old tier, so it must not answer later requests.

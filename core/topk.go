@@ -1,6 +1,9 @@
 package core
 
-import "math/bits"
+import (
+	"math/bits"
+	"strings"
+)
 
 // topk is a Space-Saving sketch (Metwally, Agrawal and El Abbadi, 2005)
 // of the keys seen most, in fixed memory: at most size counters, however
@@ -43,8 +46,8 @@ func newTopk(size int) *topk {
 }
 
 // add adds w > 0 to the weight of key, whose hash is h (a well-mixed
-// hash, the same for every use of the sketch). The sketch keeps key itself, not a copy: the caller's key must
-// not change.
+// hash, the same for every use of the sketch). A key the sketch starts
+// counting is copied (see memPolicy.insert).
 func (t *topk) add(key string, h uint64, w int64) {
 	if i := t.find(key, h); i >= 0 {
 		t.c[i].count += w
@@ -53,7 +56,7 @@ func (t *topk) add(key string, h uint64, w int64) {
 	}
 	if len(t.c) < cap(t.c) {
 		i := int32(len(t.c))
-		t.c = append(t.c, topCounter{key: key, hash: h, count: w, pos: int32(len(t.heap))})
+		t.c = append(t.c, topCounter{key: strings.Clone(key), hash: h, count: w, pos: int32(len(t.heap))})
 		t.heap = append(t.heap, i)
 		t.insert(h, i)
 		t.up(len(t.heap) - 1)

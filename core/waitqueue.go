@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 )
@@ -108,7 +109,7 @@ func (ws *waitQueues) join(key string, w *waiter) *waitQueue {
 			ws.m = make(map[string]*waitQueue)
 		}
 		q = &waitQueue{}
-		ws.m[key] = q
+		ws.m[strings.Clone(key)] = q // kept: see memPolicy.insert
 	}
 	q.line = append(q.line, w)
 	if len(q.line) == 1 {
