@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -113,7 +114,7 @@ func handler(fn string, g *guard.Guard) fiber.Handler {
 		ctx := c.UserContext()
 		v := g.Admit(ctx, request{c})
 		h := &c.Response().Header // copies what it is given
-		v.WriteHeaderBytes(h.SetBytesV, h.AddBytesV)
+		v.WriteHeaderBytes(func(name string, value []byte) { h.SetCanonical(nameBytes(name), value) }, h.AddBytesV)
 		if !v.Proceed() {
 			switch {
 			case deny != nil && v.Outcome == guard.OutcomeDeny:
@@ -189,3 +190,11 @@ func Write(c *fiber.Ctx, v *guard.Verdict) error {
 	status, body := v.Answer(c.Set)
 	return c.Status(status).Send(body)
 }
+
+// nameBytes returns the bytes of a header field name of guard's, for
+// fasthttp's SetCanonical, which copies them and writes none: guard's
+// names are in canonical form (fasthttp's and net/http's alike), so that
+// SetCanonical skips the normalising copy that SetBytesV makes of every
+// name (a sixth of the middleware's time). fasthttp's own AddBytesV
+// passes its string keys the same way.
+func nameBytes(name string) []byte { return unsafe.Slice(unsafe.StringData(name), len(name)) }
