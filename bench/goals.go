@@ -53,6 +53,7 @@ const (
 	goalBytesPerEntry  = 16.0  // Redis bytes per live admission (SlidingLog)
 	goalBucketKeyBytes = 2048  // Redis bytes per SlidingBuckets key
 	goalDeniedFlood    = 80.0  // × the ceiling, denied flood
+	goalOneCallerUs    = 10.0  // client CPU µs per decision over a bare PING, one goroutine
 )
 
 // atLeast returns the attainment of v against a lower bound.

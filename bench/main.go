@@ -27,6 +27,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -252,6 +253,16 @@ func compare(ctx context.Context, cfg config) error {
 	}
 	runCeilings("before")
 
+	// The floor of one caller: a bare go-redis PING through the same
+	// client, one goroutine, for a decision's client CPU to be judged
+	// against (issue 21: at most PING's + 10 µs).
+	if slices.Contains(cfg.goroutines, 1) && slices.ContainsFunc(libs, func(l *library) bool { return l.store == "redis" }) && ctx.Err() == nil {
+		ping := func(ctx context.Context, _ string) (bool, error) { return true, rdb.Ping(ctx).Err() }
+		res := measure(ctx, ping, []string{""}, 1, warmup(cfg.redisDur), cfg.redisDur, 1)
+		rep.ping = &res
+		logf("go-redis PING, G=1: %s ops/s, client CPU %.1f µs per call", fmtOps(res.opsPerSec()), res.clientCPUPerOp())
+	}
+
 	// 2. The matrix.
 	for i, j := range jobs {
 		if ctx.Err() != nil {
@@ -295,7 +306,7 @@ func compare(ctx context.Context, cfg config) error {
 		}
 		extra := fmt.Sprintf("%5.1f allocs", res.allocsPerOp())
 		if j.lib.store == "redis" {
-			extra += fmt.Sprintf(", Redis %.2f µs (CPU %.2f µs)/decision", res.redisUsecPerOp(), res.redisCPUPerOp())
+			extra += fmt.Sprintf(", client CPU %.1f µs, Redis %.2f µs (CPU %.2f µs)/decision", res.clientCPUPerOp(), res.redisUsecPerOp(), res.redisCPUPerOp())
 		}
 		logf("[%2d/%d %s] %-22s %-6s %-6s G=%-3d %12s ops/s  p50 %-9s p99 %-9s admitted %5.1f%%  %s%s",
 			i+1, len(jobs), time.Since(begin).Round(time.Second), j.lib.name, j.lib.store, j.pat.name, j.g,

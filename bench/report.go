@@ -59,6 +59,7 @@ type report struct {
 	footprints []footprint
 	middleware []mwResult
 	sweep      []sweepPoint
+	ping       *result // a bare go-redis PING at one goroutine; nil: not run
 	goroutines []int
 	patterns   []*pattern
 	notes      []string
@@ -107,8 +108,8 @@ func (r *report) writeMarkdown(w io.Writer) {
 	}
 	for _, pat := range r.patterns {
 		p("## %s\n\n", pat.title)
-		p("| library | store | algorithm | goroutines | ops/s | p50 | p99 | × ceiling | × ratekit | admitted | errors | allocs/decision | Redis µs/decision | Redis CPU µs/decision | script calls/decision |\n")
-		p("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		p("| library | store | algorithm | goroutines | ops/s | p50 | p99 | × ceiling | × ratekit | admitted | errors | allocs/decision | client CPU µs/decision | Redis µs/decision | Redis CPU µs/decision | script calls/decision |\n")
+		p("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, c := range r.cells {
 			if c.pat != pat {
 				continue
@@ -118,21 +119,24 @@ func (r *report) writeMarkdown(w io.Writer) {
 			if c.res.ops > 0 {
 				admitted = fmt.Sprintf("%.1f%%", 100*float64(c.res.allowed)/float64(c.res.ops))
 			}
-			usec, cpu, calls := "–", "–", "–"
+			client, usec, cpu, calls := "–", "–", "–", "–"
 			if c.lib.store == "redis" && c.res.ops > 0 {
+				client = fmt.Sprintf("%.1f", c.res.clientCPUPerOp())
 				usec, cpu, calls = fmt.Sprintf("%.2f", c.res.redisUsecPerOp()), fmt.Sprintf("%.2f", c.res.redisCPUPerOp()), fmt.Sprintf("%.3f", c.res.callsPerOp())
 			}
-			p("| %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %d | %.1f | %s | %s | %s |\n",
+			p("| %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %d | %.1f | %s | %s | %s | %s |\n",
 				c.lib.name, c.lib.store, c.lib.algo, c.g, fmtOps(ops), fmtDur(c.res.p50), fmtDur(c.res.p99),
 				fmtRatio(ops, r.ceilingAt(c.g)), fmtRatio(ops, r.ratekitOps(c.lib.store, pat, c.g)), admitted, c.res.errs,
-				c.res.allocsPerOp(), usec, cpu, calls)
+				c.res.allocsPerOp(), client, usec, cpu, calls)
 		}
 		p("\n")
 	}
 	p("allocs/decision: heap allocations of the whole process (runtime.MemStats) over the measured window, divided by its decisions: the library's client work, since the harness's loop allocates nothing. ")
+	p("client CPU µs/decision: the harness process's user + system CPU time (getrusage) over the same window, divided by its decisions: the library's client work, its I/O system calls and the Go runtime's, and the harness's loop. ")
 	p("Redis µs/decision: INFO commandstats execution time of every command the library sent (scripts and functions included; the harness's INFO and CONFIG left out), reset at the start of the measured window, divided by its decisions; it leaves out reading and writing the connections. ")
 	p("Redis CPU µs/decision: the Redis process's user + system CPU time (INFO cpu) over the same window, divided by its decisions: execution, network I/O and all. ")
 	p("script calls/decision: FCALL and EVALSHA calls per decision, below 1 when one call decides a batch.\n\n")
+	r.writeOneCaller(p)
 	if len(r.sweep) > 0 {
 		p("## What bounds ratekit on one hot key: the live entries of its log\n\n")
 		p("ratekit alone on the hot key, limit %s, with shorter windows than the hot pattern's: its log holds about decisions/s × window entries (at most the limit).\n\n", fmtOps(float64(r.sweep[0].limit)))
@@ -565,4 +569,32 @@ func (r *report) goalsPlot() (*plot.Plot, vg.Length, vg.Length, error) {
 		p.Add(sc)
 	}
 	return p, 10.5 * vg.Inch, vg.Length(len(rows))*0.24*vg.Inch + 1.5*vg.Inch, nil
+}
+
+// writeOneCaller writes the client CPU of a decision at one goroutine
+// against a bare go-redis PING through the same client (issue 21: at
+// most PING's + 10 µs).
+func (r *report) writeOneCaller(p func(format string, a ...any)) {
+	if r.ping == nil || r.ping.ops == 0 {
+		return
+	}
+	ping := r.ping.clientCPUPerOp()
+	p("## One caller: client CPU per decision against a bare go-redis call\n\n")
+	p("A go-redis `PING` through the same client, one goroutine: %s calls/s, %.1f µs of client CPU per call. ", fmtOps(r.ping.opsPerSec()), ping)
+	p("Every library pays one round trip per decision at one goroutine; what it adds on the client is its CPU per decision over PING's.\n\n")
+	p("| library | pattern | ops/s | client CPU µs/decision | over PING | goal (ratekit: ≤ PING + %.0f µs) |\n|---|---|---:|---:|---:|---|\n", goalOneCallerUs)
+	for _, pat := range r.patterns {
+		for _, c := range r.cells {
+			if c.pat != pat || c.g != 1 || c.lib.store != "redis" || c.res.ops == 0 {
+				continue
+			}
+			v := c.res.clientCPUPerOp()
+			goal := "–"
+			if c.lib.ratekit && c.lib.name == nameRatekit && pat.allowed {
+				goal = verdictOf(atMost(v, ping+goalOneCallerUs)).String()
+			}
+			p("| %s | %s | %s | %.1f | %+.1f µs | %s |\n", c.lib.name, pat.name, fmtOps(c.res.opsPerSec()), v, v-ping, goal)
+		}
+	}
+	p("\n")
 }

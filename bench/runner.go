@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -25,6 +26,10 @@ type result struct {
 	// measured window (runtime.MemStats): the library's, since the
 	// harness's loop allocates nothing.
 	mallocs, allocBytes uint64
+	// clientCPU is the process's user + system CPU time in the measured
+	// window (getrusage): the library's client work and the harness's
+	// loop, which is the same for every library.
+	clientCPU time.Duration
 	// redis is what Redis spent in the measured window (Redis-backed
 	// cells only).
 	redis redisCost
@@ -42,6 +47,20 @@ func (r result) redisUsecPerOp() float64 { return perOp(r.redis.allUsec, r.ops) 
 
 // redisCPUPerOp returns the Redis process's CPU time per decision, µs.
 func (r result) redisCPUPerOp() float64 { return perOp(r.redis.cpuUsec, r.ops) }
+
+// clientCPUPerOp returns the process's CPU time per decision, µs.
+func (r result) clientCPUPerOp() float64 {
+	return perOp(float64(r.clientCPU.Nanoseconds())/1000, r.ops)
+}
+
+// processCPU returns the process's user + system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 // callsPerOp returns script calls per decision (below 1 when calls carry
 // batches).
@@ -139,18 +158,20 @@ func measure(ctx context.Context, allow allowFunc, keys []string, g int, warm, d
 	}
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
+	cpu0 := processCPU()
 	start := time.Now()
 	phase.Store(phaseMeasure)
 	sleepCtx(ctx, dur)
 	phase.Store(phaseStop)
 	elapsed := time.Since(start)
+	cpu1 := processCPU()
 	runtime.ReadMemStats(&m1)
 	for _, p := range probes {
 		p.stop(ctx)
 	}
 	wg.Wait()
 
-	r := result{mallocs: m1.Mallocs - m0.Mallocs, allocBytes: m1.TotalAlloc - m0.TotalAlloc}
+	r := result{mallocs: m1.Mallocs - m0.Mallocs, allocBytes: m1.TotalAlloc - m0.TotalAlloc, clientCPU: cpu1 - cpu0}
 	var h histogram
 	for i := range workers {
 		w := &workers[i]
