@@ -585,12 +585,12 @@ func (r *report) writeOneCaller(p func(format string, a ...any)) {
 	p("| library | pattern | ops/s | client CPU µs/decision | over PING | goal (ratekit: ≤ PING + %.0f µs) |\n|---|---|---:|---:|---:|---|\n", goalOneCallerUs)
 	for _, pat := range r.patterns {
 		for _, c := range r.cells {
-			if c.pat != pat || c.g != 1 || c.lib.store != "redis" || c.res.ops == 0 {
+			if c.pat != pat || !pat.allowed || c.g != 1 || c.lib.store != "redis" || c.res.ops == 0 {
 				continue
 			}
 			v := c.res.clientCPUPerOp()
 			goal := "–"
-			if c.lib.ratekit && c.lib.name == nameRatekit && pat.allowed {
+			if c.lib.name == nameRatekit {
 				goal = verdictOf(atMost(v, ping+goalOneCallerUs)).String()
 			}
 			p("| %s | %s | %s | %.1f | %+.1f µs | %s |\n", c.lib.name, pat.name, fmtOps(c.res.opsPerSec()), v, v-ping, goal)
