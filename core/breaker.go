@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratekit/ratekit/core/driver"
 )
 
 // breaker stops store calls after consecutive failures. Closed: every call
@@ -100,10 +102,10 @@ func (b *breaker) retryAfter(now time.Time) time.Duration {
 }
 
 // breakers are the circuit breakers of a limiter: one, or on a
-// [Partitioned] store one per partition, made when first needed.
+// [driver.Partitioned] store one per partition, made when first needed.
 type breakers struct {
 	one       breaker
-	part      Partitioned
+	part      driver.Partitioned
 	threshold int32
 	cooldown  time.Duration
 	mu        sync.Mutex
@@ -114,11 +116,11 @@ type breakers struct {
 func (b *breakers) init(store Store, o options) {
 	b.threshold, b.cooldown = int32(o.breakerFails), o.breakerCool
 	b.one = breaker{threshold: b.threshold, cooldown: b.cooldown}
-	b.part, _ = store.(Partitioned)
+	b.part, _ = store.(driver.Partitioned)
 }
 
 // of returns the breaker of q's partition.
-func (b *breakers) of(q *Query) *breaker {
+func (b *breakers) of(q *driver.Query) *breaker {
 	if b.part == nil {
 		return &b.one
 	}

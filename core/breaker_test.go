@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 )
 
 // Modes of a faultyStore.
@@ -42,16 +43,16 @@ func (s *faultyStore) fault(ctx context.Context) error {
 	return nil
 }
 
-func (s *faultyStore) Take(ctx context.Context, q core.Query) (core.Result, error) {
+func (s *faultyStore) Take(ctx context.Context, q driver.Query) (driver.Result, error) {
 	if err := s.fault(ctx); err != nil {
-		return core.Result{}, err
+		return driver.Result{}, err
 	}
 	return s.Store.Take(ctx, q)
 }
 
-func (s *faultyStore) Peek(ctx context.Context, q core.Query) (core.Result, error) {
+func (s *faultyStore) Peek(ctx context.Context, q driver.Query) (driver.Result, error) {
 	if err := s.fault(ctx); err != nil {
-		return core.Result{}, err
+		return driver.Result{}, err
 	}
 	return s.Store.Peek(ctx, q)
 }

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver/drivertest"
 	"github.com/ratekit/ratekit/internal/redistest"
-	"github.com/ratekit/ratekit/internal/storetest"
 	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
@@ -26,7 +26,7 @@ func TestRedisCalendarExactness(t *testing.T) {
 	)
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	noon := storetest.ZoneWithMidnightAt(time.Now().Truncate(time.Second).Add(12 * time.Hour))
+	noon := drivertest.ZoneWithMidnightAt(time.Now().Truncate(time.Second).Add(12 * time.Hour))
 	for _, algo := range []core.Algorithm{core.SlidingLog, core.SlidingBuckets} {
 		t.Run(algo.String(), func(t *testing.T) {
 			p := core.Policy{Name: "billing-" + algo.String(), Algorithm: algo,
@@ -68,7 +68,7 @@ func TestRedisCalendarKeyBounded(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	store := redisstore.New(rdb)
-	clk := storetest.NewClock(time.Now().Add(time.Hour))
+	clk := drivertest.NewClock(time.Now().Add(time.Hour))
 	l := testkit.Limiter(t, store, core.Policy{Name: "bounded",
 		Rules: []core.Rule{{Limit: 100, Calendar: core.Day}, {Limit: 1000, Calendar: core.Month}}},
 		// What Redis holds is the point: no fallback on a busy machine.
@@ -106,9 +106,9 @@ func periodFields(vals map[string]string) map[string]string {
 // TestCalendarTiers: a tier carries its customer's time zone; tiers must
 // keep the policy's periods, with limits and locations of their own.
 func TestCalendarTiers(t *testing.T) {
-	paris, tokyo := storetest.Zone(t, "Europe/Paris"), storetest.Zone(t, "Asia/Tokyo")
+	paris, tokyo := drivertest.Zone(t, "Europe/Paris"), drivertest.Zone(t, "Asia/Tokyo")
 	// 20:00 UTC on 31 January: 21:00 in Paris, already 1 February in Tokyo.
-	clk := storetest.NewClock(time.Date(2024, 1, 31, 20, 0, 0, 0, time.UTC))
+	clk := drivertest.NewClock(time.Date(2024, 1, 31, 20, 0, 0, 0, time.UTC))
 	p := &plans{tier: map[string]string{"fr": "pro/Europe/Paris", "jp": "pro/Asia/Tokyo"}}
 	tiers := map[string][]core.Rule{
 		"pro/Europe/Paris": {{Limit: 100, Window: time.Second}, {Limit: 1000, Calendar: core.Month, Location: paris}},
@@ -160,7 +160,7 @@ func TestCalendarTiers(t *testing.T) {
 // together they admit exactly the limit.
 func TestCalendarShards(t *testing.T) {
 	srv := redistest.Start(t)
-	noon := storetest.ZoneWithMidnightAt(time.Now().Truncate(time.Second).Add(12 * time.Hour))
+	noon := drivertest.ZoneWithMidnightAt(time.Now().Truncate(time.Second).Add(12 * time.Hour))
 	for _, store := range []core.Store{core.NewMemoryStore(), redisstore.New(srv.Client(t))} {
 		l := testkit.Limiter(t, store, core.Policy{Name: "global", Shards: 4,
 			Rules: []core.Rule{{Limit: 1000, Window: time.Minute}, {Limit: 30, Calendar: core.Day, Location: noon}}},
@@ -186,8 +186,8 @@ func TestCalendarShards(t *testing.T) {
 // period that holds now as its Window, as the store's answers do (23 h
 // on the day Paris moves its clocks forward), never 0.
 func TestCalendarFailurePolicyWindow(t *testing.T) {
-	paris := storetest.Zone(t, "Europe/Paris")
-	clk := storetest.NewClock(time.Date(2026, 3, 29, 15, 0, 0, 0, paris))
+	paris := drivertest.Zone(t, "Europe/Paris")
+	clk := drivertest.NewClock(time.Date(2026, 3, 29, 15, 0, 0, 0, paris))
 	for _, tc := range []struct {
 		failure     core.FailurePolicy
 		wantAllowed bool

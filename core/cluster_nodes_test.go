@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
@@ -20,10 +21,10 @@ import (
 )
 
 // clusterStore is a store of either driver on a Cluster: it names the
-// node of a key's slot (core.Partitioned), and the Redis key of a key.
+// node of a key's slot (driver.Partitioned), and the Redis key of a key.
 type clusterStore interface {
 	core.Store
-	core.Partitioned
+	driver.Partitioned
 	Key(policy, key string) string
 }
 

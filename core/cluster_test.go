@@ -14,8 +14,9 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
+	"github.com/ratekit/ratekit/core/driver/drivertest"
 	"github.com/ratekit/ratekit/internal/redistest"
-	"github.com/ratekit/ratekit/internal/storetest"
 	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
@@ -166,10 +167,10 @@ func TestRedisCluster(t *testing.T) {
 	e := newClusterEnv(t)
 	t.Run("Suite", func(t *testing.T) {
 		t.Run("ServerTime", func(t *testing.T) {
-			storetest.Run(t, func(*testing.T) core.Store { return redisstore.New(e.rdb) })
+			drivertest.Run(t, func(*testing.T) core.Store { return redisstore.New(e.rdb) })
 		})
 		t.Run("ClientTime", func(t *testing.T) {
-			storetest.Run(t, func(*testing.T) core.Store {
+			drivertest.Run(t, func(*testing.T) core.Store {
 				return redisstore.New(e.rdb, redisstore.WithPrefix("ct"))
 			}, core.WithClock(time.Now))
 		})
@@ -351,7 +352,7 @@ func testClusterReset(t *testing.T, e *clusterEnv) {
 				t.Errorf("%s: Reset: %v", name, err)
 				continue
 			}
-			rk := store.Key(p.Name, core.BoundKey(key))
+			rk := store.Key(p.Name, driver.BoundKey(key))
 			for _, k := range []string{rk, rk + ":b"} {
 				if n, err := e.rdb.Exists(ctx, k).Result(); err != nil || n != 0 {
 					t.Errorf("%s: EXISTS %q after Reset = %d, %v; want 0", name, k, n, err)

@@ -3,6 +3,8 @@ package core
 import (
 	"context"
 	"time"
+
+	"github.com/ratekit/ratekit/core/driver"
 )
 
 // Source says who made a [Decision].
@@ -84,43 +86,15 @@ type Decision struct {
 	// rather than challenges.
 	Challenged bool
 
-	states states
-	ticket ticket // what Refund gives back
+	res    driver.Result // the store's answer: rule states, lockout, challenge
+	ticket ticket        // what Refund gives back
 }
 
 // Rules returns the state of every rule of the policy (of the key's tier
 // under [WithTiers]), in order. It is empty for decisions that did not see
 // the windows (FailOpen, FailClosed). The slice shares the decision's
 // memory: copy it to keep it past the decision.
-func (d *Decision) Rules() []RuleState { return d.states.slice() }
-
-// states holds the rule states of a decision and the key's lockout.
-type states struct {
-	RuleStates
-	lock       time.Duration // the key's lockout has this long left; 0: none
-	challenged bool          // the store challenged the request (Result.Challenged)
-}
-
-// slice returns the rule states in order.
-func (s *states) slice() []RuleState { return s.All() }
-
-// prepare sizes s for n zeroed rule states and returns them.
-func (s *states) prepare(n int) []RuleState {
-	s.lock, s.challenged = 0, false
-	return s.RuleStates.prepare(n)
-}
-
-// prepare sizes s for n zeroed rule states and returns them.
-func (s *RuleStates) prepare(n int) []RuleState {
-	s.n = n
-	if n > inlineRules {
-		s.more = make([]RuleState, n)
-		return s.more
-	}
-	s.more = nil
-	return s.a[:n] // the callers set every state
-
-}
+func (d *Decision) Rules() []RuleState { return d.res.Rules.All() }
 
 // Refund gives back the units the decision recorded, as if the request had
 // not been made: "count only failures" reserves a unit before the handler

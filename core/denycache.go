@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratekit/ratekit/core/driver"
 )
 
 // denyCache remembers keys denied by the store until their RetryAfter. A
@@ -26,7 +28,7 @@ import (
 // cached only if no removal hit its key's stripe since the store call
 // began (see generation and put).
 //
-// The store ([Invalidator]) carries refunds and resets on any instance
+// The store ([driver.Invalidator]) carries refunds and resets on any instance
 // to every instance's cache. Those sent while this instance was not
 // listening are lost, so denials cached before the last resync (an older
 // epoch) no longer answer while the store does; they still answer while
@@ -154,19 +156,19 @@ func (e *denyEntry) hit(key string, r *refusals) {
 // that counted the fewest first: so that a flood of keys refused once
 // cannot push the keys refused most out of r's sketch.
 func (c *denyCache) fold(r *refusals) {
-	var counted []RefusedKey
+	var counted []driver.RefusedKey
 	for i := range c.entries {
 		st := &c.entries[i]
 		st.mu.RLock()
 		for k, e := range st.m {
 			if h := e.hits.Swap(0); h > 0 {
 				e.folded.Add(h)
-				counted = append(counted, RefusedKey{Key: k, Refusals: h})
+				counted = append(counted, driver.RefusedKey{Key: k, Refusals: h})
 			}
 		}
 		st.mu.RUnlock()
 	}
-	slices.SortFunc(counted, func(a, b RefusedKey) int { return cmp.Compare(a.Refusals, b.Refusals) })
+	slices.SortFunc(counted, func(a, b driver.RefusedKey) int { return cmp.Compare(a.Refusals, b.Refusals) })
 	for _, k := range counted {
 		r.put(k.Key, k.Refusals)
 	}
@@ -255,17 +257,21 @@ func (c *denyCache) get(key string, n int64, now time.Time, stale bool, d *Decis
 	d.RetryAfter = max(0, d.RetryAfter-elapsed)
 	d.ResetAfter = max(0, d.ResetAfter-elapsed)
 	d.Source = SourceCache
-	if d.states.n > inlineRules {
-		d.states.more = append([]RuleState(nil), d.states.more...)
-		for i := range d.states.more {
-			d.states.more[i].shorten(elapsed)
+	rs := d.res.Rules.All()
+	if len(rs) <= inlineRules {
+		for i := range rs {
+			shorten(&rs[i], elapsed)
 		}
-	} else {
-		// By index, not through a slice of d: d stays on the stack.
-		for i := range d.states.n {
-			d.states.a[i].shorten(elapsed)
-		}
+		return true
 	}
+	// Beyond the inline states the entry's are on the heap, shared with
+	// the cache: the decision gets its own.
+	var own driver.RuleStates
+	for _, s := range rs {
+		shorten(&s, elapsed)
+		own.Append(s)
+	}
+	d.res.Rules = own
 	return true
 }
 
@@ -327,7 +333,7 @@ func (c *denyCache) remove(key string) {
 }
 
 // shorten makes the durations of s elapsed shorter, down to 0.
-func (s *RuleState) shorten(elapsed time.Duration) {
+func shorten(s *RuleState, elapsed time.Duration) {
 	s.RetryAfter = max(0, s.RetryAfter-elapsed)
 	s.ResetAfter = max(0, s.ResetAfter-elapsed)
 	s.NextAfter = max(0, s.NextAfter-elapsed)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratekit/ratekit/core/driver"
 )
 
 // TestDenyCacheBounded: the deny cache never holds more than its size;
@@ -103,12 +105,12 @@ func TestDenyCacheCountsRefusals(t *testing.T) {
 	c.remove("b") // gone: hands over its 1
 	c.fold(r)
 	c.get("a", 1, now, false, &d) // after the fold: the next one's
-	var got []RefusedKey
+	var got []driver.RefusedKey
 	for i := range r.sk {
 		got = r.sk[i].t.drain(got)
 	}
-	slices.SortFunc(got, func(a, b RefusedKey) int { return strings.Compare(a.Key, b.Key) })
-	if want := []RefusedKey{{"a", 6}, {"b", 1}}; !slices.Equal(got, want) {
+	slices.SortFunc(got, func(a, b driver.RefusedKey) int { return strings.Compare(a.Key, b.Key) })
+	if want := []driver.RefusedKey{{Key: "a", Refusals: 6}, {Key: "b", Refusals: 1}}; !slices.Equal(got, want) {
 		t.Errorf("refusals handed over: %v, want %v", got, want)
 	}
 	c.fold(r)

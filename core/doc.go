@@ -46,9 +46,9 @@
 // # Stores
 //
 // A [Store] keeps the windows; it is the whole contract between a limiter
-// and where its counts live, with optional capabilities ([Local],
-// [Leases], [Challenges], [Invalidator], [Fleet], [Partitioned],
-// [Checker], [Refusals]) a limiter looks for when it is built.
+// and where its counts live, with optional capabilities ([driver.Local],
+// [driver.Leases], [driver.Challenges], [driver.Invalidator], [driver.Fleet], [driver.Partitioned],
+// [driver.Checker], [driver.Refusals]) a limiter looks for when it is built.
 // [MemoryStore] keeps them in one process.
 // The Redis drivers beside this package (redisstore on go-redis,
 // rueidisstore on rueidis) share them between app instances: each

@@ -3,13 +3,17 @@ package core
 import (
 	"context"
 	"time"
+
+	"github.com/ratekit/ratekit/core/driver"
+	"github.com/ratekit/ratekit/internal/memstore"
 )
 
-// MaxKeyLen is maxKeyLen, for the black-box tests.
-const MaxKeyLen = maxKeyLen
+// MaxKeyLen is driver.MaxKeyLen, for the black-box tests.
+const MaxKeyLen = driver.MaxKeyLen
 
-// Len is len, for the black-box tests.
-func (s *MemoryStore) Len() int { return s.len() }
+// MemoryLen is how many keys s holds, swept or not yet, for the
+// black-box tests.
+func MemoryLen(s *MemoryStore) int { return memstore.Len(s) }
 
 // RenewLeases makes one round of lease renewals of l now, as its renewal
 // goroutine does every LeaseTTL/3.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/ratekit/ratekit/core/driver"
 )
 
 // What a limiter does while its store fails, and how it gets ready for
@@ -15,7 +17,7 @@ import (
 // admissions, not from zero) and every lockout it saw. When the store
 // fails, the local store decides with each rule's share of the limit:
 // ⌊Limit / N⌋, at least 1, where N is the number of instances the store
-// counted for the policy ([Fleet]), so the fleet as a whole admits about
+// counted for the policy ([driver.Fleet]), so the fleet as a whole admits about
 // the limit rather than N times it. [WithLocalShare] (false) gives each
 // instance the whole limit instead.
 //
@@ -34,9 +36,9 @@ const fallbackQuiet = time.Second
 // store failed (cause; nil when the breaker was open), reporting the
 // start of an episode.
 func (l *Limiter) fellBack(ctx context.Context, cause error) {
-	l.fb.count.Add(1)
-	l.fb.last.Store(time.Now().UnixNano())
-	if l.fb.on.CompareAndSwap(false, true) {
+	l.episode.count.Add(1)
+	l.episode.last.Store(time.Now().UnixNano())
+	if l.episode.on.CompareAndSwap(false, true) {
 		l.notice(ctx, Event{Kind: EventFallbackStart, Err: cause})
 	}
 }
@@ -44,11 +46,11 @@ func (l *Limiter) fellBack(ctx context.Context, cause error) {
 // answered records a decision of the store at now, reporting the end of
 // a fallback episode.
 func (l *Limiter) answered(ctx context.Context, now time.Time) {
-	if !l.fb.on.Load() || now.UnixNano()-l.fb.last.Load() < int64(fallbackQuiet) {
+	if !l.episode.on.Load() || now.UnixNano()-l.episode.last.Load() < int64(fallbackQuiet) {
 		return
 	}
-	if l.fb.on.CompareAndSwap(true, false) {
-		l.notice(ctx, Event{Kind: EventFallbackEnd, Fallbacks: l.fb.count.Swap(0)})
+	if l.episode.on.CompareAndSwap(true, false) {
+		l.notice(ctx, Event{Kind: EventFallbackEnd, Fallbacks: l.episode.count.Swap(0)})
 	}
 }
 
@@ -74,7 +76,7 @@ func (l *Limiter) notice(ctx context.Context, e Event) {
 }
 
 // fallback decides without the store.
-func (l *Limiter) fallback(q Query, shard int, take bool, br *breaker) Decision {
+func (l *Limiter) fallback(q driver.Query, shard int, take bool, br *breaker) Decision {
 	switch l.failure {
 	case FailOpen:
 		r := l.minRule()
@@ -84,13 +86,13 @@ func (l *Limiter) fallback(q Query, shard int, take bool, br *breaker) Decision 
 		return Decision{Limit: l.minLimit, Window: l.window(r), RetryAfter: br.retryAfter(time.Now()), Rule: r, Source: SourceClosed}
 	}
 	// The local store works without the store timeout: it never blocks.
-	var buf [maxRules]Rule
+	var buf [maxRules]driver.Rule
 	q.Rules = l.shareOf(q.Rules, buf[:0])
 	var d Decision
-	allowed, at := l.local.policy(q.Policy).decide(&q, take, &d.states)
-	l.bind(&d, allowed, SourceLocal)
-	if take && allowed {
-		d.ticket = ticket{owner: l.d, key: q.Key, shard: shard, at: at, n: q.N, local: true}
+	l.fb.Decide(&q, take, &d.res)
+	l.bind(&d, d.res.Allowed, SourceLocal)
+	if take && d.res.Allowed {
+		d.ticket = ticket{owner: l.d, key: q.Key, shard: shard, at: d.res.At, n: q.N, local: true}
 	}
 	return d
 }
@@ -99,7 +101,7 @@ func (l *Limiter) fallback(q Query, shard int, take bool, br *breaker) Decision 
 // while the store fails (see WithLocalShare), appended to buf, or rules
 // itself when they are whole. A Challenge is shared as its limit is, so
 // that an instance challenges its share of the requests.
-func (l *Limiter) shareOf(rules, buf []Rule) []Rule {
+func (l *Limiter) shareOf(rules, buf []driver.Rule) []driver.Rule {
 	n := 1
 	if l.fleet != nil && !l.wholeLimit {
 		n = l.fleet()
@@ -120,17 +122,17 @@ func (l *Limiter) shareOf(rules, buf []Rule) []Rule {
 // mirror records in the local fallback store the units the store
 // admitted for q, and returns their local time for a refund; 0 when the
 // limiter has no local store.
-func (l *Limiter) mirror(q *Query) int64 {
-	if l.local == nil {
+func (l *Limiter) mirror(q *driver.Query) int64 {
+	if l.fb == nil {
 		return 0
 	}
-	return l.local.policy(q.Policy).record(q)
+	return l.fb.Record(q)
 }
 
 // mirrorLock records in the local fallback store that the store locked
 // q.Key out for d.
-func (l *Limiter) mirrorLock(q *Query, d time.Duration) {
-	if l.local != nil && d > 0 {
-		l.local.policy(q.Policy).lockFor(q, d)
+func (l *Limiter) mirrorLock(q *driver.Query, d time.Duration) {
+	if l.fb != nil && d > 0 {
+		l.fb.LockFor(q, d)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/redisstore"
 )
@@ -40,11 +41,11 @@ func FuzzRedisKey(f *testing.F) {
 		if (core.Policy{Name: p1, Rules: rules}).Validate() != nil {
 			return
 		}
-		b1 := core.BoundKey(k1)
+		b1 := driver.BoundKey(k1)
 		// Keys that would empty the hash tag ("", or starting with '}')
 		// are hashed like long ones.
 		kept := len(k1) <= core.MaxKeyLen && k1 != "" && k1[0] != '}'
-		if len(b1) > core.MaxKeyLen || kept != (b1 == k1) || core.BoundKey(b1) != b1 || b1 == "" || b1[0] == '}' {
+		if len(b1) > core.MaxKeyLen || kept != (b1 == k1) || driver.BoundKey(b1) != b1 || b1 == "" || b1[0] == '}' {
 			t.Fatalf("BoundKey(%d bytes) = %q (%d bytes), want the key itself up to %d bytes (unless empty or starting with '}'), else a fixed-length hash",
 				len(k1), b1, len(b1), core.MaxKeyLen)
 		}
@@ -59,7 +60,7 @@ func FuzzRedisKey(f *testing.F) {
 		if (core.Policy{Name: p2, Rules: rules}).Validate() != nil {
 			return
 		}
-		b2 := core.BoundKey(k2)
+		b2 := driver.BoundKey(k2)
 		if (p1 != p2 || b1 != b2) == (name == store.Key(p2, b2)) {
 			t.Fatalf("Key(%q, %q) = %q and Key(%q, %q) = %q", p1, b1, name, p2, b2, store.Key(p2, b2))
 		}

@@ -10,6 +10,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratekit/ratekit/core/driver"
+	"github.com/ratekit/ratekit/internal/memstore"
 )
 
 // Concurrency limits (Policy.InFlight): every admission takes a lease of
@@ -31,20 +34,20 @@ const renewBatch = 1000
 // release.
 var errLeaseLost = errors.New("lease lost before its release: the key was reset, its renewals failed for a whole LeaseTTL, or Redis lost it")
 
-// inFlight decides an InFlight policy on a store with [Leases]: every
+// inFlight decides an InFlight policy on a store with [driver.Leases]: every
 // admission takes a lease of its units, held until the decision is
 // refunded. On a shared store the leases are renewed from one goroutine
 // while the limiter holds some.
 type inFlight struct {
 	l      *Limiter
-	store  Leases
+	store  driver.Leases
 	shared bool // not Local: timeout, breaker, renewals and fallback
 	limit  int64
 	ttl    time.Duration
-	owner  int64        // random: the limiter's lease ids are (owner, seq)
-	seq    atomic.Int64 // the next seq; a lease of n units takes n of them
-	rules  []Rule       // {Limit: limit}, for the breaker's partition
-	local  *memLeases   // the FailLocal fallback's, on a shared store
+	owner  int64            // random: the limiter's lease ids are (owner, seq)
+	seq    atomic.Int64     // the next seq; a lease of n units takes n of them
+	rules  []driver.Rule    // {Limit: limit}, for the breaker's partition
+	local  *memstore.Leases // the FailLocal fallback's, on a shared store
 
 	mu      sync.Mutex
 	held    map[int64]*heldLease // shared leases to renew or release, by seq
@@ -65,9 +68,9 @@ func (l *Limiter) inFlight(o options, local bool) error {
 	if o.tierFunc != nil || o.tiers != nil {
 		return fmt.Errorf("ratekit: policy %q: WithTiers does not apply to an InFlight policy: %w", p.Name, ErrInvalidPolicy)
 	}
-	store, ok := l.store.(Leases)
+	store, ok := l.store.(driver.Leases)
 	if !ok {
-		return fmt.Errorf("ratekit: policy %q: InFlight needs a store that keeps leases (core.Leases); %T does not: %w",
+		return fmt.Errorf("ratekit: policy %q: InFlight needs a store that keeps leases (driver.Leases); %T does not: %w",
 			p.Name, l.store, ErrInvalidPolicy)
 	}
 	f := &inFlight{
@@ -77,19 +80,19 @@ func (l *Limiter) inFlight(o options, local bool) error {
 		limit:  p.InFlight,
 		ttl:    p.leaseTTL(),
 		owner:  1 + rand.Int64N(1<<52-1),
-		rules:  []Rule{{Limit: p.InFlight}},
+		rules:  []driver.Rule{{Limit: p.InFlight}},
 		held:   make(map[int64]*heldLease),
 	}
 	if l.local != nil {
-		f.local = l.local.leasesOf(p.Name)
+		f.local = memstore.LeasesOf(l.local, p.Name)
 	}
 	l.d = f
 	return nil
 }
 
 // lease returns the lease of n units of key starting at seq.
-func (f *inFlight) lease(key string, seq, n int64) Lease {
-	return Lease{Policy: f.l.policy.Name, Key: key, Owner: f.owner, Seq: seq, N: n, Limit: f.limit, TTL: f.ttl, Now: f.l.storeNow()}
+func (f *inFlight) lease(key string, seq, n int64) driver.Lease {
+	return driver.Lease{Policy: f.l.policy.Name, Key: key, Owner: f.owner, Seq: seq, N: n, Limit: f.limit, TTL: f.ttl, Now: f.l.storeNow()}
 }
 
 // decision returns the decision of a lease request that saw used units
@@ -100,7 +103,7 @@ func (f *inFlight) decision(allowed bool, used, limit int64, src Source) Decisio
 	if !allowed {
 		d.RetryAfter, st.RetryAfter = leaseRetry, leaseRetry
 	}
-	d.states.Append(st)
+	d.res.Rules.Append(st)
 	return d
 }
 
@@ -122,7 +125,7 @@ func (f *inFlight) allow(ctx context.Context, key string, _ int, n int64) (Decis
 		l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d})
 		return d, nil
 	}
-	q := Query{Policy: l.policy.Name, Key: key, Rules: f.rules, N: n}
+	q := driver.Query{Policy: l.policy.Name, Key: key, Rules: f.rules, N: n}
 	var (
 		ok   bool
 		held int64
@@ -131,7 +134,7 @@ func (f *inFlight) allow(ctx context.Context, key string, _ int, n int64) (Decis
 		ok, held, err = f.store.TakeLease(ctx, ls)
 		return err
 	})
-	if cause != nil && !errors.Is(cause, ErrKeyFailure) {
+	if cause != nil && !errors.Is(cause, driver.ErrKeyFailure) {
 		// The take may have been made with its answer lost: its units
 		// are released in the background, not left until their TTL.
 		f.keep(seq, &heldLease{key: key, n: n, release: true, since: time.Now()})
@@ -146,7 +149,7 @@ func (f *inFlight) allow(ctx context.Context, key string, _ int, n int64) (Decis
 			f.keep(seq, &heldLease{key: key, n: n})
 			if f.local != nil {
 				// Mirrored, so that a fallback counts it.
-				f.local.take(key, leaseID{f.owner, seq}, n, math.MaxInt64)
+				f.local.Take(key, f.owner, seq, n, math.MaxInt64)
 			}
 		} else {
 			l.refuse(key)
@@ -174,7 +177,7 @@ func (f *inFlight) peek(ctx context.Context, key string, _ int) (Decision, error
 		}
 		return f.decision(held < f.limit, held, f.limit, SourceStore), nil
 	}
-	q := Query{Policy: l.policy.Name, Key: key, Rules: f.rules, N: 1}
+	q := driver.Query{Policy: l.policy.Name, Key: key, Rules: f.rules, N: 1}
 	answered, _, _, err := l.call(ctx, &q, false, func(ctx context.Context) (err error) {
 		held, err = f.store.HeldLeases(ctx, ls)
 		return err
@@ -197,13 +200,13 @@ func (f *inFlight) fallback(key string, seq, n int64, take bool, br *breaker) De
 	case FailClosed:
 		return Decision{Limit: f.limit, RetryAfter: br.retryAfter(time.Now()), Source: SourceClosed}
 	}
-	var buf [1]Rule
+	var buf [1]driver.Rule
 	limit := l.shareOf(f.rules, buf[:0])[0].Limit
 	if !take {
-		used := f.local.count(key)
+		used := f.local.Count(key)
 		return f.decision(used < limit, used, limit, SourceLocal)
 	}
-	used, ok := f.local.take(key, leaseID{f.owner, seq}, n, limit)
+	used, ok := f.local.Take(key, f.owner, seq, n, limit)
 	d := f.decision(ok, used, limit, SourceLocal)
 	if ok {
 		d.ticket = ticket{owner: l.d, key: key, at: seq, n: n, local: true}
@@ -217,7 +220,7 @@ func (f *inFlight) refund(ctx context.Context, t ticket) error {
 	defer f.l.released.signal()
 	l := f.l
 	if t.local {
-		f.local.release(t.key, leaseID{f.owner, t.at})
+		f.local.Release(t.key, f.owner, t.at)
 		return nil
 	}
 	ls := f.lease(t.key, t.at, t.n)
@@ -228,7 +231,7 @@ func (f *inFlight) refund(ctx context.Context, t ticket) error {
 	// or is undone by this release, since a renewal never adds units.
 	f.drop(t.at)
 	if f.local != nil {
-		f.local.release(t.key, leaseID{f.owner, t.at}) // the mirror
+		f.local.Release(t.key, f.owner, t.at) // the mirror
 	}
 	cc := newCallCtx(ctx, time.Now(), l.timeout)
 	err := f.store.ReleaseLease(cc, ls)
@@ -246,7 +249,7 @@ func (f *inFlight) refund(ctx context.Context, t ticket) error {
 
 func (f *inFlight) reset(ctx context.Context, key string, shard int) error {
 	if f.local != nil {
-		f.local.forget(key)
+		f.local.Forget(key)
 	}
 	return f.l.storeReset(ctx, key, shard)
 }
@@ -342,7 +345,7 @@ func (f *inFlight) renewAll(ctx context.Context, rs []renewal) (lost []renewal, 
 	for len(rs) > 0 {
 		chunk := rs[:min(len(rs), renewBatch)]
 		rs = rs[len(chunk):]
-		ls := make([]Lease, len(chunk))
+		ls := make([]driver.Lease, len(chunk))
 		for i, r := range chunk {
 			ls[i] = f.lease(r.h.key, r.seq, r.h.n)
 		}
@@ -363,7 +366,7 @@ func (f *inFlight) renewAll(ctx context.Context, rs []renewal) (lost []renewal, 
 				delete(f.held, r.seq)
 				lost = append(lost, r)
 				if f.local != nil {
-					f.local.release(r.h.key, leaseID{f.owner, r.seq})
+					f.local.Release(r.h.key, f.owner, r.seq)
 				}
 			}
 		}

@@ -94,7 +94,7 @@ func TestInFlightValidation(t *testing.T) {
 		{"tiers", core.Policy{Name: "p", InFlight: 2},
 			[]core.Option{core.WithTiers(func(context.Context, string) (string, error) { return "", nil }, map[string][]core.Rule{"x": rules})},
 			nil, "WithTiers"},
-		{"own store", core.Policy{Name: "p", InFlight: 2}, nil, testkit.FailingStore{Err: errors.New("down")}, "core.Leases"},
+		{"own store", core.Policy{Name: "p", InFlight: 2}, nil, testkit.FailingStore{Err: errors.New("down")}, "driver.Leases"},
 		{"bad timeout", core.Policy{Name: "p", InFlight: 2}, []core.Option{core.WithTimeout(0)}, nil, "WithTimeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

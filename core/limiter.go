@@ -2,12 +2,13 @@ package core
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratekit/ratekit/core/driver"
+	"github.com/ratekit/ratekit/internal/memstore"
 )
 
 // Limiter decides whether requests of one [Policy] are admitted, key by
@@ -21,22 +22,24 @@ type Limiter struct {
 	minLimit int64
 	timeout  time.Duration
 	failure  FailurePolicy
-	local    *MemoryStore // FailLocal's fallback store, on a shared store
-	mem      *memPolicy   // the policy's keys, when store is a *MemoryStore
+	rules    []driver.Rule    // the policy's rules, as its store takes them
+	local    *MemoryStore     // FailLocal's fallback store, on a shared store
+	fb       *memstore.Policy // the policy's keys in local
+	mem      *memstore.Policy // the policy's keys, when store is a *MemoryStore
 	observer Observer
 	deny     *denyCache
 	breakers breakers
-	tiers    *tierSet   // nil unless WithTiers
-	tiered   []*Limiter // the tiers' limiters, by tierSet index
-	shards   *shardSet  // nil unless Policy.Shards > 1
-	passes   Challenges // the store, when a rule has a Challenge
+	tiers    *tierSet          // nil unless WithTiers
+	tiered   []*Limiter        // the tiers' limiters, by tierSet index
+	shards   *shardSet         // nil unless Policy.Shards > 1
+	passes   driver.Challenges // the store, when a rule has a Challenge
 	clock    func() time.Time
 	waits    waitQueues // callers of WaitN
 	released releases   // wakes them when a lease is released (InFlight)
 
 	fleet      func() int // the instances using the policy, on a Fleet store
 	wholeLimit bool       // WithLocalShare(false)
-	fb         fallbackState
+	episode    fallbackState
 	refused    *refusals // the refusals counted (TopRefused); nil: none
 }
 
@@ -48,8 +51,8 @@ type fallbackState struct {
 }
 
 // invalidate acts on what the store reports from any instance (see
-// [Invalidator]).
-func (l *Limiter) invalidate(inv Invalidation) {
+// [driver.Invalidator]).
+func (l *Limiter) invalidate(inv driver.Invalidation) {
 	switch {
 	case inv.Resync:
 		if l.deny != nil {
@@ -69,7 +72,7 @@ func (l *Limiter) invalidate(inv Invalidation) {
 		if l.local != nil {
 			// A lockout lifted elsewhere no longer holds in this
 			// instance's fallback either, nor a pass forgotten there.
-			l.local.policy(l.policy.Name).lift(inv.Key)
+			l.fb.Lift(inv.Key)
 		}
 	}
 }
@@ -127,10 +130,10 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (d Decision, 
 // into *d, which is zero: in place, as Take would, without copying the
 // query, the result and the rule states across the Store interface.
 func (l *Limiter) allowMem(ctx context.Context, key string, shard int, n int64, d *Decision) {
-	var q Query
+	var q driver.Query
 	l.setQuery(&q, key, shard, n, l.stamp())
-	allowed, at := l.mem.decide(&q, true, &d.states)
-	l.decided(ctx, key, shard, n, allowed, at, d)
+	l.mem.Decide(&q, true, &d.res)
+	l.decided(ctx, key, shard, n, d.res.Allowed, d.res.At, d)
 }
 
 // decided completes d, a decision of the limiter's Local store whose rule
@@ -139,7 +142,7 @@ func (l *Limiter) decided(ctx context.Context, key string, shard int, n int64, a
 	l.bind(d, allowed, SourceStore)
 	if allowed {
 		d.ticket = ticket{owner: l.d, key: key, shard: shard, at: at, n: n}
-	} else if !d.states.challenged {
+	} else if !d.res.Challenged {
 		l.refuse(key) // a challenge is no refusal
 	}
 	if l.observer != nil {
@@ -184,8 +187,8 @@ func (l *Limiter) stamp() time.Time {
 
 // query returns the store query for a bounded key (shard's, with shards)
 // decided at now; the zero now for refunds and resets.
-func (l *Limiter) query(key string, shard int, n int64, now time.Time) Query {
-	var q Query
+func (l *Limiter) query(key string, shard int, n int64, now time.Time) driver.Query {
+	var q driver.Query
 	l.setQuery(&q, key, shard, n, now)
 	return q
 }
@@ -193,9 +196,10 @@ func (l *Limiter) query(key string, shard int, n int64, now time.Time) Query {
 // setQuery sets *q, which is zero, to query(key, shard, n, now), field
 // by field: the decisions of a MemoryStore build theirs where they use
 // it.
-func (l *Limiter) setQuery(q *Query, key string, shard int, n int64, now time.Time) {
-	q.Policy, q.Key, q.Rules = l.policy.Name, key, l.shards.rules(shard, l.policy.Rules)
-	q.Algorithm, q.Buckets, q.N, q.Keep, q.Lockout = l.policy.Algorithm, l.policy.buckets(), n, l.keep, l.policy.Lockout
+func (l *Limiter) setQuery(q *driver.Query, key string, shard int, n int64, now time.Time) {
+	q.Policy, q.Key, q.Rules = l.policy.Name, key, l.shards.rules(shard, l.rules)
+	q.Algorithm, q.Buckets, q.N, q.Keep = driver.Algorithm(l.policy.Algorithm), l.policy.buckets(), n, l.keep
+	q.Lockout = driver.Lockout(l.policy.Lockout)
 	if l.clock != nil && !now.IsZero() {
 		q.Now = now.UnixMicro()
 	}
@@ -217,7 +221,7 @@ func (l *Limiter) window(r int) time.Duration {
 	if rule.Calendar == 0 {
 		return rule.Window
 	}
-	start, end := rule.Calendar.period(rule.Location, l.now().UnixMicro())
+	start, end := driver.Rule(rule).PeriodMicros(l.now().UnixMicro())
 	return time.Duration(end-start) * time.Microsecond
 }
 
@@ -237,9 +241,9 @@ func (l *Limiter) minRule() int {
 // RetryAfter until it ends and leaves nothing Remaining.
 func (l *Limiter) bind(d *Decision, allowed bool, src Source) {
 	d.Allowed, d.Source = allowed, src
-	rs := d.states.slice()
-	lock := d.states.lock
-	d.Challenged = d.states.challenged && !allowed
+	rs := d.res.Rules.All()
+	lock := d.res.LockedFor
+	d.Challenged = d.res.Challenged && !allowed
 	b := binding(rs, allowed || d.Challenged)
 	if lock > 0 && b >= 0 && rs[b].RetryAfter == 0 {
 		b = binding(rs, true) // no rule is full: the lockout alone denies
@@ -287,7 +291,7 @@ func binding(rs []RuleState, allowed bool) int {
 
 // Reset forgets everything recorded for key: in the store, in the local
 // fallback store and in the deny cache, on every instance when the store
-// is an [Invalidator]; a pass ([Limiter.Pass]) goes with the counts. Use
+// is an [driver.Invalidator]; a pass ([Limiter.Pass]) goes with the counts. Use
 // it, for example, to clear an account's failure count after a
 // successful login. The error wraps the store's.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
@@ -336,11 +340,11 @@ func (l *Limiter) Pass(ctx context.Context, key string) error {
 	}
 	key = boundKey(key)
 	q := l.query(key, 0, 1, l.now())
-	if l.local != nil {
-		l.local.policy(q.Policy).pass(&q)
+	if l.fb != nil {
+		l.fb.Pass(&q)
 	}
 	var err error
-	if _, local := l.store.(Local); local {
+	if _, local := l.store.(driver.Local); local {
 		err = l.passes.Pass(context.WithoutCancel(ctx), q)
 	} else {
 		cc := newCallCtx(ctx, time.Now(), l.timeout)
@@ -403,35 +407,16 @@ func (l *Limiter) emit(ctx context.Context, e Event) {
 	l.observer.Observe(ctx, e)
 }
 
-// maxKeyLen is the longest key stored as it is; longer keys are replaced
-// by a fixed-length hash of themselves.
-const maxKeyLen = 128
-
-// BoundKey returns key as a [Limiter] hands it to its store, in
-// [Query].Key: unchanged when it is at most 128 bytes, and otherwise a
-// fixed-length hash of it, so that very long user-supplied keys cannot
-// bloat the store (see boundKey). Drivers and tools that name a key's
-// store records use it.
-func BoundKey(key string) string { return boundKey(key) }
-
-// boundKey returns key unchanged when it is at most maxKeyLen bytes, and
-// otherwise a fixed-length hash of it ("#" and the base64url SHA-256), so
-// very long user-supplied keys cannot bloat the store. The empty key and
-// keys starting with '}' are hashed too: in a Redis key "{}" or "{}..."
-// is no hash tag, which would spread one key's data over Cluster slots.
-func boundKey(key string) string {
-	if len(key) <= maxKeyLen && key != "" && key[0] != '}' {
-		return key
-	}
-	sum := sha256.Sum256([]byte(key))
-	return "#" + base64.RawURLEncoding.EncodeToString(sum[:])
-}
+// boundKey returns key as the limiter hands it to its store
+// (driver.BoundKey): unchanged when it is at most 128 bytes, else a
+// fixed-length hash of it.
+func boundKey(key string) string { return driver.BoundKey(key) }
 
 // TopRefused returns at most n of the keys the limiter refused most in
 // the last five minutes or so (the current minute by the store's clock
 // and the five before it), most refused first, ties in key order, with
 // how many of their requests were refused: summed over every instance
-// that shares the store when the store keeps refusals ([Refusals]:
+// that shares the store when the store keeps refusals ([driver.Refusals]:
 // [MemoryStore] and the Redis drivers do), else this instance's alone. It
 // returns nothing for n < 1. Keys are as the limiter hands them to its
 // store ([BoundKey]): an address, an AppKey, a pseudonym made by package
@@ -475,7 +460,11 @@ func (l *Limiter) TopRefused(ctx context.Context, n int) ([]RefusedKey, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ratekit: policy %q: top refused: %w", l.policy.Name, err)
 	}
-	return top, nil
+	out := make([]RefusedKey, len(top))
+	for i, k := range top {
+		out[i] = RefusedKey(k)
+	}
+	return out, nil
 }
 
 // refuse counts a refusal of the store key key, unless the limiter
@@ -488,7 +477,7 @@ func (l *Limiter) refuse(key string) {
 
 // InvalidateTier forgets the cached tier of key, so that its next request
 // resolves the tier again: call it after a key's plan changes. On a
-// store that is an [Invalidator] (the Redis drivers) every instance forgets it: the invalidation goes out on the
+// store that is an [driver.Invalidator] (the Redis drivers) every instance forgets it: the invalidation goes out on the
 // store's invalidation channel (Redis pub/sub, the channel that carries
 // resets to the other instances' deny caches), and each limiter of the
 // policy on that store (on Redis, with the same prefix) drops the key's cached tier
@@ -506,7 +495,7 @@ func (l *Limiter) InvalidateTier(ctx context.Context, key string) error {
 	}
 	bounded := boundKey(key)
 	l.tiers.forget(bounded)
-	inv, ok := l.store.(Invalidator)
+	inv, ok := l.store.(driver.Invalidator)
 	if !ok {
 		return nil
 	}

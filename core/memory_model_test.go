@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 )
 
 // TestMemoryStoreMatchesModel drives the memory store with random takes,
@@ -34,7 +35,7 @@ func matchModel(t *testing.T, rules []core.Rule, steps, maxStep int) {
 	}
 	var model []unit
 	type taken struct {
-		q  core.Query
+		q  driver.Query
 		at int64
 	}
 	var admitted []taken
@@ -68,7 +69,7 @@ func matchModel(t *testing.T, rules []core.Rule, steps, maxStep int) {
 			continue
 		}
 		n := int64(1 + rng.IntN(3))
-		q := core.Query{Policy: "model", Key: "k", Rules: rules, N: n, Now: clock.Now().UnixMicro()}
+		q := driver.Query{Policy: "model", Key: "k", Rules: asDriver(rules), N: n, Now: clock.Now().UnixMicro()}
 		res, err := store.Take(ctx, q)
 		if err != nil {
 			t.Fatal(err)
@@ -136,4 +137,13 @@ func boolInt(b bool) int64 {
 		return 1
 	}
 	return 0
+}
+
+// asDriver returns rules as a store takes them.
+func asDriver(rules []core.Rule) []driver.Rule {
+	out := make([]driver.Rule, len(rules))
+	for i, r := range rules {
+		out[i] = driver.Rule(r)
+	}
+	return out
 }

@@ -10,17 +10,17 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/internal/storetest"
+	"github.com/ratekit/ratekit/core/driver/drivertest"
 	"github.com/ratekit/ratekit/internal/testkit"
 )
 
 func TestMemoryStore(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) core.Store { return core.NewMemoryStore() })
+	drivertest.Run(t, func(t *testing.T) core.Store { return core.NewMemoryStore() })
 }
 
 // newTestClock returns a clock tests move by hand.
-func newTestClock() *storetest.Clock {
-	return storetest.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+func newTestClock() *drivertest.Clock {
+	return drivertest.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 }
 
 // step is one request at a time offset on a fake clock, with the decision
@@ -202,7 +202,7 @@ func TestMemorySweepIdleKeys(t *testing.T) {
 			t.Fatalf("Allow(idle-%d) = %+v, %v", i, d, err)
 		}
 	}
-	if got := store.Len(); got != idle {
+	if got := core.MemoryLen(store); got != idle {
 		t.Fatalf("Len() after %d keys = %d, want %d", idle, got, idle)
 	}
 	clock.Add(2 * time.Second)
@@ -211,7 +211,7 @@ func TestMemorySweepIdleKeys(t *testing.T) {
 		keys[i] = fmt.Sprintf("busy-%d", i)
 	}
 	ops := 0
-	for ops < 50*busy && store.Len() > busy {
+	for ops < 50*busy && core.MemoryLen(store) > busy {
 		for _, k := range keys {
 			if _, err := long.Allow(ctx, k); err != nil {
 				t.Fatal(err)
@@ -219,7 +219,7 @@ func TestMemorySweepIdleKeys(t *testing.T) {
 		}
 		ops += busy
 	}
-	if got := store.Len(); got != busy {
+	if got := core.MemoryLen(store); got != busy {
 		t.Fatalf("Len() after %d operations on %d busy keys = %d, want %d (the %d idle keys swept)", ops, busy, got, busy, idle)
 	}
 	t.Logf("%d idle keys swept within %d operations on %d busy keys", idle, ops, busy)
@@ -254,10 +254,10 @@ func TestMemoryBoundedByLiveKeys(t *testing.T) {
 			t.Fatalf("Allow(client-%d) = %+v, %v", i, d, err)
 		}
 		if i%1000 == 0 {
-			peak = max(peak, store.Len())
+			peak = max(peak, core.MemoryLen(store))
 		}
 	}
-	peak = max(peak, store.Len())
+	peak = max(peak, core.MemoryLen(store))
 	t.Logf("%d one-off keys, %d live at a time: peak Len() %d", ops, live, peak)
 	if peak > bound {
 		t.Errorf("peak Len() = %d over %d one-off keys with %d live at a time, want at most %d", peak, ops, live, bound)
@@ -318,7 +318,7 @@ func TestMemoryBounded(t *testing.T) {
 			if _, err := l.Allow(ctx, "k"+strconv.Itoa(i)); err != nil {
 				t.Fatal(err)
 			}
-			if n := store.Len(); n > 1000+memShardsSlack {
+			if n := core.MemoryLen(store); n > 1000+memShardsSlack {
 				t.Fatalf("after %d keys the store holds %d, want at most about 1000", i+1, n)
 			}
 		}
@@ -337,12 +337,12 @@ func TestMemoryBounded(t *testing.T) {
 		}
 		clock.Add(2 * time.Second)
 		ops := 0
-		for store.Len() > 10 && ops < keys {
+		for core.MemoryLen(store) > 10 && ops < keys {
 			_, _ = busy.Allow(ctx, "b")
 			ops++
 		}
 		t.Logf("%d idle keys swept in %d operations on another policy", keys, ops)
-		if n := store.Len(); n > 10 {
+		if n := core.MemoryLen(store); n > 10 {
 			t.Errorf("%d of %d idle keys left after %d operations, want them swept within about keys/4", n, keys, ops)
 		}
 	})
@@ -381,7 +381,7 @@ func TestMemoryEvictionFair(t *testing.T) {
 				t.Fatalf("login-ip client %d's second request was admitted: its window was forgotten", i)
 			}
 		}
-		if n := store.Len(); n > 2000+memShardsSlack {
+		if n := core.MemoryLen(store); n > 2000+memShardsSlack {
 			t.Errorf("the store holds %d keys, want at most about 2000", n)
 		}
 	})
@@ -403,7 +403,7 @@ func TestMemoryEvictionFair(t *testing.T) {
 		if d, _ := l.Allow(ctx, "alice"); d.Allowed || !d.Locked {
 			t.Errorf("alice after 2,000 requests for other accounts = %+v, want still locked out", d)
 		}
-		if n := store.Len(); n > 500+memShardsSlack {
+		if n := core.MemoryLen(store); n > 500+memShardsSlack {
 			t.Errorf("the store holds %d keys, want at most about 500", n)
 		}
 	})
@@ -415,7 +415,7 @@ func TestMemoryEvictionFair(t *testing.T) {
 			k := "acct" + strconv.Itoa(i)
 			_, _ = l.Allow(ctx, k)
 			_, _ = l.Allow(ctx, k) // locked out
-			if n := store.Len(); n > 2*100+memShardsSlack {
+			if n := core.MemoryLen(store); n > 2*100+memShardsSlack {
 				t.Fatalf("after %d locked-out keys the store holds %d, want at most about twice its bound", i+1, n)
 			}
 		}

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/ratekit/ratekit/core/driver"
+	"github.com/ratekit/ratekit/internal/memstore"
 )
 
 // fallbackMaxKeys bounds the local store of FailLocal.
@@ -14,8 +16,8 @@ const fallbackMaxKeys = 100_000
 // NewLimiter returns a limiter for policy on store. It returns an error
 // wrapping [ErrInvalidPolicy], naming the field, when the policy or an
 // option cannot work, or when the store lacks a capability the policy
-// needs (an InFlight policy needs [Leases], a rule with a Challenge
-// [Challenges]).
+// needs (an InFlight policy needs [driver.Leases], a rule with a Challenge
+// [driver.Challenges]).
 func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, fmt.Errorf("ratekit: NewLimiter: store is nil: %w", ErrInvalidPolicy)
@@ -28,7 +30,9 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	policy.Rules = append([]Rule(nil), policy.Rules...)
+	rules := driverRules(policy.Rules)
 	l := &Limiter{
+		rules:      rules,
 		store:      store,
 		policy:     policy,
 		keep:       max(o.keep, policy.maxLimit()),
@@ -36,7 +40,7 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		timeout:    o.timeout,
 		failure:    o.failure,
 		observer:   o.observer,
-		shards:     newShardSet(policy),
+		shards:     newShardSet(policy, rules),
 		clock:      o.clock,
 		wholeLimit: o.wholeLimit,
 	}
@@ -49,17 +53,18 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	if !o.tier && !o.noRefusals {
 		l.refused = newRefusals(policy, store, o.refusedEvery)
 	}
-	_, local := store.(Local)
+	_, local := store.(driver.Local)
 	if !local && o.failure == FailLocal {
 		l.local = NewMemoryStore(WithMaxKeys(fallbackMaxKeys))
-		if f, ok := store.(Fleet); ok && !o.wholeLimit {
+		l.fb = memstore.PolicyOf(l.local, policy.Name)
+		if f, ok := store.(driver.Fleet); ok && !o.wholeLimit {
 			l.fleet = f.Join(policy.Name)
 		}
 	}
 	if policy.InFlight > 0 {
 		return l, l.inFlight(o, local)
 	}
-	inv, _ := store.(Invalidator)
+	inv, _ := store.(driver.Invalidator)
 	l.rates(store, o, local, inv != nil)
 	if o.tierFunc != nil || o.tiers != nil {
 		if l.tiers, l.tiered, err = newTiers(store, policy, o, opts); err != nil {
@@ -79,7 +84,7 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 func (l *Limiter) rates(store Store, o options, local, invalidates bool) {
 	if local {
 		l.d = localRates{l}
-		l.mem = memPolicyOf(store, l.policy.Name)
+		l.mem = memstore.PolicyOf(store, l.policy.Name)
 		return
 	}
 	l.d = sharedRates{l}
@@ -90,10 +95,10 @@ func (l *Limiter) rates(store Store, o options, local, invalidates bool) {
 
 // challengesOf returns store's challenges, for a policy with a
 // Rules[].Challenge, or an error naming what the store lacks.
-func challengesOf(store Store, policy string) (Challenges, error) {
-	c, ok := store.(Challenges)
+func challengesOf(store Store, policy string) (driver.Challenges, error) {
+	c, ok := store.(driver.Challenges)
 	if !ok {
-		return nil, fmt.Errorf("ratekit: policy %q has a Rules[].Challenge, but store %T keeps no challenges (core.Challenges): %w",
+		return nil, fmt.Errorf("ratekit: policy %q has a Rules[].Challenge, but store %T keeps no challenges (driver.Challenges): %w",
 			policy, store, ErrInvalidPolicy)
 	}
 	return c, nil
@@ -215,4 +220,13 @@ func windowsOf(rules []Rule) string {
 		}
 	}
 	return b.String()
+}
+
+// driverRules returns rules as a store takes them.
+func driverRules(rules []Rule) []driver.Rule {
+	out := make([]driver.Rule, len(rules))
+	for i, r := range rules {
+		out[i] = driver.Rule(r)
+	}
+	return out
 }

@@ -115,7 +115,7 @@ func WithDenyCache(size int) Option {
 // by its failure policy at once; then one probe call at a time tests the
 // store. The default is 5 failures and 1 s; failures 0 turns it off. The
 // failure of one key (a key holding a value of another type) does not
-// count. On a store spread over servers ([Partitioned]) each partition
+// count. On a store spread over servers ([driver.Partitioned]) each partition
 // has a breaker of its own: on a Redis Cluster, with either Redis driver,
 // each master (by the slot of the key's hash tag, as Redis places it), so
 // that one failing master switches only its own keys to the failure
@@ -175,7 +175,7 @@ func newOptions(policy string, opts []Option) (options, error) {
 // [FailLocal] while a shared store fails: true (the default) gives each
 // instance its share of every limit, ⌊Limit / N⌋ and at least 1, where N
 // is the number of instances that use the policy, as the store last
-// counted them ([Fleet]: the Redis drivers count them; until it has, and on a
+// counted them ([driver.Fleet]: the Redis drivers count them; until it has, and on a
 // store that does not, N is 1). During an outage that starts from empty
 // windows the fleet then admits at most N × max(1, ⌊Limit/N⌋) units per
 // window: the limit, or N when the limit is below N. false gives every
@@ -201,7 +201,7 @@ type TierFunc func(ctx context.Context, key string) (tier string, err error)
 // carries over when its tier changes: a key moved to a higher tier gets
 // the higher limit on its next request after [Limiter.InvalidateTier] (or
 // after the cache entry expires), on every instance when the store is a
-// shared [Invalidator] store (Redis), and no cached denial of the old tier survives the move.
+// shared [driver.Invalidator] store (Redis), and no cached denial of the old tier survives the move.
 //
 // A tier's calendar rule may have a Location of its own, so that a
 // customer's tier carries the customer's time zone ("pro/Europe/Paris"):

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/ratekit/ratekit/core/driver"
 )
 
 // ErrInvalidPolicy is wrapped by the error [NewLimiter] returns for a policy
@@ -55,40 +57,26 @@ type Rule struct {
 	// It is exact across instances as the limit is: the store decides
 	// the challenge in the same atomic step as the rules, and keeps the
 	// pass with the key's counts (the store must implement
-	// [Challenges]). 0 (the default) means no challenge; else 1 to
+	// [driver.Challenges]). 0 (the default) means no challenge; else 1 to
 	// Limit-1. A policy with a Challenge cannot have Shards, and under
 	// [WithTiers] either every tier has one (on some rule) or none has.
 	Challenge int64
 }
 
-// Calendar is the calendar period of a [Rule] that counts per period.
-type Calendar uint8
+// Calendar is the calendar period of a [Rule] that counts per period:
+// [Day], [Week] or [Month]; 0 for a sliding rule.
+type Calendar = driver.Calendar
 
+// The calendar periods.
 const (
 	// Day runs from 00:00 to 00:00 the next day.
-	Day Calendar = iota + 1
+	Day = driver.Day
 	// Week runs from Monday 00:00 to the next Monday 00:00 (ISO 8601).
-	Week
+	Week = driver.Week
 	// Month runs from 00:00 on the 1st to 00:00 on the 1st of the next
 	// month.
-	Month
+	Month = driver.Month
 )
-
-// String returns the period's name: "day", "week" or "month"; "none" for
-// the 0 of a sliding rule.
-func (c Calendar) String() string {
-	switch c {
-	case 0:
-		return "none"
-	case Day:
-		return "day"
-	case Week:
-		return "week"
-	case Month:
-		return "month"
-	}
-	return fmt.Sprintf("Calendar(%d)", int(c))
-}
 
 // Lockout keeps a key refused for a while after the policy denied it,
 // even if it stops trying: 20 failed logins an hour from one address lock
@@ -208,7 +196,11 @@ type Policy struct {
 }
 
 // maxRules is the most rules a policy may have.
-const maxRules = 16
+const maxRules = driver.MaxRules
+
+// inlineRules is how many rule states a Decision holds without an
+// allocation (driver.RuleStates).
+const inlineRules = 4
 
 // maxLogLimit is the largest Limit of a SlidingLog rule.
 const maxLogLimit = 100_000

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/ratekit/ratekit/core/driver"
 )
 
 // Store operations.
@@ -13,7 +15,7 @@ const (
 	opTake
 )
 
-// localRates decides rates on a [Local] store: no timeout, circuit
+// localRates decides rates on a [driver.Local] store: no timeout, circuit
 // breaker, deny cache or fallback, which would only cost time.
 type localRates struct{ l *Limiter }
 
@@ -23,7 +25,7 @@ func (r localRates) allow(ctx context.Context, key string, shard int, n int64) (
 	if err != nil {
 		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
 	}
-	d.states.RuleStates, d.states.lock, d.states.challenged = res.Rules, res.LockedFor, res.Challenged
+	d.res = res
 	l.decided(ctx, key, shard, n, res.Allowed, res.At, &d)
 	return d, nil
 }
@@ -35,7 +37,7 @@ func (r localRates) peek(ctx context.Context, key string, shard int) (Decision, 
 		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
 	}
 	var d Decision
-	d.states.RuleStates, d.states.lock, d.states.challenged = res.Rules, res.LockedFor, res.Challenged
+	d.res = res
 	l.bind(&d, res.Allowed, SourceStore)
 	return d, nil
 }
@@ -77,14 +79,14 @@ func (r sharedRates) peek(ctx context.Context, key string, shard int) (Decision,
 
 // decide asks the store, falling back by the failure policy. It fails
 // only when ctx ends before the store answered.
-func (r sharedRates) decide(ctx context.Context, q Query, shard int, now time.Time, op byte) (Decision, error) {
+func (r sharedRates) decide(ctx context.Context, q driver.Query, shard int, now time.Time, op byte) (Decision, error) {
 	l := r.l
 	take := op == opTake
 	var gen since
 	if take && l.deny != nil {
 		gen = l.deny.generation(q.Key)
 	}
-	var res Result
+	var res driver.Result
 	answered, lat, cause, err := l.call(ctx, &q, take, func(ctx context.Context) (err error) {
 		if take {
 			res, err = l.store.Take(ctx, q)
@@ -98,7 +100,7 @@ func (r sharedRates) decide(ctx context.Context, q Query, shard int, now time.Ti
 	}
 	var d Decision
 	if answered {
-		d.states.RuleStates, d.states.lock, d.states.challenged = res.Rules, res.LockedFor, res.Challenged
+		d.res = res
 		l.bind(&d, res.Allowed, SourceStore)
 		if take {
 			r.learn(ctx, &q, shard, now, gen, res, lat, &d)
@@ -124,7 +126,7 @@ func (r sharedRates) decide(ctx context.Context, q Query, shard int, now time.Ti
 // now, and remembers what it teaches: the deny cache a denial, the local
 // fallback store an admission or a lockout. A challenge teaches nothing:
 // the key may pass it at any moment.
-func (r sharedRates) learn(ctx context.Context, q *Query, shard int, now time.Time, gen since, res Result, lat time.Duration, d *Decision) {
+func (r sharedRates) learn(ctx context.Context, q *driver.Query, shard int, now time.Time, gen since, res driver.Result, lat time.Duration, d *Decision) {
 	l := r.l
 	if res.Allowed {
 		d.ticket = ticket{owner: l.d, key: q.Key, shard: shard, at: res.At, n: q.N, mirror: l.mirror(q)}
@@ -147,11 +149,11 @@ func (r sharedRates) refund(ctx context.Context, t ticket) error {
 	}
 	q := l.query(t.key, t.shard, t.n, time.Time{})
 	if t.local {
-		l.local.policy(q.Policy).refund(&q, t.at)
+		l.fb.Refund(&q, t.at)
 		return nil
 	}
 	if t.mirror != 0 {
-		l.local.policy(q.Policy).refund(&q, t.mirror)
+		l.fb.Refund(&q, t.mirror)
 	}
 	cc := newCallCtx(ctx, time.Now(), l.timeout)
 	defer cc.release()
@@ -174,7 +176,7 @@ func (r sharedRates) reset(ctx context.Context, key string, shard int) error {
 // breaker was open and no call was made), and the breaker and the
 // observers have learned of it; err is set only when the caller's context
 // ended first, which says nothing about the store.
-func (l *Limiter) call(ctx context.Context, q *Query, take bool, f func(ctx context.Context) error) (ok bool, lat time.Duration, cause, err error) {
+func (l *Limiter) call(ctx context.Context, q *driver.Query, take bool, f func(ctx context.Context) error) (ok bool, lat time.Duration, cause, err error) {
 	start := time.Now()
 	waits.tick(start)
 	br := l.breakers.of(q)
@@ -207,7 +209,7 @@ func (l *Limiter) call(ctx context.Context, q *Query, take bool, f func(ctx cont
 		}
 		return false, lat, cause, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, cerr)
 	}
-	if !take || errors.Is(cause, ErrKeyFailure) {
+	if !take || errors.Is(cause, driver.ErrKeyFailure) {
 		// A peek is not a decision, and one key's failure (a key
 		// holding another type) says nothing of the store's health.
 		if probe {

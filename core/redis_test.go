@@ -19,8 +19,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
+	"github.com/ratekit/ratekit/core/driver/drivertest"
 	"github.com/ratekit/ratekit/internal/redistest"
-	"github.com/ratekit/ratekit/internal/storetest"
 	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
@@ -56,10 +57,10 @@ func TestRedisStore(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	t.Run("ServerTime", func(t *testing.T) {
-		storetest.Run(t, func(*testing.T) core.Store { return redisstore.New(rdb) })
+		drivertest.Run(t, func(*testing.T) core.Store { return redisstore.New(rdb) })
 	})
 	t.Run("ClientTime", func(t *testing.T) {
-		storetest.Run(t, func(*testing.T) core.Store {
+		drivertest.Run(t, func(*testing.T) core.Store {
 			return redisstore.New(rdb, redisstore.WithPrefix("ct"))
 		}, core.WithClock(time.Now))
 	})
@@ -134,10 +135,10 @@ func commandCalls(t *testing.T, rdb *redis.Client, cmd string) int64 {
 type recStore struct {
 	*redisstore.Store // every capability of the store, Take recorded
 	mu                sync.Mutex
-	takes             []core.Result
+	takes             []driver.Result
 }
 
-func (s *recStore) Take(ctx context.Context, q core.Query) (core.Result, error) {
+func (s *recStore) Take(ctx context.Context, q driver.Query) (driver.Result, error) {
 	r, err := s.Store.Take(ctx, q)
 	if err == nil {
 		s.mu.Lock()
@@ -147,7 +148,7 @@ func (s *recStore) Take(ctx context.Context, q core.Query) (core.Result, error) 
 	return r, err
 }
 
-func (s *recStore) results() []core.Result {
+func (s *recStore) results() []driver.Result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.takes)
@@ -301,8 +302,8 @@ func TestRedisClassic(t *testing.T) {
 	})
 
 	t.Run("store", func(t *testing.T) {
-		q := core.Query{Policy: "classic-store", Key: "k", Rules: []core.Rule{{Limit: limit, Window: window}}, N: 1}
-		results := make([]core.Result, limit+extra)
+		q := driver.Query{Policy: "classic-store", Key: "k", Rules: []driver.Rule{{Limit: limit, Window: window}}, N: 1}
+		results := make([]driver.Result, limit+extra)
 		var wg sync.WaitGroup
 		start := make(chan struct{})
 		for i := range results {

@@ -2,18 +2,19 @@ package core
 
 import (
 	"context"
-	"fmt"
 	"hash/maphash"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratekit/ratekit/core/driver"
+	"github.com/ratekit/ratekit/internal/memstore"
 )
 
 // Who is being limited: every limiter counts the requests it refuses, key
 // by key, in sketches of fixed size (Space-Saving, see topk), and adds
-// the counts to its store every few seconds ([Refusals]), where the
+// the counts to its store every few seconds ([driver.Refusals]), where the
 // instances that share the store sum them per minute.
 // [Limiter.TopRefused] reads the sums of the last minutes.
 //
@@ -64,8 +65,8 @@ const (
 // refusals counts the refusals of a limiter and of its tiers' limiters.
 type refusals struct {
 	policy string
-	sink   Refusals // the store, or a log in this process
-	shards bool     // keys are shard keys: count them without "#<i>"
+	sink   driver.Refusals // the store, or a log in this process
+	shards bool            // keys are shard keys: count them without "#<i>"
 	every  time.Duration
 	seed   maphash.Seed
 	sk     [refusedShards]refusalShard
@@ -88,10 +89,10 @@ type refusalShard struct {
 // every every.
 func newRefusals(p Policy, store Store, every time.Duration) *refusals {
 	r := &refusals{policy: p.Name, shards: p.Shards > 1, every: every, seed: maphash.MakeSeed()}
-	if s, ok := store.(Refusals); ok {
+	if s, ok := store.(driver.Refusals); ok {
 		r.sink = s
 	} else {
-		r.sink = newRefusalLog(func() int64 { return time.Now().UnixMicro() })
+		r.sink = memstore.NewRefusalLog(func() int64 { return time.Now().UnixMicro() })
 	}
 	for i := range r.sk {
 		r.sk[i].t = newTopk(refusedShardSize)
@@ -144,13 +145,13 @@ func (r *refusals) flush(ctx context.Context) error {
 	for _, c := range r.caches {
 		c.fold(r)
 	}
-	var batch []RefusedKey
+	var batch []driver.RefusedKey
 	for i := range r.sk {
 		sh := &r.sk[i]
 		sh.mu.Lock()
 		if sh.t.len() > 0 {
 			if batch == nil {
-				batch = make([]RefusedKey, 0, refusedShards*refusedShardSize)
+				batch = make([]driver.RefusedKey, 0, refusedShards*refusedShardSize)
 			}
 			batch = sh.t.drain(batch)
 		}
@@ -167,105 +168,3 @@ func (r *refusals) flush(ctx context.Context) error {
 	}
 	return nil
 }
-
-// refusalLog keeps refusals in this process, as [Refusals] says: per
-// policy, the counts of the current minute and the five before it, each
-// minute's at most the 1,000 highest. It is MemoryStore's, and a
-// limiter's on a store without Refusals.
-type refusalLog struct {
-	now func() int64 // µs since the Unix epoch
-
-	mu sync.Mutex
-	by map[string]*[refusedMinutes]refusalMinute
-}
-
-type refusalMinute struct {
-	minute int64 // since the Unix epoch
-	counts map[string]int64
-}
-
-func newRefusalLog(now func() int64) *refusalLog {
-	return &refusalLog{now: now, by: make(map[string]*[refusedMinutes]refusalMinute)}
-}
-
-// minute returns the current minute since the Unix epoch.
-func (g *refusalLog) minute() int64 { return g.now() / int64(time.Minute/time.Microsecond) }
-
-// AddRefused implements [Refusals].
-func (g *refusalLog) AddRefused(ctx context.Context, policy string, refused []RefusedKey) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("ratekit: memory store: add refused: %w", err)
-	}
-	m := g.minute()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	ms := g.by[policy]
-	if ms == nil {
-		ms = new([refusedMinutes]refusalMinute)
-		g.by[policy] = ms
-	}
-	cur := &ms[m%refusedMinutes]
-	if cur.minute != m || cur.counts == nil {
-		cur.minute = m
-		if cur.counts == nil {
-			cur.counts = make(map[string]int64)
-		}
-		clear(cur.counts)
-	}
-	for _, k := range refused {
-		if k.Refusals > 0 {
-			cur.counts[k.Key] += k.Refusals
-		}
-	}
-	if len(cur.counts) > refusedKeep {
-		for _, k := range sortRefused(cur.counts)[refusedKeep:] {
-			delete(cur.counts, k.Key)
-		}
-	}
-	return nil
-}
-
-// TopRefused implements [Refusals].
-func (g *refusalLog) TopRefused(ctx context.Context, policy string, n int) ([]RefusedKey, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("ratekit: memory store: top refused: %w", err)
-	}
-	if n < 1 {
-		return nil, nil
-	}
-	m := g.minute()
-	sum := make(map[string]int64)
-	g.mu.Lock()
-	if ms := g.by[policy]; ms != nil {
-		for i := range ms {
-			if mm := &ms[i]; mm.minute > m-refusedMinutes && mm.minute <= m {
-				for k, c := range mm.counts {
-					sum[k] += c
-				}
-			}
-		}
-	}
-	g.mu.Unlock()
-	top := sortRefused(sum)
-	return top[:min(n, len(top))], nil
-}
-
-// sortRefused returns counts most refused first, ties in key order.
-func sortRefused(counts map[string]int64) []RefusedKey {
-	out := make([]RefusedKey, 0, len(counts))
-	for k, c := range counts {
-		out = append(out, RefusedKey{Key: k, Refusals: c})
-	}
-	slices.SortFunc(out, func(a, b RefusedKey) int {
-		if a.Refusals != b.Refusals {
-			if a.Refusals > b.Refusals {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.Key, b.Key)
-	})
-	return out
-}
-
-var _ Refusals = (*refusalLog)(nil)

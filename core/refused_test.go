@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/internal/race"
 	"github.com/ratekit/ratekit/internal/redislib"
 	"github.com/ratekit/ratekit/internal/redistest"
@@ -176,7 +177,7 @@ func TestTopRefusedCounts(t *testing.T) {
 		l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("top-long", testkit.PerHour(1)))
 		admit(t, l, long)
 		refuse(t, l, long, 2)
-		want := []core.RefusedKey{{Key: core.BoundKey(long), Refusals: 2}}
+		want := []core.RefusedKey{{Key: driver.BoundKey(long), Refusals: 2}}
 		if got := topRefused(t, l, 5); !reflect.DeepEqual(got, want) {
 			t.Errorf("TopRefused = %v, want %v", got, want)
 		}

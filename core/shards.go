@@ -3,6 +3,8 @@ package core
 import (
 	"strconv"
 	"sync/atomic"
+
+	"github.com/ratekit/ratekit/core/driver"
 )
 
 // shardSet splits each key of a policy with Shards > 1 over that many
@@ -14,18 +16,18 @@ import (
 type shardSet struct {
 	n      int
 	next   atomic.Uint64
-	shares [][]Rule // per shard: the policy's rules with the shard's shares
+	shares [][]driver.Rule // per shard: the policy's rules with the shard's shares
 }
 
 // newShardSet returns the shards of a valid policy; nil when it has none.
-func newShardSet(p Policy) *shardSet {
+func newShardSet(p Policy, rules []driver.Rule) *shardSet {
 	if p.Shards <= 1 {
 		return nil
 	}
-	s := &shardSet{n: p.Shards, shares: make([][]Rule, p.Shards)}
+	s := &shardSet{n: p.Shards, shares: make([][]driver.Rule, p.Shards)}
 	for i := range s.shares {
-		rs := make([]Rule, len(p.Rules))
-		for j, r := range p.Rules {
+		rs := make([]driver.Rule, len(rules))
+		for j, r := range rules {
 			r.Limit = share(r.Limit, p.Shards, i)
 			rs[j] = r
 		}
@@ -68,7 +70,7 @@ func (s *shardSet) peek(key string) (string, int) {
 }
 
 // rules returns the rules of shard i; without shards, all.
-func (s *shardSet) rules(i int, all []Rule) []Rule {
+func (s *shardSet) rules(i int, all []driver.Rule) []driver.Rule {
 	if s == nil {
 		return all
 	}

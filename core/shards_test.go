@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
@@ -23,31 +24,31 @@ import (
 type queryLog struct {
 	core.Store
 	mu sync.Mutex
-	qs []core.Query
+	qs []driver.Query
 }
 
-func (s *queryLog) see(q core.Query) {
+func (s *queryLog) see(q driver.Query) {
 	s.mu.Lock()
 	s.qs = append(s.qs, q)
 	s.mu.Unlock()
 }
 
-func (s *queryLog) Take(ctx context.Context, q core.Query) (core.Result, error) {
+func (s *queryLog) Take(ctx context.Context, q driver.Query) (driver.Result, error) {
 	s.see(q)
 	return s.Store.Take(ctx, q)
 }
 
-func (s *queryLog) Peek(ctx context.Context, q core.Query) (core.Result, error) {
+func (s *queryLog) Peek(ctx context.Context, q driver.Query) (driver.Result, error) {
 	s.see(q)
 	return s.Store.Peek(ctx, q)
 }
 
-func (s *queryLog) Reset(ctx context.Context, q core.Query) error {
+func (s *queryLog) Reset(ctx context.Context, q driver.Query) error {
 	s.see(q)
 	return s.Store.Reset(ctx, q)
 }
 
-func (s *queryLog) queries() []core.Query {
+func (s *queryLog) queries() []driver.Query {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.qs)
@@ -177,7 +178,7 @@ func TestShardsRedisKeys(t *testing.T) {
 		}
 		slots := map[int]bool{}
 		for i := range shards {
-			rk := store.Key(p.Name, fmt.Sprintf("%s#%d", core.BoundKey(key), i))
+			rk := store.Key(p.Name, fmt.Sprintf("%s#%d", driver.BoundKey(key), i))
 			if n := zcard(t, rdb, rk); n != 1 {
 				t.Errorf("ZCARD %.40q = %d, want 1 (one request per shard)", rk, n)
 			}
@@ -189,7 +190,7 @@ func TestShardsRedisKeys(t *testing.T) {
 		if len(slots) != shards {
 			t.Errorf("the %d shards of %.20q are in %d slots, want %d", shards, key, len(slots), shards)
 		}
-		if got := len(srv.Do(t, "KEYS", store.Key(p.Name, core.BoundKey(key)+"#*")).([]any)); got != shards {
+		if got := len(srv.Do(t, "KEYS", store.Key(p.Name, driver.BoundKey(key)+"#*")).([]any)); got != shards {
 			t.Errorf("%d Redis keys for the shards of %.20q, want %d", got, key, shards)
 		}
 	}

@@ -3,6 +3,8 @@ package core
 import (
 	"math/bits"
 	"strings"
+
+	"github.com/ratekit/ratekit/core/driver"
 )
 
 // topk is a Space-Saving sketch (Metwally, Agrawal and El Abbadi, 2005)
@@ -78,9 +80,9 @@ func (t *topk) len() int { return len(t.c) }
 // drain appends every key counted to out with its guaranteed weight,
 // count − err (at least 1, and exact for a key counted since the sketch
 // was empty), empties the sketch and returns out.
-func (t *topk) drain(out []RefusedKey) []RefusedKey {
+func (t *topk) drain(out []driver.RefusedKey) []driver.RefusedKey {
 	for i := range t.c {
-		out = append(out, RefusedKey{Key: t.c[i].key, Refusals: t.c[i].count - t.c[i].err})
+		out = append(out, driver.RefusedKey{Key: t.c[i].key, Refusals: t.c[i].count - t.c[i].err})
 	}
 	clear(t.c) // drop the keys for the collector
 	t.c, t.heap = t.c[:0], t.heap[:0]

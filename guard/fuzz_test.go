@@ -9,6 +9,7 @@ import (
 	"github.com/dunglas/httpsfv"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/keyfunc"
 )
@@ -65,18 +66,18 @@ func FuzzAnswer(f *testing.F) {
 // freeing in a second.
 type denyStore struct{}
 
-func (denyStore) Take(_ context.Context, q core.Query) (core.Result, error) {
-	var res core.Result
+func (denyStore) Take(_ context.Context, q driver.Query) (driver.Result, error) {
+	var res driver.Result
 	for _, r := range q.Rules {
 		res.Rules.Append(core.RuleState{Limit: r.Limit, Window: r.Window, Used: r.Limit, RetryAfter: time.Second, ResetAfter: r.Window})
 	}
 	return res, nil
 }
 
-func (s denyStore) Peek(ctx context.Context, q core.Query) (core.Result, error) {
+func (s denyStore) Peek(ctx context.Context, q driver.Query) (driver.Result, error) {
 	return s.Take(ctx, q)
 }
 
-func (denyStore) Refund(context.Context, core.Query, int64) error { return nil }
+func (denyStore) Refund(context.Context, driver.Query, int64) error { return nil }
 
-func (denyStore) Reset(context.Context, core.Query) error { return nil }
+func (denyStore) Reset(context.Context, driver.Query) error { return nil }

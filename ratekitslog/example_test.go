@@ -9,14 +9,15 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/ratekitslog"
 )
 
 // downStore is a store that is down.
 type downStore struct{ core.Store }
 
-func (downStore) Take(context.Context, core.Query) (core.Result, error) {
-	return core.Result{}, errors.New("connection refused")
+func (downStore) Take(context.Context, driver.Query) (driver.Result, error) {
+	return driver.Result{}, errors.New("connection refused")
 }
 
 func ExampleNew() {

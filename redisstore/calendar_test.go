@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
+	"github.com/ratekit/ratekit/core/driver/drivertest"
 	"github.com/ratekit/ratekit/internal/redistest"
-	"github.com/ratekit/ratekit/internal/storetest"
 	"github.com/ratekit/ratekit/redisstore"
 )
 
@@ -26,10 +26,10 @@ func TestRedisCalendarClientClockOff(t *testing.T) {
 			// Midnight 1.5 to 2.5 s away by the server's clock (this
 			// machine's): the client believes otherwise for some seconds.
 			midnight := time.Now().Truncate(time.Second).Add(2 * time.Second)
-			q := core.Query{Policy: "off" + fmt.Sprint(int(off.Seconds())), Key: "k", N: 1,
-				Rules: []core.Rule{{Limit: 1, Calendar: core.Day, Location: storetest.ZoneWithMidnightAt(midnight)}}}
+			q := driver.Query{Policy: "off" + fmt.Sprint(int(off.Seconds())), Key: "k", N: 1,
+				Rules: []driver.Rule{{Limit: 1, Calendar: driver.Day, Location: drivertest.ZoneWithMidnightAt(midnight)}}}
 			ctx := context.Background()
-			var last core.Result
+			var last driver.Result
 			for {
 				r, err := store.Take(ctx, q)
 				if err != nil {

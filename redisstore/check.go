@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/internal/redislib"
 )
 
@@ -20,7 +20,7 @@ import (
 // Lua library (loaded if missing) and lease script, a PUBLISH on its
 // invalidation channel, and the type of the keys that count the instances
 // of the policies its limiters use. An answer that no retry can change
-// returns an error wrapping [core.ErrMisconfigured] that names the server and
+// returns an error wrapping [driver.ErrMisconfigured] that names the server and
 // the reason. A server that cannot be reached, or answers LOADING, returns
 // that error, which wraps neither: it does not answer yet.
 //
@@ -75,7 +75,7 @@ func (s *Store) checkNode(ctx context.Context, c redis.UniversalClient) error {
 	})
 	switch {
 	case err != nil && misconfigured(err):
-		return fmt.Errorf("ratekit: redis store: %s cannot be used: %w: %w", addr, core.ErrMisconfigured, err)
+		return fmt.Errorf("ratekit: redis store: %s cannot be used: %w: %w", addr, driver.ErrMisconfigured, err)
 	case err != nil:
 		return fmt.Errorf("ratekit: redis store: check %s: %w", addr, err)
 	}

@@ -1,4 +1,4 @@
-// Package redisstore is ratekit's Redis driver on go-redis: a [core.Store]
+// Package redisstore is ratekit's Redis driver on go-redis: a [driver.Store]
 // shared by every app instance on one Redis (standalone, Sentinel or
 // Cluster), with every capability the core package defines. A program
 // that keeps its limits in memory does not link it, nor go-redis.

@@ -3,26 +3,26 @@ package redisstore
 import (
 	"context"
 
-	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 )
 
-// TakeLease implements [core.Leases].
-func (s *Store) TakeLease(ctx context.Context, l core.Lease) (ok bool, held int64, err error) {
+// TakeLease implements [driver.Leases].
+func (s *Store) TakeLease(ctx context.Context, l driver.Lease) (ok bool, held int64, err error) {
 	return s.leases.TakeLease(ctx, l)
 }
 
-// HeldLeases implements [core.Leases].
-func (s *Store) HeldLeases(ctx context.Context, l core.Lease) (int64, error) {
+// HeldLeases implements [driver.Leases].
+func (s *Store) HeldLeases(ctx context.Context, l driver.Lease) (int64, error) {
 	return s.leases.HeldLeases(ctx, l)
 }
 
-// ReleaseLease implements [core.Leases].
-func (s *Store) ReleaseLease(ctx context.Context, l core.Lease) error {
+// ReleaseLease implements [driver.Leases].
+func (s *Store) ReleaseLease(ctx context.Context, l driver.Lease) error {
 	return s.leases.ReleaseLease(ctx, l)
 }
 
-// RenewLeases implements [core.Leases]: the renewals go in one round trip,
+// RenewLeases implements [driver.Leases]: the renewals go in one round trip,
 // one script call per slot.
-func (s *Store) RenewLeases(ctx context.Context, ls []core.Lease, held []bool) error {
+func (s *Store) RenewLeases(ctx context.Context, ls []driver.Lease, held []bool) error {
 	return s.leases.RenewLeases(ctx, ls, held)
 }

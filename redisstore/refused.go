@@ -6,16 +6,16 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/internal/redislib"
 )
 
-// AddRefused implements [core.Refusals]: the refusals of a policy in a
+// AddRefused implements [driver.Refusals]: the refusals of a policy in a
 // minute by the server's clock are a sorted set,
 // <prefix>:<policy>:refused:{<policy>}:<minute> (a hash tag per policy,
 // so one slot holds a policy's minutes), holding the 1,000 keys with the
 // highest counts; it expires 7 minutes after its last addition.
-func (s *Store) AddRefused(ctx context.Context, policy string, refused []core.RefusedKey) error {
+func (s *Store) AddRefused(ctx context.Context, policy string, refused []driver.RefusedKey) error {
 	if len(refused) == 0 {
 		return nil
 	}
@@ -43,14 +43,14 @@ func (s *Store) AddRefused(ctx context.Context, policy string, refused []core.Re
 	return nil
 }
 
-// TopRefused implements [core.Refusals]: it sums the sets of the current
+// TopRefused implements [driver.Refusals]: it sums the sets of the current
 // minute by the server's clock and of the five before it (see
 // [Store.AddRefused]), read in one pipeline.
-func (s *Store) TopRefused(ctx context.Context, policy string, n int) ([]core.RefusedKey, error) {
+func (s *Store) TopRefused(ctx context.Context, policy string, n int) ([]driver.RefusedKey, error) {
 	if n < 1 {
 		return nil, nil
 	}
-	top, err := redislib.Bounded(ctx, func(ctx context.Context) ([]core.RefusedKey, error) {
+	top, err := redislib.Bounded(ctx, func(ctx context.Context) ([]driver.RefusedKey, error) {
 		now, err := s.client.Time(ctx).Result()
 		if err != nil {
 			return nil, fmt.Errorf("TIME: %w", err)

@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
+	"github.com/ratekit/ratekit/core/driver/drivertest"
 	"github.com/ratekit/ratekit/internal/redislib"
 	"github.com/ratekit/ratekit/internal/redistest"
-	"github.com/ratekit/ratekit/internal/storetest"
 )
 
 // TestRetrySendsOnlyTheRefused: a flight of a decision (FCALL of the
@@ -21,8 +21,8 @@ func TestRetrySendsOnlyTheRefused(t *testing.T) {
 	s := New(srv.Client(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	q := core.Query{Policy: "retry", Key: "k", N: 1, Keep: 10, Rules: []core.Rule{{Limit: 10, Window: time.Minute}}}
-	l := core.Lease{Policy: "retry", Key: "k", Owner: 1, Seq: 1, N: 1, Limit: 5, TTL: time.Minute}
+	q := driver.Query{Policy: "retry", Key: "k", N: 1, Keep: 10, Rules: []driver.Rule{{Limit: 10, Window: time.Minute}}}
+	l := driver.Lease{Policy: "retry", Key: "k", Owner: 1, Seq: 1, N: 1, Limit: 5, TTL: time.Minute}
 	flight := func() (take, lease *redislib.Call) {
 		take, lease = redislib.Get(), redislib.Get()
 		if err := take.Decision(s.prefix, &q, redislib.OpTake, 0, time.Now().UnixMicro(), false); err != nil {
@@ -50,9 +50,9 @@ func TestRetrySendsOnlyTheRefused(t *testing.T) {
 	}
 }
 
-// TestSplitOnTryAgain: see storetest.SplitOnTryAgain.
+// TestSplitOnTryAgain: see drivertest.SplitOnTryAgain.
 func TestSplitOnTryAgain(t *testing.T) {
 	c := redistest.StartCluster(t)
 	s := New(c.Client(t))
-	storetest.SplitOnTryAgain(t, c, s, s.prefix, s.flight)
+	drivertest.SplitOnTryAgain(t, c, s, s.prefix, s.flight)
 }

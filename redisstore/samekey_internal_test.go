@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/internal/redislib"
 	"github.com/ratekit/ratekit/internal/redistest"
 )
@@ -27,7 +27,7 @@ func TestSameKeyBatchMatchesSerial(t *testing.T) {
 	for seed := range uint64(3) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 11))
-			rules := []core.Rule{{Limit: 120, Window: 30 * time.Millisecond}, {Limit: 700, Window: 400 * time.Millisecond}}
+			rules := []driver.Rule{{Limit: 120, Window: 30 * time.Millisecond}, {Limit: 700, Window: 400 * time.Millisecond}}
 			if seed == 1 {
 				rules = rules[1:]
 			}
@@ -41,7 +41,7 @@ func TestSameKeyBatchMatchesSerial(t *testing.T) {
 			decide := func(key string, ops []op, at []int64, batched bool) []*redislib.Call {
 				calls := make([]*redislib.Call, len(ops))
 				for i, o := range ops {
-					q := core.Query{Policy: "same", Key: key, N: o.n, Keep: 700, Now: o.now, Rules: rules}
+					q := driver.Query{Policy: "same", Key: key, N: o.n, Keep: 700, Now: o.now, Rules: rules}
 					c := redislib.Get()
 					if err := c.Decision(s.prefix, &q, o.code, at[i], o.now, false); err != nil {
 						t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/internal/redislib"
 )
 
@@ -19,7 +19,7 @@ import (
 // WithBatching sets another.
 const defaultBatch = 64
 
-// Store is a [core.Store] on Redis through go-redis, shared by every app
+// Store is a [driver.Store] on Redis through go-redis, shared by every app
 // instance that uses the same Redis. Each decision is made atomically by
 // ratekit's Lua library on the one Redis key of its (policy, key), named
 // <prefix>:<policy>:{<key>}; the braces are a Redis Cluster hash tag, so
@@ -66,15 +66,15 @@ const defaultBatch = 64
 // each following its own redirect.
 //
 // A Store offers every optional capability of the core package: leases
-// ([core.Leases]), challenges ([core.Challenges]), invalidations
-// between instances over pub/sub ([core.Invalidator]), the count of
-// instances ([core.Fleet]), breakers per Cluster master
-// ([core.Partitioned]), a check of the server ([core.Checker]) and the
-// keys refused most, summed over the instances ([core.Refusals]). It is
+// ([driver.Leases]), challenges ([driver.Challenges]), invalidations
+// between instances over pub/sub ([driver.Invalidator]), the count of
+// instances ([driver.Fleet]), breakers per Cluster master
+// ([driver.Partitioned]), a check of the server ([driver.Checker]) and the
+// keys refused most, summed over the instances ([driver.Refusals]). It is
 // safe for concurrent use. It does not close the client: the caller owns
 // it.
 type Store struct {
-	leases    *redislib.Leases // core.Leases, made once
+	leases    *redislib.Leases // driver.Leases, made once
 	client    redis.UniversalClient
 	cluster   bool // slot by slot
 	prefix    string
@@ -93,14 +93,14 @@ type Store struct {
 }
 
 var (
-	_ core.Store       = (*Store)(nil)
-	_ core.Leases      = (*Store)(nil)
-	_ core.Challenges  = (*Store)(nil)
-	_ core.Invalidator = (*Store)(nil)
-	_ core.Fleet       = (*Store)(nil)
-	_ core.Partitioned = (*Store)(nil)
-	_ core.Checker     = (*Store)(nil)
-	_ core.Refusals    = (*Store)(nil)
+	_ driver.Store       = (*Store)(nil)
+	_ driver.Leases      = (*Store)(nil)
+	_ driver.Challenges  = (*Store)(nil)
+	_ driver.Invalidator = (*Store)(nil)
+	_ driver.Fleet       = (*Store)(nil)
+	_ driver.Partitioned = (*Store)(nil)
+	_ driver.Checker     = (*Store)(nil)
+	_ driver.Refusals    = (*Store)(nil)
 )
 
 // ErrUnsafeEviction is wrapped by the error [Store.Check] returns when a
@@ -238,14 +238,14 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 
 // Key returns the Redis key that a limiter's decisions on key under
 // policy use with SlidingLog: <prefix>:<policy>:{<key>}, the key hashed
-// first when it is over 128 bytes (core.BoundKey). Under SlidingBuckets
+// first when it is over 128 bytes (driver.BoundKey). Under SlidingBuckets
 // the Redis key has ":b" appended. A policy with a lockout
 // (Policy.Lockout) or calendar rules (Rule.Calendar) keeps all of a key's
 // state, window, lockout and period counts, in one hash under ":m"
 // appended, so a decision touches one key; the leases of an InFlight
 // policy are under ":lease". All of a key's names share one hash slot.
 func (s *Store) Key(policy, key string) string {
-	return redislib.Key(s.prefix, policy, core.BoundKey(key))
+	return redislib.Key(s.prefix, policy, driver.BoundKey(key))
 }
 
 // wallNow returns this process's clock in µs.
@@ -256,48 +256,48 @@ func (s *Store) wallNow() int64 {
 	return time.Now().UnixMicro()
 }
 
-// Take implements [core.Store].
-func (s *Store) Take(ctx context.Context, q core.Query) (core.Result, error) {
+// Take implements [driver.Store].
+func (s *Store) Take(ctx context.Context, q driver.Query) (driver.Result, error) {
 	return s.decide(ctx, &q, redislib.OpTake, 0)
 }
 
-// Peek implements [core.Store].
-func (s *Store) Peek(ctx context.Context, q core.Query) (core.Result, error) {
+// Peek implements [driver.Store].
+func (s *Store) Peek(ctx context.Context, q driver.Query) (driver.Result, error) {
 	return s.decide(ctx, &q, redislib.OpPeek, 0)
 }
 
-// Refund implements [core.Store].
-func (s *Store) Refund(ctx context.Context, q core.Query, at int64) error {
+// Refund implements [driver.Store].
+func (s *Store) Refund(ctx context.Context, q driver.Query, at int64) error {
 	_, err := s.decide(ctx, &q, redislib.OpRefund, at)
 	return err
 }
 
-// Pass implements [core.Challenges]: the pass is a field of the key's
+// Pass implements [driver.Challenges]: the pass is a field of the key's
 // one hash, read by its decisions in the same script call, and deleted
 // with the key by Reset.
-func (s *Store) Pass(ctx context.Context, q core.Query) error {
+func (s *Store) Pass(ctx context.Context, q driver.Query) error {
 	_, err := s.decide(ctx, &q, redislib.OpPass, 0)
 	return err
 }
 
 // decide runs one operation of q, waiting for its answer until ctx ends.
-func (s *Store) decide(ctx context.Context, q *core.Query, op byte, at int64) (core.Result, error) {
+func (s *Store) decide(ctx context.Context, q *driver.Query, op byte, at int64) (driver.Result, error) {
 	if err := ctx.Err(); err != nil {
-		return core.Result{}, fmt.Errorf("ratekit: redis store: %w", err)
+		return driver.Result{}, fmt.Errorf("ratekit: redis store: %w", err)
 	}
 	c := redislib.Get()
 	if err := c.Decision(s.prefix, q, op, at, s.wallNow(), s.cluster); err != nil {
 		redislib.Put(c)
-		return core.Result{}, fmt.Errorf("ratekit: redis store: %w", err)
+		return driver.Result{}, fmt.Errorf("ratekit: redis store: %w", err)
 	}
 	if err := s.run(ctx, c); err != nil {
 		// The caller gave up; the flight still owns c.
-		return core.Result{}, fmt.Errorf("ratekit: redis store: %w", err)
+		return driver.Result{}, fmt.Errorf("ratekit: redis store: %w", err)
 	}
-	res, err := core.Result{Allowed: c.Allowed, At: c.When, Rules: c.Rules, LockedFor: c.LockedFor, Challenged: c.Challenged}, c.Err
+	res, err := driver.Result{Allowed: c.Allowed, At: c.When, Rules: c.Rules, LockedFor: c.LockedFor, Challenged: c.Challenged}, c.Err
 	redislib.Put(c)
 	if err != nil {
-		return core.Result{}, fmt.Errorf("ratekit: redis store: %w", err)
+		return driver.Result{}, fmt.Errorf("ratekit: redis store: %w", err)
 	}
 	return res, nil
 }
@@ -340,9 +340,9 @@ func clusterSlots(ctx context.Context, cc *redis.ClusterClient) ([]redislib.Slot
 	return ranges, nil
 }
 
-// Reset implements [core.Store]: it deletes every key of q.Key under
+// Reset implements [driver.Store]: it deletes every key of q.Key under
 // q.Policy, then every instance forgets its cached denials of the key.
-func (s *Store) Reset(ctx context.Context, q core.Query) error {
+func (s *Store) Reset(ctx context.Context, q driver.Query) error {
 	keys := redislib.AllKeys(s.prefix, q.Policy, q.Key)
 	_, err := redislib.Bounded(ctx, func(ctx context.Context) (struct{}, error) {
 		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/internal/redislib"
 )
 
@@ -32,16 +32,16 @@ func newWatcher(s *Store) *watcher {
 	return &watcher{s: s, channel: redislib.Channel(s.prefix), watchers: redislib.NewWatchers(s.prefix), fleet: redislib.NewFleet()}
 }
 
-// Watch implements [core.Invalidator]: f hears every reset and refund of
+// Watch implements [driver.Invalidator]: f hears every reset and refund of
 // policy's keys and every tier invalidation, from any instance on this
 // Redis and prefix, through the store's pub/sub channel
 // (<prefix>:invalidate), and a Resync at every (re)subscription.
-func (s *Store) Watch(policy string, f func(core.Invalidation)) {
+func (s *Store) Watch(policy string, f func(driver.Invalidation)) {
 	s.watch.watchers.Add(policy, f)
 	s.watch.start.Do(func() { go s.watch.run() })
 }
 
-// Invalidate implements [core.Invalidator]: it publishes the tier
+// Invalidate implements [driver.Invalidator]: it publishes the tier
 // invalidation of policy's bounded key.
 func (s *Store) Invalidate(ctx context.Context, policy, key string) error {
 	msg := redislib.Key(s.prefix, policy, key) + redislib.TierSuffix
@@ -99,7 +99,7 @@ func (w *watcher) handle(msg any) {
 	}
 }
 
-// Join implements [core.Fleet]: the store's subscription goroutine
+// Join implements [driver.Fleet]: the store's subscription goroutine
 // announces this instance for policy every two seconds, in a sorted set
 // named <prefix>:<policy>:fleet, and an announcement counts for six
 // seconds.
@@ -137,7 +137,7 @@ func (w *watcher) announce(policy string, n *atomic.Int64) {
 	}
 }
 
-// Partition implements [core.Partitioned]: on a Redis Cluster, the
+// Partition implements [driver.Partitioned]: on a Redis Cluster, the
 // address (host:port, as CLUSTER SLOTS names it) of the master that
 // serves the key's slot, found by the key's hash tag as Redis finds it;
 // until the store has loaded the Cluster's slot map (at its first use),

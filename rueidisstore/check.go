@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/internal/redislib"
 )
 
@@ -23,7 +23,7 @@ import (
 // Lua library (loaded if missing) and lease script, a PUBLISH on its
 // invalidation channel, and the type of the keys that count the instances
 // of the policies its limiters use. An answer that no retry can change
-// returns an error wrapping [core.ErrMisconfigured] that names the server
+// returns an error wrapping [driver.ErrMisconfigured] that names the server
 // and the reason. A server that cannot be reached, or answers LOADING,
 // returns that error, which wraps neither: it does not answer yet. (A
 // rueidis client connects when it is made, so a wrong password found then
@@ -42,7 +42,7 @@ func (s *Store) Check(ctx context.Context) error {
 	nodes, err := redislib.Bounded(ctx, s.masters)
 	if err != nil {
 		if misconfigured(err) {
-			return fmt.Errorf("ratekit: rueidis store: cannot be used: %w: %w", core.ErrMisconfigured, err)
+			return fmt.Errorf("ratekit: rueidis store: cannot be used: %w: %w", driver.ErrMisconfigured, err)
 		}
 		return fmt.Errorf("ratekit: rueidis store: check: %w", err)
 	}
@@ -137,7 +137,7 @@ func (s *Store) checkNode(ctx context.Context, n node) error {
 	})
 	switch {
 	case err != nil && misconfigured(err):
-		return fmt.Errorf("ratekit: rueidis store: %s cannot be used: %w: %w", n.addr, core.ErrMisconfigured, err)
+		return fmt.Errorf("ratekit: rueidis store: %s cannot be used: %w: %w", n.addr, driver.ErrMisconfigured, err)
 	case err != nil:
 		return fmt.Errorf("ratekit: rueidis store: check %s: %w", n.addr, err)
 	}

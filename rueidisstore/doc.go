@@ -1,5 +1,5 @@
 // Package rueidisstore is ratekit's Redis driver on rueidis: a
-// [core.Store] shared by every app instance on one Redis (standalone,
+// [driver.Store] shared by every app instance on one Redis (standalone,
 // Sentinel or Cluster), with every capability the core package defines.
 // It keeps the same keys, in the same layout, as the go-redis driver
 // (redisstore), so instances on either driver share one Redis and one

@@ -7,10 +7,10 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
+	"github.com/ratekit/ratekit/core/driver/drivertest"
 	"github.com/ratekit/ratekit/internal/redislib"
 	"github.com/ratekit/ratekit/internal/redistest"
-	"github.com/ratekit/ratekit/internal/storetest"
 )
 
 // TestRetrySendsOnlyTheRefused: a flight of a decision (FCALL of the
@@ -28,8 +28,8 @@ func TestRetrySendsOnlyTheRefused(t *testing.T) {
 	s := New(client)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	q := core.Query{Policy: "retry", Key: "k", N: 1, Keep: 10, Rules: []core.Rule{{Limit: 10, Window: time.Minute}}}
-	l := core.Lease{Policy: "retry", Key: "k", Owner: 1, N: 1, Limit: 50, TTL: time.Minute}
+	q := driver.Query{Policy: "retry", Key: "k", N: 1, Keep: 10, Rules: []driver.Rule{{Limit: 10, Window: time.Minute}}}
+	l := driver.Lease{Policy: "retry", Key: "k", Owner: 1, N: 1, Limit: 50, TTL: time.Minute}
 	for i, flush := range [][]any{nil, {"SCRIPT", "FLUSH"}, {"FUNCTION", "FLUSH"}} {
 		if flush != nil {
 			srv.Do(t, flush...)
@@ -53,7 +53,7 @@ func TestRetrySendsOnlyTheRefused(t *testing.T) {
 	}
 }
 
-// TestSplitOnTryAgain: see storetest.SplitOnTryAgain.
+// TestSplitOnTryAgain: see drivertest.SplitOnTryAgain.
 func TestSplitOnTryAgain(t *testing.T) {
 	c := redistest.StartCluster(t)
 	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: c.Addrs()})
@@ -63,5 +63,5 @@ func TestSplitOnTryAgain(t *testing.T) {
 	t.Cleanup(client.Close)
 	s := New(client)
 	t.Cleanup(s.Close)
-	storetest.SplitOnTryAgain(t, c, s, s.prefix, s.flight)
+	drivertest.SplitOnTryAgain(t, c, s, s.prefix, s.flight)
 }

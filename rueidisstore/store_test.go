@@ -14,9 +14,10 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
+	"github.com/ratekit/ratekit/core/driver/drivertest"
 	"github.com/ratekit/ratekit/internal/redislib"
 	"github.com/ratekit/ratekit/internal/redistest"
-	"github.com/ratekit/ratekit/internal/storetest"
 	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 	"github.com/ratekit/ratekit/rueidisstore"
@@ -56,15 +57,15 @@ func TestStore(t *testing.T) {
 	srv := redistest.Start(t)
 	client := newClient(t, srv.Addr())
 	t.Run("ServerTime", func(t *testing.T) {
-		storetest.Run(t, func(t *testing.T) core.Store { return newStore(t, client) })
+		drivertest.Run(t, func(t *testing.T) core.Store { return newStore(t, client) })
 	})
 	t.Run("ClientTime", func(t *testing.T) {
-		storetest.Run(t, func(t *testing.T) core.Store {
+		drivertest.Run(t, func(t *testing.T) core.Store {
 			return newStore(t, client, rueidisstore.WithPrefix("ct"))
 		}, core.WithClock(time.Now))
 	})
 	t.Run("Unbatched", func(t *testing.T) {
-		storetest.Run(t, func(t *testing.T) core.Store {
+		drivertest.Run(t, func(t *testing.T) core.Store {
 			return newStore(t, client, rueidisstore.WithPrefix("one"), rueidisstore.WithBatching(1))
 		})
 	})
@@ -81,10 +82,10 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("client mode %v, want cluster", m)
 	}
 	t.Run("ServerTime", func(t *testing.T) {
-		storetest.Run(t, func(t *testing.T) core.Store { return newStore(t, client) })
+		drivertest.Run(t, func(t *testing.T) core.Store { return newStore(t, client) })
 	})
 	t.Run("ClientTime", func(t *testing.T) {
-		storetest.Run(t, func(t *testing.T) core.Store {
+		drivertest.Run(t, func(t *testing.T) core.Store {
 			return newStore(t, client, rueidisstore.WithPrefix("ct"))
 		}, core.WithClock(time.Now))
 	})
@@ -350,9 +351,9 @@ func TestWatchResyncs(t *testing.T) {
 	srv := redistest.Start(t)
 	a := newStore(t, newClient(t, srv.Addr()))
 	b := newStore(t, newClient(t, srv.Addr()))
-	heard := make(chan core.Invalidation, 16)
-	a.Watch("w", func(inv core.Invalidation) { heard <- inv })
-	next := func(want core.Invalidation) {
+	heard := make(chan driver.Invalidation, 16)
+	a.Watch("w", func(inv driver.Invalidation) { heard <- inv })
+	next := func(want driver.Invalidation) {
 		t.Helper()
 		select {
 		case got := <-heard:
@@ -363,27 +364,27 @@ func TestWatchResyncs(t *testing.T) {
 			t.Fatalf("heard nothing in 5 s, want %+v", want)
 		}
 	}
-	next(core.Invalidation{Resync: true})
+	next(driver.Invalidation{Resync: true})
 	ctx := context.Background()
-	if err := b.Reset(ctx, core.Query{Policy: "w", Key: "k1"}); err != nil {
+	if err := b.Reset(ctx, driver.Query{Policy: "w", Key: "k1"}); err != nil {
 		t.Fatal(err)
 	}
-	next(core.Invalidation{Key: "k1"})
+	next(driver.Invalidation{Key: "k1"})
 	if err := b.Invalidate(ctx, "w", "k2"); err != nil {
 		t.Fatal(err)
 	}
-	next(core.Invalidation{Key: "k2", Tier: true})
-	if err := b.Reset(ctx, core.Query{Policy: "other", Key: "k3"}); err != nil {
+	next(driver.Invalidation{Key: "k2", Tier: true})
+	if err := b.Reset(ctx, driver.Query{Policy: "other", Key: "k3"}); err != nil {
 		t.Fatal(err)
 	}
 	// The subscriber's connection dies: rueidis subscribes again, and
 	// the watcher resyncs.
 	srv.Do(t, "CLIENT", "KILL", "TYPE", "pubsub")
-	next(core.Invalidation{Resync: true})
-	if err := b.Reset(ctx, core.Query{Policy: "w", Key: "k4"}); err != nil {
+	next(driver.Invalidation{Resync: true})
+	if err := b.Reset(ctx, driver.Query{Policy: "w", Key: "k4"}); err != nil {
 		t.Fatal(err)
 	}
-	next(core.Invalidation{Key: "k4"})
+	next(driver.Invalidation{Key: "k4"})
 }
 
 // TestFleet: three instances on one Redis, two on rueidis and one on
@@ -393,7 +394,7 @@ func TestFleet(t *testing.T) {
 	const limit = 6
 	srv := redistest.Start(t)
 	p := core.Policy{Name: "share", Rules: []core.Rule{{Limit: limit, Window: time.Minute}}}
-	fleets := []core.Fleet{
+	fleets := []driver.Fleet{
 		newStore(t, newClient(t, srv.Addr())),
 		newStore(t, newClient(t, srv.Addr())),
 		redisstore.New(srv.Client(t)),

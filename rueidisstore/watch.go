@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/internal/redislib"
 )
 
@@ -22,16 +22,16 @@ import (
 // after a reconnection, and every confirmed subscription tells every
 // watcher to resync, since messages sent while it was down are lost.
 
-// Watch implements [core.Invalidator]: f hears every reset and refund of
+// Watch implements [driver.Invalidator]: f hears every reset and refund of
 // policy's keys and every tier invalidation, from any instance on this
 // Redis and prefix (on either driver), and a Resync at every
 // (re)subscription.
-func (s *Store) Watch(policy string, f func(core.Invalidation)) {
+func (s *Store) Watch(policy string, f func(driver.Invalidation)) {
 	s.watchers.Add(policy, f)
 	s.listen.Do(func() { s.start(s.receive) })
 }
 
-// Invalidate implements [core.Invalidator]: it publishes the tier
+// Invalidate implements [driver.Invalidator]: it publishes the tier
 // invalidation of policy's bounded key.
 func (s *Store) Invalidate(ctx context.Context, policy, key string) error {
 	msg := redislib.Key(s.prefix, policy, key) + redislib.TierSuffix
@@ -76,7 +76,7 @@ func (s *Store) receive() {
 	}
 }
 
-// Join implements [core.Fleet]: a goroutine of the store announces this
+// Join implements [driver.Fleet]: a goroutine of the store announces this
 // instance for policy every two seconds, in a sorted set named
 // <prefix>:<policy>:fleet, and an announcement counts for six seconds;
 // instances on redisstore are counted too.
@@ -152,7 +152,7 @@ func (s *Store) sleep(d time.Duration) bool {
 	}
 }
 
-// Partition implements [core.Partitioned]: on a Redis Cluster, the
+// Partition implements [driver.Partitioned]: on a Redis Cluster, the
 // address (host:port, as CLUSTER SLOTS names it) of the master that
 // serves the key's slot, found by the key's hash tag as Redis finds it;
 // until the store has loaded the Cluster's slot map (at its first use),

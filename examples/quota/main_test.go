@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver/drivertest"
 	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/redistest"
-	"github.com/ratekit/ratekit/internal/storetest"
 	"github.com/ratekit/ratekit/redisstore"
 )
 
@@ -410,7 +410,7 @@ func TestNeverOverAdmits(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			clk := storetest.NewClock(epoch)
+			clk := drivertest.NewClock(epoch)
 			a := newTestApp(t, tc.store(t), small(core.WithClock(clk.Now)))
 			ctx := context.Background()
 
@@ -491,7 +491,7 @@ func TestNeverOverAdmits(t *testing.T) {
 func TestRedisMemoryBounded(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	clk := storetest.NewClock(epoch)
+	clk := drivertest.NewClock(epoch)
 	store := redisstore.New(srv.Client(t))
 	a := newTestApp(t, store, testConfig(core.WithClock(clk.Now)))
 	ctx := context.Background()
@@ -548,7 +548,7 @@ func BenchmarkRedisQuota(b *testing.B) {
 	srv := redistest.Start(b)
 	for _, used := range []int{0, 10_000, 50_000, 90_000} {
 		b.Run("used="+strconv.Itoa(used), func(b *testing.B) {
-			clk := storetest.NewClock(epoch)
+			clk := drivertest.NewClock(epoch)
 			store := redisstore.New(srv.Client(b), redisstore.WithPrefix("bench"+strconv.Itoa(used)))
 			a := newTestApp(b, store, testConfig(core.WithDenyCache(0), core.WithClock(clk.Now)))
 			ctx := context.Background()

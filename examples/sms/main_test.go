@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver/drivertest"
 	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/redistest"
-	"github.com/ratekit/ratekit/internal/storetest"
 	"github.com/ratekit/ratekit/keyfunc/personal"
 	"github.com/ratekit/ratekit/redisstore"
 )
@@ -255,7 +255,7 @@ func TestDailyRule(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			clk := storetest.NewClock(start)
+			clk := drivertest.NewClock(start)
 			seen := &decisions{}
 			s := &recorder{}
 			a := newTestApp(t, tc.store(t), s, testConfig(core.WithObserver(seen), core.WithClock(clk.Now)))

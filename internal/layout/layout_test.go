@@ -1,10 +1,12 @@
 // Package layout_test checks that the packages depend on each other as the
 // design says: adapters on guard (fiberlimit and grpclimit also on
 // internal/peeraddr, which writes their peers' net.Addr in one allocation
-// and depends on nothing of ratekit), guard on core and keyfunc, the Redis
-// drivers on core and internal/redislib, each on its own client only, and
-// core and keyfunc on nothing of ratekit, nor on heavy libraries nor on a
-// Redis client.
+// and depends on nothing of ratekit), guard on core and keyfunc, core on
+// its driver contract (core/driver, the standard library only) and the
+// memory store (internal/memstore), the Redis drivers on the contract and
+// internal/redislib and never on the engine, each on its own client only,
+// and keyfunc on nothing of ratekit; none of them on heavy libraries nor,
+// but the drivers, on a Redis client.
 package layout_test
 
 import (
@@ -43,18 +45,21 @@ func TestDependencies(t *testing.T) {
 		// banned lists import path prefixes pkg must not link.
 		banned []string
 	}{
-		{"core", nil, []string{"net/http", "github.com/nyaruka/phonenumbers", "google.golang.org/protobuf", "golang.org/x/text", goRedis, rueidis}},
+		{"core/driver", nil, []string{"net/http", goRedis, rueidis}},
+		{"internal/memstore", []string{"core/driver"}, []string{"net/http", goRedis, rueidis}},
+		{"core", []string{"core/driver", "internal/memstore"}, []string{"net/http", "github.com/nyaruka/phonenumbers", "google.golang.org/protobuf", "golang.org/x/text", goRedis, rueidis}},
 		{"keyfunc", nil, []string{"github.com/nyaruka/phonenumbers", "google.golang.org/protobuf", "golang.org/x/text", goRedis, rueidis}},
-		{"internal/redislib", []string{"core"}, []string{"net/http", goRedis, rueidis}},
-		{"redisstore", []string{"core", "internal/redislib"}, []string{"net/http", "github.com/nyaruka/phonenumbers", rueidis}},
-		{"rueidisstore", []string{"core", "internal/redislib"}, []string{"net/http", "github.com/nyaruka/phonenumbers", goRedis}},
+		// The drivers know the contract, never the engine.
+		{"internal/redislib", []string{"core/driver"}, []string{"net/http", goRedis, rueidis}},
+		{"redisstore", []string{"core/driver", "internal/redislib"}, []string{"net/http", "github.com/nyaruka/phonenumbers", rueidis}},
+		{"rueidisstore", []string{"core/driver", "internal/redislib"}, []string{"net/http", "github.com/nyaruka/phonenumbers", goRedis}},
 		{"keyfunc/personal", []string{"keyfunc"}, nil},
-		{"guard", []string{"core", "keyfunc"}, []string{"github.com/nyaruka/phonenumbers", "golang.org/x/text", goRedis, rueidis}},
-		{"nethttp", []string{"core", "guard", "keyfunc"}, []string{"github.com/nyaruka/phonenumbers"}},
-		{"ginlimit", []string{"core", "guard", "keyfunc"}, []string{"github.com/nyaruka/phonenumbers"}},
-		{"echolimit", []string{"core", "guard", "keyfunc"}, []string{"github.com/nyaruka/phonenumbers"}},
-		{"fiberlimit", []string{"core", "guard", "keyfunc", "internal/peeraddr"}, []string{"github.com/nyaruka/phonenumbers"}},
-		{"grpclimit", []string{"core", "guard", "keyfunc", "internal/peeraddr"}, []string{"github.com/nyaruka/phonenumbers"}},
+		{"guard", engine("keyfunc"), []string{"github.com/nyaruka/phonenumbers", "golang.org/x/text", goRedis, rueidis}},
+		{"nethttp", engine("guard", "keyfunc"), []string{"github.com/nyaruka/phonenumbers"}},
+		{"ginlimit", engine("guard", "keyfunc"), []string{"github.com/nyaruka/phonenumbers"}},
+		{"echolimit", engine("guard", "keyfunc"), []string{"github.com/nyaruka/phonenumbers"}},
+		{"fiberlimit", engine("guard", "keyfunc", "internal/peeraddr"), []string{"github.com/nyaruka/phonenumbers"}},
+		{"grpclimit", engine("guard", "keyfunc", "internal/peeraddr"), []string{"github.com/nyaruka/phonenumbers"}},
 		{"internal/peeraddr", nil, []string{"net/http"}},
 	} {
 		t.Run(tc.pkg, func(t *testing.T) {
@@ -73,6 +78,26 @@ func TestDependencies(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// engine returns the packages a user of core links (core, its driver
+// contract and the memory store) and pkgs.
+func engine(pkgs ...string) []string {
+	return append([]string{"core", "core/driver", "internal/memstore"}, pkgs...)
+}
+
+// TestDriverContractStandardOnly: the driver contract imports only the
+// standard library, so that a driver of any client can implement it.
+func TestDriverContractStandardOnly(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", module+"/core/driver").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if p != module+"/core/driver" {
+			t.Errorf("core/driver depends on %s, want the standard library only", p)
+		}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc"
@@ -125,9 +126,9 @@ type flakyStore struct {
 	fail atomic.Bool
 }
 
-func (s *flakyStore) Take(ctx context.Context, q core.Query) (core.Result, error) {
+func (s *flakyStore) Take(ctx context.Context, q driver.Query) (driver.Result, error) {
 	if s.fail.Load() {
-		return core.Result{}, errors.New("store down")
+		return driver.Result{}, errors.New("store down")
 	}
 	return s.remote.Take(ctx, q)
 }
@@ -137,8 +138,8 @@ func (s *flakyStore) Take(ctx context.Context, q core.Query) (core.Result, error
 // alone, so that the limiter keeps a deny cache.
 type remote struct{ core.Store }
 
-// Watch implements core.Invalidator: nothing is ever missed.
-func (remote) Watch(_ string, f func(core.Invalidation)) { f(core.Invalidation{Resync: true}) }
+// Watch implements driver.Invalidator: nothing is ever missed.
+func (remote) Watch(_ string, f func(driver.Invalidation)) { f(driver.Invalidation{Resync: true}) }
 
-// Invalidate implements core.Invalidator.
+// Invalidate implements driver.Invalidator.
 func (remote) Invalidate(context.Context, string, string) error { return nil }

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver/drivertest"
 	"github.com/ratekit/ratekit/internal/redistest"
-	"github.com/ratekit/ratekit/internal/storetest"
 	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
@@ -31,7 +31,7 @@ func TestLockoutAndCalendar(t *testing.T) {
 		}
 	}
 	api := testkit.Limiter(t, store, core.Policy{Name: "api", Rules: []core.Rule{{Limit: 10, Window: time.Second},
-		{Limit: 1_000_000, Calendar: core.Month, Location: storetest.Zone(t, "Europe/Paris")}}}, appOptions...)
+		{Limit: 1_000_000, Calendar: core.Month, Location: drivertest.Zone(t, "Europe/Paris")}}}, appOptions...)
 	if _, err := api.AllowN(ctx, "app-42", 7); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 )
 
 // Operations of a call.
@@ -61,20 +61,20 @@ type Call struct {
 	Slot int    // the key's cluster slot; 0 on a single node
 
 	n, cap, now, at int64
-	rules           []core.Rule
+	rules           []driver.Rule
 	bw              [maxRules]int64 // SlidingBuckets: bucket width per rule, µs
-	lease           core.Lease
-	more            bool         // a lockout, calendar rules or challenges (see redis.lua)
-	lock            core.Lockout // the policy's lockout
-	cal             int64        // calendar rules' periods are found around this time, µs
-	refund          bool         // publishes its key when it frees units
+	lease           driver.Lease
+	more            bool           // a lockout, calendar rules or challenges (see redis.lua)
+	lock            driver.Lockout // the policy's lockout
+	cal             int64          // calendar rules' periods are found around this time, µs
+	refund          bool           // publishes its key when it frees units
 
 	// The answer.
 	Allowed    bool
-	Challenged bool  // a challenge (core.Result.Challenged)
+	Challenged bool  // a challenge (driver.Result.Challenged)
 	When       int64 // the time of the decision (of the units, for a take)
 	Used       int64 // leases: the units held after a take or peek
-	Rules      core.RuleStates
+	Rules      driver.RuleStates
 	LockedFor  time.Duration
 	Err        error
 
@@ -132,23 +132,23 @@ func (b *Blob) Drop() { b.b = nil }
 // taken at store time at) on the keys of prefix. wall is this process's
 // clock in µs, around which calendar periods are found when the server's
 // clock decides. cluster says whether slots matter.
-func (c *Call) Decision(prefix string, q *core.Query, op byte, at, wall int64, cluster bool) error {
-	if q.Algorithm != core.SlidingLog && q.Algorithm != core.SlidingBuckets {
-		return fmt.Errorf("algorithm %v: %w", q.Algorithm, core.ErrInvalidPolicy)
+func (c *Call) Decision(prefix string, q *driver.Query, op byte, at, wall int64, cluster bool) error {
+	if q.Algorithm != driver.SlidingLog && q.Algorithm != driver.SlidingBuckets {
+		return fmt.Errorf("algorithm %v: %w", q.Algorithm, driver.ErrInvalidQuery)
 	}
 	if len(q.Rules) > maxRules {
-		return fmt.Errorf("%d rules, at most %d: %w", len(q.Rules), maxRules, core.ErrInvalidPolicy)
+		return fmt.Errorf("%d rules, at most %d: %w", len(q.Rules), maxRules, driver.ErrInvalidQuery)
 	}
 	c.Op, c.n, c.now, c.at, c.rules = op, q.N, q.Now, at, q.Rules
 	c.Key, c.Kind = Key(prefix, q.Policy, q.Key), KindLog
-	if q.Algorithm == core.SlidingBuckets {
+	if q.Algorithm == driver.SlidingBuckets {
 		c.Key, c.Kind = c.Key+BucketsSuffix, KindBuckets
 	}
 	c.cap = q.Keep
 	for i, r := range q.Rules {
 		if r.Calendar != 0 {
-			if r.Calendar > core.Month {
-				return fmt.Errorf("Rules[%d].Calendar: unknown %v: %w", i, r.Calendar, core.ErrInvalidPolicy)
+			if r.Calendar > driver.Month {
+				return fmt.Errorf("Rules[%d].Calendar: unknown %v: %w", i, r.Calendar, driver.ErrInvalidQuery)
 			}
 			c.more = true
 			continue
@@ -164,7 +164,7 @@ func (c *Call) Decision(prefix string, q *core.Query, op byte, at, wall int64, c
 		}
 	}
 	if op == OpPass && !c.more {
-		return fmt.Errorf("a pass of a policy without a Rules[].Challenge: %w", core.ErrInvalidPolicy)
+		return fmt.Errorf("a pass of a policy without a Rules[].Challenge: %w", driver.ErrInvalidQuery)
 	}
 	if q.Lockout.For > 0 {
 		c.more, c.lock = true, q.Lockout
@@ -192,7 +192,7 @@ func (c *Call) Decision(prefix string, q *core.Query, op byte, at, wall int64, c
 }
 
 // Lease sets c up for an operation op of lease l on the keys of prefix.
-func (c *Call) Lease(prefix string, l core.Lease, op byte, cluster bool) {
+func (c *Call) Lease(prefix string, l driver.Lease, op byte, cluster bool) {
 	c.Op, c.Kind, c.lease = op, KindLease, l
 	c.Key = Key(prefix, l.Policy, l.Key) + LeaseSuffix
 	if cluster {
@@ -352,7 +352,7 @@ func (c *Call) appendMore(b []byte) []byte {
 }
 
 // calendarRules returns how many of rules are calendar rules.
-func calendarRules(rules []core.Rule) int {
+func calendarRules(rules []driver.Rule) int {
 	n := 0
 	for i := range rules {
 		if rules[i].Calendar != 0 {
@@ -427,13 +427,13 @@ func Decode(calls []*Call, reply string, err error) {
 // decodeStates reads the rule states of a decision: the sliding rules',
 // then those of the calendar rules and the lockout.
 func (c *Call) decodeStates(next func() float64) {
-	var cal [maxRules]core.RuleState
+	var cal [maxRules]driver.RuleState
 	rs := cal[:len(c.rules)]
 	for i, rl := range c.rules {
 		if rl.Calendar != 0 {
 			continue // after the sliding rules
 		}
-		rs[i] = core.RuleState{Limit: rl.Limit, Window: rl.Window, Used: int64(next()),
+		rs[i] = driver.RuleState{Limit: rl.Limit, Window: rl.Window, Used: int64(next()),
 			RetryAfter: time.Duration(next()) * time.Microsecond, ResetAfter: time.Duration(next()) * time.Microsecond,
 			NextAfter: time.Duration(next()) * time.Microsecond}
 	}
@@ -441,7 +441,7 @@ func (c *Call) decodeStates(next func() float64) {
 	if c.more {
 		for i, rl := range c.rules {
 			if rl.Calendar != 0 {
-				rs[i] = core.RuleState{Limit: rl.Limit, Calendar: rl.Calendar, Used: int64(next()),
+				rs[i] = driver.RuleState{Limit: rl.Limit, Calendar: rl.Calendar, Used: int64(next()),
 					RetryAfter: time.Duration(next()) * time.Microsecond, ResetAfter: time.Duration(next()) * time.Microsecond,
 					Window: time.Duration(next()) * time.Microsecond}
 				rs[i].NextAfter = rs[i].ResetAfter
@@ -449,7 +449,7 @@ func (c *Call) decodeStates(next func() float64) {
 		}
 		c.LockedFor = time.Duration(next()) * time.Microsecond
 	}
-	c.Rules = core.RuleStates{}
+	c.Rules = driver.RuleStates{}
 	for _, s := range rs {
 		c.Rules.Append(s)
 	}

@@ -6,18 +6,18 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 )
 
 // KeyError is the failure of one key's decision in a call that decided
 // the others: a key holding another type, say. It wraps
-// core.ErrKeyFailure: it says nothing of the store's health.
+// driver.ErrKeyFailure: it says nothing of the store's health.
 type KeyError struct{ Msg string }
 
 func (e *KeyError) Error() string { return "script: " + e.Msg }
 
-// Unwrap returns core.ErrKeyFailure.
-func (e *KeyError) Unwrap() error { return core.ErrKeyFailure }
+// Unwrap returns driver.ErrKeyFailure.
+func (e *KeyError) Unwrap() error { return driver.ErrKeyFailure }
 
 // ErrShortReply is the error of a reply shorter than its calls need.
 var ErrShortReply = errors.New("script reply too short")

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 )
 
 // The leases of a key are one sorted set in the key's slot,
@@ -12,7 +12,7 @@ import (
 // its expiry by the server's clock; a lease not renewed for its TTL is
 // dropped by the next take, and the key expires when its last lease does.
 
-// Leases implements [core.Leases] for a driver: its calls go through Run
+// Leases implements [driver.Leases] for a driver: its calls go through Run
 // (one call, waited for on the caller's context) and Flight (several in
 // one round trip). Name starts its errors ("ratekit: redis store").
 type Leases struct {
@@ -23,8 +23,8 @@ type Leases struct {
 	Flight  func(ctx context.Context, calls []*Call)
 }
 
-// TakeLease implements [core.Leases].
-func (s *Leases) TakeLease(ctx context.Context, l core.Lease) (ok bool, held int64, err error) {
+// TakeLease implements [driver.Leases].
+func (s *Leases) TakeLease(ctx context.Context, l driver.Lease) (ok bool, held int64, err error) {
 	c, err := s.lease(ctx, l, OpTake)
 	if err != nil {
 		return false, 0, err
@@ -34,8 +34,8 @@ func (s *Leases) TakeLease(ctx context.Context, l core.Lease) (ok bool, held int
 	return ok, held, nil
 }
 
-// HeldLeases implements [core.Leases].
-func (s *Leases) HeldLeases(ctx context.Context, l core.Lease) (int64, error) {
+// HeldLeases implements [driver.Leases].
+func (s *Leases) HeldLeases(ctx context.Context, l driver.Lease) (int64, error) {
 	l.N = 1
 	c, err := s.lease(ctx, l, OpPeek)
 	if err != nil {
@@ -46,8 +46,8 @@ func (s *Leases) HeldLeases(ctx context.Context, l core.Lease) (int64, error) {
 	return held, nil
 }
 
-// ReleaseLease implements [core.Leases].
-func (s *Leases) ReleaseLease(ctx context.Context, l core.Lease) error {
+// ReleaseLease implements [driver.Leases].
+func (s *Leases) ReleaseLease(ctx context.Context, l driver.Lease) error {
 	c, err := s.lease(ctx, l, OpRefund)
 	if err != nil {
 		return err
@@ -58,7 +58,7 @@ func (s *Leases) ReleaseLease(ctx context.Context, l core.Lease) error {
 
 // lease runs one lease operation and returns its answered call; the
 // caller puts it back.
-func (s *Leases) lease(ctx context.Context, l core.Lease, op byte) (*Call, error) {
+func (s *Leases) lease(ctx context.Context, l driver.Lease, op byte) (*Call, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", s.Name, err)
 	}
@@ -76,9 +76,9 @@ func (s *Leases) lease(ctx context.Context, l core.Lease, op byte) (*Call, error
 	return c, nil
 }
 
-// RenewLeases implements [core.Leases]: the renewals go in one round trip,
+// RenewLeases implements [driver.Leases]: the renewals go in one round trip,
 // one script call per slot.
-func (s *Leases) RenewLeases(ctx context.Context, ls []core.Lease, held []bool) error {
+func (s *Leases) RenewLeases(ctx context.Context, ls []driver.Lease, held []bool) error {
 	calls := make([]*Call, len(ls))
 	for i, l := range ls {
 		calls[i] = Get()

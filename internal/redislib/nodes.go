@@ -117,7 +117,7 @@ func (n *Nodes) Addr(slot int) (string, bool) {
 	return t.addrs[t.owner[slot]-1], true
 }
 
-// Partition names the partition of slot for [core.Partitioned]: the
+// Partition names the partition of slot for [driver.Partitioned]: the
 // address of the master that serves it, or, until the slot map is known,
 // the group of slots it belongs to (SlotGroup).
 func (n *Nodes) Partition(slot int) string {

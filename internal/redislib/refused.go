@@ -6,10 +6,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 )
 
-// The refusals of a policy ([core.Refusals]) are kept per minute by the
+// The refusals of a policy ([driver.Refusals]) are kept per minute by the
 // server's clock, in one sorted set per minute named by RefusedKey: a
 // member per key, scored by its count. Adding to a minute's set is one
 // transaction (ZINCRBY per key, ZREMRANGEBYRANK down to RefusedKeep
@@ -63,12 +63,12 @@ func (s RefusedSum) Add(member string, score float64) {
 
 // Top returns at most n keys with the highest sums, highest first, ties
 // in key order.
-func (s RefusedSum) Top(n int) []core.RefusedKey {
-	out := make([]core.RefusedKey, 0, len(s))
+func (s RefusedSum) Top(n int) []driver.RefusedKey {
+	out := make([]driver.RefusedKey, 0, len(s))
 	for k, c := range s {
-		out = append(out, core.RefusedKey{Key: k, Refusals: c})
+		out = append(out, driver.RefusedKey{Key: k, Refusals: c})
 	}
-	slices.SortFunc(out, func(a, b core.RefusedKey) int {
+	slices.SortFunc(out, func(a, b driver.RefusedKey) int {
 		if a.Refusals != b.Refusals {
 			if a.Refusals > b.Refusals {
 				return -1

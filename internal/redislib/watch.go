@@ -8,11 +8,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 )
 
 // Watchers hands what a driver hears on its invalidation channel to the
-// limiters that watch it ([core.Invalidator]). A refund or reset publishes
+// limiters that watch it ([driver.Invalidator]). A refund or reset publishes
 // the Redis key on the channel, a tier invalidation the key's name with
 // TierSuffix; messages sent while the subscription is down are lost, so
 // the driver reports each (re)subscription, and every watcher then
@@ -21,25 +21,25 @@ type Watchers struct {
 	prefix string
 
 	mu         sync.Mutex
-	byPolicy   map[string][]func(core.Invalidation)
+	byPolicy   map[string][]func(driver.Invalidation)
 	subscribed bool // the subscription is confirmed
 }
 
 // NewWatchers returns the watchers of the keys under prefix.
 func NewWatchers(prefix string) *Watchers {
-	return &Watchers{prefix: prefix, byPolicy: make(map[string][]func(core.Invalidation))}
+	return &Watchers{prefix: prefix, byPolicy: make(map[string][]func(driver.Invalidation))}
 }
 
 // Add makes f hear every invalidation of policy's keys from now on: a
 // Resync at once when the subscription is confirmed already (f then
 // hears everything), else at its confirmation.
-func (w *Watchers) Add(policy string, f func(core.Invalidation)) {
+func (w *Watchers) Add(policy string, f func(driver.Invalidation)) {
 	w.mu.Lock()
 	w.byPolicy[policy] = append(w.byPolicy[policy], f)
 	subscribed := w.subscribed
 	w.mu.Unlock()
 	if subscribed {
-		f(core.Invalidation{Resync: true})
+		f(driver.Invalidation{Resync: true})
 	}
 }
 
@@ -48,13 +48,13 @@ func (w *Watchers) Add(policy string, f func(core.Invalidation)) {
 func (w *Watchers) Subscribed() {
 	w.mu.Lock()
 	w.subscribed = true
-	var fs []func(core.Invalidation)
+	var fs []func(driver.Invalidation)
 	for _, f := range w.byPolicy {
 		fs = append(fs, f...)
 	}
 	w.mu.Unlock()
 	for _, f := range fs {
-		f(core.Invalidation{Resync: true})
+		f(driver.Invalidation{Resync: true})
 	}
 }
 
@@ -78,12 +78,12 @@ func (w *Watchers) Message(payload string) {
 	fs := w.byPolicy[policy]
 	w.mu.Unlock()
 	for _, f := range fs {
-		f(core.Invalidation{Key: key, Tier: tier})
+		f(driver.Invalidation{Key: key, Tier: tier})
 	}
 }
 
 // FleetBeat is how often a driver announces its instance for every policy
-// its limiters joined ([core.Fleet]), and FleetTTL how long an
+// its limiters joined ([driver.Fleet]), and FleetTTL how long an
 // announcement counts: an instance that stops is no longer counted after
 // at most FleetTTL. Each announcement is a member of the policy's sorted
 // set (FleetKey) scored by when it ends, in ms by the server's clock; so
@@ -93,7 +93,7 @@ const (
 	FleetTTL  = 3 * FleetBeat
 )
 
-// Fleet keeps a driver's side of [core.Fleet]: the policies joined, the
+// Fleet keeps a driver's side of [driver.Fleet]: the policies joined, the
 // instances last counted for each, and when they are next due to be
 // announced. The driver announces them (see FleetBeat).
 type Fleet struct {
@@ -126,7 +126,7 @@ func (f *Fleet) Join(policy string) (n *atomic.Int64, fresh bool) {
 	return n, true
 }
 
-// Instances returns the function [core.Fleet.Join] returns for a count n:
+// Instances returns the function [driver.Fleet.Join] returns for a count n:
 // at least 1.
 func Instances(n *atomic.Int64) func() int {
 	return func() int { return int(max(1, n.Load())) }

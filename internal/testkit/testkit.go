@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/redisstore"
@@ -173,20 +174,20 @@ func (r *Events) count(match func(core.Event) bool) int {
 type FailingStore struct{ Err error }
 
 // Take implements core.Store.
-func (s FailingStore) Take(context.Context, core.Query) (core.Result, error) {
-	return core.Result{}, s.Err
+func (s FailingStore) Take(context.Context, driver.Query) (driver.Result, error) {
+	return driver.Result{}, s.Err
 }
 
 // Peek implements core.Store.
-func (s FailingStore) Peek(context.Context, core.Query) (core.Result, error) {
-	return core.Result{}, s.Err
+func (s FailingStore) Peek(context.Context, driver.Query) (driver.Result, error) {
+	return driver.Result{}, s.Err
 }
 
 // Refund implements core.Store.
-func (s FailingStore) Refund(context.Context, core.Query, int64) error { return s.Err }
+func (s FailingStore) Refund(context.Context, driver.Query, int64) error { return s.Err }
 
 // Reset implements core.Store.
-func (s FailingStore) Reset(context.Context, core.Query) error { return s.Err }
+func (s FailingStore) Reset(context.Context, driver.Query) error { return s.Err }
 
 var _ core.Store = FailingStore{}
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc"
 )
@@ -142,7 +143,7 @@ func TestFailingStore(t *testing.T) {
 	down := errors.New("down")
 	s := testkit.FailingStore{Err: down}
 	ctx := context.Background()
-	q := core.Query{Key: "k"}
+	q := driver.Query{Key: "k"}
 	_, take := s.Take(ctx, q)
 	_, peek := s.Peek(ctx, q)
 	for name, err := range map[string]error{"Take": take, "Peek": peek, "Refund": s.Refund(ctx, q, 0), "Reset": s.Reset(ctx, q)} {

@@ -1,4 +1,4 @@
-package core
+package memstore
 
 import (
 	"context"
@@ -6,37 +6,39 @@ import (
 	"hash/maphash"
 	"strings"
 	"sync"
+
+	"github.com/ratekit/ratekit/core/driver"
 )
 
-// TakeLease implements [Leases]. The leases of a MemoryStore never expire:
+// TakeLease implements [driver.Leases]. The leases of a Store never expire:
 // their holder and the store are one process, so no holder can die and
 // leave them behind; l.TTL is ignored.
-func (s *MemoryStore) TakeLease(ctx context.Context, l Lease) (ok bool, held int64, err error) {
+func (s *Store) TakeLease(ctx context.Context, l driver.Lease) (ok bool, held int64, err error) {
 	if err := ctx.Err(); err != nil {
-		return false, 0, fmt.Errorf("ratekit: memory store: %w", err)
+		return false, 0, fmt.Errorf("memory store: %w", err)
 	}
-	held, ok = s.leasesOf(l.Policy).take(l.Key, leaseID{l.Owner, l.Seq}, l.N, l.Limit)
+	held, ok = LeasesOf(s, l.Policy).Take(l.Key, l.Owner, l.Seq, l.N, l.Limit)
 	return ok, held, nil
 }
 
-// HeldLeases implements [Leases].
-func (s *MemoryStore) HeldLeases(ctx context.Context, l Lease) (int64, error) {
+// HeldLeases implements [driver.Leases].
+func (s *Store) HeldLeases(ctx context.Context, l driver.Lease) (int64, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("ratekit: memory store: %w", err)
+		return 0, fmt.Errorf("memory store: %w", err)
 	}
-	return s.leasesOf(l.Policy).count(l.Key), nil
+	return LeasesOf(s, l.Policy).Count(l.Key), nil
 }
 
-// ReleaseLease implements [Leases].
-func (s *MemoryStore) ReleaseLease(ctx context.Context, l Lease) error {
-	s.leasesOf(l.Policy).release(l.Key, leaseID{l.Owner, l.Seq})
+// ReleaseLease implements [driver.Leases].
+func (s *Store) ReleaseLease(ctx context.Context, l driver.Lease) error {
+	LeasesOf(s, l.Policy).Release(l.Key, l.Owner, l.Seq)
 	return nil
 }
 
-// RenewLeases implements [Leases]: a lease is there until it is released.
-func (s *MemoryStore) RenewLeases(ctx context.Context, ls []Lease, held []bool) error {
+// RenewLeases implements [driver.Leases]: a lease is there until it is released.
+func (s *Store) RenewLeases(ctx context.Context, ls []driver.Lease, held []bool) error {
 	for i, l := range ls {
-		held[i] = s.leasesOf(l.Policy).has(l.Key, leaseID{l.Owner, l.Seq})
+		held[i] = LeasesOf(s, l.Policy).has(l.Key, leaseID{l.Owner, l.Seq})
 	}
 	return nil
 }
@@ -45,10 +47,10 @@ func (s *MemoryStore) RenewLeases(ctx context.Context, ls []Lease, held []bool) 
 // seq.
 type leaseID struct{ owner, seq int64 }
 
-// memLeases holds the leases of one policy in a MemoryStore. They have no
+// Leases holds the leases of one policy in a Store. They have no
 // TTL: the process that holds them is the store, so no holder can die and
 // leave them behind.
-type memLeases struct {
+type Leases struct {
 	seed    maphash.Seed
 	stripes [memShards]leaseStripe
 }
@@ -64,36 +66,38 @@ type memLeaseKey struct {
 	units map[leaseID]int64
 }
 
-// leasesOf returns the leases of a policy, created on first use.
-func (s *MemoryStore) leasesOf(policy string) *memLeases {
+// LeasesOf returns the leases of policy in s, created on first use: a
+// limiter's FailLocal fallback keeps its leases there.
+func LeasesOf(s *Store, policy string) *Leases {
 	if m, ok := s.leases.Load(policy); ok {
-		return m.(*memLeases)
+		return m.(*Leases)
 	}
-	m := &memLeases{seed: s.seed}
+	m := &Leases{seed: s.seed}
 	for i := range m.stripes {
 		m.stripes[i].keys = make(map[string]*memLeaseKey)
 	}
 	v, _ := s.leases.LoadOrStore(policy, m)
-	return v.(*memLeases)
+	return v.(*Leases)
 }
 
 // resetLeases forgets the leases of key under policy.
-func (s *MemoryStore) resetLeases(policy, key string) {
+func (s *Store) resetLeases(policy, key string) {
 	if m, ok := s.leases.Load(policy); ok {
-		st := m.(*memLeases).stripe(key)
+		st := m.(*Leases).stripe(key)
 		st.mu.Lock()
 		delete(st.keys, key)
 		st.mu.Unlock()
 	}
 }
 
-func (m *memLeases) stripe(key string) *leaseStripe {
+func (m *Leases) stripe(key string) *leaseStripe {
 	return &m.stripes[maphash.String(m.seed, key)%memShards]
 }
 
-// take adds lease id of n units to key if they fit limit, and returns the
-// units held after it.
-func (m *memLeases) take(key string, id leaseID, n, limit int64) (used int64, ok bool) {
+// Take adds the lease (owner, seq) of n units to key if they fit limit,
+// and returns the units held after it.
+func (m *Leases) Take(key string, owner, seq, n, limit int64) (used int64, ok bool) {
+	id := leaseID{owner, seq}
 	st := m.stripe(key)
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -103,7 +107,7 @@ func (m *memLeases) take(key string, id leaseID, n, limit int64) (used int64, ok
 			return 0, false
 		}
 		k = &memLeaseKey{units: make(map[leaseID]int64, 1)}
-		st.keys[strings.Clone(key)] = k // kept: see memPolicy.insert
+		st.keys[strings.Clone(key)] = k // kept: see Policy.insert
 	}
 	if k.used+n > limit {
 		return k.used, false
@@ -114,7 +118,8 @@ func (m *memLeases) take(key string, id leaseID, n, limit int64) (used int64, ok
 }
 
 // release removes lease id from key; nothing if it is gone.
-func (m *memLeases) release(key string, id leaseID) {
+func (m *Leases) Release(key string, owner, seq int64) {
+	id := leaseID{owner, seq}
 	st := m.stripe(key)
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -132,7 +137,7 @@ func (m *memLeases) release(key string, id leaseID) {
 }
 
 // count returns the units held for key.
-func (m *memLeases) count(key string) int64 {
+func (m *Leases) Count(key string) int64 {
 	st := m.stripe(key)
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -143,7 +148,7 @@ func (m *memLeases) count(key string) int64 {
 }
 
 // has reports whether lease id of key is there.
-func (m *memLeases) has(key string, id leaseID) bool {
+func (m *Leases) has(key string, id leaseID) bool {
 	st := m.stripe(key)
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -155,17 +160,17 @@ func (m *memLeases) has(key string, id leaseID) bool {
 }
 
 // forget drops every lease of key.
-func (m *memLeases) forget(key string) {
+func (m *Leases) Forget(key string) {
 	st := m.stripe(key)
 	st.mu.Lock()
 	delete(st.keys, key)
 	st.mu.Unlock()
 }
 
-// Reset implements [Store].
-func (s *MemoryStore) Reset(ctx context.Context, q Query) error {
+// Reset implements [driver.Store].
+func (s *Store) Reset(ctx context.Context, q driver.Query) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("ratekit: memory store: %w", err)
+		return fmt.Errorf("memory store: %w", err)
 	}
 	p := s.policy(q.Policy)
 	sh, h := p.shard(q.Key)

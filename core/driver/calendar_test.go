@@ -1,4 +1,4 @@
-package core
+package driver
 
 import (
 	"testing"
@@ -54,41 +54,23 @@ func TestCalendarPeriod(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			at := utc(tc.at).UnixMicro()
-			start, end := tc.cal.period(tc.loc, at)
+			start, end := Rule{Calendar: tc.cal, Location: tc.loc}.PeriodMicros(at)
 			if want := utc(tc.start).UnixMicro(); start != want {
 				t.Errorf("%v.period(%s) start = %v, want %s", tc.cal, tc.at, time.UnixMicro(start).In(loc(tc.loc)), tc.start)
 			}
 			if want := utc(tc.end).UnixMicro(); end != want {
 				t.Errorf("%v.period(%s) end = %v, want %s", tc.cal, tc.at, time.UnixMicro(end).In(loc(tc.loc)), tc.end)
 			}
-			// The boundaries a store picks from agree, and pick the same
-			// period at the caller's time.
-			b := tc.cal.bounds(tc.loc, at)
-			if s, e := pick(b, at); s != start || e != end {
-				t.Errorf("pick(bounds(%s)) = [%d, %d), want [%d, %d)", tc.at, s, e, start, end)
-			}
-			if b[0] >= b[1] || b[2] >= b[3] {
-				t.Errorf("bounds(%s) = %v, want increasing", tc.at, b)
-			}
-			ps, pe := tc.cal.period(tc.loc, b[1]-1)
-			ns, ne := tc.cal.period(tc.loc, b[2])
-			if ps != b[0] || pe != b[1] || ns != b[2] || ne != b[3] {
-				t.Errorf("bounds(%s) = %v, want the previous period [%d, %d) and the next [%d, %d)", tc.at, b, ps, pe, ns, ne)
+			// The periods around it, as a driver finds them: the one
+			// before ends where this one starts, the next starts where
+			// this one ends.
+			r := Rule{Calendar: tc.cal, Location: tc.loc}
+			ps, pe := r.PeriodMicros(start - 1)
+			ns, ne := r.PeriodMicros(end)
+			if pe != start || ns != end || ps >= pe || ns >= ne {
+				t.Errorf("periods around %s: [%d, %d) and [%d, %d), want them to meet [%d, %d)", tc.at, ps, pe, ns, ne, start, end)
 			}
 		})
-	}
-}
-
-// TestCalendarPick: a store whose clock differs from the caller's picks
-// the period that holds its own time among the boundaries.
-func TestCalendarPick(t *testing.T) {
-	b := [4]int64{100, 200, 300, 400}
-	for _, tc := range []struct{ t, start, end int64 }{
-		{50, 100, 200}, {150, 100, 200}, {199, 100, 200}, {200, 200, 300}, {299, 200, 300}, {300, 300, 400}, {450, 300, 400},
-	} {
-		if s, e := pick(b, tc.t); s != tc.start || e != tc.end {
-			t.Errorf("pick(%v, %d) = [%d, %d), want [%d, %d)", b, tc.t, s, e, tc.start, tc.end)
-		}
 	}
 }
 
@@ -97,4 +79,12 @@ func loc(l *time.Location) *time.Location {
 		return time.UTC
 	}
 	return l
+}
+
+// TestPeriodSliding: a sliding rule has no period.
+func TestPeriodSliding(t *testing.T) {
+	s, e := Rule{Limit: 1, Window: time.Second}.Period(time.Now())
+	if !s.IsZero() || !e.IsZero() {
+		t.Errorf("Period of a sliding rule = %v, %v, want zero times", s, e)
+	}
 }

@@ -1,4 +1,4 @@
-package storetest
+package drivertest
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	_ "time/tzdata" // the suite's time zones, wherever it runs
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 )
 
 // Zone loads the time zone name or fails t.
@@ -166,12 +167,12 @@ func testCalendarBoundary(t *testing.T, s *suite) {
 		retryTiming(t, func(key string) bool {
 			boundary := time.Now().Truncate(time.Second).Add(2 * time.Second)
 			b := boundary.UnixMicro()
-			q := core.Query{Policy: s.name(), Key: key, Algorithm: algo, Buckets: 60, N: 1, Keep: limit,
-				Rules: []core.Rule{{Limit: limit, Calendar: core.Day, Location: ZoneWithMidnightAt(boundary)}}}
+			q := driver.Query{Policy: s.name(), Key: key, Algorithm: driver.Algorithm(algo), Buckets: 60, N: 1, Keep: limit,
+				Rules: []driver.Rule{{Limit: limit, Calendar: driver.Day, Location: ZoneWithMidnightAt(boundary)}}}
 			used := map[bool]int64{} // by "after the boundary"
 			before := 0
 			for i := 0; ; i++ {
-				var r core.Result
+				var r driver.Result
 				var err error
 				if i%3 == 2 {
 					r, err = st.Peek(ctx(t), q)

@@ -1,4 +1,4 @@
-package storetest
+package drivertest
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/internal/redislib"
 	"github.com/ratekit/ratekit/internal/redistest"
 )
@@ -25,8 +26,8 @@ func SplitOnTryAgain(t *testing.T, c *redistest.Cluster, s core.Store, prefix st
 	defer cancel()
 	slot := redistest.Slot("split")
 	keys := redistest.KeysWhere(2, "s", func(s int) bool { return s == slot })
-	query := func(key string) core.Query {
-		return core.Query{Policy: "split", Key: key, N: 1, Keep: 10, Rules: []core.Rule{{Limit: 10, Window: time.Minute}}}
+	query := func(key string) driver.Query {
+		return driver.Query{Policy: "split", Key: key, N: 1, Keep: 10, Rules: []driver.Rule{{Limit: 10, Window: time.Minute}}}
 	}
 	if _, err := s.Take(ctx, query(keys[0])); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package storetest
+package drivertest
 
 import (
 	"fmt"
@@ -8,35 +8,36 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 )
 
-// testRefusals: the store keeps refusals ([core.Refusals]): additions to a
+// testRefusals: the store keeps refusals ([driver.Refusals]): additions to a
 // policy sum per key, TopRefused returns the n highest in order (ties in
 // key order) and nothing of another policy, a minute keeps its 1,000
 // highest keys, and a limiter's refusals reach TopRefused with their
 // bounded keys.
 func testRefusals(t *testing.T, s *suite) {
 	store := s.newStore(t)
-	rs, ok := store.(core.Refusals)
+	rs, ok := store.(driver.Refusals)
 	if !ok {
-		t.Fatalf("%T does not keep refusals (core.Refusals)", store)
+		t.Fatalf("%T does not keep refusals (driver.Refusals)", store)
 	}
 	c := ctx(t)
 	p, other := s.name(), s.name()
 	for _, add := range []struct {
 		policy string
-		keys   []core.RefusedKey
+		keys   []driver.RefusedKey
 	}{
-		{p, []core.RefusedKey{{Key: "a", Refusals: 3}, {Key: "b", Refusals: 5}, {Key: "c", Refusals: 3}}},
-		{p, []core.RefusedKey{{Key: "a", Refusals: 4}, {Key: "d", Refusals: 1}}},
+		{p, []driver.RefusedKey{{Key: "a", Refusals: 3}, {Key: "b", Refusals: 5}, {Key: "c", Refusals: 3}}},
+		{p, []driver.RefusedKey{{Key: "a", Refusals: 4}, {Key: "d", Refusals: 1}}},
 		{p, nil},
-		{other, []core.RefusedKey{{Key: "a", Refusals: 100}, {Key: "z", Refusals: 1}}},
+		{other, []driver.RefusedKey{{Key: "a", Refusals: 100}, {Key: "z", Refusals: 1}}},
 	} {
 		if err := rs.AddRefused(c, add.policy, add.keys); err != nil {
 			t.Fatalf("AddRefused(%s, %v): %v", add.policy, add.keys, err)
 		}
 	}
-	want := []core.RefusedKey{{Key: "a", Refusals: 7}, {Key: "b", Refusals: 5}, {Key: "c", Refusals: 3}, {Key: "d", Refusals: 1}}
+	want := []driver.RefusedKey{{Key: "a", Refusals: 7}, {Key: "b", Refusals: 5}, {Key: "c", Refusals: 3}, {Key: "d", Refusals: 1}}
 	for _, n := range []int{10, 4, 2, 1, 0} {
 		got, err := rs.TopRefused(c, p, n)
 		if err != nil {
@@ -52,9 +53,9 @@ func testRefusals(t *testing.T, s *suite) {
 
 	// One addition of 1,500 keys: the minute keeps the 1,000 highest.
 	bound := s.name()
-	many := make([]core.RefusedKey, 1500)
+	many := make([]driver.RefusedKey, 1500)
 	for i := range many {
-		many[i] = core.RefusedKey{Key: fmt.Sprintf("k%04d", i), Refusals: int64(i + 1)}
+		many[i] = driver.RefusedKey{Key: fmt.Sprintf("k%04d", i), Refusals: int64(i + 1)}
 	}
 	if err := rs.AddRefused(c, bound, many); err != nil {
 		t.Fatal(err)
@@ -79,12 +80,12 @@ func testRefusals(t *testing.T, s *suite) {
 			allow(t, l, key)
 		}
 	}
-	got, err = l.TopRefused(c, 10)
+	top, err := l.TopRefused(c, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = []core.RefusedKey{{Key: "alice", Refusals: 3}, {Key: core.BoundKey(long), Refusals: 2}, {Key: "bob", Refusals: 1}}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("Limiter.TopRefused = %v, want %v", got, want)
+	wantTop := []core.RefusedKey{{Key: "alice", Refusals: 3}, {Key: driver.BoundKey(long), Refusals: 2}, {Key: "bob", Refusals: 1}}
+	if !reflect.DeepEqual(top, wantTop) {
+		t.Errorf("Limiter.TopRefused = %v, want %v", top, wantTop)
 	}
 }

@@ -1,4 +1,4 @@
-package core
+package memstore
 
 import (
 	"math/rand/v2"
@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/ratekit/ratekit/core/driver"
 )
 
 // TestMemShardSameHash: keys whose hashes are equal share a map entry,
@@ -14,7 +16,7 @@ import (
 func TestMemShardSameHash(t *testing.T) {
 	keys := []string{"a", "b", "c", "d"}
 	for _, order := range [][]int{{0, 1, 2, 3}, {3, 2, 1, 0}, {1, 3, 0, 2}, {2, 0, 3, 1}} {
-		p := NewMemoryStore().policy("p")
+		p := New().policy("p")
 		sh := &p.shards[0]
 		const h = 42 // every key, as if they collided
 		for _, k := range keys {
@@ -54,8 +56,8 @@ func TestMemShardSameHash(t *testing.T) {
 // back), merges into one microsecond, refunds that empty an event or
 // not, and windows that drop whole chunks.
 func TestMemLogCopiesKept(t *testing.T) {
-	p := NewMemoryStore().policy("p")
-	rules := []Rule{{Limit: 300, Window: 5 * time.Millisecond}, {Limit: 900, Window: 20 * time.Millisecond}}
+	p := New().policy("p")
+	rules := []driver.Rule{{Limit: 300, Window: 5 * time.Millisecond}, {Limit: 900, Window: 20 * time.Millisecond}}
 	rng := rand.New(rand.NewPCG(3, 5))
 	now := int64(1_000_000)
 	var taken []int64
@@ -68,15 +70,15 @@ func TestMemLogCopiesKept(t *testing.T) {
 		default:
 			now += rng.Int64N(60)
 		}
-		q := Query{Policy: "p", Key: "k", Rules: rules, N: 1 + rng.Int64N(3), Now: now}
+		q := driver.Query{Policy: "p", Key: "k", Rules: rules, N: 1 + rng.Int64N(3), Now: now}
 		if rng.IntN(8) == 0 && len(taken) > 0 {
 			i := rng.IntN(len(taken))
-			p.refund(&q, taken[i])
+			p.Refund(&q, taken[i])
 			taken = slices.Delete(taken, i, i+1)
 		} else {
-			var st states
-			if ok, at := p.decide(&q, true, &st); ok {
-				taken = append(taken, at)
+			var st driver.Result
+			if p.Decide(&q, true, &st); st.Allowed {
+				taken = append(taken, st.At)
 			}
 		}
 		sh, h := p.shard("k")

@@ -4,8 +4,8 @@
 // point) and checks exact admission under concurrency, multi-rule binding,
 // exact RetryAfter, Peek, Reset, Refund, cost validation, bounded keys,
 // window expiry, lockouts, calendar rules, challenges and the refusals
-// kept ([core.Refusals]).
-package storetest
+// kept ([driver.Refusals]).
+package drivertest
 
 import (
 	"context"
@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 )
 
 // callTimeout bounds every store call of the suite. It is generous on
@@ -144,20 +145,20 @@ func spied(sp *spy) core.Store {
 
 // localCaps are the capabilities of an in-process store (MemoryStore).
 type localCaps interface {
-	core.Local
-	core.Leases
-	core.Challenges
+	driver.Local
+	driver.Leases
+	driver.Challenges
 }
 
 // sharedCaps are the capabilities of a shared store (the Redis drivers).
 type sharedCaps interface {
 	core.Store
-	core.Leases
-	core.Challenges
-	core.Invalidator
-	core.Fleet
-	core.Partitioned
-	core.Checker
+	driver.Leases
+	driver.Challenges
+	driver.Invalidator
+	driver.Fleet
+	driver.Partitioned
+	driver.Checker
 }
 
 type localSpy struct {
@@ -165,32 +166,32 @@ type localSpy struct {
 	localCaps
 }
 
-func (s *localSpy) Take(ctx context.Context, q core.Query) (core.Result, error) {
+func (s *localSpy) Take(ctx context.Context, q driver.Query) (driver.Result, error) {
 	return s.spy.Take(ctx, q)
 }
-func (s *localSpy) Peek(ctx context.Context, q core.Query) (core.Result, error) {
+func (s *localSpy) Peek(ctx context.Context, q driver.Query) (driver.Result, error) {
 	return s.spy.Peek(ctx, q)
 }
-func (s *localSpy) Refund(ctx context.Context, q core.Query, at int64) error {
+func (s *localSpy) Refund(ctx context.Context, q driver.Query, at int64) error {
 	return s.spy.Refund(ctx, q, at)
 }
-func (s *localSpy) Reset(ctx context.Context, q core.Query) error { return s.spy.Reset(ctx, q) }
+func (s *localSpy) Reset(ctx context.Context, q driver.Query) error { return s.spy.Reset(ctx, q) }
 
 type sharedSpy struct {
 	*spy
 	sharedCaps
 }
 
-func (s *sharedSpy) Take(ctx context.Context, q core.Query) (core.Result, error) {
+func (s *sharedSpy) Take(ctx context.Context, q driver.Query) (driver.Result, error) {
 	return s.spy.Take(ctx, q)
 }
-func (s *sharedSpy) Peek(ctx context.Context, q core.Query) (core.Result, error) {
+func (s *sharedSpy) Peek(ctx context.Context, q driver.Query) (driver.Result, error) {
 	return s.spy.Peek(ctx, q)
 }
-func (s *sharedSpy) Refund(ctx context.Context, q core.Query, at int64) error {
+func (s *sharedSpy) Refund(ctx context.Context, q driver.Query, at int64) error {
 	return s.spy.Refund(ctx, q, at)
 }
-func (s *sharedSpy) Reset(ctx context.Context, q core.Query) error { return s.spy.Reset(ctx, q) }
+func (s *sharedSpy) Reset(ctx context.Context, q driver.Query) error { return s.spy.Reset(ctx, q) }
 
 // limiter returns a limiter for rules on a new store, with the suite's
 // call timeout before opts.
@@ -213,7 +214,7 @@ type spy struct {
 	keys   map[string]bool
 }
 
-func (s *spy) see(q core.Query) {
+func (s *spy) see(q driver.Query) {
 	for {
 		m := s.maxKey.Load()
 		if int64(len(q.Key)) <= m || s.maxKey.CompareAndSwap(m, int64(len(q.Key))) {
@@ -228,23 +229,23 @@ func (s *spy) see(q core.Query) {
 	s.mu.Unlock()
 }
 
-func (s *spy) Take(ctx context.Context, q core.Query) (core.Result, error) {
+func (s *spy) Take(ctx context.Context, q driver.Query) (driver.Result, error) {
 	s.takes.Add(1)
 	s.see(q)
 	return s.Store.Take(ctx, q)
 }
 
-func (s *spy) Peek(ctx context.Context, q core.Query) (core.Result, error) {
+func (s *spy) Peek(ctx context.Context, q driver.Query) (driver.Result, error) {
 	s.see(q)
 	return s.Store.Peek(ctx, q)
 }
 
-func (s *spy) Refund(ctx context.Context, q core.Query, at int64) error {
+func (s *spy) Refund(ctx context.Context, q driver.Query, at int64) error {
 	s.see(q)
 	return s.Store.Refund(ctx, q, at)
 }
 
-func (s *spy) Reset(ctx context.Context, q core.Query) error {
+func (s *spy) Reset(ctx context.Context, q driver.Query) error {
 	s.see(q)
 	return s.Store.Reset(ctx, q)
 }
@@ -403,8 +404,8 @@ func testConcurrentTakeRetryAfter(t *testing.T, s *suite) {
 		window = time.Minute
 	)
 	st := s.store(t)
-	q := core.Query{Policy: s.name(), Key: "k", Rules: []core.Rule{{Limit: limit, Window: window}}, N: 1}
-	results := make([]core.Result, limit+extra)
+	q := driver.Query{Policy: s.name(), Key: "k", Rules: []driver.Rule{{Limit: limit, Window: window}}, N: 1}
+	results := make([]driver.Result, limit+extra)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	c := ctx(t)
@@ -556,9 +557,9 @@ func testMultiRuleStore(t *testing.T, s *suite) {
 		w2 = time.Minute
 	)
 	st := s.store(t)
-	rules := []core.Rule{{Limit: 2, Window: w1}, {Limit: 3, Window: w2}}
-	q := core.Query{Policy: s.name(), Key: "k", Rules: rules, N: 1}
-	take := func(id string, n int64) core.Result {
+	rules := []driver.Rule{{Limit: 2, Window: w1}, {Limit: 3, Window: w2}}
+	q := driver.Query{Policy: s.name(), Key: "k", Rules: rules, N: 1}
+	take := func(id string, n int64) driver.Result {
 		t.Helper()
 		q := q
 		q.N = n
@@ -604,7 +605,7 @@ func testMultiRuleStore(t *testing.T, s *suite) {
 func testExactRetryAfter(t *testing.T, s *suite) {
 	const window = time.Minute
 	st := s.store(t)
-	q := core.Query{Policy: s.name(), Key: "k", Rules: []core.Rule{{Limit: 3, Window: window}}}
+	q := driver.Query{Policy: s.name(), Key: "k", Rules: []driver.Rule{{Limit: 3, Window: window}}}
 	var at [3]int64
 	for i := range at {
 		q.N = 1
@@ -633,7 +634,7 @@ func testExactRetryAfter(t *testing.T, s *suite) {
 			q := q
 			q.N = tc.n
 			var (
-				r   core.Result
+				r   driver.Result
 				err error
 			)
 			if tc.peek {
@@ -824,7 +825,7 @@ func testReset(t *testing.T, s *suite) {
 	// The denial is in the deny cache now, where the limiter keeps one
 	// (not on an in-process store, which answers as fast).
 	want := core.SourceCache
-	if _, local := st.Store.(core.Local); local {
+	if _, local := st.Store.(driver.Local); local {
 		want = core.SourceStore
 	}
 	// A shared store's cache answers once the store listens for
@@ -1080,7 +1081,7 @@ func testValidation(t *testing.T, s *suite) {
 		{"negative challenge", st, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 3, Window: time.Second, Challenge: -1}}}, nil, "Rules[0].Challenge"},
 		{"second rule's challenge", st, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 3, Window: time.Second}, {Limit: 5, Calendar: core.Day, Challenge: 9}}}, nil, "Rules[1].Challenge"},
 		{"challenge with shards", st, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 4, Window: time.Second, Challenge: 2}}, Shards: 2}, nil, "Challenge"},
-		{"challenge on a store without challenges", struct{ core.Store }{st}, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 4, Window: time.Second, Challenge: 2}}}, nil, "core.Challenges"},
+		{"challenge on a store without challenges", struct{ core.Store }{st}, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 4, Window: time.Second, Challenge: 2}}}, nil, "driver.Challenges"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := core.NewLimiter(tc.store, tc.policy, tc.opts...)
@@ -1115,9 +1116,9 @@ func testValidation(t *testing.T, s *suite) {
 	}
 
 	// A store called without a limiter refuses a period it cannot count.
-	q := core.Query{Policy: s.name(), Key: "k", N: 1, Rules: []core.Rule{{Limit: 1, Calendar: 9}}}
-	if _, err := st.Take(ctx(t), q); !errors.Is(err, core.ErrInvalidPolicy) {
-		t.Errorf("Take with Calendar 9 = %v, want ErrInvalidPolicy", err)
+	q := driver.Query{Policy: s.name(), Key: "k", N: 1, Rules: []driver.Rule{{Limit: 1, Calendar: 9}}}
+	if _, err := st.Take(ctx(t), q); !errors.Is(err, driver.ErrInvalidQuery) {
+		t.Errorf("Take with Calendar 9 = %v, want driver.ErrInvalidQuery", err)
 	}
 
 	// The limiter keeps its own copy of the rules.
@@ -1138,7 +1139,7 @@ func testValidation(t *testing.T, s *suite) {
 }
 
 // maxStoreKey is the longest key a limiter hands its store as it is;
-// longer keys are replaced by hashedKey (see core.Query.Key).
+// longer keys are replaced by hashedKey (see driver.Query.Key).
 const maxStoreKey = 128
 
 // hashedKey is the store key of a key longer than maxStoreKey: "#" and the
