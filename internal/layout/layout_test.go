@@ -2,9 +2,9 @@
 // design says: adapters on guard (fiberlimit and grpclimit also on
 // internal/peeraddr, which writes their peers' net.Addr in one allocation
 // and depends on nothing of ratekit), guard on core and keyfunc, the Redis
-// drivers on core and internal/redislib, each on its own client only, and
-// core and keyfunc on nothing of ratekit, nor on heavy libraries nor on a
-// Redis client.
+// drivers on core and internal/redislib, each on its own client only, the
+// test kit ratekittest on core alone, and core and keyfunc on nothing of
+// ratekit, nor on heavy libraries nor on a Redis client.
 package layout_test
 
 import (
@@ -56,6 +56,8 @@ func TestDependencies(t *testing.T) {
 		{"fiberlimit", []string{"core", "guard", "keyfunc", "internal/peeraddr"}, []string{"github.com/nyaruka/phonenumbers"}},
 		{"grpclimit", []string{"core", "guard", "keyfunc", "internal/peeraddr"}, []string{"github.com/nyaruka/phonenumbers"}},
 		{"internal/peeraddr", nil, []string{"net/http"}},
+		// An app's tests link the test kit: no Redis client, no framework.
+		{"ratekittest", []string{"core"}, []string{"net/http", "github.com/nyaruka/phonenumbers", "google.golang.org/protobuf", "golang.org/x/text", goRedis, rueidis}},
 	} {
 		t.Run(tc.pkg, func(t *testing.T) {
 			allowed := map[string]bool{module + "/" + tc.pkg: true}
