@@ -44,6 +44,7 @@ var importPaths = map[string]string{
 	"ratekitprom":  "github.com/ratekit/ratekit/ratekitprom",
 	"ratekitotel":  "github.com/ratekit/ratekit/ratekitotel",
 	"ratekitslog":  "github.com/ratekit/ratekit/ratekitslog",
+	"ratekittest":  "github.com/ratekit/ratekit/ratekittest",
 	"redisstore":   "github.com/ratekit/ratekit/redisstore",
 	"rueidisstore": "github.com/ratekit/ratekit/rueidisstore",
 	"rueidis":      "github.com/redis/rueidis",
@@ -68,6 +69,7 @@ var importPaths = map[string]string{
 	"os":           "os",
 	"slog":         "log/slog",
 	"strings":      "strings",
+	"testing":      "testing",
 	"time":         "time",
 }
 

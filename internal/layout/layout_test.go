@@ -5,8 +5,9 @@
 // its driver contract (core/driver, the standard library only) and the
 // memory store (internal/memstore), the Redis drivers on the contract and
 // internal/redislib and never on the engine, each on its own client only,
-// and keyfunc on nothing of ratekit; none of them on heavy libraries nor,
-// but the drivers, on a Redis client.
+// the test kit ratekittest on core alone, and keyfunc on nothing of
+// ratekit; none of them on heavy libraries nor, but the drivers, on a
+// Redis client.
 package layout_test
 
 import (
@@ -61,6 +62,8 @@ func TestDependencies(t *testing.T) {
 		{"fiberlimit", engine("guard", "keyfunc", "internal/peeraddr"), []string{"github.com/nyaruka/phonenumbers"}},
 		{"grpclimit", engine("guard", "keyfunc", "internal/peeraddr"), []string{"github.com/nyaruka/phonenumbers"}},
 		{"internal/peeraddr", nil, []string{"net/http"}},
+		// An app's tests link the test kit: no Redis client, no framework.
+		{"ratekittest", engine(), []string{"net/http", "github.com/nyaruka/phonenumbers", "google.golang.org/protobuf", "golang.org/x/text", goRedis, rueidis}},
 	} {
 		t.Run(tc.pkg, func(t *testing.T) {
 			allowed := map[string]bool{module + "/" + tc.pkg: true}

@@ -299,7 +299,7 @@ func (p *Policy) insert(sh *memShard, h uint64, key string, now int64) *memLog {
 	} else {
 		lg = &memLog{key: key, index: int32(len(sh.keys)), used: now}
 	}
-	lg.born = max(now, sh.forgot+1)
+	lg.born = now
 	lg.next = sh.m[h]
 	sh.m[h] = lg
 	sh.keys = append(sh.keys, memSlot{lg: lg, hash: h})
