@@ -72,6 +72,12 @@ func (l *Limiter) notice(ctx context.Context, e Event) {
 	case EventFallbackEnd:
 		slog.Default().InfoContext(ctx, "ratekit: store answers again; decisions come from it",
 			"policy", l.policy.Name, "fallback_decisions", e.Fallbacks)
+	case EventRulesDiffer:
+		if e.Err != nil {
+			slog.Default().ErrorContext(ctx, "ratekit: other instances use this policy name with other rules", "policy", l.policy.Name, "error", e.Err.Error())
+		} else {
+			slog.Default().InfoContext(ctx, "ratekit: every instance uses this policy's rules again", "policy", l.policy.Name)
+		}
 	}
 }
 

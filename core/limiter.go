@@ -38,6 +38,7 @@ type Limiter struct {
 	released releases   // wakes them when a lease is released (InFlight)
 
 	fleet      func() int // the instances using the policy, on a Fleet store
+	differ     differ     // the configurations other instances announce for the policy
 	wholeLimit bool       // WithLocalShare(false)
 	episode    fallbackState
 	refused    *refusals // the refusals counted (TopRefused); nil: none

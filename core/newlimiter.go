@@ -57,9 +57,9 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	if !local && o.failure == FailLocal {
 		l.local = NewMemoryStore(WithMaxKeys(fallbackMaxKeys))
 		l.fb = memstore.PolicyOf(l.local, policy.Name)
-		if f, ok := store.(driver.Fleet); ok && !o.wholeLimit {
-			l.fleet = f.Join(policy.Name)
-		}
+	}
+	if f, ok := store.(driver.Fleet); ok && !local && !o.tier {
+		l.join(f, o)
 	}
 	if policy.InFlight > 0 {
 		return l, l.inFlight(o, local)

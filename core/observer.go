@@ -58,6 +58,14 @@ const (
 	// challenged request is an EventDecision with Decision.Challenged
 	// set, as a lockout is one with Decision.Locked.
 	EventPass
+	// EventRulesDiffer reports that the store says other instances use
+	// the policy's name with another configuration (rules, algorithm,
+	// lockout or tiers): each limits the keys its own way. Event.Err
+	// says how many configurations and names their fingerprints; it is
+	// nil when they agree again. It comes when the store first tells,
+	// and at every change; [Limiter.Check] reports it too. A limiter
+	// without observers logs it through log/slog's default logger.
+	EventRulesDiffer
 )
 
 // String returns the kind's name.
@@ -87,6 +95,8 @@ func (k EventKind) String() string {
 		return "fallback_end"
 	case EventPass:
 		return "pass"
+	case EventRulesDiffer:
+		return "rules_differ"
 	}
 	return "unknown"
 }

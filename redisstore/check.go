@@ -31,9 +31,22 @@ import (
 // anything but noeviction (see ErrUnsafeEviction for why); when neither
 // answers, that error.
 //
+// Last, it announces this instance for every policy joined and reads
+// every instance's announcement, so that a limiter's Check reports the
+// instances that use one of its policies with other rules.
+//
 // Check returns by ctx's deadline. Call it once at start-up, or call
 // [core.Limiter.Check] to report the result to the limiter's observers too.
 func (s *Store) Check(ctx context.Context) error {
+	err := s.check(ctx)
+	for _, p := range s.watch.fleet.Policies() {
+		s.watch.announce(p)
+	}
+	return err
+}
+
+// check is Check but the announcements.
+func (s *Store) check(ctx context.Context) error {
 	var (
 		mu   sync.Mutex
 		errs []error
@@ -103,14 +116,14 @@ func (s *Store) usable(ctx context.Context, c redis.UniversalClient) error {
 		return fmt.Errorf("PUBLISH %s: %w", s.watch.channel, err)
 	}
 	for _, p := range s.watch.fleet.Policies() {
-		k := redislib.FleetKey(s.prefix, p)
+		k := redislib.FleetKey(s.prefix, p.Name)
 		typ, err := c.Type(ctx, k).Result()
 		if err != nil {
 			return fmt.Errorf("TYPE %s: %w", k, err)
 		}
 		if typ != "zset" && typ != "none" {
 			return fmt.Errorf("key %s holds a %s, where the store counts the instances of policy %q in a sorted set: %w",
-				k, typ, p, errWrongType)
+				k, typ, p.Name, errWrongType)
 		}
 	}
 	return nil

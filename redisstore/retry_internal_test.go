@@ -25,7 +25,7 @@ func TestRetrySendsOnlyTheRefused(t *testing.T) {
 	l := driver.Lease{Policy: "retry", Key: "k", Owner: 1, Seq: 1, N: 1, Limit: 5, TTL: time.Minute}
 	flight := func() (take, lease *redislib.Call) {
 		take, lease = redislib.Get(), redislib.Get()
-		if err := take.Decision(s.prefix, &q, redislib.OpTake, 0, time.Now().UnixMicro(), false); err != nil {
+		if err := take.Decision(s.prefix, &q, redislib.OpTake, 0, time.Now().UnixMicro(), false, nil); err != nil {
 			t.Fatal(err)
 		}
 		lease.Lease(s.prefix, l, redislib.OpPeek, false)

@@ -43,7 +43,7 @@ func TestSameKeyBatchMatchesSerial(t *testing.T) {
 				for i, o := range ops {
 					q := driver.Query{Policy: "same", Key: key, N: o.n, Keep: 700, Now: o.now, Rules: rules}
 					c := redislib.Get()
-					if err := c.Decision(s.prefix, &q, o.code, at[i], o.now, false); err != nil {
+					if err := c.Decision(s.prefix, &q, o.code, at[i], o.now, false, nil); err != nil {
 						t.Fatal(err)
 					}
 					calls[i] = c

@@ -286,7 +286,7 @@ func (s *Store) decide(ctx context.Context, q *driver.Query, op byte, at int64) 
 		return driver.Result{}, fmt.Errorf("ratekit: redis store: %w", err)
 	}
 	c := redislib.Get()
-	if err := c.Decision(s.prefix, q, op, at, s.wallNow(), s.cluster); err != nil {
+	if err := c.Decision(s.prefix, q, op, at, s.wallNow(), s.cluster, s.watch.fleet.Of(q.Policy)); err != nil {
 		redislib.Put(c)
 		return driver.Result{}, fmt.Errorf("ratekit: redis store: %w", err)
 	}

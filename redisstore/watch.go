@@ -7,7 +7,6 @@ import (
 	"net"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,17 +18,23 @@ import (
 // watcher carries invalidations between the instances of a Store and
 // counts them: one goroutine subscribes to the store's channel, hands
 // what it hears to the watchers, and announces this instance for every
-// policy joined ([Store.Join]).
+// policy joined ([Store.Join]), until the store is closed.
 type watcher struct {
 	s        *Store
 	channel  string
 	watchers *redislib.Watchers
 	fleet    *redislib.Fleet
 	start    sync.Once
+	life     context.Context // ended by Close
+	stop     context.CancelFunc
+	done     chan struct{} // closed when run has returned
 }
 
 func newWatcher(s *Store) *watcher {
-	return &watcher{s: s, channel: redislib.Channel(s.prefix), watchers: redislib.NewWatchers(s.prefix), fleet: redislib.NewFleet()}
+	w := &watcher{s: s, channel: redislib.Channel(s.prefix), watchers: redislib.NewWatchers(s.prefix), fleet: redislib.NewFleet(),
+		done: make(chan struct{})}
+	w.life, w.stop = context.WithCancel(context.Background())
+	return w
 }
 
 // Watch implements [driver.Invalidator]: f hears every reset and refund of
@@ -55,9 +60,10 @@ func (s *Store) Invalidate(ctx context.Context, policy, key string) error {
 }
 
 // run receives invalidations, and announces the fleet every beat, until
-// the client is closed.
+// the store or the client is closed.
 func (w *watcher) run() {
-	ctx := context.Background()
+	defer close(w.done)
+	ctx := w.life
 	ps := w.s.client.Subscribe(ctx, w.channel)
 	defer ps.Close()
 	backoff := 10 * time.Millisecond
@@ -67,11 +73,11 @@ func (w *watcher) run() {
 			backoff = 10 * time.Millisecond
 			w.handle(msg)
 		}
-		for p, n := range w.fleet.Due() {
-			w.announce(p, n)
+		for _, p := range w.fleet.Due() {
+			w.announce(p)
 		}
 		if err != nil {
-			if errors.Is(err, redis.ErrClosed) {
+			if errors.Is(err, redis.ErrClosed) || ctx.Err() != nil {
 				return
 			}
 			var ne net.Error
@@ -100,40 +106,85 @@ func (w *watcher) handle(msg any) {
 }
 
 // Join implements [driver.Fleet]: the store's subscription goroutine
-// announces this instance for policy every two seconds, in a sorted set
+// announces this instance for m.Policy every two seconds, in a sorted set
 // named <prefix>:<policy>:fleet, and an announcement counts for six
-// seconds.
-func (s *Store) Join(policy string) func() int {
-	n, fresh := s.watch.fleet.Join(policy)
+// seconds, or until the store is closed. Each announcement reads every
+// instance's: how many there are, the largest Keep and Window any
+// announces, which the store then keeps for every key of the policy, the
+// newest format of the stored values that every instance reads, in
+// which the store writes them, and the configurations that differ from
+// m.Config, which m.Differ hears.
+func (s *Store) Join(m driver.Member) func() int {
+	p, fresh := s.watch.fleet.Join(m)
 	if fresh {
 		// Counted at once, not at the next beat.
-		go s.watch.announce(policy, n)
+		go s.watch.announce(p)
 	}
 	s.watch.start.Do(func() { go s.watch.run() })
-	return redislib.Instances(n)
+	return p.Instances()
 }
 
-// announce announces this instance for policy in its sorted set, scored
-// by when the announcement ends by the server's clock, drops the
-// announcements that have ended, and stores how many are left.
-func (w *watcher) announce(policy string, n *atomic.Int64) {
-	ctx, cancel := context.WithTimeout(context.Background(), redislib.FleetBeat/2)
+// Close ends the store's goroutine (the subscription that carries
+// invalidations to the limiters watching the store, and the announcements
+// of this instance) and withdraws this instance's announcements, so that
+// the instances that share a policy count one fewer at once. It returns
+// when they have ended, within a second (announcements it could not
+// withdraw then count until they expire, six seconds after the last). It
+// does not close the client; decisions still work after Close, but no
+// watcher hears invalidations any more and the fleet is no longer
+// announced. Close a store that an
+// app drops while it goes on (a configuration reload): otherwise it is
+// counted among the policy's instances for as long as the process runs.
+func (s *Store) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	w := s.watch
+	ps := w.fleet.Leave()
+	w.stop()
+	started := true
+	w.start.Do(func() { started = false }) // never started: nothing to wait for
+	if started {
+		select {
+		case <-w.done:
+		case <-ctx.Done():
+			return
+		}
+	}
+	if len(ps) == 0 {
+		return
+	}
+	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error { // at worst, they count until they expire
+		for _, fp := range ps {
+			p.ZRem(ctx, redislib.FleetKey(s.prefix, fp.Name), fp.Member)
+		}
+		return nil
+	})
+}
+
+// closeTimeout bounds Close.
+const closeTimeout = time.Second
+
+// announce announces this instance for p in its sorted set, scored by
+// when the announcement ends by the server's clock, drops the
+// announcements that have ended, and hands the ones left to p.
+func (w *watcher) announce(p *redislib.FleetPolicy) {
+	ctx, cancel := context.WithTimeout(w.life, redislib.FleetBeat/2)
 	defer cancel()
 	now, err := w.s.client.Time(ctx).Result()
 	if err != nil {
 		return
 	}
-	k, ms := redislib.FleetKey(w.s.prefix, policy), now.UnixMilli()
-	var card *redis.IntCmd
-	_, err = w.s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZAdd(ctx, k, redis.Z{Score: float64(ms + redislib.FleetTTL.Milliseconds()), Member: w.fleet.Instance})
-		p.ZRemRangeByScore(ctx, k, "-inf", strconv.FormatInt(ms, 10))
-		p.PExpire(ctx, k, redislib.FleetTTL)
-		card = p.ZCard(ctx, k)
+	k, ms := redislib.FleetKey(w.s.prefix, p.Name), now.UnixMilli()
+	var members *redis.StringSliceCmd
+	_, err = w.s.client.TxPipelined(ctx, func(pp redis.Pipeliner) error {
+		pp.ZAdd(ctx, k, redis.Z{Score: float64(ms + redislib.FleetTTL.Milliseconds()), Member: p.Member})
+		pp.ZRemRangeByScore(ctx, k, "-inf", strconv.FormatInt(ms, 10))
+		pp.PExpire(ctx, k, redislib.FleetTTL)
+		members = pp.ZRange(ctx, k, 0, -1)
 		return nil
 	})
-	if err == nil {
-		n.Store(card.Val())
+	if err == nil && w.life.Err() == nil {
+		p.Heard(members.Val())
 	}
 }
 

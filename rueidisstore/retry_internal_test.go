@@ -35,7 +35,7 @@ func TestRetrySendsOnlyTheRefused(t *testing.T) {
 			srv.Do(t, flush...)
 		}
 		take, lease := redislib.Get(), redislib.Get()
-		if err := take.Decision(s.prefix, &q, redislib.OpTake, 0, time.Now().UnixMicro(), false); err != nil {
+		if err := take.Decision(s.prefix, &q, redislib.OpTake, 0, time.Now().UnixMicro(), false, nil); err != nil {
 			t.Fatal(err)
 		}
 		l.Seq = int64(i + 1)

@@ -181,20 +181,49 @@ func (s *Store) do(ctx context.Context, c *redislib.Call) error {
 
 // Close ends the store's goroutines: the subscription that carries
 // invalidations to the limiters watching the store ([Store.Watch]) and
-// the announcements of this instance ([Store.Join]); it returns when they
-// have ended. It does not close the client. The goroutines also end by
-// themselves once rueidis answers rueidis.ErrClosing, which it does after
+// the announcements of this instance ([Store.Join]), and withdraws this
+// instance's announcements, so that the instances that share a policy
+// count one fewer at once; it returns when they have ended, within a
+// second (announcements it could not withdraw then count until they
+// expire, six seconds after the last). It does not close the client. Close a store that an app drops
+// while it goes on (a configuration reload): otherwise it is counted
+// among the policy's instances for as long as the process runs. The
+// goroutines also end by themselves once rueidis answers rueidis.ErrClosing, which it does after
 // the client is closed, but not always: a client closed after a failed
 // dial answers that dial's error instead, so close the store before its
 // client. Decisions still work after Close, but no watcher hears
 // invalidations any more and the fleet is no longer announced.
 func (s *Store) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
+	ps := s.fleet.Leave()
 	s.stop()
-	s.running.Wait()
+	done := make(chan struct{})
+	go func() {
+		s.running.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return
+	}
+	if len(ps) == 0 {
+		return
+	}
+	b := s.client.B()
+	cmds := make(rueidis.Commands, 0, len(ps))
+	for _, p := range ps {
+		cmds = append(cmds, b.Zrem().Key(redislib.FleetKey(s.prefix, p.Name)).Member(p.Member).Build())
+	}
+	s.client.DoMulti(ctx, cmds...) // at worst, they count until they expire
 }
+
+// closeTimeout bounds Close.
+const closeTimeout = time.Second
 
 // start runs f on a goroutine of the store's, unless it is closed (see
 // Close).
@@ -262,7 +291,7 @@ func (s *Store) decide(ctx context.Context, q *driver.Query, op byte, at int64) 
 		return driver.Result{}, fmt.Errorf("ratekit: rueidis store: %w", err)
 	}
 	c := redislib.Get()
-	if err := c.Decision(s.prefix, q, op, at, s.wallNow(), s.cluster); err != nil {
+	if err := c.Decision(s.prefix, q, op, at, s.wallNow(), s.cluster, s.fleet.Of(q.Policy)); err != nil {
 		redislib.Put(c)
 		return driver.Result{}, fmt.Errorf("ratekit: rueidis store: %w", err)
 	}

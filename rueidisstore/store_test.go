@@ -403,7 +403,7 @@ func TestFleet(t *testing.T) {
 	counts := make([]func() int, len(fleets))
 	for i, f := range fleets {
 		ls[i] = testkit.Limiter(t, f.(core.Store), p, core.WithBreaker(0, 0), core.WithTimeout(time.Second))
-		counts[i] = f.Join(p.Name) // the limiter joined it: this counts once
+		counts[i] = f.Join(driver.Member{Policy: p.Name}) // the limiter joined it: this counts once
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for i, n := range counts {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -77,35 +76,39 @@ func (s *Store) receive() {
 }
 
 // Join implements [driver.Fleet]: a goroutine of the store announces this
-// instance for policy every two seconds, in a sorted set named
-// <prefix>:<policy>:fleet, and an announcement counts for six seconds;
-// instances on redisstore are counted too.
-func (s *Store) Join(policy string) func() int {
-	n, fresh := s.fleet.Join(policy)
+// instance for m.Policy every two seconds, in a sorted set named
+// <prefix>:<policy>:fleet, and an announcement counts for six seconds, or
+// until the store is closed; instances on redisstore are counted too.
+// Each announcement reads every instance's, as redisstore's does: how
+// many there are, the largest Keep and Window any announces, the newest
+// format every instance reads, and the configurations that differ from
+// m.Config, which m.Differ hears.
+func (s *Store) Join(m driver.Member) func() int {
+	p, fresh := s.fleet.Join(m)
 	if fresh {
 		// Counted at once, not at the next beat.
-		s.start(func() { _ = s.announce(policy, n) })
+		s.start(func() { _ = s.announce(p) })
 	}
 	s.beat.Do(func() { s.start(s.announceEvery) })
-	return redislib.Instances(n)
+	return p.Instances()
 }
 
 // announceEvery announces the fleet every beat until the store or the
 // client is closed.
 func (s *Store) announceEvery() {
 	for s.sleep(s.fleet.UntilBeat()) {
-		for p, n := range s.fleet.Due() {
-			if err := s.announce(p, n); errors.Is(err, rueidis.ErrClosing) {
+		for _, p := range s.fleet.Due() {
+			if err := s.announce(p); errors.Is(err, rueidis.ErrClosing) {
 				return
 			}
 		}
 	}
 }
 
-// announce announces this instance for policy in its sorted set, scored
-// by when the announcement ends by the server's clock, drops the
-// announcements that have ended, and stores how many are left.
-func (s *Store) announce(policy string, n *atomic.Int64) error {
+// announce announces this instance for p in its sorted set, scored by
+// when the announcement ends by the server's clock, drops the
+// announcements that have ended, and hands the ones left to p.
+func (s *Store) announce(p *redislib.FleetPolicy) error {
 	ctx, cancel := context.WithTimeout(s.life, redislib.FleetBeat/2)
 	defer cancel()
 	b := s.client.B()
@@ -117,13 +120,13 @@ func (s *Store) announce(policy string, n *atomic.Int64) error {
 		return fmt.Errorf("TIME answered %v", now)
 	}
 	ms := now[0]*1000 + now[1]/1000
-	k := redislib.FleetKey(s.prefix, policy)
+	k := redislib.FleetKey(s.prefix, p.Name)
 	rs := s.client.DoMulti(ctx,
 		b.Multi().Build(),
-		b.Zadd().Key(k).ScoreMember().ScoreMember(float64(ms+redislib.FleetTTL.Milliseconds()), s.fleet.Instance).Build(),
+		b.Zadd().Key(k).ScoreMember().ScoreMember(float64(ms+redislib.FleetTTL.Milliseconds()), p.Member).Build(),
 		b.Zremrangebyscore().Key(k).Min("-inf").Max(strconv.FormatInt(ms, 10)).Build(),
 		b.Pexpire().Key(k).Milliseconds(redislib.FleetTTL.Milliseconds()).Build(),
-		b.Zcard().Key(k).Build(),
+		b.Zrange().Key(k).Min("0").Max("-1").Build(),
 		b.Exec().Build())
 	replies, err := rs[len(rs)-1].ToArray()
 	if err != nil {
@@ -132,11 +135,13 @@ func (s *Store) announce(policy string, n *atomic.Int64) error {
 	if len(replies) != 4 {
 		return fmt.Errorf("EXEC answered %d replies", len(replies))
 	}
-	card, err := replies[3].AsInt64()
+	members, err := replies[3].AsStrSlice()
 	if err != nil {
 		return err
 	}
-	n.Store(card)
+	if s.life.Err() == nil {
+		p.Heard(members)
+	}
 	return nil
 }
 

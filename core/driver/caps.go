@@ -106,17 +106,41 @@ type Invalidation struct {
 }
 
 // Fleet is implemented by a store shared by several app instances that
-// counts the instances using each policy, so that while the store fails
-// each instance admits only its share of a limit. On a store without it,
-// every instance counts itself alone.
+// keeps, per policy, an announcement of every instance that uses it: so
+// that while the store fails each instance admits only its share of a
+// limit, that instances using one policy name with different rules are
+// told, and that the store keeps what the instance that needs the most
+// needs. On a store without it, every instance counts itself alone.
 type Fleet interface {
-	// Join announces this process as an instance that uses policy, for as
-	// long as the store is used, and returns a function that reports how
-	// many instances have announced the policy lately, as the store last
-	// said: at least 1, and 1 until the store has answered. The function
-	// must not block: a limiter calls it when the store fails. Joining a
-	// policy twice counts once.
-	Join(policy string) (instances func() int)
+	// Join announces this process as an instance that uses m.Policy as m
+	// says, for as long as the store is open, and returns a function that
+	// reports how many instances have announced the policy lately, as the
+	// store last said: at least 1, and 1 until the store has answered.
+	// The function must not block: a limiter calls it when the store
+	// fails. Joining a policy twice counts once, and announces the first
+	// Member.
+	Join(m Member) (instances func() int)
+}
+
+// Member is what an instance announces of a policy it uses ([Fleet]).
+type Member struct {
+	// Policy is the policy's name.
+	Policy string
+	// Config identifies the policy's configuration as this instance has
+	// it (rules, algorithm, lockout, tiers): instances that announce
+	// different ones limit one name differently.
+	Config string
+	// Keep is the most units per key this instance asks the store to
+	// keep (Query.Keep) and Window its longest sliding window, in any
+	// tier: a store keeps, for every instance, what the one that needs
+	// the most needs, whichever instance writes.
+	Keep   int64
+	Window time.Duration
+	// Differ, when set, is called from a goroutine of the store with the
+	// configurations that other live instances announce for the policy
+	// and that differ from Config, sorted, whenever that set changes:
+	// empty once they agree again.
+	Differ func(configs []string)
 }
 
 // Partitioned is implemented by a store spread over several servers, such

@@ -24,6 +24,9 @@ const (
 	// opMore is added to the op of a decision that carries a lockout,
 	// calendar rules or challenges (see redis.lua).
 	opMore = 8
+	// opFormat times the format to write is added to the op of a
+	// decision (see redis.lua).
+	opFormat = 16
 )
 
 // Kind says which script decides a call.
@@ -61,6 +64,8 @@ type Call struct {
 	Slot int    // the key's cluster slot; 0 on a single node
 
 	n, cap, now, at int64
+	span            int64 // µs: the longest window of every instance (FleetPolicy.Window)
+	format          int   // the format to write (FleetPolicy.Format)
 	rules           []driver.Rule
 	bw              [maxRules]int64 // SlidingBuckets: bucket width per rule, µs
 	lease           driver.Lease
@@ -131,8 +136,11 @@ func (b *Blob) Drop() { b.b = nil }
 // Decision sets c up to decide q (a peek, take or refund of the units
 // taken at store time at) on the keys of prefix. wall is this process's
 // clock in µs, around which calendar periods are found when the server's
-// clock decides. cluster says whether slots matter.
-func (c *Call) Decision(prefix string, q *driver.Query, op byte, at, wall int64, cluster bool) error {
+// clock decides. cluster says whether slots matter. fleet is what the
+// driver last read of the policy's fleet, nil when the policy was not
+// joined: the key then keeps what q needs and is written in the first
+// format.
+func (c *Call) Decision(prefix string, q *driver.Query, op byte, at, wall int64, cluster bool, fleet *FleetPolicy) error {
 	if q.Algorithm != driver.SlidingLog && q.Algorithm != driver.SlidingBuckets {
 		return fmt.Errorf("algorithm %v: %w", q.Algorithm, driver.ErrInvalidQuery)
 	}
@@ -144,7 +152,10 @@ func (c *Call) Decision(prefix string, q *driver.Query, op byte, at, wall int64,
 	if q.Algorithm == driver.SlidingBuckets {
 		c.Key, c.Kind = c.Key+BucketsSuffix, KindBuckets
 	}
-	c.cap = q.Keep
+	c.cap, c.span, c.format = q.Keep, 0, FormatFirst
+	if fleet != nil {
+		c.cap, c.span, c.format = max(q.Keep, fleet.Keep()), fleet.Window(), fleet.Format()
+	}
 	for i, r := range q.Rules {
 		if r.Calendar != 0 {
 			if r.Calendar > driver.Month {
@@ -203,7 +214,7 @@ func (c *Call) Lease(prefix string, l driver.Lease, op byte, cluster bool) {
 // Copy returns a call that asks what c asks, sharing none of c's memory
 // but its rules: work that may outlive c's caller runs on the copy.
 func (c *Call) Copy() *Call {
-	return &Call{Op: c.Op, Kind: c.Kind, Key: c.Key, Slot: c.Slot, n: c.n, cap: c.cap, now: c.now, at: c.at,
+	return &Call{Op: c.Op, Kind: c.Kind, Key: c.Key, Slot: c.Slot, n: c.n, cap: c.cap, now: c.now, at: c.at, span: c.span, format: c.format,
 		rules: c.rules, bw: c.bw, lease: c.lease, more: c.more, lock: c.lock, cal: c.cal, refund: c.refund,
 		Done: make(chan struct{}, 1)}
 }
@@ -260,7 +271,7 @@ func Encode(calls []*Call) *Blob {
 	if len(calls) > 1 {
 		size := 0
 		for _, c := range calls {
-			size += 8 * (7 + 3*len(c.rules))
+			size += 8 * (8 + 3*len(c.rules))
 			if c.more {
 				size += 8 * (5 + 7*len(c.rules))
 			}
@@ -280,7 +291,7 @@ func (c *Call) encode(b []byte) []byte {
 		return appendFloat(b, float64(c.Op), float64(l.N), float64(l.Limit), float64(l.TTL.Microseconds()),
 			float64(l.Now), float64(l.Owner), float64(l.Seq))
 	}
-	op, nr := c.Op, len(c.rules)
+	op, nr := int(c.Op)+opFormat*c.format, len(c.rules)
 	if c.more {
 		op += opMore
 		nr -= calendarRules(c.rules)
@@ -289,7 +300,7 @@ func (c *Call) encode(b []byte) []byte {
 	if c.Kind == KindLog {
 		b = appendFloat(b, float64(c.cap))
 	}
-	b = appendFloat(b, float64(c.now), float64(nr))
+	b = appendFloat(b, float64(c.span), float64(c.now), float64(nr))
 	for i, r := range c.rules {
 		if r.Calendar != 0 {
 			continue

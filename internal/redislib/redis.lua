@@ -87,6 +87,9 @@ end
 -- units used, the wait, the time until its period ends and the period's
 -- length, then the time the lockout has left (0: none).
 local MORE = 8
+-- The op of a decision also carries, times FORMAT, the format the driver
+-- writes the policy's keys in: 1, v0.1.0's, is the only one so far.
+local FORMAT = 16
 local KIND = {'d', 'w', 'm'}
 
 
@@ -395,9 +398,12 @@ end
 --
 -- keys[d]  the key of decision d
 -- args[1]  the decisions, packed as little-endian doubles; per decision:
---            op (0 peek, 1 take, 2 refund; 4 pass, see runMore), n, keep, client time in µs
---            (0: the server's TIME), nrules, then limit and window (µs)
---            per rule; a refund has one more double, the time of the take.
+--            op (0 peek, 1 take, 2 refund; 4 pass, see runMore; plus
+--            MORE and FORMAT times the format), n, keep, span (the
+--            longest window of every instance that uses the policy, µs:
+--            entries live that long), client time in µs (0: the server's
+--            TIME), nrules, then limit and window (µs) per rule; a refund
+--            has one more double, the time of the take.
 -- Returns one string of little-endian doubles; per decision: allowed, the
 -- time of the decision (of the admitted units, for a take), then per rule
 -- the units used in the window, the wait until n units fit (0 when they
@@ -672,8 +678,9 @@ register('log', function(keys, args)
   local out = {}
   local pos = 1
   for d = 1, #keys do
-    local op, n, keep, cnow, nr, l1, w1
-    op, n, keep, cnow, nr, l1, w1, pos = sunpack('<ddddddd', blob, pos)
+    local op, n, keep, span, cnow, nr, l1, w1
+    op, n, keep, span, cnow, nr, l1, w1, pos = sunpack('<dddddddd', blob, pos)
+    op = op % FORMAT -- the format to write is FIRST for now: v0.1.0's
     local more = op >= MORE
     if more then
       op = op - MORE
@@ -688,6 +695,9 @@ register('log', function(keys, args)
       windows[i] = w
       if w > maxw then maxw = w end
     end
+    -- Entries live, and the key with them, while another instance's
+    -- longer window may count them.
+    if span > maxw then maxw = span end
     local at = 0
     if op == 2 then at, pos = sunpack('<d', blob, pos) end
     local now = cnow
@@ -728,7 +738,10 @@ end)
 --
 -- keys[d]  the key of decision d
 -- args[1]  the decisions, packed as little-endian doubles; per decision:
---            op (0 peek, 1 take, 2 refund; 4 pass), n, client time in µs (0: the
+--            op (0 peek, 1 take, 2 refund; 4 pass; plus MORE and FORMAT
+--            times the format), n, span (the longest window of every
+--            instance that uses the policy, µs: buckets of a width no rule
+--            here counts in live that long), client time in µs (0: the
 --            server's TIME), nrules, then limit, window and bucket width
 --            (µs) per rule; a refund has one more double, the time of the
 --            take.
@@ -741,7 +754,7 @@ local function fmt(x) return string.format('%.0f', x) end
 -- hashed says the key is a policy's <base>:m (see runMore), whose other
 -- fields are left alone and whose TTL runMore keeps: the take returns
 -- until when its buckets need the key.
-local function decideBuckets(key, op, n, now, cnow, rules, at, hashed, gate)
+local function decideBuckets(key, op, n, now, cnow, rules, span, at, hashed, gate)
   if op == 2 then
     -- Refund: give the units back to the buckets of the take's time,
     -- unless the key was made after it.
@@ -772,6 +785,7 @@ local function decideBuckets(key, op, n, now, cnow, rules, at, hashed, gate)
     if lowest[g] == nil or lo < lowest[g] then lowest[g] = lo end
     if w + g > maxspan then maxspan = w + g end
   end
+  if span > maxspan then maxspan = span end
   local fields = call('HGETALL', key)
   local buckets = {} -- width -> list of {index, count}
   local stale = {}
@@ -785,6 +799,9 @@ local function decideBuckets(key, op, n, now, cnow, rules, at, hashed, gate)
       born = true
     elseif hashed and string.find(f, '^%a') then
       -- a field of the lockout, the calendar rules or the key's TTL
+    elseif g ~= nil and b ~= nil and lowest[g] == nil and (b + 1) * g + span > now then
+      -- Of a width another instance's rules count in: kept while the
+      -- longest window of the fleet may count it.
     elseif g == nil or b == nil or lowest[g] == nil or b < lowest[g] then
       -- Older than every window, of a width no rule uses any more, or
       -- not a bucket at all.
@@ -884,8 +901,9 @@ register('buckets', function(keys, args)
   local pos = 1
   local out = {}
   for d = 1, #keys do
-    local op, n, cnow, nr
-    op, n, cnow, nr, pos = sunpack('<dddd', blob, pos)
+    local op, n, span, cnow, nr
+    op, n, span, cnow, nr, pos = sunpack('<ddddd', blob, pos)
+    op = op % FORMAT
     local more = op >= MORE
     if more then op = op - MORE end
     local rules = {}
@@ -903,10 +921,10 @@ register('buckets', function(keys, args)
       local m
       m, pos = readMore(blob, pos)
       local k = keys[d]
-      local function slide(sop, gate) return decideBuckets(k, sop, n, now, cnow, rules, at, true, gate) end
+      local function slide(sop, gate) return decideBuckets(k, sop, n, now, cnow, rules, span, at, true, gate) end
       ok, res = pcall(runMore, k, op, n, now, cnow, at, m, slide, nr, true)
     else
-      ok, res = pcall(decideBuckets, keys[d], op, n, now, cnow, rules, at)
+      ok, res = pcall(decideBuckets, keys[d], op, n, now, cnow, rules, span, at)
     end
     if not ok then res = failed(res) end
     out[#out + 1] = res

@@ -38,7 +38,7 @@ func SplitOnTryAgain(t *testing.T, c *redistest.Cluster, s core.Store, prefix st
 		for i, k := range keys {
 			calls[i] = redislib.Get()
 			q := query(k)
-			if err := calls[i].Decision(prefix, &q, redislib.OpTake, 0, time.Now().UnixMicro(), true); err != nil {
+			if err := calls[i].Decision(prefix, &q, redislib.OpTake, 0, time.Now().UnixMicro(), true, nil); err != nil {
 				t.Fatal(err)
 			}
 		}

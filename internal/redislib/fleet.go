@@ -1,0 +1,228 @@
+package redislib
+
+import (
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratekit/ratekit/core/driver"
+)
+
+// FleetBeat is how often a driver announces its instance for every policy
+// its limiters joined ([driver.Fleet]), and FleetTTL how long an
+// announcement counts: an instance that stops is no longer counted after
+// at most FleetTTL, one that closes its store at once. Each announcement
+// is a member of the policy's sorted set (FleetKey) scored by when it
+// ends, in ms by the server's clock; so drivers sharing a Redis count
+// each other.
+const (
+	FleetBeat = 2 * time.Second
+	FleetTTL  = 3 * FleetBeat
+)
+
+// The stored format: what a release writes in Redis (key names, value
+// layouts, the library's arguments) carries a number. A release reads
+// every format up to Formats and writes, for each policy, the newest
+// that every live instance of the policy announces it reads (see
+// Fleet). v0.1.0, the first release, announces itself without a format
+// (its member is the instance's name alone): it reads format 1 only.
+const (
+	// FormatFirst is the format of v0.1.0.
+	FormatFirst = 1
+	// Formats is the newest format this release reads and writes.
+	Formats = FormatFirst
+)
+
+// Fleet keeps a driver's side of [driver.Fleet]: the policies joined, what
+// this instance announces of each, and what the driver last read of
+// every instance's announcement: how many there are, the largest Keep
+// and Window any announces, the format the policy's keys are written in,
+// and the configurations that differ from this instance's. The driver
+// announces (see FleetBeat) and hands each answer to Policy.Heard.
+//
+// An announcement is the member "<instance>|<format>|<keep>|<window
+// µs>|<config>"; a member without '|' is an instance of v0.1.0, which
+// reads format 1 and announces nothing else.
+type Fleet struct {
+	// Instance is this process's name in the fleet keys: random.
+	Instance string
+
+	mu       sync.Mutex
+	policies map[string]*FleetPolicy
+	beat     time.Time // when the fleet was last announced
+	closed   bool
+	// byName is policies as of the last Join, read without the lock (a
+	// decision looks its policy up).
+	byName atomic.Pointer[map[string]*FleetPolicy]
+}
+
+// FleetPolicy is a policy joined: what this instance announces, and what
+// the driver last read of every instance's announcement. Its reads are
+// atomic: a decision reads them.
+type FleetPolicy struct {
+	Name   string
+	Member string // what this instance announces
+
+	config string
+	keep   int64
+	window int64 // µs
+	differ func([]string)
+
+	count   atomic.Int64 // instances announced, at least 1 once read
+	fleetK  atomic.Int64 // the largest Keep announced
+	fleetW  atomic.Int64 // the longest Window announced, µs
+	format  atomic.Int32 // the format the policy's keys are written in
+	mu      sync.Mutex
+	differs string // the differing configurations last reported, joined
+}
+
+// NewFleet returns a fleet that joined no policy.
+func NewFleet() *Fleet {
+	return &Fleet{Instance: strconv.FormatUint(rand.Uint64(), 36), policies: make(map[string]*FleetPolicy)}
+}
+
+// Join adds m's policy, and returns it and whether it is new: the driver
+// then announces it at once (it is counted then, not at the next beat).
+// Joining twice counts once, with the first Member.
+func (f *Fleet) Join(m driver.Member) (p *FleetPolicy, fresh bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p = f.policies[m.Policy]; p != nil {
+		return p, false
+	}
+	w := m.Window.Microseconds()
+	p = &FleetPolicy{Name: m.Policy, config: m.Config, keep: m.Keep, window: w, differ: m.Differ,
+		Member: f.Instance + "|" + strconv.Itoa(Formats) + "|" + strconv.FormatInt(m.Keep, 10) + "|" +
+			strconv.FormatInt(w, 10) + "|" + m.Config}
+	// Until the store answers: this instance alone, in the first format,
+	// which every release reads.
+	p.fleetK.Store(m.Keep)
+	p.fleetW.Store(w)
+	p.format.Store(FormatFirst)
+	f.policies[m.Policy] = p
+	snap := maps.Clone(f.policies)
+	f.byName.Store(&snap)
+	f.beat = time.Now() // the driver announces it now
+	return p, true
+}
+
+// Of returns the policy joined under name, or nil.
+func (f *Fleet) Of(name string) *FleetPolicy {
+	if m := f.byName.Load(); m != nil {
+		return (*m)[name]
+	}
+	return nil
+}
+
+// Instances returns the function [driver.Fleet.Join] returns for p: at
+// least 1.
+func (p *FleetPolicy) Instances() func() int {
+	return func() int { return int(max(1, p.count.Load())) }
+}
+
+// UntilBeat returns how long until the next announcement is due; 0 (no
+// limit) when no policy joined.
+func (f *Fleet) UntilBeat() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.policies) == 0 {
+		return 0
+	}
+	return max(time.Millisecond, time.Until(f.beat.Add(FleetBeat)))
+}
+
+// Due returns, when an announcement is due, every policy joined, and
+// starts the next beat; else nil.
+func (f *Fleet) Due() []*FleetPolicy {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.policies) == 0 || time.Since(f.beat) < FleetBeat || f.closed {
+		return nil
+	}
+	f.beat = time.Now()
+	return f.all()
+}
+
+// all returns the policies joined; f.mu is held.
+func (f *Fleet) all() []*FleetPolicy {
+	ps := make([]*FleetPolicy, 0, len(f.policies))
+	for _, p := range f.policies {
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// Policies returns the policies joined.
+func (f *Fleet) Policies() []*FleetPolicy {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.all()
+}
+
+// Leave ends the announcements: it returns the policies joined, whose
+// members the driver removes, and Due returns none from now on.
+func (f *Fleet) Leave() []*FleetPolicy {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	return f.all()
+}
+
+// Heard takes the members of p's fleet key as the driver read them after
+// announcing p (every live instance's, this one's included): their
+// count, the largest Keep and Window announced, the format to write (the
+// newest every member reads, no newer than Formats) and the differing
+// configurations, reported to p's Differ when they changed.
+func (p *FleetPolicy) Heard(members []string) {
+	keep, window := p.keep, p.window
+	format := int64(Formats)
+	var others []string
+	for _, m := range members {
+		parts := strings.SplitN(m, "|", 5)
+		if len(parts) < 5 {
+			format = FormatFirst // v0.1.0: the first format, and nothing more
+			continue
+		}
+		if f, err := strconv.ParseInt(parts[1], 10, 32); err == nil {
+			format = min(format, max(FormatFirst, f))
+		}
+		if k, err := strconv.ParseInt(parts[2], 10, 64); err == nil {
+			keep = max(keep, k)
+		}
+		if w, err := strconv.ParseInt(parts[3], 10, 64); err == nil {
+			window = max(window, w)
+		}
+		if c := parts[4]; c != p.config && !slices.Contains(others, c) {
+			others = append(others, c)
+		}
+	}
+	p.count.Store(int64(max(1, len(members))))
+	p.fleetK.Store(keep)
+	p.fleetW.Store(window)
+	p.format.Store(int32(format))
+	slices.Sort(others)
+	joined := strings.Join(others, ",")
+	p.mu.Lock()
+	changed := joined != p.differs
+	p.differs = joined
+	p.mu.Unlock()
+	if changed && p.differ != nil {
+		p.differ(others)
+	}
+}
+
+// Keep returns the most units per key any live instance of the policy
+// asks the store to keep, at least this one's.
+func (p *FleetPolicy) Keep() int64 { return p.fleetK.Load() }
+
+// Window returns the longest sliding window of any live instance of the
+// policy, in µs, at least this one's.
+func (p *FleetPolicy) Window() int64 { return p.fleetW.Load() }
+
+// Format returns the format the policy's keys are written in.
+func (p *FleetPolicy) Format() int { return int(p.format.Load()) }
