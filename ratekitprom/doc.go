@@ -37,6 +37,11 @@
 //	ratekit_store_latency_seconds{policy,result}    latency of calls to a Redis store; result is ok or error
 //	ratekit_breaker_open{policy}                    1 while the circuit breaker is open
 //	ratekit_breaker_opens_total{policy}             times the circuit breaker opened
+//	ratekit_fallback_active{policy}                 1 while the limiter decides by its failure
+//	                                                policy because the store failed (from
+//	                                                core.EventFallbackStart to EventFallbackEnd)
+//	ratekit_store_check_failures_total{policy,reason}  failed store checks (Limiter.Check); reason
+//	                                                is misconfigured (core.ErrMisconfigured) or other
 //
 // A policy's series appear with its first event.
 package ratekitprom
