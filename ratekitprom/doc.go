@@ -44,4 +44,13 @@
 //	                                                is misconfigured (core.ErrMisconfigured) or other
 //
 // A policy's series appear with its first event.
+//
+// # Alerts and dashboard
+//
+// [Rules] returns Prometheus alerting rules for what an operator must hear
+// (a fallback episode under way, a breaker open, store errors, a
+// misconfigured store, a failed store check, a spike of refusals), and
+// [Dashboard] a Grafana dashboard of every series above. Both are tested
+// against the series this package exports; docs/operations.md says what
+// each alert means and what to do.
 package ratekitprom
