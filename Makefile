@@ -3,7 +3,7 @@ GO ?= go
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: run test test-short lint fuzz bench bench-go redis-server chromium
+.PHONY: run test test-short lint fuzz bench bench-go redis-server chromium promtool
 
 # ALONE are the tests timed against the store timeout, which run on their own.
 ALONE := ^(TestRedisFaults|TestRedisTimeoutWhilePaused|TestRedisPoolExhausted|TestInFlightBreakerAndTimeout|TestRedisSaturatedApp|TestRedisClusterPaused|TestPaused)$$
@@ -12,9 +12,9 @@ ALONE := ^(TestRedisFaults|TestRedisTimeoutWhilePaused|TestRedisPoolExhausted|Te
 run:
 	$(GO) run ./examples/quickstart
 
-## test: install redis-server and chromium if missing, then vet, gofmt check, the full
-## race-enabled test run and every benchmark once (so that none is broken)
-test: redis-server chromium
+## test: install redis-server, chromium and promtool if missing, then vet, gofmt check, the
+## full race-enabled test run and every benchmark once (so that none is broken)
+test: redis-server chromium promtool
 	$(GO) vet ./...
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) test -race -shuffle=on -count=1 -timeout=15m -skip '$(ALONE)' ./...
@@ -57,6 +57,19 @@ chromium:
 		echo "chromium not found: installing it with apt-get"; \
 		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }
+
+## promtool: ratekitprom's tests check and unit-test the shipped Prometheus rules with Debian's
+## promtool; install it if missing, unpacked from the prometheus package alone, so that no
+## Prometheus server is installed, enabled or started
+promtool:
+	@command -v promtool >/dev/null 2>&1 || { \
+		echo "promtool not found: installing it from Debian's prometheus package"; \
+		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		tmp="$$(mktemp -d)" && \
+		$$SUDO apt-get update -qq && (cd "$$tmp" && apt-get download -qq prometheus) && \
+		dpkg-deb --fsys-tarfile "$$tmp"/prometheus_*.deb | tar -x -C "$$tmp" ./usr/bin/promtool && \
+		$$SUDO install -m 0755 "$$tmp/usr/bin/promtool" /usr/local/bin/promtool; \
+		status=$$?; rm -rf "$$tmp"; exit $$status; }
 
 ## bench: the side-by-side comparison with the peers, goal by goal (own module bench/, own
 ## redis-server, redis-benchmark for the ceiling; about 3 minutes, BENCHFLAGS=-quick for under

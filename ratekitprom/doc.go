@@ -37,6 +37,20 @@
 //	ratekit_store_latency_seconds{policy,result}    latency of calls to a Redis store; result is ok or error
 //	ratekit_breaker_open{policy}                    1 while the circuit breaker is open
 //	ratekit_breaker_opens_total{policy}             times the circuit breaker opened
+//	ratekit_fallback_active{policy}                 1 while the limiter decides by its failure
+//	                                                policy because the store failed (from
+//	                                                core.EventFallbackStart to EventFallbackEnd)
+//	ratekit_store_check_failures_total{policy,reason}  failed store checks (Limiter.Check); reason
+//	                                                is misconfigured (core.ErrMisconfigured) or other
 //
 // A policy's series appear with its first event.
+//
+// # Alerts and dashboard
+//
+// [Rules] returns Prometheus alerting rules for what an operator must hear
+// (a fallback episode under way, a breaker open, store errors, a
+// misconfigured store, a failed store check, a spike of refusals), and
+// [Dashboard] a Grafana dashboard of every series above. Both are tested
+// against the series this package exports; docs/operations.md says what
+// each alert means and what to do.
 package ratekitprom

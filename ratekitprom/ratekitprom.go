@@ -2,6 +2,7 @@ package ratekitprom
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,6 +55,17 @@ const (
 	OutcomeDenied  = "denied"
 )
 
+// Reason label values of ratekit_store_check_failures_total.
+const (
+	// ReasonMisconfigured is a store configured so that no decision can
+	// succeed until someone changes its configuration: the check's error
+	// wraps [core.ErrMisconfigured].
+	ReasonMisconfigured = "misconfigured"
+	// ReasonOther is any other failed check: a store that may evict
+	// limiter keys, or that did not answer.
+	ReasonOther = "other"
+)
+
 // Observer counts ratekit events as Prometheus metrics. It implements
 // [core.Observer] and [prometheus.Collector]. It is safe for concurrent
 // use; Observe takes no lock once a policy has been seen.
@@ -72,6 +84,8 @@ type Observer struct {
 	latency      *prometheus.HistogramVec
 	breakerOpen  *prometheus.GaugeVec
 	breakerOpens *prometheus.CounterVec
+	fallbackOn   *prometheus.GaugeVec
+	checkFails   *prometheus.CounterVec
 
 	policies sync.Map // policy name -> *policyMetrics
 }
@@ -93,6 +107,9 @@ type policyMetrics struct {
 	latencyErr   prometheus.Observer
 	breakerOpen  prometheus.Gauge
 	breakerOpens prometheus.Counter
+	fallbackOn   prometheus.Gauge
+	misconfigs   prometheus.Counter // failed store checks by reason
+	otherChecks  prometheus.Counter
 }
 
 // New returns an observer whose metrics are collected once it is
@@ -126,12 +143,17 @@ func New(opts ...Option) *Observer {
 			Help: "1 while the circuit breaker of the policy's limiter is open, else 0.",
 		}, []string{"policy"}),
 		breakerOpens: counter("breaker_opens_total", "Times the circuit breaker of the policy's limiter opened.", "policy"),
+		fallbackOn: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: o.namespace, Name: "fallback_active", ConstLabels: o.constLabels,
+			Help: "1 while the policy's limiter decides by its failure policy because the store failed (a fallback episode), else 0.",
+		}, []string{"policy"}),
+		checkFails: counter("store_check_failures_total", "Failed store checks (Limiter.Check) by reason: misconfigured (no decision can succeed until the configuration changes) or other (a store that may evict limiter keys, or that did not answer).", "policy", "reason"),
 	}
 }
 
 func (o *Observer) collectors() []prometheus.Collector {
 	return []prometheus.Collector{o.decisions, o.dryRun, o.skips, o.blocks, o.lockouts, o.challenges, o.passes, o.keyErrors,
-		o.fallbacks, o.cacheHits, o.storeErrors, o.latency, o.breakerOpen, o.breakerOpens}
+		o.fallbacks, o.cacheHits, o.storeErrors, o.latency, o.breakerOpen, o.breakerOpens, o.fallbackOn, o.checkFails}
 }
 
 // Describe implements [prometheus.Collector].
@@ -191,6 +213,16 @@ func (o *Observer) Observe(_ context.Context, e core.Event) {
 		m.breakerOpens.Inc()
 	case core.EventBreakerClose:
 		m.breakerOpen.Set(0)
+	case core.EventFallbackStart:
+		m.fallbackOn.Set(1)
+	case core.EventFallbackEnd:
+		m.fallbackOn.Set(0)
+	case core.EventStoreCheck:
+		if errors.Is(e.Err, core.ErrMisconfigured) {
+			m.misconfigs.Inc()
+		} else {
+			m.otherChecks.Inc()
+		}
 	case core.EventPass:
 		m.passes.Inc()
 	case core.EventSkip:
@@ -247,6 +279,9 @@ func (o *Observer) policy(name string) *policyMetrics {
 		latencyErr:   o.latency.WithLabelValues(name, "error"),
 		breakerOpen:  o.breakerOpen.WithLabelValues(name),
 		breakerOpens: o.breakerOpens.WithLabelValues(name),
+		fallbackOn:   o.fallbackOn.WithLabelValues(name),
+		misconfigs:   o.checkFails.WithLabelValues(name, ReasonMisconfigured),
+		otherChecks:  o.checkFails.WithLabelValues(name, ReasonOther),
 	}
 	// The combinations a limiter can produce: admissions come from the
 	// store or a fallback that admits; denials from the store, the deny

@@ -2,10 +2,13 @@ package ratekitprom_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -198,3 +201,86 @@ func BenchmarkObserve(b *testing.B) {
 		obs.Observe(ctx, e)
 	}
 }
+
+func TestFallbackAndCheckSeries(t *testing.T) {
+	// ratekit_fallback_active follows a limiter's fallback episode, and
+	// ratekit_store_check_failures_total counts its failed store checks
+	// by reason.
+	obs := ratekitprom.New()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(obs)
+	gather := func() map[string]*dto.MetricFamily {
+		t.Helper()
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatalf("Gather: %v", err)
+		}
+		byName := map[string]*dto.MetricFamily{}
+		for _, f := range fams {
+			byName[f.GetName()] = f
+		}
+		return byName
+	}
+	store := &switchStore{Store: core.NewMemoryStore()}
+	l, err := core.NewLimiter(store, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 100, Window: time.Minute}}}, core.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i, step := range []struct {
+		fail  bool
+		pause time.Duration
+		want  float64
+	}{
+		{false, 0, 0},
+		{true, 0, 1},                        // a fallback begins an episode
+		{false, 0, 1},                       // the store answers, but within a second of the fallback
+		{false, 1100 * time.Millisecond, 0}, // a second later: the episode ends
+	} {
+		store.fail.Store(step.fail)
+		time.Sleep(step.pause)
+		if _, err := l.Allow(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := value(gather(), "ratekit_fallback_active", "policy=p"); !ok || got != step.want {
+			t.Errorf("step %d: ratekit_fallback_active{policy=p} = %v (present %v), want %v", i+1, got, ok, step.want)
+		}
+	}
+
+	for _, err := range []error{
+		fmt.Errorf("redis: cannot be used: %w: WRONGPASS", core.ErrMisconfigured),
+		errors.New("redis: maxmemory-policy allkeys-lru can evict live limiter keys"),
+		errors.New("redis: dial tcp: connection refused"),
+		nil,
+	} {
+		store.checkErr = err
+		if got := l.Check(ctx); !errors.Is(got, err) || (got == nil) != (err == nil) {
+			t.Fatalf("Check() = %v, want %v", got, err)
+		}
+	}
+	fams := gather()
+	for reason, want := range map[string]float64{ratekitprom.ReasonMisconfigured: 1, ratekitprom.ReasonOther: 2} {
+		if got, _ := value(fams, "ratekit_store_check_failures_total", "policy=p", "reason="+reason); got != want {
+			t.Errorf("ratekit_store_check_failures_total{policy=p,reason=%s} = %v, want %v", reason, got, want)
+		}
+	}
+}
+
+// switchStore is a shared store on a MemoryStore (the limiter does not
+// see a MemoryStore) whose Take fails while fail is set, and whose Check
+// returns checkErr.
+type switchStore struct {
+	core.Store
+	fail     atomic.Bool
+	checkErr error
+}
+
+func (s *switchStore) Take(ctx context.Context, q core.Query) (core.Result, error) {
+	if s.fail.Load() {
+		return core.Result{}, errors.New("store down")
+	}
+	return s.Store.Take(ctx, q)
+}
+
+// Check implements core.Checker.
+func (s *switchStore) Check(context.Context) error { return s.checkErr }
