@@ -31,10 +31,12 @@ import (
 func (l *Limiter) join(f driver.Fleet, o options) {
 	p := l.policy
 	keep, window := l.keep, slidingWindow(p.Rules)
+	widths := bucketWidths(p, p.Rules, nil)
 	names := make([]string, 0, len(o.tiers))
 	for name, rules := range o.tiers {
 		names = append(names, name)
 		keep, window = max(keep, slidingMax(rules)), max(window, slidingWindow(rules))
+		widths = bucketWidths(p, rules, widths)
 	}
 	slices.Sort(names)
 	var b strings.Builder
@@ -47,7 +49,7 @@ func (l *Limiter) join(f driver.Fleet, o options) {
 	}
 	sum := sha256.Sum256([]byte(b.String()))
 	l.differ.self = hex.EncodeToString(sum[:6])
-	l.fleet = f.Join(driver.Member{Policy: p.Name, Config: l.differ.self, Keep: keep, Window: window, Differ: l.differs})
+	l.fleet = f.Join(driver.Member{Policy: p.Name, Config: l.differ.self, Keep: keep, Window: window, Widths: widths, Differ: l.differs})
 }
 
 // describe writes rules to b, as the fingerprint of a configuration reads
@@ -60,6 +62,23 @@ func describe(b *strings.Builder, rules []Rule) {
 		}
 		fmt.Fprintf(b, "[%d/%d c%d %s x%d]", r.Limit, r.Window.Microseconds(), r.Calendar, loc, r.Challenge)
 	}
+}
+
+// bucketWidths appends to ws the widths of the buckets the sliding rules
+// of rules count in under p's SlidingBuckets (none under SlidingLog).
+func bucketWidths(p Policy, rules []Rule, ws []time.Duration) []time.Duration {
+	if p.Algorithm != SlidingBuckets {
+		return ws
+	}
+	q := driver.Query{Buckets: p.buckets()}
+	for _, r := range rules {
+		if r.Calendar == 0 {
+			if g := time.Duration(q.BucketWidth(driver.Rule(r))) * time.Microsecond; !slices.Contains(ws, g) {
+				ws = append(ws, g)
+			}
+		}
+	}
+	return ws
 }
 
 // slidingWindow returns the longest window of the sliding rules of rules.

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/internal/observertest"
 	"github.com/ratekit/ratekit/ratekitprom"
 )
@@ -275,12 +276,12 @@ type switchStore struct {
 	checkErr error
 }
 
-func (s *switchStore) Take(ctx context.Context, q core.Query) (core.Result, error) {
+func (s *switchStore) Take(ctx context.Context, q driver.Query) (driver.Result, error) {
 	if s.fail.Load() {
-		return core.Result{}, errors.New("store down")
+		return driver.Result{}, errors.New("store down")
 	}
 	return s.Store.Take(ctx, q)
 }
 
-// Check implements core.Checker.
+// Check implements driver.Checker.
 func (s *switchStore) Check(context.Context) error { return s.checkErr }

@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/ratekitprom"
@@ -480,9 +481,9 @@ type failEvery struct {
 	calls atomic.Int64
 }
 
-func (s *failEvery) Take(ctx context.Context, q core.Query) (core.Result, error) {
+func (s *failEvery) Take(ctx context.Context, q driver.Query) (driver.Result, error) {
 	if s.calls.Add(1)%s.n == 0 {
-		return core.Result{}, errors.New("store timed out")
+		return driver.Result{}, errors.New("store timed out")
 	}
 	return s.Store.Take(ctx, q)
 }

@@ -27,7 +27,11 @@ type watcher struct {
 	start    sync.Once
 	life     context.Context // ended by Close
 	stop     context.CancelFunc
-	done     chan struct{} // closed when run has returned
+	done     chan struct{}  // closed when run has returned
+	busy     sync.WaitGroup // announcements under way off run
+	mu       sync.Mutex
+	closed   bool          // Close has begun: nothing more goes on busy
+	ps       *redis.PubSub // run's subscription, closed by Close
 }
 
 func newWatcher(s *Store) *watcher {
@@ -66,6 +70,13 @@ func (w *watcher) run() {
 	ctx := w.life
 	ps := w.s.client.Subscribe(ctx, w.channel)
 	defer ps.Close()
+	w.mu.Lock()
+	w.ps = ps
+	closed := w.closed
+	w.mu.Unlock()
+	if closed {
+		return
+	}
 	backoff := 10 * time.Millisecond
 	for {
 		msg, err := ps.ReceiveTimeout(ctx, w.fleet.UntilBeat())
@@ -118,7 +129,12 @@ func (s *Store) Join(m driver.Member) func() int {
 	p, fresh := s.watch.fleet.Join(m)
 	if fresh {
 		// Counted at once, not at the next beat.
-		go s.watch.announce(p)
+		w := s.watch
+		w.mu.Lock()
+		if !w.closed {
+			w.busy.Go(func() { w.announce(p) })
+		}
+		w.mu.Unlock()
 	}
 	s.watch.start.Do(func() { go s.watch.run() })
 	return p.Instances()
@@ -139,16 +155,28 @@ func (s *Store) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	w := s.watch
+	w.mu.Lock()
+	w.closed = true
+	if w.ps != nil {
+		_ = w.ps.Close() // run's receive returns at once
+	}
+	w.mu.Unlock()
 	ps := w.fleet.Leave()
 	w.stop()
 	started := true
 	w.start.Do(func() { started = false }) // never started: nothing to wait for
-	if started {
-		select {
-		case <-w.done:
-		case <-ctx.Done():
-			return
+	ended := make(chan struct{})
+	go func() {
+		if started {
+			<-w.done
 		}
+		w.busy.Wait()
+		close(ended)
+	}()
+	select {
+	case <-ended:
+	case <-ctx.Done():
+		return
 	}
 	if len(ps) == 0 {
 		return

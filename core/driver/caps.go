@@ -136,6 +136,12 @@ type Member struct {
 	// the most needs, whichever instance writes.
 	Keep   int64
 	Window time.Duration
+	// Widths are the widths of the buckets its sliding rules count in
+	// under SlidingBuckets ([Query.BucketWidth]), every tier's; none
+	// under SlidingLog. A store records each admission in the buckets of
+	// every width a live instance counts in, so that instances whose
+	// windows differ still count each other's admissions.
+	Widths []time.Duration
 	// Differ, when set, is called from a goroutine of the store with the
 	// configurations that other live instances announce for the policy
 	// and that differ from Config, sorted, whenever that set changes:

@@ -65,7 +65,8 @@ type Call struct {
 
 	n, cap, now, at int64
 	span            int64 // µs: the longest window of every instance (FleetPolicy.Window)
-	format          int   // the format to write (FleetPolicy.Format)
+	format          int     // the format to write (FleetPolicy.Format)
+	widths          []int64 // SlidingBuckets: every width the fleet counts in (FleetPolicy.Widths), shared
 	rules           []driver.Rule
 	bw              [maxRules]int64 // SlidingBuckets: bucket width per rule, µs
 	lease           driver.Lease
@@ -152,9 +153,12 @@ func (c *Call) Decision(prefix string, q *driver.Query, op byte, at, wall int64,
 	if q.Algorithm == driver.SlidingBuckets {
 		c.Key, c.Kind = c.Key+BucketsSuffix, KindBuckets
 	}
-	c.cap, c.span, c.format = q.Keep, 0, FormatFirst
+	c.cap, c.span, c.format, c.widths = q.Keep, 0, FormatFirst, nil
 	if fleet != nil {
 		c.cap, c.span, c.format = max(q.Keep, fleet.Keep()), fleet.Window(), fleet.Format()
+		if c.Kind == KindBuckets {
+			c.widths = fleet.Widths()
+		}
 	}
 	for i, r := range q.Rules {
 		if r.Calendar != 0 {
@@ -214,7 +218,7 @@ func (c *Call) Lease(prefix string, l driver.Lease, op byte, cluster bool) {
 // Copy returns a call that asks what c asks, sharing none of c's memory
 // but its rules: work that may outlive c's caller runs on the copy.
 func (c *Call) Copy() *Call {
-	return &Call{Op: c.Op, Kind: c.Kind, Key: c.Key, Slot: c.Slot, n: c.n, cap: c.cap, now: c.now, at: c.at, span: c.span, format: c.format,
+	return &Call{Op: c.Op, Kind: c.Kind, Key: c.Key, Slot: c.Slot, n: c.n, cap: c.cap, now: c.now, at: c.at, span: c.span, format: c.format, widths: c.widths,
 		rules: c.rules, bw: c.bw, lease: c.lease, more: c.more, lock: c.lock, cal: c.cal, refund: c.refund,
 		Done: make(chan struct{}, 1)}
 }
@@ -271,7 +275,7 @@ func Encode(calls []*Call) *Blob {
 	if len(calls) > 1 {
 		size := 0
 		for _, c := range calls {
-			size += 8 * (8 + 3*len(c.rules))
+			size += 8 * (9 + 3*len(c.rules) + len(c.widths))
 			if c.more {
 				size += 8 * (5 + 7*len(c.rules))
 			}
@@ -310,6 +314,9 @@ func (c *Call) encode(b []byte) []byte {
 			b = appendFloat(b, float64(c.bw[i]))
 		}
 	}
+	if c.Kind == KindBuckets {
+		b = c.appendWidths(b)
+	}
 	if c.Op == OpRefund {
 		b = appendFloat(b, float64(c.at))
 	}
@@ -317,6 +324,34 @@ func (c *Call) encode(b []byte) []byte {
 		b = c.appendMore(b)
 	}
 	return b
+}
+
+// appendWidths packs the bucket widths other instances of the fleet count
+// in and c's rules do not (see redis.lua): their number, then each.
+func (c *Call) appendWidths(b []byte) []byte {
+	n := 0
+	for _, g := range c.widths {
+		if !c.countsIn(g) {
+			n++
+		}
+	}
+	b = appendFloat(b, float64(n))
+	for _, g := range c.widths {
+		if !c.countsIn(g) {
+			b = appendFloat(b, float64(g))
+		}
+	}
+	return b
+}
+
+// countsIn reports whether a sliding rule of c counts in buckets g wide.
+func (c *Call) countsIn(g int64) bool {
+	for i, r := range c.rules {
+		if r.Calendar == 0 && c.bw[i] == g {
+			return true
+		}
+	}
+	return false
 }
 
 // appendMore packs the lockout, calendar rules and challenges of c (see

@@ -46,8 +46,9 @@ const (
 // announces (see FleetBeat) and hands each answer to Policy.Heard.
 //
 // An announcement is the member "<instance>|<format>|<keep>|<window
-// µs>|<config>"; a member without '|' is an instance of v0.1.0, which
-// reads format 1 and announces nothing else.
+// µs>|<config>|<bucket widths, µs, comma-separated>"; a member without
+// '|' is an instance of v0.1.0, which reads format 1 and announces
+// nothing else.
 type Fleet struct {
 	// Instance is this process's name in the fleet keys: random.
 	Instance string
@@ -70,12 +71,14 @@ type FleetPolicy struct {
 
 	config string
 	keep   int64
-	window int64 // µs
+	window int64   // µs
+	widths []int64 // µs
 	differ func([]string)
 
 	count   atomic.Int64 // instances announced, at least 1 once read
 	fleetK  atomic.Int64 // the largest Keep announced
 	fleetW  atomic.Int64 // the longest Window announced, µs
+	fleetG  atomic.Pointer[[]int64] // every bucket width announced, µs
 	format  atomic.Int32 // the format the policy's keys are written in
 	mu      sync.Mutex
 	differs string // the differing configurations last reported, joined
@@ -96,13 +99,22 @@ func (f *Fleet) Join(m driver.Member) (p *FleetPolicy, fresh bool) {
 		return p, false
 	}
 	w := m.Window.Microseconds()
-	p = &FleetPolicy{Name: m.Policy, config: m.Config, keep: m.Keep, window: w, differ: m.Differ,
+	widths := make([]int64, 0, len(m.Widths))
+	ws := make([]string, 0, len(m.Widths))
+	for _, g := range m.Widths {
+		if g := g.Microseconds(); g > 0 && !slices.Contains(widths, g) {
+			widths = append(widths, g)
+			ws = append(ws, strconv.FormatInt(g, 10))
+		}
+	}
+	p = &FleetPolicy{Name: m.Policy, config: m.Config, keep: m.Keep, window: w, widths: widths, differ: m.Differ,
 		Member: f.Instance + "|" + strconv.Itoa(Formats) + "|" + strconv.FormatInt(m.Keep, 10) + "|" +
-			strconv.FormatInt(w, 10) + "|" + m.Config}
+			strconv.FormatInt(w, 10) + "|" + m.Config + "|" + strings.Join(ws, ",")}
 	// Until the store answers: this instance alone, in the first format,
 	// which every release reads.
 	p.fleetK.Store(m.Keep)
 	p.fleetW.Store(w)
+	p.fleetG.Store(&widths)
 	p.format.Store(FormatFirst)
 	f.policies[m.Policy] = p
 	snap := maps.Clone(f.policies)
@@ -180,10 +192,11 @@ func (f *Fleet) Leave() []*FleetPolicy {
 // configurations, reported to p's Differ when they changed.
 func (p *FleetPolicy) Heard(members []string) {
 	keep, window := p.keep, p.window
+	widths := slices.Clone(p.widths)
 	format := int64(Formats)
 	var others []string
 	for _, m := range members {
-		parts := strings.SplitN(m, "|", 5)
+		parts := strings.SplitN(m, "|", 6)
 		if len(parts) < 5 {
 			format = FormatFirst // v0.1.0: the first format, and nothing more
 			continue
@@ -200,10 +213,18 @@ func (p *FleetPolicy) Heard(members []string) {
 		if c := parts[4]; c != p.config && !slices.Contains(others, c) {
 			others = append(others, c)
 		}
+		if len(parts) == 6 && parts[5] != "" {
+			for _, f := range strings.Split(parts[5], ",") {
+				if g, err := strconv.ParseInt(f, 10, 64); err == nil && g > 0 && !slices.Contains(widths, g) && len(widths) < maxWidths {
+					widths = append(widths, g)
+				}
+			}
+		}
 	}
 	p.count.Store(int64(max(1, len(members))))
 	p.fleetK.Store(keep)
 	p.fleetW.Store(window)
+	p.fleetG.Store(&widths)
 	p.format.Store(int32(format))
 	slices.Sort(others)
 	joined := strings.Join(others, ",")
@@ -223,6 +244,14 @@ func (p *FleetPolicy) Keep() int64 { return p.fleetK.Load() }
 // Window returns the longest sliding window of any live instance of the
 // policy, in µs, at least this one's.
 func (p *FleetPolicy) Window() int64 { return p.fleetW.Load() }
+
+// Widths returns every bucket width, in µs, that a live instance of the
+// policy counts in under SlidingBuckets, this one's first.
+func (p *FleetPolicy) Widths() []int64 { return *p.fleetG.Load() }
+
+// maxWidths bounds the bucket widths a decision records in: a policy's
+// rules in every tier, of a few configurations at once.
+const maxWidths = 64
 
 // Format returns the format the policy's keys are written in.
 func (p *FleetPolicy) Format() int { return int(p.format.Load()) }

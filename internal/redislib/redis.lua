@@ -743,8 +743,10 @@ end)
 --            instance that uses the policy, µs: buckets of a width no rule
 --            here counts in live that long), client time in µs (0: the
 --            server's TIME), nrules, then limit, window and bucket width
---            (µs) per rule; a refund has one more double, the time of the
---            take.
+--            (µs) per rule, then the number of the widths other instances
+--            count in and no rule here does, and each (the units are
+--            recorded in those buckets too); a refund has one more double,
+--            the time of the take.
 -- Returns one string of little-endian doubles; per decision: allowed, the
 -- time of the decision, then per rule used, retry, reset and the time
 -- until its oldest bucket stops counting (µs); a refund returns {1, time}. A decision that fails returns {-1, length}
@@ -754,15 +756,14 @@ local function fmt(x) return string.format('%.0f', x) end
 -- hashed says the key is a policy's <base>:m (see runMore), whose other
 -- fields are left alone and whose TTL runMore keeps: the take returns
 -- until when its buckets need the key.
-local function decideBuckets(key, op, n, now, cnow, rules, span, at, hashed, gate)
+local function decideBuckets(key, op, n, now, cnow, rules, span, extra, at, hashed, gate)
   if op == 2 then
     -- Refund: give the units back to the buckets of the take's time,
     -- unless the key was made after it.
     local born = tonumber(call('HGET', key, 'b'))
     if not born or at < born then return pack('<dd', 1, at), 1 end
     local done = {}
-    for _, r in ipairs(rules) do
-      local g = r[3]
+    local function back(g)
       if not done[g] then
         done[g] = true
         local f = fmt(g) .. ':' .. fmt(math.floor(at / g))
@@ -771,6 +772,8 @@ local function decideBuckets(key, op, n, now, cnow, rules, span, at, hashed, gat
         end
       end
     end
+    for _, r in ipairs(rules) do back(r[3]) end
+    for _, g in ipairs(extra) do back(g) end
     -- Every instance forgets its cached denials of the key.
     if channel then call('PUBLISH', channel, key) end
     return pack('<dd', 1, at), 1
@@ -786,6 +789,11 @@ local function decideBuckets(key, op, n, now, cnow, rules, span, at, hashed, gat
     if w + g > maxspan then maxspan = w + g end
   end
   if span > maxspan then maxspan = span end
+  -- The widths other instances count in: their buckets live while the
+  -- fleet's longest window may count them.
+  for _, g in ipairs(extra) do
+    if lowest[g] == nil then lowest[g] = math.floor((now - span) / g) end
+  end
   local fields = call('HGETALL', key)
   local buckets = {} -- width -> list of {index, count}
   local stale = {}
@@ -870,6 +878,13 @@ local function decideBuckets(key, op, n, now, cnow, rules, span, at, hashed, gat
       newest[i] = b
       if not oldest[i] then oldest[i] = b end
     end
+    -- Other instances count the units too, in buckets of their widths.
+    for _, g in ipairs(extra) do
+      if not done[g] then
+        done[g] = true
+        call('HINCRBY', key, fmt(g) .. ':' .. fmt(math.floor(now / g)), n)
+      end
+    end
     if hashed then
       need = now + maxspan
     else
@@ -912,6 +927,10 @@ register('buckets', function(keys, args)
       l, w, g, pos = sunpack('<ddd', blob, pos)
       rules[i] = {l, w, g}
     end
+    local nx
+    local extra = {}
+    nx, pos = sunpack('<d', blob, pos)
+    for i = 1, nx do extra[i], pos = sunpack('<d', blob, pos) end
     local at = 0
     if op == 2 then at, pos = sunpack('<d', blob, pos) end
     local now = cnow
@@ -921,10 +940,10 @@ register('buckets', function(keys, args)
       local m
       m, pos = readMore(blob, pos)
       local k = keys[d]
-      local function slide(sop, gate) return decideBuckets(k, sop, n, now, cnow, rules, span, at, true, gate) end
+      local function slide(sop, gate) return decideBuckets(k, sop, n, now, cnow, rules, span, extra, at, true, gate) end
       ok, res = pcall(runMore, k, op, n, now, cnow, at, m, slide, nr, true)
     else
-      ok, res = pcall(decideBuckets, keys[d], op, n, now, cnow, rules, span, at)
+      ok, res = pcall(decideBuckets, keys[d], op, n, now, cnow, rules, span, extra, at)
     end
     if not ok then res = failed(res) end
     out[#out + 1] = res
