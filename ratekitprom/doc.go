@@ -40,6 +40,9 @@
 //	ratekit_fallback_active{policy}                 1 while the limiter decides by its failure
 //	                                                policy because the store failed (from
 //	                                                core.EventFallbackStart to EventFallbackEnd)
+//	ratekit_rules_differ{policy}                    1 while other instances use the policy's name
+//	                                                with another configuration
+//	                                                (core.EventRulesDiffer)
 //	ratekit_store_check_failures_total{policy,reason}  failed store checks (Limiter.Check); reason
 //	                                                is misconfigured (core.ErrMisconfigured) or other
 //

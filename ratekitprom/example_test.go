@@ -57,6 +57,7 @@ func ExampleRules() {
 	fmt.Println(strings.Contains(string(rules), "shop_fallback_active == 1"))
 	// Output:
 	// RatekitFallbackActive
+	// RatekitRulesDiffer
 	// RatekitBreakerOpen
 	// RatekitStoreErrors
 	// RatekitStoreMisconfigured

@@ -85,6 +85,7 @@ type Observer struct {
 	breakerOpen  *prometheus.GaugeVec
 	breakerOpens *prometheus.CounterVec
 	fallbackOn   *prometheus.GaugeVec
+	rulesDiffer  *prometheus.GaugeVec
 	checkFails   *prometheus.CounterVec
 
 	policies sync.Map // policy name -> *policyMetrics
@@ -108,6 +109,7 @@ type policyMetrics struct {
 	breakerOpen  prometheus.Gauge
 	breakerOpens prometheus.Counter
 	fallbackOn   prometheus.Gauge
+	rulesDiffer  prometheus.Gauge
 	misconfigs   prometheus.Counter // failed store checks by reason
 	otherChecks  prometheus.Counter
 }
@@ -147,13 +149,17 @@ func New(opts ...Option) *Observer {
 			Namespace: o.namespace, Name: "fallback_active", ConstLabels: o.constLabels,
 			Help: "1 while the policy's limiter decides by its failure policy because the store failed (a fallback episode), else 0.",
 		}, []string{"policy"}),
+		rulesDiffer: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: o.namespace, Name: "rules_differ", ConstLabels: o.constLabels,
+			Help: "1 while the store says other instances use the policy's name with another configuration (rules, algorithm, lockout or tiers), else 0.",
+		}, []string{"policy"}),
 		checkFails: counter("store_check_failures_total", "Failed store checks (Limiter.Check) by reason: misconfigured (no decision can succeed until the configuration changes) or other (a store that may evict limiter keys, or that did not answer).", "policy", "reason"),
 	}
 }
 
 func (o *Observer) collectors() []prometheus.Collector {
 	return []prometheus.Collector{o.decisions, o.dryRun, o.skips, o.blocks, o.lockouts, o.challenges, o.passes, o.keyErrors,
-		o.fallbacks, o.cacheHits, o.storeErrors, o.latency, o.breakerOpen, o.breakerOpens, o.fallbackOn, o.checkFails}
+		o.fallbacks, o.cacheHits, o.storeErrors, o.latency, o.breakerOpen, o.breakerOpens, o.fallbackOn, o.rulesDiffer, o.checkFails}
 }
 
 // Describe implements [prometheus.Collector].
@@ -217,6 +223,12 @@ func (o *Observer) Observe(_ context.Context, e core.Event) {
 		m.fallbackOn.Set(1)
 	case core.EventFallbackEnd:
 		m.fallbackOn.Set(0)
+	case core.EventRulesDiffer:
+		if e.Err != nil {
+			m.rulesDiffer.Set(1)
+		} else {
+			m.rulesDiffer.Set(0)
+		}
 	case core.EventStoreCheck:
 		if errors.Is(e.Err, core.ErrMisconfigured) {
 			m.misconfigs.Inc()
@@ -280,6 +292,7 @@ func (o *Observer) policy(name string) *policyMetrics {
 		breakerOpen:  o.breakerOpen.WithLabelValues(name),
 		breakerOpens: o.breakerOpens.WithLabelValues(name),
 		fallbackOn:   o.fallbackOn.WithLabelValues(name),
+		rulesDiffer:  o.rulesDiffer.WithLabelValues(name),
 		misconfigs:   o.checkFails.WithLabelValues(name, ReasonMisconfigured),
 		otherChecks:  o.checkFails.WithLabelValues(name, ReasonOther),
 	}

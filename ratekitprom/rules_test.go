@@ -178,6 +178,7 @@ func TestRules(t *testing.T) {
 		{"store outage and checks", storeScenario},
 		{"store error ratio", errorRatioScenario},
 		{"refusal spike", refusalScenario},
+		{"rules that differ", rulesDifferScenario},
 	}
 	ran := 0
 	for _, sc := range scenarios {
@@ -588,5 +589,52 @@ func refusalScenario(t *testing.T) (*fleet, []checkpoint) {
 		{spike + 5, none}, // the spike has begun: it waits out its `for`
 		{spike + 25, map[string][]map[string]string{"RatekitRefusalSpike": spiking}},
 		{end - 1, none}, // over
+	}
+}
+
+// rulesDifferScenario is two app instances of job "app" on one healthy
+// Redis, for 40 minutes: app-1 limits policy login to 5 a second, app-2 to
+// 20 a minute, until app-2 stops at minute 25 (its store closed). Each
+// instance's store says so when its limiter checks it, at start and once
+// app-2 has gone: RatekitRulesDiffer fires on both after its quarter of
+// an hour, and no more once app-2 has stopped.
+func rulesDifferScenario(t *testing.T) (*fleet, []checkpoint) {
+	srv := redistest.Start(t)
+	f := newFleet("app", "app-1:8080", "app-2:8080")
+	one, two := redisstore.New(srv.Client(t)), redisstore.New(srv.Client(t))
+	t.Cleanup(one.Close)
+	a := testkit.Limiter(t, one, testkit.Policy("login", core.Rule{Limit: 5, Window: time.Second}), core.WithObserver(f.instances[0].obs))
+	b := testkit.Limiter(t, two, testkit.Policy("login", testkit.PerMinute(20)), core.WithObserver(f.instances[1].obs))
+	ctx := context.Background()
+	for _, l := range []*core.Limiter{a, b} {
+		if err := l.Check(ctx); err == nil {
+			t.Fatalf("Check of an instance whose rules differ = nil, want an error")
+		}
+	}
+	const stop, end = 25, 40
+	for minute := range end {
+		if minute == stop {
+			two.Close()
+			f.instances[1].gone = true
+			if err := a.Check(ctx); err != nil {
+				t.Fatalf("Check once the other instance stopped = %v, want nil", err)
+			}
+		}
+		f.scrape(t)
+	}
+	at := func(instance string) map[string]string {
+		return map[string]string{"job": "app", "instance": instance, "policy": "login"}
+	}
+	both := map[string][]map[string]string{"RatekitRulesDiffer": {at("app-1:8080"), at("app-2:8080")}}
+	// app-2's last samples count for Prometheus's five minutes of
+	// lookback, as a target that vanished without staleness markers.
+	gone := map[string][]map[string]string{"RatekitRulesDiffer": {at("app-2:8080")}}
+	return f, []checkpoint{
+		{14, nil}, // its quarter of an hour is not over
+		{15, both},
+		{stop - 1, both},
+		{stop + 1, gone},
+		{stop + 6, nil},
+		{end - 1, nil},
 	}
 }

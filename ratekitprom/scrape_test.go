@@ -29,6 +29,7 @@ type instance struct {
 	obs  *ratekitprom.Observer
 	reg  *prometheus.Registry
 	keys []string // of the samples of the last scrape, in order
+	gone bool     // stopped: scraped no more
 }
 
 // newFleet returns a fleet of job with one instance for each name.
@@ -48,6 +49,9 @@ func newFleet(job string, names ...string) *fleet {
 func (f *fleet) scrape(t *testing.T) {
 	t.Helper()
 	for _, in := range f.instances {
+		if in.gone {
+			continue
+		}
 		fams, err := in.reg.Gather()
 		if err != nil {
 			t.Fatalf("Gather: %v", err)

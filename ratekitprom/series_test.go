@@ -45,6 +45,7 @@ func exported(t *testing.T, opts ...ratekitprom.Option) map[string][]string {
 		{Kind: core.EventBreakerOpen},
 		{Kind: core.EventBreakerClose},
 		{Kind: core.EventFallbackEnd, Fallbacks: 1},
+		{Kind: core.EventRulesDiffer, Err: errors.New("other configurations")},
 		{Kind: core.EventStoreCheck, Err: fmt.Errorf("check: %w", core.ErrMisconfigured)},
 		{Kind: core.EventSkip}, {Kind: core.EventBlock}, {Kind: core.EventKeyError}, {Kind: core.EventPass},
 		{Kind: core.EventDryRun, Decision: core.Decision{Source: core.SourceStore}},
