@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,13 +34,16 @@ const bucketsAbove = 1000
 
 // WithStore sets the store of the limiter that a LimitBy function builds
 // ([LimitByIP], [LimitByAppKey], [LimitByUser] and the adapters' functions
-// of the same names). By default each one has a store of its own, a
+// of the same names). By default they all count on one process-wide
 // core.MemoryStore, which counts in this process only. Give every
 // instance of the app the same Redis store (redisstore.New(rdb)) to count
-// together. Limits on one store with the same policy name count together
-// too: the name is "<by>-<limit>-per-<window>" ("ip-100-per-1m") unless
-// [WithName] says otherwise, so on a shared store two routes with the same
-// rate share each client's budget until they are named apart.
+// together. Each LimitBy function builds a limit of its own, whatever the
+// store: its policy name ([WithName]) tells it apart from every other
+// one-liner of the process, and names it alike in every instance of the
+// app, so that on a shared store an instance counts each one-liner
+// together with the same one-liner of the other instances, and with no
+// other. Give two one-liners one name with [WithName] to make them share
+// each client's budget.
 //
 // [New] panics on this option: a *core.Limiter has its store already. A
 // LimitBy function panics on a nil store.
@@ -58,12 +62,30 @@ type nilStore struct{ core.Store }
 
 // WithName sets the policy name (core.Policy.Name) of the limiter that a
 // LimitBy function builds: its key namespace in the store, its metrics
-// label and its name in the IETF header fields and problem bodies. By
-// default it is "<by>-<limit>-per-<window>", such as "ip-100-per-1m",
-// "appkey-1000-per-1h" or "user-50-per-1m". Name limits apart that share a
-// store and should not share budgets (see [WithStore]). A name must be
-// visible ASCII without braces, spaces, quotes or backslashes, at most 64
-// bytes; a LimitBy function panics on another.
+// label and its name in the IETF header fields and problem bodies.
+// One-liners with the same name on one store count together: name two
+// routes alike to give them one budget per client, on the memory store as
+// on Redis. A name must be visible ASCII without braces, spaces, quotes or
+// backslashes, at most 64 bytes; a LimitBy function panics on another.
+//
+// By default the name is the rate, "<by>-<limit>-per-<window>" ("ip-100-per-1m",
+// "appkey-1000-per-1h", "user-50-per-1m"), with "-2", "-3", … appended for
+// the second, third, … one-liner of the same rate built in this process:
+// LimitByIP(3, time.Minute) on /a is "ip-3-per-1m" and on /b
+// "ip-3-per-1m-2", two limits. An app builds its middleware in the same
+// order in every instance, so each one-liner gets the same name in every
+// instance and counts together with its twins on a shared store, as it
+// should. The ordinal rather than, say, the file and line of the call
+// keeps names stable across releases that move code around: a one-liner
+// whose rate no other one-liner has keeps its bare name in every release
+// (and in releases before ordinals), so a rolling deploy shares its counts
+// from old to new instances. What renames: adding, removing or reordering
+// one-liners of one rate shifts the ordinals of those built after the
+// change, and during a rolling deploy old and new instances then count
+// those routes under different names, each route getting up to its limit
+// from either side for at most one window. Name such one-liners with
+// WithName, and any built in an order that may differ between instances
+// (in goroutines, or from a map).
 //
 // [New] panics on this option: a *core.Limiter has its policy already.
 func WithName(name string) Option {
@@ -80,7 +102,7 @@ func WithName(name string) Option {
 // WithKey(keyfunc.ClientIP(keyfunc.TrustedProxies("10.0.0.0/8"))) to read
 // the address your proxies forward.
 //
-// The limiter it builds counts on a memory store of its own unless
+// The limiter it builds counts on the process-wide memory store unless
 // [WithStore] gives one, under a policy named as [WithName] says, with one
 // rule {limit, per}, exact up to 1000 per window (core.SlidingLog) and in
 // buckets above (core.SlidingBuckets). The observers of [WithObserver]
@@ -124,8 +146,7 @@ func LimitByUser(user any, limit int64, per time.Duration, opts ...Option) *Guar
 }
 
 // newRate builds the guard of a LimitBy function named fn: a limiter of
-// one rule {limit, per} keyed by key, named "<by>-<limit>-per-<per>" by
-// default.
+// one rule {limit, per} keyed by key, named as [WithName] says.
 func newRate(fn, by string, key keyfunc.Func, limit int64, per time.Duration, opts []Option) *Guard {
 	switch {
 	case limit < 1:
@@ -136,20 +157,15 @@ func newRate(fn, by string, key keyfunc.Func, limit int64, per time.Duration, op
 		panic(fmt.Sprintf("ratekit: %s: per is %v, must be a whole number of microseconds", fn, per))
 	}
 	cfg := newConfig(append([]Option{WithKey(key)}, opts...))
-	p := core.Policy{Name: cfg.name, Rules: []core.Rule{{Limit: limit, Window: per}}}
-	if p.Name == "" {
-		p.Name = by + "-" + strconv.FormatInt(limit, 10) + "-per-" + shortDuration(per)
+	if _, ok := cfg.store.(nilStore); ok {
+		panic(fmt.Sprintf("ratekit: %s: WithStore: store is nil", fn))
 	}
+	p := core.Policy{Name: cfg.name, Rules: []core.Rule{{Limit: limit, Window: per}}}
 	if limit > bucketsAbove {
 		p.Algorithm = core.SlidingBuckets
 	}
-	store := cfg.store
-	switch store.(type) {
-	case nil:
-		store = core.NewMemoryStore()
-	case nilStore:
-		panic(fmt.Sprintf("ratekit: %s: WithStore: store is nil", fn))
-	}
+	var store core.Store
+	p.Name, store = oneLiners.claim(cfg.name, by+"-"+strconv.FormatInt(limit, 10)+"-per-"+shortDuration(per), cfg.store)
 	var lopts []core.Option
 	if cfg.observer != nil {
 		lopts = append(lopts, core.WithObserver(cfg.observer))
@@ -159,6 +175,42 @@ func newRate(fn, by string, key keyfunc.Func, limit int64, per time.Duration, op
 		panic(fmt.Sprintf("ratekit: %s: %s", fn, strings.TrimPrefix(err.Error(), "ratekit: ")))
 	}
 	return build(l, cfg)
+}
+
+// oneLiners is what the LimitBy functions of a process share.
+var oneLiners registry
+
+// registry holds the LimitBy functions' shared state: the default store,
+// and how many one-liners of each rate were built, for their names.
+type registry struct {
+	mu      sync.Mutex
+	memory  *core.MemoryStore // the default store, made on first use
+	ordinal map[string]int    // one-liners built per rate name
+}
+
+// claim returns the policy name and the store of a one-liner being
+// built: name, or rate with its ordinal among the one-liners of that rate
+// when name is ""; and store, or the default store when store is nil.
+func (r *registry) claim(name, rate string, store core.Store) (string, core.Store) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if name == "" {
+		if r.ordinal == nil {
+			r.ordinal = make(map[string]int)
+		}
+		r.ordinal[rate]++
+		name = rate
+		if n := r.ordinal[rate]; n > 1 {
+			name += "-" + strconv.Itoa(n)
+		}
+	}
+	if store == nil {
+		if r.memory == nil {
+			r.memory = core.NewMemoryStore()
+		}
+		store = r.memory
+	}
+	return name, store
 }
 
 // shortDuration writes d as time.Duration.String does, without the zero

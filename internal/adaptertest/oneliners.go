@@ -1,14 +1,18 @@
 package adaptertest
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
+	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // OneLiners are an adapter's LimitBy functions, the one-line middleware
@@ -48,7 +52,8 @@ type Call func(t *testing.T, header http.Header) (status int, fields http.Header
 // RunOneLiners checks that an adapter's LimitBy functions exist (fs lists
 // them) and work alike: each keys by what it says, counts on its own
 // memory store or on the one guard.WithStore gives, takes guard options,
-// and panics at construction, naming the field, on an invalid rate.
+// each is a limit of its own on every store, named alike ones share, and
+// panics at construction, naming the field, on an invalid rate.
 func RunOneLiners[M any](t *testing.T, fs OneLiners[M], serve Serve[M]) {
 	t.Helper()
 	type step struct {
@@ -87,24 +92,38 @@ func RunOneLiners[M any](t *testing.T, fs OneLiners[M], serve Serve[M]) {
 		})
 	}
 
-	// Two middlewares on one store, as two instances of an app on one
-	// Redis, share each client's budget under the same name, and not
-	// under another.
-	t.Run("store", func(t *testing.T) {
-		t.Parallel()
-		s := core.NewMemoryStore()
-		a := serve(t, fs.LimitByIP(1, time.Hour, guard.WithStore(s)))
-		b := serve(t, fs.LimitByIP(1, time.Hour, guard.WithStore(s)))
-		other := serve(t, fs.LimitByIP(1, time.Hour, guard.WithStore(s), guard.WithName("signup")))
-		var got []int
-		for _, call := range []Call{a, b, other} {
-			status, _ := call(t, http.Header{})
-			got = append(got, status)
-		}
-		if fmt.Sprint(got) != "[200 429 200]" {
-			t.Errorf("statuses %v, want [200 429 200]", got)
-		}
-	})
+	// Each one-liner is a limit of its own, on any store: two routes with
+	// the same rate do not share a budget unless guard.WithName names them
+	// alike.
+	for _, st := range []struct {
+		name  string
+		store func(t *testing.T) core.Store
+	}{
+		{"memory", func(*testing.T) core.Store { return core.NewMemoryStore() }},
+		{"redis", RedisStore},
+		{"default", func(*testing.T) core.Store { return nil }},
+	} {
+		t.Run("store/"+st.name, func(t *testing.T) {
+			t.Parallel()
+			var opts []guard.Option
+			if s := st.store(t); s != nil {
+				opts = append(opts, guard.WithStore(s))
+			}
+			a := serve(t, fs.LimitByIP(3, time.Hour, opts...)) // on /a
+			b := serve(t, fs.LimitByIP(3, time.Hour, opts...)) // on /b
+			// A name of its own: the default store is the process's.
+			named := append([]guard.Option{guard.WithName(fmt.Sprintf("adaptertest-shared-%d", sharedNames.Add(1)))}, opts...)
+			shared1, shared2 := serve(t, fs.LimitByIP(1, time.Hour, named...)), serve(t, fs.LimitByIP(1, time.Hour, named...))
+			var got []int
+			for _, call := range []Call{a, a, a, b, b, b, a, shared1, shared2} {
+				status, _ := call(t, http.Header{})
+				got = append(got, status)
+			}
+			if want := "[200 200 200 200 200 200 429 200 429]"; fmt.Sprint(got) != want {
+				t.Errorf("a×3, b×3, a, then two named alike: statuses %v, want %s", got, want)
+			}
+		})
+	}
 
 	t.Run("options", func(t *testing.T) {
 		t.Parallel()
@@ -157,4 +176,29 @@ func HTTPCall(t *testing.T, base string) Call {
 		}
 		return res.status, res.header
 	}
+}
+
+// sharedNames numbers the names of the one-liners named alike.
+var sharedNames atomic.Int64
+
+// RedisStore returns a Redis store on a redis-server of the test's own,
+// warmed up: a connection is open and the library loaded, with time to
+// spare (on a busy machine the first call may take more than the 20 ms
+// timeout and be decided locally, as it should). Under -short it skips
+// the test.
+func RedisStore(t *testing.T) core.Store {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a redis-server")
+	}
+	s := redisstore.New(redistest.Start(t).Client(t))
+	l, err := core.NewLimiter(s, core.Policy{Name: "warm-up", Rules: []core.Rule{{Limit: 1, Window: time.Second}}},
+		core.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := l.Allow(context.Background(), "warm-up"); err != nil || d.Source != core.SourceStore {
+		t.Fatalf("warming the store: Allow = %+v, %v; want a decision of the store", d, err)
+	}
+	return s
 }
