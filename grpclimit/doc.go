@@ -10,8 +10,8 @@
 //		grpc.ChainUnaryInterceptor(lim.UnaryServerInterceptor()),
 //		grpc.ChainStreamInterceptor(lim.StreamServerInterceptor()))
 //
-// They count in memory; guard.WithStore(redisstore.New(rdb)) shares the
-// counts of every instance through Redis. Anything else is a
+// They count in memory; [UseStore](redisstore.New(rdb)) at start-up
+// shares the counts of every instance through Redis. Anything else is a
 // [core.Limiter], one line per policy:
 //
 //	grpc.NewServer(grpc.ChainUnaryInterceptor(grpclimit.UnaryServerInterceptor(limiter)))

@@ -14,7 +14,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratekit/ratekit/grpclimit"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // checkThrice serves the health service with opts on a loopback port and
@@ -45,8 +48,8 @@ func checkThrice(opts []grpc.ServerOption, kv ...string) {
 
 // One line per interceptor limits every method: 2 calls per minute per
 // client IP, unary calls and streams together, counted in memory.
-// guard.WithStore(redisstore.New(rdb)) would count them in Redis, for
-// every instance of the server together.
+// grpclimit.UseStore(redisstore.New(rdb)) at start-up would count them in
+// Redis, for every instance of the server together.
 func ExampleLimitByIP() {
 	lim := grpclimit.LimitByIP(2, time.Minute)
 	checkThrice([]grpc.ServerOption{
@@ -88,4 +91,20 @@ func ExampleLimitByUser() {
 	// call 1: OK remaining=[1]
 	// call 2: OK remaining=[0]
 	// call 3: ResourceExhausted remaining=[0]
+}
+
+// One line at start-up, before the middleware is built, moves every
+// one-liner of the app to Redis, where every instance of the app counts
+// together. (Not run: it needs a Redis.)
+func ExampleUseStore() {
+	rdb := redis.NewClient(&redis.Options{Addr: "redis.internal:6379"})
+	grpclimit.UseStore(redisstore.New(rdb))
+
+	lim := grpclimit.LimitByIP(100, time.Minute)
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(lim.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(lim.StreamServerInterceptor()))
+	lis, err := net.Listen("tcp", ":50051")
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Fatal(srv.Serve(lis))
 }

@@ -177,15 +177,58 @@ func newRate(fn, by string, key keyfunc.Func, limit int64, per time.Duration, op
 	return build(l, cfg)
 }
 
+// UseStore sets the store of the LimitBy one-liners ([LimitByIP],
+// [LimitByAppKey], [LimitByUser] and the adapters' functions of the same
+// names) built after it without [WithStore], for the whole process: by
+// default they count in this process's memory. One line at start-up, before
+// the middleware is built, moves all of an app's one-liners to Redis, and
+// every instance counts together:
+//
+//	guard.UseStore(redisstore.New(rdb))
+//
+// Each adapter has a UseStore that calls this one, so that the adapter's
+// import is the only one a program needs besides the store's:
+// ginlimit.UseStore(redisstore.New(rdb)). UseStore is safe for concurrent
+// use, but meant to be called once, as slog.SetDefault is: it panics on a
+// nil store, when called a second time, and when one-liners were built
+// before it without WithStore — they count in this process's memory and
+// would go on doing so unnoticed, each instance of the app admitting its
+// own limit. A panic at start-up says so at once, where a log line could
+// go unread while the limits are looser than configured. The store is
+// never closed.
+func UseStore(s core.Store) {
+	oneLiners.use(s)
+}
+
 // oneLiners is what the LimitBy functions of a process share.
 var oneLiners registry
 
 // registry holds the LimitBy functions' shared state: the default store,
 // and how many one-liners of each rate were built, for their names.
 type registry struct {
-	mu      sync.Mutex
-	memory  *core.MemoryStore // the default store, made on first use
-	ordinal map[string]int    // one-liners built per rate name
+	mu       sync.Mutex
+	store    core.Store        // set by UseStore
+	memory   *core.MemoryStore // the default store until then, made on first use
+	onMemory int               // one-liners built on memory
+	first    string            // the name of the first of them
+	ordinal  map[string]int    // one-liners built per rate name
+}
+
+// use sets the default store to s.
+func (r *registry) use(s core.Store) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case s == nil:
+		panic("ratekit: UseStore: store is nil")
+	case r.store != nil:
+		panic("ratekit: UseStore: called a second time; it sets the store of the one-liners once, at start-up")
+	case r.onMemory > 0:
+		panic(fmt.Sprintf("ratekit: UseStore: called after %d one-liners were built without WithStore (the first: policy %q); "+
+			"they count in this process's memory: call UseStore at start-up, before building any middleware",
+			r.onMemory, r.first))
+	}
+	r.store = s
 }
 
 // claim returns the policy name and the store of a one-liner being
@@ -204,11 +247,18 @@ func (r *registry) claim(name, rate string, store core.Store) (string, core.Stor
 			name += "-" + strconv.Itoa(n)
 		}
 	}
-	if store == nil {
+	switch {
+	case store != nil:
+	case r.store != nil:
+		store = r.store
+	default:
 		if r.memory == nil {
 			r.memory = core.NewMemoryStore()
 		}
 		store = r.memory
+		if r.onMemory++; r.onMemory == 1 {
+			r.first = name
+		}
 	}
 	return name, store
 }

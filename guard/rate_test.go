@@ -236,32 +236,93 @@ func outcomes3(g *guard.Guard, r keyfunc.Request) string {
 
 // Two instances of one app on one Redis build the same one-liners in the
 // same order: each one-liner counts together with its twin in the other
-// instance, and apart from the other one-liner of the same rate. Not
-// parallel: it starts the ordinals afresh, as a new process does.
+// instance, and apart from the other one-liner of the same rate; whether
+// the store is given to each (WithStore) or to all at once (UseStore).
+// Not parallel: it starts the one-liners afresh, as a new process does.
 func TestLimitByInstances(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a redis-server")
 	}
-	srv := redistest.Start(t)
-	app := func() (a, b *guard.Guard) {
-		guard.ForgetOneLiners() // a new process
-		s := warm(t, redisstore.New(srv.Client(t)))
-		return guard.LimitByIP(3, time.Minute, guard.WithStore(s)), guard.LimitByIP(3, time.Minute, guard.WithStore(s))
+	defer guard.ForgetOneLiners()
+	for _, how := range []string{"WithStore", "UseStore"} {
+		t.Run(how, func(t *testing.T) {
+			srv := redistest.Start(t)
+			app := func() (a, b *guard.Guard) {
+				guard.ForgetOneLiners() // a new process
+				s := warm(t, redisstore.New(srv.Client(t)))
+				var opts []guard.Option
+				if how == "UseStore" {
+					guard.UseStore(s)
+				} else {
+					opts = append(opts, guard.WithStore(s))
+				}
+				return guard.LimitByIP(3, time.Minute, opts...), guard.LimitByIP(3, time.Minute, opts...)
+			}
+			r := httpReq("192.0.2.1:1", "")
+			a1, b1 := app()
+			a2, b2 := app()
+			if a1.Limiter().Policy().Name != a2.Limiter().Policy().Name || b1.Limiter().Policy().Name != b2.Limiter().Policy().Name {
+				t.Fatalf("names %q, %q in one instance and %q, %q in the other, want the same", a1.Limiter().Policy().Name,
+					b1.Limiter().Policy().Name, a2.Limiter().Policy().Name, b2.Limiter().Policy().Name)
+			}
+			got := strings.Join([]string{
+				strings.Join(outcomes(a1, r, r), " "), strings.Join(outcomes(a2, r, r), " "),
+				strings.Join(outcomes(b2, r, r), " "), strings.Join(outcomes(b1, r, r), " "),
+			}, " | ")
+			if want := "allow allow | allow deny | allow allow | allow deny"; got != want {
+				t.Errorf("instance 1 on /a, 2 on /a, 2 on /b, 1 on /b: %s, want %s", got, want)
+			}
+		})
 	}
+}
+
+// UseStore sets the store of the one-liners built after it without
+// WithStore, once, before any was built on memory; misuse panics. Not
+// parallel: it sets the process's default store.
+func TestUseStore(t *testing.T) {
 	defer guard.ForgetOneLiners()
 	r := httpReq("192.0.2.1:1", "")
-	a1, b1 := app()
-	a2, b2 := app()
-	if a1.Limiter().Policy().Name != a2.Limiter().Policy().Name || b1.Limiter().Policy().Name != b2.Limiter().Policy().Name {
-		t.Fatalf("names %q, %q in one instance and %q, %q in the other, want the same", a1.Limiter().Policy().Name,
-			b1.Limiter().Policy().Name, a2.Limiter().Policy().Name, b2.Limiter().Policy().Name)
+
+	guard.ForgetOneLiners()
+	own := core.NewMemoryStore()
+	before := guard.LimitByIP(1, time.Hour, guard.WithStore(own)) // has its store: no misuse
+	s := core.NewMemoryStore()
+	guard.UseStore(s)
+	g := guard.LimitByIP(1, time.Hour)
+	outcomes(g, r)
+	// The unit is in s: a limiter of the same policy on s sees it.
+	d, err := testkit.Limiter(t, s, g.Limiter().Policy()).Peek(context.Background(), "192.0.2.1")
+	if err != nil || d.Allowed {
+		t.Errorf("Peek on the store of UseStore = %+v, %v; want the one-liner's unit there (denied)", d, err)
 	}
-	got := strings.Join([]string{
-		strings.Join(outcomes(a1, r, r), " "), strings.Join(outcomes(a2, r, r), " "),
-		strings.Join(outcomes(b2, r, r), " "), strings.Join(outcomes(b1, r, r), " "),
-	}, " | ")
-	if want := "allow allow | allow deny | allow allow | allow deny"; got != want {
-		t.Errorf("instance 1 on /a, 2 on /a, 2 on /b, 1 on /b: %s, want %s", got, want)
+	if got := outcomes(before, r); got[0] != "allow" {
+		t.Errorf("a one-liner built with WithStore before UseStore: %v, want allow (its own store)", got)
+	}
+
+	for _, tc := range []struct {
+		name  string
+		setup func()
+		want  string
+	}{
+		{"nil", func() {}, "ratekit: UseStore: store is nil"},
+		{"twice", func() { guard.UseStore(core.NewMemoryStore()) }, "ratekit: UseStore: called a second time"},
+		{"after one-liners", func() { guard.LimitByAppKey(7, time.Minute); guard.LimitByIP(7, time.Minute) },
+			`ratekit: UseStore: called after 2 one-liners were built without WithStore (the first: policy "appkey-7-per-1m")`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			guard.ForgetOneLiners()
+			tc.setup()
+			defer func() {
+				if p := recover(); p == nil || !strings.HasPrefix(fmt.Sprint(p), tc.want) {
+					t.Errorf("panic %v, want one starting %q", p, tc.want)
+				}
+			}()
+			var store core.Store = core.NewMemoryStore()
+			if tc.name == "nil" {
+				store = nil
+			}
+			guard.UseStore(store)
+		})
 	}
 }
 
