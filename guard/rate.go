@@ -134,7 +134,8 @@ func LimitByAppKey(limit int64, per time.Duration, opts ...Option) *Guard {
 // context (context.WithValue), with gin or echo c.Set, or fiber c.Locals
 // (gin and echo take string keys there). Put it after that middleware:
 // before it, no request has a user yet, nothing is limited, and the guard
-// logs one warning once the first 100 requests have all come without one.
+// logs one warning at the first request without one, when none came with
+// one before.
 // Anonymous requests are not limited by it ([NoKeySkip]): pair it with
 // [LimitByIP]. It builds its limiter and panics as [LimitByIP] does, and
 // also on a nil user key.
@@ -276,35 +277,37 @@ func shortDuration(d time.Duration) string {
 	return s
 }
 
-// noKeyWarnAfter is how many requests in a row without a key, and none
-// with one before, make a limit warn that it limits nothing.
-const noKeyWarnAfter = 100
-
 // keyWatch watches the keys a limit finds, so that a key function that
-// finds none in any request, such as a per-user key put before the
-// authentication middleware (under NoKeySkip every request then goes
-// unlimited, silently), is reported once rather than never, or on every
-// request.
+// finds none, such as a per-user key put before the authentication
+// middleware (under NoKeySkip every request then goes unlimited,
+// silently), is reported at once, the first time, rather than never or on
+// every request.
 type keyWatch struct {
-	keyed atomic.Bool  // a request had a key
-	none  atomic.Int64 // requests without a key while keyed is false
+	state atomic.Int32 // watchNone, watchKeyed or watchWarned
 }
+
+// The states of a keyWatch.
+const (
+	watchNone   int32 = iota // no request had a key, and none was missed
+	watchKeyed               // a request had a key
+	watchWarned              // a request had none, before any had one: said
+)
 
 // found records a request with a key. Once one has been seen, the watch
 // costs one atomic load per request.
 func (w *keyWatch) found() {
-	if !w.keyed.Load() {
-		w.keyed.Store(true)
+	if w.state.Load() != watchKeyed {
+		w.state.Store(watchKeyed)
 	}
 }
 
 // missed records a request without a key under NoKeySkip, and logs the
-// warning when it is the noKeyWarnAfter-th and no request had a key.
+// warning when it is the first and no request had a key before.
 func (w *keyWatch) missed(ctx context.Context, policy string) {
-	if w.keyed.Load() || w.none.Add(1) != noKeyWarnAfter {
+	if w.state.Load() != watchNone || !w.state.CompareAndSwap(watchNone, watchWarned) {
 		return
 	}
-	slog.Default().WarnContext(ctx, "ratekit: no request had a key for this limit, so none was limited "+
-		"(keyfunc.ErrNoKey, skipped under guard.NoKeySkip): is a per-user key placed before the "+
-		"middleware that sets the user?", "policy", policy, "requests", noKeyWarnAfter)
+	slog.Default().WarnContext(ctx, "ratekit: the first request to this limit had no key, so it was not limited "+
+		"(keyfunc.ErrNoKey, skipped under guard.NoKeySkip); if none has one, none is limited: is a per-user key "+
+		"placed before the middleware that sets the user? (said once)", "policy", policy)
 }

@@ -348,25 +348,27 @@ func TestLimitByObserver(t *testing.T) {
 	}
 }
 
-// A limit whose key function finds no key in any request (a per-user key
-// before the authentication middleware) logs one warning, after 100
-// requests, not one per request; one that has found a key never does.
-// Not parallel: it replaces slog's default logger.
+// A limit whose key function finds no key (a per-user key before the
+// authentication middleware) logs one warning at the first request
+// without one, not one per request; one that has found a key before never
+// does. Not parallel: it replaces slog's default logger.
 func TestLimitByUserBeforeAuthWarnsOnce(t *testing.T) {
 	var buf bytes.Buffer
 	prev := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
 	defer slog.SetDefault(prev)
+	const warning = "the first request to this limit had no key"
 
 	anon := httpReq("192.0.2.1:1", "")
-	g := guard.LimitByUser(userKey{}, 10, time.Minute)
-	outcomes(g, repeat(anon, 99)...)
-	if n := strings.Count(buf.String(), "no request had a key"); n != 0 {
-		t.Fatalf("after 99 requests without a user: %d warnings, want 0", n)
+	g := guard.LimitByUser(userKey{}, 10, time.Minute, guard.WithName("user-before-auth"))
+	outcomes(g, anon)
+	if n := strings.Count(buf.String(), warning); n != 1 || !strings.Contains(buf.String(), "policy=user-before-auth") {
+		t.Fatalf("after 1 request without a user: %d warnings, want 1 naming the policy:\n%s", n, buf.String())
 	}
-	outcomes(g, repeat(anon, 150)...)
-	if n := strings.Count(buf.String(), "no request had a key"); n != 1 || !strings.Contains(buf.String(), "policy=user-10-per-1m") {
-		t.Fatalf("after 249 requests without a user: %d warnings, want 1 naming the policy:\n%s", n, buf.String())
+	outcomes(g, repeat(anon, 250)...)
+	outcomes(g, httpReq("192.0.2.1:1", "ada"), anon)
+	if n := strings.Count(buf.String(), warning); n != 1 {
+		t.Fatalf("after 253 requests: %d warnings, want 1:\n%s", n, buf.String())
 	}
 
 	buf.Reset()
