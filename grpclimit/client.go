@@ -99,6 +99,9 @@ func newClient(fn string, l *core.Limiter, opts []guard.Option) *client {
 	if cfg.deny != nil {
 		panic("ratekit: grpclimit: " + fn + ": WithDenyHandler applies to server interceptors, not to outgoing calls")
 	}
+	if cfg.infra {
+		panic("ratekit: grpclimit: " + fn + ": WithHealthAndReflection applies to server interceptors, not to outgoing calls")
+	}
 	if err := g.CheckOutbound(); err != nil {
 		panic("ratekit: grpclimit: " + fn + ": " + err.Error())
 	}

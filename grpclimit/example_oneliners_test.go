@@ -9,8 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -20,12 +19,12 @@ import (
 	"github.com/ratekit/ratekit/redisstore"
 )
 
-// checkThrice serves the health service with opts on a loopback port and
-// calls Check three times with the outgoing metadata kv, printing the
+// checkThrice serves the test service with opts on a loopback port and
+// calls EmptyCall three times with the outgoing metadata kv, printing the
 // codes.
 func checkThrice(opts []grpc.ServerOption, kv ...string) {
 	srv := grpc.NewServer(opts...)
-	healthpb.RegisterHealthServer(srv, health.NewServer())
+	testpb.RegisterTestServiceServer(srv, testService{})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
@@ -37,11 +36,11 @@ func checkThrice(opts []grpc.ServerOption, kv ...string) {
 		log.Fatal(err)
 	}
 	defer cc.Close()
-	client := healthpb.NewHealthClient(cc)
+	client := testpb.NewTestServiceClient(cc)
 	ctx := metadata.AppendToOutgoingContext(context.Background(), kv...)
 	for i := 1; i <= 3; i++ {
 		var md metadata.MD
-		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&md))
+		_, err := client.EmptyCall(ctx, &testpb.Empty{}, grpc.Header(&md))
 		fmt.Printf("call %d: %v remaining=%v\n", i, status.Code(err), md.Get("x-ratelimit-remaining"))
 	}
 }

@@ -186,15 +186,22 @@ func newSingle(fn string, l *core.Limiter, opts []guard.Option) *engine {
 	return &engine{cfg: newConfig(fn, g.g), def: g}
 }
 
-// pick returns the guard for a method, nil when it is not limited.
+// pick returns the guard for a method, nil when it is not limited: a
+// method WithMethods does not name, one routed to nil, and, unless named
+// or WithHealthAndReflection(true), one of the health service or of
+// server reflection.
 func (e *engine) pick(method string) *limited {
+	named := false
 	if e.cfg.methods != nil {
-		if _, ok := e.cfg.methods[method]; !ok {
+		if _, named = e.cfg.methods[method]; !named {
 			return nil
 		}
 	}
 	if g, ok := e.routes[method]; ok {
 		return g
+	}
+	if !named && !bool(e.cfg.infra) && infrastructure(method) {
+		return nil
 	}
 	return e.def
 }

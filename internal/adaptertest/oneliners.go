@@ -44,7 +44,7 @@ const UserHeader = "X-User"
 
 // Serve starts a server for m: an authentication middleware that stores
 // the [UserHeader] value under [UserKey], then m, then a handler that
-// answers 200 (gRPC: the health service's Check). It returns how to call
+// answers 200 (gRPC: the test service's EmptyCall). It returns how to call
 // it, and stops it in t.Cleanup.
 type Serve[M any] func(t *testing.T, m M) Call
 
