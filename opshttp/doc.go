@@ -3,15 +3,17 @@
 // resets a key (unlocking a user locked out by a login limit). [NewPage]
 // serves the same as a small web page.
 //
-// It has no authentication of its own: mount it behind the app's admin
-// authentication (or give it [WithAuthorization]), under a prefix
+// It has no authentication of its own: it serves every request through
+// the app's admin check, given with [WithAuthorization], and refuses to
+// start without one, since it resets limits. Mount it under a prefix
 // stripped with [http.StripPrefix].
 //
 //	admin := opshttp.Handler([]*core.Limiter{loginLimiter, smsLimiter},
+//		opshttp.WithAuthorization(requireAdmin),
 //		opshttp.WithKeyer("login-account", func(id string) (string, error) {
 //			return personal.AccountKey(id, personal.Secret(secret))
 //		}))
-//	mux.Handle("/admin/ratelimit/", requireAdmin(http.StripPrefix("/admin/ratelimit", admin)))
+//	mux.Handle("/admin/ratelimit/", http.StripPrefix("/admin/ratelimit", admin))
 //
 // Routes, answering JSON:
 //

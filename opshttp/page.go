@@ -121,9 +121,6 @@ func NewPage(limiters []*core.Limiter, opts ...Option) (*Page, error) {
 	if err != nil {
 		return nil, err
 	}
-	if h.cfg.authorize == nil {
-		return nil, errors.New("ratekit: opshttp: NewPage: no WithAuthorization option: the page resets limits, so it must sit behind the app's admin check")
-	}
 	p := &Page{h: h, cop: http.NewCrossOriginProtection()}
 	p.serve = h.cfg.authorize(http.HandlerFunc(p.route))
 	if p.serve == nil {
