@@ -25,7 +25,9 @@
 //
 // A peek of a key locked out (core.Policy.Lockout) says "locked": true
 // and "locked_until", when the key may retry; a reset lifts the lockout
-// on every instance. The refused route answers {"policy": ..., "keys":
+// on every instance. A peek of a key whose next request would be
+// challenged (core.Rule.Challenge) says "challenged": true: it must pass
+// the app's CAPTCHA or second factor, and waiting does not help. The refused route answers {"policy": ..., "keys":
 // [{"key": ..., "refusals": ...}, ...]}: the stored keys the policy
 // refused most in the last five minutes, summed over every instance that
 // shares its store, most refused first ([WithTopRefused] replaces the
@@ -90,7 +92,8 @@
 // clear); pseudonyms stay pseudonyms. Routes, under the page's prefix:
 //
 //	GET  /        the page; ?q=VALUE looks VALUE up (&as=key: as a stored key)
-//	POST /reset   reset: form fields policy, q, as and csrf; 303 back to the lookup
+//	POST /reset   reset: form fields policy, q, as and csrf; 303 back to the lookup,
+//	              which says the reset was made (only to the browser that made it)
 //
 // The page refuses to start without [WithAuthorization]. Looking changes
 // nothing; a reset is a POST that must carry the form token of the

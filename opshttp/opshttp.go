@@ -289,6 +289,12 @@ type KeyState struct {
 	// server's clock, in RFC 3339 (UTC): the end of the lockout, or later
 	// if a rule stays full longer.
 	LockedUntil string `json:"locked_until,omitempty"`
+	// Challenged reports that a request of one unit would be challenged
+	// (core.Rule.Challenge, core.Decision.Challenged): the key must pass
+	// the app's challenge, a CAPTCHA or a second factor, which the app
+	// records with core.Limiter.Pass; waiting does not lift it, so
+	// RetryAfterSeconds is 0. A reset clears the count that led to it.
+	Challenged bool `json:"challenged,omitempty"`
 	// Rules holds every rule's state, in policy order.
 	Rules []RuleState `json:"rules,omitempty"`
 }
@@ -423,6 +429,7 @@ func (h *handler) peek(w http.ResponseWriter, r *http.Request, policy, seg strin
 		ResetAfterSeconds: d.ResetAfter.Seconds(),
 		Source:            d.Source.String(),
 		Locked:            d.Locked,
+		Challenged:        d.Challenged,
 	}
 	if d.Locked {
 		out.LockedUntil = time.Now().Add(d.RetryAfter).UTC().Format(time.RFC3339)
