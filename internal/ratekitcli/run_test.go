@@ -69,20 +69,32 @@ func TestCommands(t *testing.T) {
 		{"policies", []string{"policies"}, 0,
 			[]string{"login                               2            0", "quota                               0            1"}},
 		{"reset", []string{"reset", "-policy", "login", "alice@example.com"}, 0, []string{`reset login "alice@example.com"`}},
-		{"peek after reset", []string{"peek", "-policy", "login", "-rules", "5/15m", "alice@example.com"}, 0,
-			[]string{"a request now: allowed", "rule 5/15m0s: used 0, remaining 5"}},
+		{"peek after reset", []string{"peek", "-policy", "login", "-rules", "5/15m", "alice@example.com"}, 3,
+			[]string{`nothing found for key "alice@example.com"`}},
 		{"policies after reset", []string{"policies"}, 0, []string{"login                               1            0"}},
 		{"unknown command", []string{"unlock"}, 2, []string{`unknown command "unlock"`, "usage: ratekit peek|reset|policies"}},
 		{"no command", nil, 2, []string{"usage: ratekit", "commands:"}},
-		{"peek nothing", []string{"peek", "-policy", "login", "alice"}, 0,
-			[]string{"Redis holds nothing for it", "a request now: allowed, whatever the policy's rules"}},
+		{"peek nothing", []string{"peek", "-policy", "login", "alice"}, 3,
+			[]string{`ratekit peek: nothing found for key "alice" under policy login (Redis key ratekit:login:{alice}, in redis://`,
+				`hint: is it the key as the app stores it, under this -policy and -prefix ("ratekit")?`}},
+		{"peek an account as a key", []string{"peek", "-policy", "login", "-rules", "5/15m", "carol@example.com"}, 3,
+			[]string{`nothing found for key "carol@example.com"`,
+				`hint: "carol@example.com" looks like an account: an app that keys by it with keyfunc/personal stores a pseudonym; give -account (with the app's RATEKIT_KEY_SECRET)`}},
+		{"peek a phone as a key", []string{"peek", "-policy", "sms", "+86 138 0013 8000"}, 3,
+			[]string{`looks like a phone: an app that keys by it with keyfunc/personal stores a pseudonym; give -phone`}},
+		{"policies under another prefix", []string{"policies", "-prefix", "myapp"}, 3,
+			[]string{`ratekit policies: no policy found: no key under the prefix "myapp" (in redis://`,
+				`hint: is "myapp" the app's key prefix (redisstore.WithPrefix)?`}},
 		{"peek bad rule", []string{"peek", "-policy", "login", "-rules", "5per15m", "alice"}, 2, []string{`rule "5per15m": want LIMIT/WINDOW`}},
 		{"peek bad policy", []string{"peek", "-policy", "", "-rules", "5/15m", "alice"}, 2, []string{"policy Name is empty"}},
 		{"peek two keys", []string{"peek", "-policy", "login", "-rules", "5/15m", "a", "b"}, 2, []string{"exactly one key"}},
 		{"reset without policy", []string{"reset", "alice"}, 2, []string{"-policy is required", "usage: ratekit reset -policy NAME"}},
 		{"unknown flag", []string{"reset", "-polcy", "login", "alice"}, 2, []string{"flag provided but not defined: -polcy"}},
-		{"reset nothing", []string{"reset", "-policy", "login", "nobody"}, 1,
-			[]string{"nothing found for the key", "hint: is it the key as the app stores it"}},
+		{"reset nothing", []string{"reset", "-policy", "login", "nobody"}, 3,
+			[]string{`ratekit reset: nothing found for key "nobody" under policy login, nothing deleted (in redis://`,
+				"hint: is it the key as the app stores it"}},
+		{"reset two, one found", []string{"reset", "-policy", "login", "nobody", "bob"}, 3,
+			[]string{"nothing found for 1 of the 2 keys under policy login", "hint: is it the key as the app stores it"}},
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
@@ -108,7 +120,14 @@ func TestCommands(t *testing.T) {
 	}
 
 	t.Run("peek json", func(t *testing.T) {
-		code, stdout, stderr := exec(t, url, "peek", "-json", "-policy", "login", "-rules", "5/15m", "bob")
+		code, stdout, stderr := exec(t, url, "peek", "-json", "-policy", "login", "-rules", "5/15m", "app-1")
+		if code != 3 || !strings.Contains(stderr, `nothing found for key "app-1"`) || !strings.HasPrefix(stdout, "{") {
+			t.Errorf("peek -json of a key with nothing: exit %d, stdout %q, stderr %q; want 3, the JSON and the hint", code, stdout, stderr)
+		}
+		if _, err := login.Allow(ctx, "bob"); err != nil {
+			t.Fatal(err)
+		}
+		code, stdout, stderr = exec(t, url, "peek", "-json", "-policy", "login", "-rules", "5/15m", "bob")
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, stderr)
 		}
