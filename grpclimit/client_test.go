@@ -88,14 +88,15 @@ func TestClientMethods(t *testing.T) {
 
 // TestClientPanicsOnServerOptions: WithDenyHandler and
 // WithHealthAndReflection, which apply to server interceptors, are refused
-// when a client interceptor is built, by a panic naming them. (A nil
-// limiter and what outgoing calls cannot honour are cases of the outbound
-// suite.)
+// when a client interceptor is built, by a panic naming them, as is what
+// outgoing calls cannot honour (WithCountIf; the other cases are the
+// outbound suite's); the panic says "ratekit:" once.
 func TestClientPanicsOnServerOptions(t *testing.T) {
 	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("panics", testkit.PerMinute(1)))
 	for option, opt := range map[string]guard.Option{
 		"WithDenyHandler":         grpclimit.WithDenyHandler(func(context.Context, *guard.Verdict) error { return nil }),
 		"WithHealthAndReflection": grpclimit.WithHealthAndReflection(true),
+		"WithCountIf":             guard.WithCountIf(func(int) bool { return true }),
 	} {
 		for name, build := range map[string]func(){
 			"UnaryClientInterceptor":  func() { grpclimit.UnaryClientInterceptor(l, opt) },
@@ -104,8 +105,9 @@ func TestClientPanicsOnServerOptions(t *testing.T) {
 			t.Run(option+"/"+name, func(t *testing.T) {
 				defer func() {
 					p := recover()
-					if msg := fmt.Sprint(p); p == nil || !strings.Contains(msg, option) || !strings.Contains(msg, name) {
-						t.Errorf("%s with %s: panic %v, want one naming both", name, option, p)
+					if msg := fmt.Sprint(p); p == nil || !strings.Contains(msg, option) || !strings.Contains(msg, name) ||
+						strings.Count(msg, "ratekit: ") != 1 {
+						t.Errorf("%s with %s: panic %v, want one naming both, saying ratekit once", name, option, p)
 					}
 				}()
 				build()
