@@ -52,7 +52,9 @@ commands:
         RATEKIT_KEY_SECRET that is not the app's)
   policies [-max N]
         policy names found in Redis, with their number of Redis keys of each
-        kind: sliding log, buckets, calendar counts, lockouts, in-flight leases
+        kind: sliding log, buckets, lockouts and calendar counts (one hash
+        per key; earlier versions' separate keys are counted there too, and
+        said), in-flight leases
 
 KEY is the key as the app's key function returned it, unless a key flag
 says it is an identifier from which to derive it, as package
@@ -149,14 +151,21 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprint(stderr, usage)
 		return exitOK
 	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "ratekit %s: %s\n%s\n", cmd, strings.TrimPrefix(err.Error(), "usage: "), synopsis[cmd])
+		fmt.Fprintf(stderr, "ratekit %s: %s\n%s\n", cmd, message(err, "usage: "), synopsis[cmd])
 		return exitUsage
 	case errors.As(err, &nf):
-		fmt.Fprintf(stderr, "ratekit %s: %v\n%s\n", cmd, err, nf.hint)
+		fmt.Fprintf(stderr, "ratekit %s: %s\n%s\n", cmd, message(err, ""), nf.hint)
 		return exitNotFound
 	}
-	fmt.Fprintf(stderr, "ratekit %s: %v\n", cmd, err)
+	fmt.Fprintf(stderr, "ratekit %s: %s\n", cmd, message(err, ""))
 	return exitError
+}
+
+// message returns err's message for a line that starts "ratekit CMD: ",
+// without prefix and without the "ratekit: " that the library's errors
+// start with, wrapped or not, so that the line says ratekit once.
+func message(err error, prefix string) string {
+	return strings.ReplaceAll(strings.TrimPrefix(err.Error(), prefix), "ratekit: ", "")
 }
 
 // notFound is the error of a lookup that found nothing: what it looked
@@ -1027,8 +1036,8 @@ func policies(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer done()
-	found := map[string]*[len(keyKinds)]int{}
-	scanned := 0
+	found := map[string]*[len(columns)]int{}
+	scanned, earlier := 0, 0
 	var mu sync.Mutex // the masters of a Cluster are scanned at once
 	scan := func(ctx context.Context, node redis.Cmdable) error {
 		iter := node.Scan(ctx, 0, escapeGlob(c.prefix)+":*", 1000).Iterator()
@@ -1042,10 +1051,13 @@ func policies(ctx context.Context, args []string, getenv func(string) string, st
 			if name, kind, ok := parseKey(c.prefix, iter.Val()); ok {
 				n := found[name]
 				if n == nil {
-					n = new([len(keyKinds)]int)
+					n = new([len(columns)]int)
 					found[name] = n
 				}
-				n[kind]++
+				n[keyKinds[kind].column]++
+				if keyKinds[kind].earlier {
+					earlier++
+				}
 			}
 			mu.Unlock()
 		}
@@ -1071,8 +1083,8 @@ func policies(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	sort.Strings(names)
 	fmt.Fprintf(stdout, "%-24s", "POLICY")
-	for _, k := range keyKinds {
-		fmt.Fprintf(stdout, " %12s", k.column)
+	for _, c := range columns {
+		fmt.Fprintf(stdout, " %12s", c)
 	}
 	fmt.Fprintln(stdout)
 	for _, name := range names {
@@ -1081,6 +1093,10 @@ func policies(ctx context.Context, args []string, getenv func(string) string, st
 			fmt.Fprintf(stdout, " %12d", n)
 		}
 		fmt.Fprintln(stdout)
+	}
+	if earlier > 0 {
+		fmt.Fprintf(stdout, "(%s of LOCKOUT+CAL in the layout of earlier versions, a lockout or calendar counts "+
+			"apart from the key's hash: its next decision moves them in)\n", plural(int64(earlier), "key"))
 	}
 	if scanned >= *maxKeys {
 		fmt.Fprintf(stdout, "(stopped after %d keys: counts are partial; raise -max)\n", scanned)
@@ -1098,15 +1114,25 @@ func policies(ctx context.Context, args []string, getenv func(string) string, st
 	return nil
 }
 
+// columns are the columns of policies' table: the Redis keys of each kind.
+var columns = [...]string{"SLIDINGLOG", "BUCKETS", "LOCKOUT+CAL", "INFLIGHT"}
+
 // keyKinds are the Redis keys a policy keeps per key, by the suffix
-// after <prefix>:<policy>:{<key>} (redisstore.Store.Key), as policies
-// counts them. A policy with a lockout, calendar rules or a challenge
-// keeps all of a key's state in one hash, ":m" (counted as LOCKOUT+CAL); the ":c" and ":l" keys of earlier
-// versions are moved into it by the key's next decision, and are counted
-// until then.
-var keyKinds = [...]struct{ suffix, column string }{
-	{"", "SLIDINGLOG"}, {":b", "BUCKETS"}, {":m", "LOCKOUT+CAL"}, {":lease", "INFLIGHT"},
-	{":c", "OLDCALENDAR"}, {":l", "OLDLOCKOUT"},
+// after <prefix>:<policy>:{<key>} (redisstore.Store.Key), and the column
+// of policies' table that counts them. A policy with a lockout, calendar
+// rules or a challenge keeps all of a key's state in one hash, ":m"
+// (LOCKOUT+CAL). Earlier versions kept a lockout under ":l" and calendar
+// counts under ":c" (internal/redislib's LockoutSuffix and
+// CalendarSuffix), which the key's next decision moves into its hash:
+// until then they are lockout and calendar state too, counted in
+// LOCKOUT+CAL, and a line under the table says how many there are.
+var keyKinds = [...]struct {
+	suffix  string
+	column  int  // in columns
+	earlier bool // the layout of earlier versions
+}{
+	{"", 0, false}, {":b", 1, false}, {":m", 2, false}, {":lease", 3, false},
+	{":c", 2, true}, {":l", 2, true},
 }
 
 // parseKey splits a Redis store key, <prefix>:<policy>:{<key>} with the

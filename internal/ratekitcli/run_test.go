@@ -86,7 +86,7 @@ func TestCommands(t *testing.T) {
 			[]string{`ratekit policies: no policy found: no key under the prefix "myapp" (in redis://`,
 				`hint: is "myapp" the app's key prefix (redisstore.WithPrefix)?`}},
 		{"peek bad rule", []string{"peek", "-policy", "login", "-rules", "5per15m", "alice"}, 2, []string{`rule "5per15m": want LIMIT/WINDOW`}},
-		{"peek bad policy", []string{"peek", "-policy", "", "-rules", "5/15m", "alice"}, 2, []string{"policy Name is empty"}},
+		{"peek bad policy", []string{"peek", "-policy", "", "-rules", "5/15m", "alice"}, 2, []string{"ratekit peek: policy Name is empty"}},
 		{"peek two keys", []string{"peek", "-policy", "login", "-rules", "5/15m", "a", "b"}, 2, []string{"exactly one key"}},
 		{"reset without policy", []string{"reset", "alice"}, 2, []string{"-policy is required", "usage: ratekit reset -policy NAME"}},
 		{"unknown flag", []string{"reset", "-polcy", "login", "alice"}, 2, []string{"flag provided but not defined: -polcy"}},
@@ -111,6 +111,13 @@ func TestCommands(t *testing.T) {
 					t.Errorf("ratekit %v: output lacks %q:\n%s", s.args, w, out)
 				}
 			}
+			// Every line says ratekit once, at its start ("ratekit
+			// peek: "), not again where it quotes the library.
+			for _, line := range strings.Split(stderr, "\n") {
+				if _, rest, ok := strings.Cut(line, ": "); ok && strings.HasPrefix(line, "ratekit ") && strings.Contains(rest, "ratekit: ") {
+					t.Errorf("ratekit %v: stderr says ratekit twice:\n%s", s.args, line)
+				}
+			}
 			// A mistake gets the error and one line of help, not the
 			// whole usage (which only help, or no command, prints).
 			if s.wantCode != 0 && s.args != nil && strings.Count(strings.TrimSpace(stderr), "\n") > 2 {
@@ -118,6 +125,26 @@ func TestCommands(t *testing.T) {
 			}
 		})
 	}
+
+	// Keys in the layout of earlier versions, a lockout and calendar
+	// counts apart from the key's hash, count as LOCKOUT+CAL, and a line
+	// says how many there are.
+	t.Run("policies with earlier keys", func(t *testing.T) {
+		rdb := srv.Client(t)
+		if err := rdb.Set(ctx, "ratekit:old:{zed}:l", "1", time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.HSet(ctx, "ratekit:old:{zed}:c", "d", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		code, stdout, stderr := exec(t, url, "policies")
+		for _, w := range []string{"old                                 0            0            2            0\n",
+			"(2 keys of LOCKOUT+CAL in the layout of earlier versions"} {
+			if code != 0 || !strings.Contains(stdout, w) {
+				t.Errorf("policies: exit %d, stdout lacks %q:\n%s%s", code, w, stdout, stderr)
+			}
+		}
+	})
 
 	t.Run("peek json", func(t *testing.T) {
 		code, stdout, stderr := exec(t, url, "peek", "-json", "-policy", "login", "-rules", "5/15m", "app-1")
@@ -213,8 +240,8 @@ func TestParseKey(t *testing.T) {
 		{"ratekit:login:{alice}", "login", "SLIDINGLOG", true},
 		{"ratekit:quota:{app:{1}}:b", "quota", "BUCKETS", true},
 		{"ratekit:api:{app-42}:m", "api", "LOCKOUT+CAL", true},
-		{"ratekit:api:{app-42}:c", "api", "OLDCALENDAR", true},
-		{"ratekit:login-ip:{192.0.2.1}:l", "login-ip", "OLDLOCKOUT", true},
+		{"ratekit:api:{app-42}:c", "api", "LOCKOUT+CAL", true},
+		{"ratekit:login-ip:{192.0.2.1}:l", "login-ip", "LOCKOUT+CAL", true},
 		{"ratekit:export:{key-1}:lease", "export", "INFLIGHT", true},
 		{"ratekit:login:{a}:b}", "login", "SLIDINGLOG", true}, // the key "a}:b"
 		{"ratekit:a:b:{k}", "a:b", "SLIDINGLOG", true},
@@ -227,7 +254,7 @@ func TestParseKey(t *testing.T) {
 		p, kind, ok := parseKey("ratekit", tc.key)
 		col := ""
 		if ok {
-			col = keyKinds[kind].column
+			col = columns[keyKinds[kind].column]
 		}
 		if p != tc.policy || col != tc.kind || ok != tc.ok {
 			t.Errorf("parseKey(%q) = %q, %s, %v; want %q, %s, %v", tc.key, p, col, ok, tc.policy, tc.kind, tc.ok)
