@@ -117,7 +117,9 @@ func LimitByAppKey(limit int64, per time.Duration, opts ...guard.Option) echo.Mi
 // LimitByUser returns echo middleware that admits limit requests per
 // window of length per for each user: the ID your authentication
 // middleware stored with c.Set(user, id) (or in the request context).
-// Register it after that middleware:
+// echo's c.Set takes string keys, so user is a string here, unless the ID
+// is in the request context under a key of another type. Register it after
+// that middleware:
 //
 //	g := e.Group("/reports", auth, echolimit.LimitByUser("user", 100, time.Minute))
 //

@@ -131,12 +131,12 @@ func LimitByAppKey(limit int64, per time.Duration, opts ...Option) *Guard {
 // LimitByUser returns a guard that admits limit requests per window of
 // length per for each user: keyfunc.UserIDFrom(user), the value your
 // authentication middleware stored under the key user — in the request
-// context (context.WithValue), with gin or echo c.Set, or fiber c.Locals
-// (gin and echo take string keys there). Put it after that middleware:
-// before it, no request has a user yet, nothing is limited, and the guard
-// logs one warning at the first request without one, when none came with
-// one before.
-// Anonymous requests are not limited by it ([NoKeySkip]): pair it with
+// context (context.WithValue), with gin or echo c.Set, or fiber c.Locals.
+// user is any comparable value, in every adapter alike; echo's c.Set takes
+// string keys only, so with echo it is the string the middleware used.
+// Put it after that middleware: before it, no request has a user yet,
+// nothing is limited, and the guard logs one warning at the first request
+// without one, when none came with one before. Anonymous requests are not limited by it ([NoKeySkip]): pair it with
 // [LimitByIP]. It builds its limiter and panics as [LimitByIP] does, and
 // also on a nil user key.
 func LimitByUser(user any, limit int64, per time.Duration, opts ...Option) *Guard {
