@@ -12,8 +12,10 @@ ALONE := ^(TestRedisFaults|TestRedisTimeoutWhilePaused|TestRedisPoolExhausted|Te
 run:
 	$(GO) run ./examples/quickstart
 
-## test: install redis-server and chromium if missing, then vet, gofmt check, the full
-## race-enabled test run and every benchmark once (so that none is broken)
+## test: install redis-server and chromium with apt-get if missing, then vet, gofmt check, the
+## full race-enabled test run, the timed tests alone, every benchmark once (so that none is
+## broken) and the bench module's tests; CI (.ci/run, with lint and fuzz) takes 8-11 minutes
+## on 2 cores
 test: redis-server chromium
 	$(GO) vet ./...
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
