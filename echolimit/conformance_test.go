@@ -96,6 +96,7 @@ func TestOneLiners(t *testing.T) {
 		LimitByIP:     echolimit.LimitByIP,
 		LimitByAppKey: echolimit.LimitByAppKey,
 		LimitByUser:   echolimit.LimitByUser,
+		UseStore:      echolimit.UseStore,
 	}, func(t *testing.T, limit echo.MiddlewareFunc) adaptertest.Call {
 		auth := func(next echo.HandlerFunc) echo.HandlerFunc {
 			return func(c echo.Context) error {

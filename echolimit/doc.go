@@ -7,8 +7,8 @@
 //	api := e.Group("/api", echolimit.LimitByAppKey(1000, time.Hour))
 //	reports := e.Group("/reports", auth, echolimit.LimitByUser("user", 50, time.Minute))
 //
-// They count in memory; guard.WithStore(redisstore.New(rdb)) shares the
-// counts of every instance through Redis. Anything else is a
+// They count in memory; [UseStore](redisstore.New(rdb)) at start-up
+// shares the counts of every instance through Redis. Anything else is a
 // [core.Limiter] given to [New]:
 //
 //	e.POST("/sms", sendSMS, echolimit.New(sms, guard.WithKey(personal.Phone(personal.DefaultRegion("CN")))))

@@ -75,9 +75,24 @@ func New(l *core.Limiter, opts ...guard.Option) echo.MiddlewareFunc {
 	return middleware("echolimit.New", guard.New(l, opts...))
 }
 
+// UseStore sets the store of the one-liners built after it ([LimitByIP],
+// [LimitByAppKey], [LimitByUser], and those of every other adapter) for
+// the whole process: one line at start-up, before the middleware are
+// built, moves them all to Redis, where every instance counts together:
+//
+//	echolimit.UseStore(redisstore.New(rdb))
+//
+// It is guard.UseStore, here so that this package's import suffices; it
+// panics, as that does, on a nil store, on a second call, and after
+// one-liners were built without guard.WithStore: programmer errors caught
+// at start-up.
+func UseStore(s core.Store) { guard.UseStore(s) }
+
 // LimitByIP returns echo middleware that admits limit requests per window
-// of length per for each client IP, on a memory store of its own unless
-// guard.WithStore gives one (a Redis store, shared by every instance):
+// of length per for each client IP, in this process's memory unless
+// [UseStore] or guard.WithStore gives a store (Redis: every instance
+// counts together). Each is a limit of its own, even beside another of
+// the same rate (see guard.WithName):
 //
 //	e.Use(echolimit.LimitByIP(100, time.Minute))
 //
@@ -102,7 +117,9 @@ func LimitByAppKey(limit int64, per time.Duration, opts ...guard.Option) echo.Mi
 // LimitByUser returns echo middleware that admits limit requests per
 // window of length per for each user: the ID your authentication
 // middleware stored with c.Set(user, id) (or in the request context).
-// Register it after that middleware:
+// echo's c.Set takes string keys, so user is a string here, unless the ID
+// is in the request context under a key of another type. Register it after
+// that middleware:
 //
 //	g := e.Group("/reports", auth, echolimit.LimitByUser("user", 100, time.Minute))
 //

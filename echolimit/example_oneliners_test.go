@@ -2,18 +2,21 @@ package echolimit_test
 
 import (
 	"fmt"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/echolimit"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // One line limits the whole app: 2 requests per minute per client IP,
-// counted in memory. guard.WithStore(redisstore.New(rdb)) would count them
-// in Redis, for every instance of the app together.
+// counted in memory. echolimit.UseStore(redisstore.New(rdb)) at start-up
+// would count them in Redis, for every instance of the app together.
 func ExampleLimitByIP() {
 	e := echo.New()
 	e.Use(echolimit.LimitByIP(2, time.Minute))
@@ -74,4 +77,17 @@ func ExampleLimitByUser() {
 	// ada 200
 	// ada 429
 	// bob 200
+}
+
+// One line at start-up, before the middleware is built, moves every
+// one-liner of the app to Redis, where every instance of the app counts
+// together. (Not run: it needs a Redis.)
+func ExampleUseStore() {
+	rdb := redis.NewClient(&redis.Options{Addr: "redis.internal:6379"})
+	echolimit.UseStore(redisstore.New(rdb))
+
+	e := echo.New()
+	e.Use(echolimit.LimitByIP(100, time.Minute))
+	e.GET("/api/items", func(c echo.Context) error { return c.JSON(http.StatusOK, []string{"apple"}) }, echolimit.LimitByAppKey(1000, time.Hour))
+	log.Fatal(e.Start(":8080"))
 }

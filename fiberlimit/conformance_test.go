@@ -90,6 +90,7 @@ func TestOneLiners(t *testing.T) {
 		LimitByIP:     fiberlimit.LimitByIP,
 		LimitByAppKey: fiberlimit.LimitByAppKey,
 		LimitByUser:   fiberlimit.LimitByUser,
+		UseStore:      fiberlimit.UseStore,
 	}, func(t *testing.T, limit fiber.Handler) adaptertest.Call {
 		auth := func(c *fiber.Ctx) error {
 			if u := c.Get(adaptertest.UserHeader); u != "" {

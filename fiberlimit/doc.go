@@ -8,8 +8,8 @@
 //	api := app.Group("/api", fiberlimit.LimitByAppKey(1000, time.Hour))
 //	reports := app.Group("/reports", auth, fiberlimit.LimitByUser("user", 50, time.Minute))
 //
-// They count in memory; guard.WithStore(redisstore.New(rdb)) shares the
-// counts of every instance through Redis. Anything else is a
+// They count in memory; [UseStore](redisstore.New(rdb)) at start-up
+// shares the counts of every instance through Redis. Anything else is a
 // [core.Limiter] given to [New]:
 //
 //	app.Post("/login", fiberlimit.New(login, guard.WithKey(keyfunc.ClientIP())), loginHandler)

@@ -7,13 +7,15 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/fiberlimit"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // One line limits the whole app: 2 requests per minute per client IP,
-// counted in memory. guard.WithStore(redisstore.New(rdb)) would count them
-// in Redis, for every instance of the app together.
+// counted in memory. fiberlimit.UseStore(redisstore.New(rdb)) at start-up
+// would count them in Redis, for every instance of the app together.
 func ExampleLimitByIP() {
 	app := fiber.New()
 	app.Use(fiberlimit.LimitByIP(2, time.Minute))
@@ -79,4 +81,17 @@ func ExampleLimitByUser() {
 	// ada 200
 	// ada 429
 	// bob 200
+}
+
+// One line at start-up, before the middleware is built, moves every
+// one-liner of the app to Redis, where every instance of the app counts
+// together. (Not run: it needs a Redis.)
+func ExampleUseStore() {
+	rdb := redis.NewClient(&redis.Options{Addr: "redis.internal:6379"})
+	fiberlimit.UseStore(redisstore.New(rdb))
+
+	app := fiber.New()
+	app.Use(fiberlimit.LimitByIP(100, time.Minute))
+	app.Get("/api/items", fiberlimit.LimitByAppKey(1000, time.Hour), func(c *fiber.Ctx) error { return c.JSON([]string{"apple"}) })
+	log.Fatal(app.Listen(":8080"))
 }

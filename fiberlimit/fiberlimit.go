@@ -60,9 +60,24 @@ func New(l *core.Limiter, opts ...guard.Option) fiber.Handler {
 	return handler("fiberlimit.New", guard.New(l, opts...))
 }
 
+// UseStore sets the store of the one-liners built after it ([LimitByIP],
+// [LimitByAppKey], [LimitByUser], and those of every other adapter) for
+// the whole process: one line at start-up, before the handlers are
+// built, moves them all to Redis, where every instance counts together:
+//
+//	fiberlimit.UseStore(redisstore.New(rdb))
+//
+// It is guard.UseStore, here so that this package's import suffices; it
+// panics, as that does, on a nil store, on a second call, and after
+// one-liners were built without guard.WithStore: programmer errors caught
+// at start-up.
+func UseStore(s core.Store) { guard.UseStore(s) }
+
 // LimitByIP returns a fiber handler that admits limit requests per window
-// of length per for each client IP, on a memory store of its own unless
-// guard.WithStore gives one (a Redis store, shared by every instance):
+// of length per for each client IP, in this process's memory unless
+// [UseStore] or guard.WithStore gives a store (Redis: every instance
+// counts together). Each is a limit of its own, even beside another of
+// the same rate (see guard.WithName):
 //
 //	app.Use(fiberlimit.LimitByIP(100, time.Minute))
 //

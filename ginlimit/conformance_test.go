@@ -71,6 +71,7 @@ func TestOneLiners(t *testing.T) {
 		LimitByIP:     ginlimit.LimitByIP,
 		LimitByAppKey: ginlimit.LimitByAppKey,
 		LimitByUser:   ginlimit.LimitByUser,
+		UseStore:      ginlimit.UseStore,
 	}, func(t *testing.T, limit gin.HandlerFunc) adaptertest.Call {
 		auth := func(c *gin.Context) {
 			if u := c.GetHeader(adaptertest.UserHeader); u != "" {

@@ -7,8 +7,8 @@
 //	api := r.Group("/api", ginlimit.LimitByAppKey(1000, time.Hour))
 //	authed := r.Group("/", auth, ginlimit.LimitByUser("user", 50, time.Minute))
 //
-// They count in memory; guard.WithStore(redisstore.New(rdb)) shares the
-// counts of every instance through Redis. Anything else is a
+// They count in memory; [UseStore](redisstore.New(rdb)) at start-up
+// shares the counts of every instance through Redis. Anything else is a
 // [core.Limiter] given to [New]:
 //
 //	r.POST("/login", ginlimit.New(login, guard.WithKey(keyfunc.ClientIP())), loginHandler)

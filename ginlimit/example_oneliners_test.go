@@ -2,18 +2,21 @@ package ginlimit_test
 
 import (
 	"fmt"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/ginlimit"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // One line limits the whole engine: 2 requests per minute per client IP,
-// counted in memory. guard.WithStore(redisstore.New(rdb)) would count them
-// in Redis, for every instance of the app together.
+// counted in memory. ginlimit.UseStore(redisstore.New(rdb)) at start-up
+// would count them in Redis, for every instance of the app together.
 func ExampleLimitByIP() {
 	r := gin.New()
 	r.Use(ginlimit.LimitByIP(2, time.Minute))
@@ -70,4 +73,17 @@ func ExampleLimitByUser() {
 	// ada 200
 	// ada 429
 	// bob 200
+}
+
+// One line at start-up, before the middleware is built, moves every
+// one-liner of the app to Redis, where every instance of the app counts
+// together. (Not run: it needs a Redis.)
+func ExampleUseStore() {
+	rdb := redis.NewClient(&redis.Options{Addr: "redis.internal:6379"})
+	ginlimit.UseStore(redisstore.New(rdb))
+
+	r := gin.New()
+	r.Use(ginlimit.LimitByIP(100, time.Minute))
+	r.GET("/api/items", ginlimit.LimitByAppKey(1000, time.Hour), func(c *gin.Context) { c.JSON(http.StatusOK, []string{"apple"}) })
+	log.Fatal(r.Run(":8080"))
 }

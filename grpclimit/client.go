@@ -99,8 +99,11 @@ func newClient(fn string, l *core.Limiter, opts []guard.Option) *client {
 	if cfg.deny != nil {
 		panic("ratekit: grpclimit: " + fn + ": WithDenyHandler applies to server interceptors, not to outgoing calls")
 	}
+	if cfg.infra {
+		panic("ratekit: grpclimit: " + fn + ": WithHealthAndReflection applies to server interceptors, not to outgoing calls")
+	}
 	if err := g.CheckOutbound(); err != nil {
-		panic("ratekit: grpclimit: " + fn + ": " + err.Error())
+		panic("ratekit: grpclimit: " + fn + ": " + strings.TrimPrefix(err.Error(), "ratekit: "))
 	}
 	return &client{g: g, methods: cfg.methods}
 }
@@ -144,7 +147,10 @@ type waitError struct {
 	err error
 }
 
-func (e *waitError) Error() string              { return "ratekit: grpclimit: " + e.err.Error() }
+// Error says "ratekit:" once: the cause's message has it too.
+func (e *waitError) Error() string {
+	return "ratekit: grpclimit: " + strings.TrimPrefix(e.err.Error(), "ratekit: ")
+}
 func (e *waitError) Unwrap() error              { return e.err }
 func (e *waitError) GRPCStatus() *status.Status { return e.st }
 

@@ -86,25 +86,32 @@ func TestClientMethods(t *testing.T) {
 	}
 }
 
-// TestClientPanicsOnDenyHandler: WithDenyHandler, which applies to
-// server interceptors, is refused when a client interceptor is built, by
-// a panic naming it. (A nil limiter and what outgoing calls cannot honour
-// are cases of the outbound suite.)
-func TestClientPanicsOnDenyHandler(t *testing.T) {
+// TestClientPanicsOnServerOptions: WithDenyHandler and
+// WithHealthAndReflection, which apply to server interceptors, are refused
+// when a client interceptor is built, by a panic naming them, as is what
+// outgoing calls cannot honour (WithCountIf; the other cases are the
+// outbound suite's); the panic says "ratekit:" once.
+func TestClientPanicsOnServerOptions(t *testing.T) {
 	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("panics", testkit.PerMinute(1)))
-	deny := grpclimit.WithDenyHandler(func(context.Context, *guard.Verdict) error { return nil })
-	for name, build := range map[string]func(){
-		"UnaryClientInterceptor":  func() { grpclimit.UnaryClientInterceptor(l, deny) },
-		"StreamClientInterceptor": func() { grpclimit.StreamClientInterceptor(l, deny) },
+	for option, opt := range map[string]guard.Option{
+		"WithDenyHandler":         grpclimit.WithDenyHandler(func(context.Context, *guard.Verdict) error { return nil }),
+		"WithHealthAndReflection": grpclimit.WithHealthAndReflection(true),
+		"WithCountIf":             guard.WithCountIf(func(int) bool { return true }),
 	} {
-		t.Run(name, func(t *testing.T) {
-			defer func() {
-				p := recover()
-				if msg := fmt.Sprint(p); p == nil || !strings.Contains(msg, "WithDenyHandler") || !strings.Contains(msg, name) {
-					t.Errorf("%s with WithDenyHandler: panic %v, want one naming both", name, p)
-				}
-			}()
-			build()
-		})
+		for name, build := range map[string]func(){
+			"UnaryClientInterceptor":  func() { grpclimit.UnaryClientInterceptor(l, opt) },
+			"StreamClientInterceptor": func() { grpclimit.StreamClientInterceptor(l, opt) },
+		} {
+			t.Run(option+"/"+name, func(t *testing.T) {
+				defer func() {
+					p := recover()
+					if msg := fmt.Sprint(p); p == nil || !strings.Contains(msg, option) || !strings.Contains(msg, name) ||
+						strings.Count(msg, "ratekit: ") != 1 {
+						t.Errorf("%s with %s: panic %v, want one naming both, saying ratekit once", name, option, p)
+					}
+				}()
+				build()
+			})
+		}
 	}
 }

@@ -10,8 +10,8 @@
 //		grpc.ChainUnaryInterceptor(lim.UnaryServerInterceptor()),
 //		grpc.ChainStreamInterceptor(lim.StreamServerInterceptor()))
 //
-// They count in memory; guard.WithStore(redisstore.New(rdb)) shares the
-// counts of every instance through Redis. Anything else is a
+// They count in memory; [UseStore](redisstore.New(rdb)) at start-up
+// shares the counts of every instance through Redis. Anything else is a
 // [core.Limiter], one line per policy:
 //
 //	grpc.NewServer(grpc.ChainUnaryInterceptor(grpclimit.UnaryServerInterceptor(limiter)))
@@ -20,13 +20,24 @@
 // their own limiters with a [Router]:
 //
 //	r := grpclimit.NewRouter(apiLimiter, map[string]*core.Limiter{
-//		"/auth.v1.Auth/Login":          loginLimiter,
-//		"/grpc.health.v1.Health/Check": nil, // not limited
+//		"/auth.v1.Auth/Login":   loginLimiter,
+//		"/auth.v1.Auth/Version": nil, // not limited
 //	}, guard.WithKey(keyfunc.ClientIP()))
 //	grpc.NewServer(
 //		grpc.ChainUnaryInterceptor(r.UnaryServerInterceptor()),
 //		grpc.ChainStreamInterceptor(r.StreamServerInterceptor()),
 //	)
+//
+// # Health and reflection
+//
+// The server interceptors do not limit the health service
+// (grpc.health.v1.Health) nor server reflection
+// (grpc.reflection.v1.ServerReflection and v1alpha): their calls pass
+// untouched, with no decision and no metadata, so that load balancers'
+// and Kubernetes' probes are never refused and grpcurl, which asks
+// reflection before each call, spends nothing of a client's budget.
+// [WithHealthAndReflection](true) limits them as any other method, and so
+// does naming one with [WithMethods] or as a route of [NewRouter].
 //
 // # Answers
 //

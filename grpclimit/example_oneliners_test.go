@@ -9,20 +9,22 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratekit/ratekit/grpclimit"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
-// checkThrice serves the health service with opts on a loopback port and
-// calls Check three times with the outgoing metadata kv, printing the
+// checkThrice serves the test service with opts on a loopback port and
+// calls EmptyCall three times with the outgoing metadata kv, printing the
 // codes.
 func checkThrice(opts []grpc.ServerOption, kv ...string) {
 	srv := grpc.NewServer(opts...)
-	healthpb.RegisterHealthServer(srv, health.NewServer())
+	testpb.RegisterTestServiceServer(srv, testService{})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
@@ -34,19 +36,19 @@ func checkThrice(opts []grpc.ServerOption, kv ...string) {
 		log.Fatal(err)
 	}
 	defer cc.Close()
-	client := healthpb.NewHealthClient(cc)
+	client := testpb.NewTestServiceClient(cc)
 	ctx := metadata.AppendToOutgoingContext(context.Background(), kv...)
 	for i := 1; i <= 3; i++ {
 		var md metadata.MD
-		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&md))
+		_, err := client.EmptyCall(ctx, &testpb.Empty{}, grpc.Header(&md))
 		fmt.Printf("call %d: %v remaining=%v\n", i, status.Code(err), md.Get("x-ratelimit-remaining"))
 	}
 }
 
 // One line per interceptor limits every method: 2 calls per minute per
 // client IP, unary calls and streams together, counted in memory.
-// guard.WithStore(redisstore.New(rdb)) would count them in Redis, for
-// every instance of the server together.
+// grpclimit.UseStore(redisstore.New(rdb)) at start-up would count them in
+// Redis, for every instance of the server together.
 func ExampleLimitByIP() {
 	lim := grpclimit.LimitByIP(2, time.Minute)
 	checkThrice([]grpc.ServerOption{
@@ -88,4 +90,20 @@ func ExampleLimitByUser() {
 	// call 1: OK remaining=[1]
 	// call 2: OK remaining=[0]
 	// call 3: ResourceExhausted remaining=[0]
+}
+
+// One line at start-up, before the middleware is built, moves every
+// one-liner of the app to Redis, where every instance of the app counts
+// together. (Not run: it needs a Redis.)
+func ExampleUseStore() {
+	rdb := redis.NewClient(&redis.Options{Addr: "redis.internal:6379"})
+	grpclimit.UseStore(redisstore.New(rdb))
+
+	lim := grpclimit.LimitByIP(100, time.Minute)
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(lim.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(lim.StreamServerInterceptor()))
+	lis, err := net.Listen("tcp", ":50051")
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Fatal(srv.Serve(lis))
 }

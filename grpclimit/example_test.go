@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -23,7 +24,7 @@ import (
 
 func ExampleUnaryServerInterceptor() {
 	limiter, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{
-		Name:  "health",
+		Name:  "api",
 		Rules: []core.Rule{{Limit: 2, Window: time.Minute}},
 	})
 	if err != nil {
@@ -31,7 +32,7 @@ func ExampleUnaryServerInterceptor() {
 	}
 	// Keyed by the client IP by default.
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(grpclimit.UnaryServerInterceptor(limiter)))
-	healthpb.RegisterHealthServer(srv, health.NewServer())
+	testpb.RegisterTestServiceServer(srv, testService{})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
@@ -44,9 +45,9 @@ func ExampleUnaryServerInterceptor() {
 		log.Fatal(err)
 	}
 	defer cc.Close()
-	client := healthpb.NewHealthClient(cc)
+	client := testpb.NewTestServiceClient(cc)
 	for i := 1; i <= 3; i++ {
-		_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		_, err := client.EmptyCall(context.Background(), &testpb.Empty{})
 		st := status.Convert(err)
 		fmt.Printf("call %d: %v %q\n", i, st.Code(), st.Message())
 	}
@@ -58,7 +59,7 @@ func ExampleUnaryServerInterceptor() {
 
 func ExampleStreamServerInterceptor() {
 	limiter, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{
-		Name:  "watch",
+		Name:  "streams",
 		Rules: []core.Rule{{Limit: 1, Window: time.Minute}},
 	})
 	if err != nil {
@@ -66,7 +67,7 @@ func ExampleStreamServerInterceptor() {
 	}
 	// Each stream is charged once, when it opens.
 	srv := grpc.NewServer(grpc.ChainStreamInterceptor(grpclimit.StreamServerInterceptor(limiter)))
-	healthpb.RegisterHealthServer(srv, health.NewServer())
+	testpb.RegisterTestServiceServer(srv, testService{})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
@@ -79,24 +80,25 @@ func ExampleStreamServerInterceptor() {
 		log.Fatal(err)
 	}
 	defer cc.Close()
-	client := healthpb.NewHealthClient(cc)
+	client := testpb.NewTestServiceClient(cc)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for i := 1; i <= 2; i++ {
-		stream, err := client.Watch(ctx, &healthpb.HealthCheckRequest{})
+		stream, err := client.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{
+			ResponseParameters: []*testpb.ResponseParameters{{}}, // one message
+		})
 		if err != nil {
 			log.Fatal(err)
 		}
 		// A refused stream fails on its first Recv.
-		resp, err := stream.Recv()
-		if err != nil {
+		if _, err := stream.Recv(); err != nil {
 			fmt.Printf("stream %d: %v\n", i, status.Code(err))
 			continue
 		}
-		fmt.Printf("stream %d: %v\n", i, resp.GetStatus())
+		fmt.Printf("stream %d: a message\n", i)
 	}
 	// Output:
-	// stream 1: SERVING
+	// stream 1: a message
 	// stream 2: ResourceExhausted
 }
 
@@ -111,10 +113,11 @@ func ExampleNewRouter() {
 	api := must(core.NewLimiter(store, core.Policy{Name: "api", Rules: []core.Rule{{Limit: 100, Window: time.Minute}}}))
 	login := must(core.NewLimiter(store, core.Policy{Name: "login", Rules: []core.Rule{{Limit: 5, Window: time.Minute}}}))
 
+	// The health service and server reflection are not limited (unless
+	// WithHealthAndReflection(true)); a nil route exempts any other method.
 	r := grpclimit.NewRouter(api, map[string]*core.Limiter{
-		"/auth.v1.Auth/Login":                login,
-		healthpb.Health_Check_FullMethodName: nil, // not limited
-		healthpb.Health_Watch_FullMethodName: nil,
+		"/auth.v1.Auth/Login":   login,
+		"/auth.v1.Auth/Version": nil, // not limited
 	}, guard.WithKey(keyfunc.ClientIP()))
 	srv := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(r.UnaryServerInterceptor()),
@@ -127,7 +130,7 @@ func ExampleNewRouter() {
 	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(192, 0, 2, 7), Port: 50000}})
 	ok := func(context.Context, any) (any, error) { return "ok", nil }
 	for _, m := range []string{"/auth.v1.Auth/Login", "/auth.v1.Auth/Login", "/auth.v1.Auth/Login", "/auth.v1.Auth/Login",
-		"/auth.v1.Auth/Login", "/auth.v1.Auth/Login", healthpb.Health_Check_FullMethodName} {
+		"/auth.v1.Auth/Login", "/auth.v1.Auth/Login", "/auth.v1.Auth/Version", healthpb.Health_Check_FullMethodName} {
 		_, err := r.UnaryServerInterceptor()(ctx, nil, &grpc.UnaryServerInfo{FullMethod: m}, ok)
 		fmt.Println(m, status.Code(err))
 	}
@@ -138,6 +141,7 @@ func ExampleNewRouter() {
 	// /auth.v1.Auth/Login OK
 	// /auth.v1.Auth/Login OK
 	// /auth.v1.Auth/Login ResourceExhausted
+	// /auth.v1.Auth/Version OK
 	// /grpc.health.v1.Health/Check OK
 }
 
@@ -169,4 +173,30 @@ func ExampleWithMethods() {
 	// Output:
 	// login: ResourceExhausted
 	// logout: OK
+}
+
+func ExampleWithHealthAndReflection() {
+	limiter, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{
+		Name:  "everything",
+		Rules: []core.Rule{{Limit: 1, Window: time.Minute}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(192, 0, 2, 7), Port: 50000}})
+	ok := func(context.Context, any) (any, error) { return "ok", nil }
+	check := &grpc.UnaryServerInfo{FullMethod: healthpb.Health_Check_FullMethodName}
+	for _, limit := range []bool{false, true} {
+		// What the interceptor answers, called as the server would call it.
+		icpt := grpclimit.UnaryServerInterceptor(limiter, grpclimit.WithHealthAndReflection(limit))
+		var codes []string
+		for range 3 {
+			_, err := icpt(ctx, nil, check, ok)
+			codes = append(codes, status.Code(err).String())
+		}
+		fmt.Println("limit health:", limit, codes)
+	}
+	// Output:
+	// limit health: false [OK OK OK]
+	// limit health: true [OK ResourceExhausted ResourceExhausted]
 }

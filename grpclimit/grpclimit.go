@@ -65,10 +65,25 @@ type Router struct {
 	e *engine
 }
 
+// UseStore sets the store of the one-liners built after it ([LimitByIP],
+// [LimitByAppKey], [LimitByUser], and those of every other adapter) for
+// the whole process: one line at start-up, before the routers are
+// built, moves them all to Redis, where every instance counts together:
+//
+//	grpclimit.UseStore(redisstore.New(rdb))
+//
+// It is guard.UseStore, here so that this package's import suffices; it
+// panics, as that does, on a nil store, on a second call, and after
+// one-liners were built without guard.WithStore: programmer errors caught
+// at start-up.
+func UseStore(s core.Store) { guard.UseStore(s) }
+
 // LimitByIP returns a router that admits limit calls per window of length
 // per for each client IP, unary calls and streams alike (a stream counts
-// once, when it opens), on a memory store of its own unless
-// guard.WithStore gives one (a Redis store, shared by every instance):
+// once, when it opens), in this process's memory unless
+// [UseStore] or guard.WithStore gives a store (Redis: every instance
+// counts together). Each is a limit of its own, even beside another of
+// the same rate (see guard.WithName):
 //
 //	lim := grpclimit.LimitByIP(100, time.Minute)
 //	srv := grpc.NewServer(
@@ -171,15 +186,22 @@ func newSingle(fn string, l *core.Limiter, opts []guard.Option) *engine {
 	return &engine{cfg: newConfig(fn, g.g), def: g}
 }
 
-// pick returns the guard for a method, nil when it is not limited.
+// pick returns the guard for a method, nil when it is not limited: a
+// method WithMethods does not name, one routed to nil, and, unless named
+// or WithHealthAndReflection(true), one of the health service or of
+// server reflection.
 func (e *engine) pick(method string) *limited {
+	named := false
 	if e.cfg.methods != nil {
-		if _, ok := e.cfg.methods[method]; !ok {
+		if _, named = e.cfg.methods[method]; !named {
 			return nil
 		}
 	}
 	if g, ok := e.routes[method]; ok {
 		return g
+	}
+	if !named && !bool(e.cfg.infra) && infrastructure(method) {
+		return nil
 	}
 	return e.def
 }

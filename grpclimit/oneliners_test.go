@@ -43,6 +43,7 @@ func TestOneLiners(t *testing.T) {
 		LimitByIP:     grpclimit.LimitByIP,
 		LimitByAppKey: grpclimit.LimitByAppKey,
 		LimitByUser:   grpclimit.LimitByUser,
+		UseStore:      grpclimit.UseStore,
 	}, func(t *testing.T, lim *grpclimit.Router) adaptertest.Call {
 		c := serveTCP(t, grpc.ChainUnaryInterceptor(authenticate, lim.UnaryServerInterceptor()),
 			grpc.ChainStreamInterceptor(lim.StreamServerInterceptor()))

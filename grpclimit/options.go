@@ -13,9 +13,10 @@ import (
 // methods, denyHandler and challengeHandler are this package's own
 // settings, carried by guard.Native.
 type (
-	methods          []string
-	denyHandler      func(ctx context.Context, v *guard.Verdict) error
-	challengeHandler func(ctx context.Context, v *guard.Verdict) error
+	methods             []string
+	denyHandler         func(ctx context.Context, v *guard.Verdict) error
+	challengeHandler    func(ctx context.Context, v *guard.Verdict) error
+	healthAndReflection bool
 )
 
 // config is what the interceptors read from their options.
@@ -23,6 +24,7 @@ type config struct {
 	methods   map[string]struct{} // nil: every method
 	deny      denyHandler
 	challenge challengeHandler
+	infra     healthAndReflection // limit the health service and reflection
 }
 
 // newConfig reads this package's own settings from g, a guard built with
@@ -32,7 +34,7 @@ func newConfig(fn string, g *guard.Guard) config {
 		c    config
 		sets []methods
 	)
-	g.ReadNatives("grpclimit."+fn, &sets, &c.deny, &c.challenge)
+	g.ReadNatives("grpclimit."+fn, &sets, &c.deny, &c.challenge, &c.infra)
 	for _, ms := range sets {
 		for _, m := range ms {
 			if c.methods == nil {
@@ -85,6 +87,33 @@ func WithMethods(fullMethods ...string) guard.Option {
 		mustFullMethod("WithMethods", m)
 	}
 	return guard.Native(methods(append([]string(nil), fullMethods...)))
+}
+
+// WithHealthAndReflection with limit true limits the health service
+// (grpc.health.v1.Health) and server reflection
+// (grpc.reflection.v1.ServerReflection and v1alpha) as any other service.
+// By default the server interceptors let their calls through untouched,
+// with no decision and no metadata, unless [WithMethods] or a route of
+// [NewRouter] names the method: load balancers and Kubernetes probe
+// health every few seconds, and grpcurl asks reflection before each call,
+// none of which should spend a client's budget or be refused. Both
+// services are cheap to answer; limit them with this option where they are
+// exposed to callers who could flood them.
+func WithHealthAndReflection(limit bool) guard.Option {
+	return guard.Native(healthAndReflection(limit))
+}
+
+// infrastructure reports whether fullMethod is a method of the health
+// service or of server reflection, which the server interceptors skip by
+// default.
+func infrastructure(fullMethod string) bool {
+	rest, ok := strings.CutPrefix(fullMethod, "/grpc.")
+	if !ok {
+		return false
+	}
+	return strings.HasPrefix(rest, "health.v1.Health/") ||
+		strings.HasPrefix(rest, "reflection.v1.ServerReflection/") ||
+		strings.HasPrefix(rest, "reflection.v1alpha.ServerReflection/")
 }
 
 // WithDenyHandler replaces the status of calls over the limit: deny is

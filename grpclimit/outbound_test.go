@@ -93,7 +93,7 @@ var clientRefusals = map[outboundtest.Refusal]struct {
 }
 
 // clientRefused checks the status of a call the client interceptors
-// refused.
+// refused, and that its error says "ratekit:" once.
 func clientRefused(err error, why outboundtest.Refusal) string {
 	want, ok := clientRefusals[why]
 	if !ok {
@@ -101,6 +101,9 @@ func clientRefused(err error, why outboundtest.Refusal) string {
 	}
 	if st := status.Convert(err); st.Code() != want.code || st.Message() != want.msg {
 		return fmt.Sprintf("status %v %q, want %v %q", st.Code(), st.Message(), want.code, want.msg)
+	}
+	if n := strings.Count(err.Error(), "ratekit: "); n != 1 {
+		return fmt.Sprintf("the error %q says ratekit %d times, want once", err, n)
 	}
 	return ""
 }

@@ -25,11 +25,15 @@
 // middleware, so that the common cases take one import and one line:
 //
 //	mux.Handle("GET /hello", nethttp.LimitByIP(100, time.Minute)(hello))
-//	r.Use(ginlimit.LimitByIP(100, time.Minute, guard.WithStore(store))) // on Redis: every instance counts together
+//	r.Use(ginlimit.LimitByIP(100, time.Minute))
 //
-// They count in memory unless [WithStore] gives a store, under a policy
-// named "<by>-<limit>-per-<window>" unless [WithName] names it, and take
-// every other option as [New] does. Several rules, lockouts, tiers and
+// Each is a limit of its own, on every store. They count in memory unless
+// [UseStore] gives a store to all (at start-up:
+// ginlimit.UseStore(redisstore.New(rdb)), and every instance counts
+// together) or [WithStore] to one, under a policy named after the rate,
+// "<by>-<limit>-per-<window>" with an ordinal from the second one-liner of
+// a rate on, unless [WithName] names it, and take every other option as
+// [New] does. Several rules, lockouts, tiers and
 // calendar quotas are a core.Policy given to core.NewLimiter, and the
 // limiter given to New.
 //

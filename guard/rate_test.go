@@ -99,8 +99,10 @@ func TestLimitByKinds(t *testing.T) {
 	})
 }
 
+// The default names are the rate, with an ordinal from the second
+// one-liner of a rate on. Not parallel: it starts the ordinals afresh.
 func TestLimitByPolicy(t *testing.T) {
-	t.Parallel()
+	guard.ForgetOneLiners()
 	for _, tc := range []struct {
 		g         *guard.Guard
 		name      string
@@ -112,6 +114,10 @@ func TestLimitByPolicy(t *testing.T) {
 		{guard.LimitByUser(userKey{}, 1001, 90*time.Second), "user-1001-per-1m30s", core.SlidingBuckets},
 		{guard.LimitByIP(5, 500*time.Millisecond), "ip-5-per-500ms", core.SlidingLog},
 		{guard.LimitByIP(5, 10*time.Second, guard.WithName("hello")), "hello", core.SlidingLog},
+		{guard.LimitByIP(100, time.Minute), "ip-100-per-1m-2", core.SlidingLog},
+		{guard.LimitByIP(100, time.Minute, guard.WithName("ip-100-per-1m")), "ip-100-per-1m", core.SlidingLog},
+		{guard.LimitByIP(100, time.Minute, guard.WithStore(core.NewMemoryStore())), "ip-100-per-1m-3", core.SlidingLog},
+		{guard.LimitByAppKey(100, time.Minute), "appkey-100-per-1m", core.SlidingLog},
 	} {
 		p := tc.g.Limiter().Policy()
 		if p.Name != tc.name || p.Algorithm != tc.algorithm || len(p.Rules) != 1 {
@@ -152,57 +158,172 @@ func TestLimitByPanics(t *testing.T) {
 	}
 }
 
-// Limits on one store count together when their names match, as two
-// instances of an app on one Redis do, and apart when they differ.
+// stores are the stores the one-liner tests run on: a memory store, and
+// a Redis store on a redis-server of the test's own.
+var stores = []struct {
+	name string
+	new  func(t *testing.T) core.Store
+}{
+	{"memory", func(*testing.T) core.Store { return core.NewMemoryStore() }},
+	{"redis", func(t *testing.T) core.Store {
+		if testing.Short() {
+			t.Skip("starts a redis-server")
+		}
+		return warm(t, redisstore.New(redistest.Start(t).Client(t)))
+	}},
+}
+
+// warm returns s once it has decided once: a connection is open and the
+// library loaded, with time to spare (on a busy machine the first call
+// may take more than the 20 ms timeout and be decided locally, as it
+// should).
+func warm(t *testing.T, s core.Store) core.Store {
+	t.Helper()
+	l, err := core.NewLimiter(s, core.Policy{Name: "warm-up", Rules: []core.Rule{{Limit: 1, Window: time.Second}}},
+		core.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := l.Allow(context.Background(), "warm-up"); err != nil || d.Source != core.SourceStore {
+		t.Fatalf("warming the store: Allow = %+v, %v; want a decision of the store", d, err)
+	}
+	return s
+}
+
+// Each one-liner is a limit of its own on any store, the default one
+// included: two routes with the same rate do not share a budget unless
+// WithName names them alike.
 func TestLimitByStore(t *testing.T) {
 	t.Parallel()
-	stores := map[string]func(t *testing.T) core.Store{
-		"memory": func(*testing.T) core.Store { return core.NewMemoryStore() },
-		"redis": func(t *testing.T) core.Store {
-			if testing.Short() {
-				t.Skip("starts a redis-server")
-			}
-			s := redisstore.New(redistest.Start(t).Client(t))
-			// Open a connection and load the library with time to spare:
-			// on a busy machine the first call may take more than the 20 ms
-			// timeout and be decided locally, as it should.
-			l, err := core.NewLimiter(s, core.Policy{Name: "warm-up", Rules: []core.Rule{{Limit: 1, Window: time.Second}}},
-				core.WithTimeout(5*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d, err := l.Allow(context.Background(), "warm-up"); err != nil || d.Source != core.SourceStore {
-				t.Fatalf("warming the store: Allow = %+v, %v; want a decision of the store", d, err)
-			}
-			return s
-		},
-	}
-	for name, newStore := range stores {
-		t.Run(name, func(t *testing.T) {
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
-			s := newStore(t)
-			a := guard.LimitByIP(2, time.Hour, guard.WithStore(s))
-			b := guard.LimitByIP(2, time.Hour, guard.WithStore(s)) // another instance
-			other := guard.LimitByIP(2, time.Hour, guard.WithStore(s), guard.WithName("signup"))
+			s := st.new(t)
+			a := guard.LimitByIP(3, time.Hour, guard.WithStore(s)) // on /a
+			b := guard.LimitByIP(3, time.Hour, guard.WithStore(s)) // on /b
+			shared1 := guard.LimitByIP(1, time.Hour, guard.WithStore(s), guard.WithName("signup"))
+			shared2 := guard.LimitByIP(1, time.Hour, guard.WithStore(s), guard.WithName("signup"))
 			r := httpReq("192.0.2.1:1", "")
-			got := []string{}
-			for _, g := range []*guard.Guard{a, b, a, b, other} {
-				got = append(got, outcomes(g, r)...)
+			got := outcomes3(a, r) + " | " + outcomes3(b, r) + " | " + outcomes3(a, r)
+			if want := "allow allow allow | allow allow allow | deny deny deny"; got != want {
+				t.Errorf("a, b, a: %s, want %s", got, want)
 			}
-			if want := "allow allow deny deny allow"; strings.Join(got, " ") != want {
-				t.Errorf("outcomes = %v, want %s", got, want)
+			if got := strings.Join(append(outcomes(shared1, r), outcomes(shared2, r)...), " "); got != "allow deny" {
+				t.Errorf("two one-liners named alike: %s, want allow deny", got)
 			}
 		})
 	}
-	t.Run("own stores", func(t *testing.T) {
+	t.Run("default store", func(t *testing.T) {
 		t.Parallel()
-		// Without WithStore each has a memory store of its own.
-		a, b := guard.LimitByIP(1, time.Hour), guard.LimitByIP(1, time.Hour)
+		a, b := guard.LimitByIP(1, 2*time.Hour), guard.LimitByIP(1, 2*time.Hour)
+		shared1 := guard.LimitByIP(1, 2*time.Hour, guard.WithName("guard-test-default-shared"))
+		shared2 := guard.LimitByIP(1, 2*time.Hour, guard.WithName("guard-test-default-shared"))
 		r := httpReq("192.0.2.1:1", "")
-		if got := append(outcomes(a, r), outcomes(b, r)...); strings.Join(got, " ") != "allow allow" {
-			t.Errorf("outcomes = %v, want allow allow", got)
+		var got []string
+		for _, g := range []*guard.Guard{a, b, a, b, shared1, shared2} {
+			got = append(got, outcomes(g, r)...)
+		}
+		if want := "allow allow deny deny allow deny"; strings.Join(got, " ") != want {
+			t.Errorf("outcomes = %v, want %s", got, want)
 		}
 	})
+}
+
+// outcomes3 admits r three times through g.
+func outcomes3(g *guard.Guard, r keyfunc.Request) string {
+	return strings.Join(outcomes(g, r, r, r), " ")
+}
+
+// Two instances of one app on one Redis build the same one-liners in the
+// same order: each one-liner counts together with its twin in the other
+// instance, and apart from the other one-liner of the same rate; whether
+// the store is given to each (WithStore) or to all at once (UseStore).
+// Not parallel: it starts the one-liners afresh, as a new process does.
+func TestLimitByInstances(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a redis-server")
+	}
+	defer guard.ForgetOneLiners()
+	for _, how := range []string{"WithStore", "UseStore"} {
+		t.Run(how, func(t *testing.T) {
+			srv := redistest.Start(t)
+			app := func() (a, b *guard.Guard) {
+				guard.ForgetOneLiners() // a new process
+				s := warm(t, redisstore.New(srv.Client(t)))
+				var opts []guard.Option
+				if how == "UseStore" {
+					guard.UseStore(s)
+				} else {
+					opts = append(opts, guard.WithStore(s))
+				}
+				return guard.LimitByIP(3, time.Minute, opts...), guard.LimitByIP(3, time.Minute, opts...)
+			}
+			r := httpReq("192.0.2.1:1", "")
+			a1, b1 := app()
+			a2, b2 := app()
+			if a1.Limiter().Policy().Name != a2.Limiter().Policy().Name || b1.Limiter().Policy().Name != b2.Limiter().Policy().Name {
+				t.Fatalf("names %q, %q in one instance and %q, %q in the other, want the same", a1.Limiter().Policy().Name,
+					b1.Limiter().Policy().Name, a2.Limiter().Policy().Name, b2.Limiter().Policy().Name)
+			}
+			got := strings.Join([]string{
+				strings.Join(outcomes(a1, r, r), " "), strings.Join(outcomes(a2, r, r), " "),
+				strings.Join(outcomes(b2, r, r), " "), strings.Join(outcomes(b1, r, r), " "),
+			}, " | ")
+			if want := "allow allow | allow deny | allow allow | allow deny"; got != want {
+				t.Errorf("instance 1 on /a, 2 on /a, 2 on /b, 1 on /b: %s, want %s", got, want)
+			}
+		})
+	}
+}
+
+// UseStore sets the store of the one-liners built after it without
+// WithStore, once, before any was built on memory; misuse panics. Not
+// parallel: it sets the process's default store.
+func TestUseStore(t *testing.T) {
+	defer guard.ForgetOneLiners()
+	r := httpReq("192.0.2.1:1", "")
+
+	guard.ForgetOneLiners()
+	own := core.NewMemoryStore()
+	before := guard.LimitByIP(1, time.Hour, guard.WithStore(own)) // has its store: no misuse
+	s := core.NewMemoryStore()
+	guard.UseStore(s)
+	g := guard.LimitByIP(1, time.Hour)
+	outcomes(g, r)
+	// The unit is in s: a limiter of the same policy on s sees it.
+	d, err := testkit.Limiter(t, s, g.Limiter().Policy()).Peek(context.Background(), "192.0.2.1")
+	if err != nil || d.Allowed {
+		t.Errorf("Peek on the store of UseStore = %+v, %v; want the one-liner's unit there (denied)", d, err)
+	}
+	if got := outcomes(before, r); got[0] != "allow" {
+		t.Errorf("a one-liner built with WithStore before UseStore: %v, want allow (its own store)", got)
+	}
+
+	for _, tc := range []struct {
+		name  string
+		setup func()
+		want  string
+	}{
+		{"nil", func() {}, "ratekit: UseStore: store is nil"},
+		{"twice", func() { guard.UseStore(core.NewMemoryStore()) }, "ratekit: UseStore: called a second time"},
+		{"after one-liners", func() { guard.LimitByAppKey(7, time.Minute); guard.LimitByIP(7, time.Minute) },
+			`ratekit: UseStore: called after 2 one-liners were built without WithStore (the first: policy "appkey-7-per-1m")`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			guard.ForgetOneLiners()
+			tc.setup()
+			defer func() {
+				if p := recover(); p == nil || !strings.HasPrefix(fmt.Sprint(p), tc.want) {
+					t.Errorf("panic %v, want one starting %q", p, tc.want)
+				}
+			}()
+			var store core.Store = core.NewMemoryStore()
+			if tc.name == "nil" {
+				store = nil
+			}
+			guard.UseStore(store)
+		})
+	}
 }
 
 // WithObserver observes the limiter a LimitBy function builds too: its
@@ -227,25 +348,27 @@ func TestLimitByObserver(t *testing.T) {
 	}
 }
 
-// A limit whose key function finds no key in any request (a per-user key
-// before the authentication middleware) logs one warning, after 100
-// requests, not one per request; one that has found a key never does.
-// Not parallel: it replaces slog's default logger.
+// A limit whose key function finds no key (a per-user key before the
+// authentication middleware) logs one warning at the first request
+// without one, not one per request; one that has found a key before never
+// does. Not parallel: it replaces slog's default logger.
 func TestLimitByUserBeforeAuthWarnsOnce(t *testing.T) {
 	var buf bytes.Buffer
 	prev := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
 	defer slog.SetDefault(prev)
+	const warning = "the first request to this limit had no key"
 
 	anon := httpReq("192.0.2.1:1", "")
-	g := guard.LimitByUser(userKey{}, 10, time.Minute)
-	outcomes(g, repeat(anon, 99)...)
-	if n := strings.Count(buf.String(), "no request had a key"); n != 0 {
-		t.Fatalf("after 99 requests without a user: %d warnings, want 0", n)
+	g := guard.LimitByUser(userKey{}, 10, time.Minute, guard.WithName("user-before-auth"))
+	outcomes(g, anon)
+	if n := strings.Count(buf.String(), warning); n != 1 || !strings.Contains(buf.String(), "policy=user-before-auth") {
+		t.Fatalf("after 1 request without a user: %d warnings, want 1 naming the policy:\n%s", n, buf.String())
 	}
-	outcomes(g, repeat(anon, 150)...)
-	if n := strings.Count(buf.String(), "no request had a key"); n != 1 || !strings.Contains(buf.String(), "policy=user-10-per-1m") {
-		t.Fatalf("after 249 requests without a user: %d warnings, want 1 naming the policy:\n%s", n, buf.String())
+	outcomes(g, repeat(anon, 250)...)
+	outcomes(g, httpReq("192.0.2.1:1", "ada"), anon)
+	if n := strings.Count(buf.String(), warning); n != 1 {
+		t.Fatalf("after 253 requests: %d warnings, want 1:\n%s", n, buf.String())
 	}
 
 	buf.Reset()

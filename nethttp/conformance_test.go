@@ -63,6 +63,7 @@ func TestOneLiners(t *testing.T) {
 		LimitByIP:     nethttp.LimitByIP,
 		LimitByAppKey: nethttp.LimitByAppKey,
 		LimitByUser:   nethttp.LimitByUser,
+		UseStore:      nethttp.UseStore,
 	}, func(t *testing.T, limit func(http.Handler) http.Handler) adaptertest.Call {
 		auth := func(next http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -6,8 +6,8 @@
 //	mux.Handle("GET /api/", nethttp.LimitByAppKey(1000, time.Hour)(api))
 //	mux.Handle("GET /reports", authenticate(nethttp.LimitByUser(userKey{}, 50, time.Minute)(reports)))
 //
-// They count in memory; guard.WithStore(redisstore.New(rdb)) shares the
-// counts of every instance through Redis. Anything else is a
+// They count in memory; [UseStore](redisstore.New(rdb)) at start-up
+// shares the counts of every instance through Redis. Anything else is a
 // [core.Limiter] given to [New]:
 //
 //	mux.Handle("POST /login", nethttp.New(login, guard.WithKey(keyfunc.ClientIP()))(loginHandler))

@@ -4,16 +4,20 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratekit/ratekit/nethttp"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // One line limits a route: 2 requests per minute per client IP, counted in
-// memory. guard.WithStore(redisstore.New(rdb)) would count them in Redis,
-// for every instance of the app together.
+// memory. nethttp.UseStore(redisstore.New(rdb)) at start-up would count
+// them in Redis, for every instance of the app together.
 func ExampleLimitByIP() {
 	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "hello\n") })
 	mux := http.NewServeMux()
@@ -77,4 +81,18 @@ func ExampleLimitByUser() {
 	// ada 200
 	// ada 429
 	// bob 200
+}
+
+// One line at start-up, before the middleware is built, moves every
+// one-liner of the app to Redis, where every instance of the app counts
+// together. (Not run: it needs a Redis.)
+func ExampleUseStore() {
+	rdb := redis.NewClient(&redis.Options{Addr: "redis.internal:6379"})
+	nethttp.UseStore(redisstore.New(rdb))
+
+	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "hello\n") })
+	mux := http.NewServeMux()
+	mux.Handle("GET /hello", nethttp.LimitByIP(100, time.Minute)(hello))
+	mux.Handle("GET /api/items", nethttp.LimitByAppKey(1000, time.Hour)(hello))
+	log.Fatal(http.ListenAndServe(":8080", mux))
 }

@@ -58,9 +58,24 @@ func New(l *core.Limiter, opts ...guard.Option) func(http.Handler) http.Handler 
 	return middleware("nethttp.New", guard.New(l, opts...))
 }
 
+// UseStore sets the store of the one-liners built after it ([LimitByIP],
+// [LimitByAppKey], [LimitByUser], and those of every other adapter) for
+// the whole process: one line at start-up, before the middleware are
+// built, moves them all to Redis, where every instance counts together:
+//
+//	nethttp.UseStore(redisstore.New(rdb))
+//
+// It is guard.UseStore, here so that this package's import suffices; it
+// panics, as that does, on a nil store, on a second call, and after
+// one-liners were built without guard.WithStore: programmer errors caught
+// at start-up.
+func UseStore(s core.Store) { guard.UseStore(s) }
+
 // LimitByIP returns middleware that admits limit requests per window of
-// length per for each client IP, on a memory store of its own unless
-// guard.WithStore gives one (a Redis store, shared by every instance):
+// length per for each client IP, in this process's memory unless
+// [UseStore] or guard.WithStore gives a store (Redis: every instance
+// counts together). Each is a limit of its own, even beside another of
+// the same rate (see guard.WithName):
 //
 //	mux.Handle("GET /hello", nethttp.LimitByIP(100, time.Minute)(hello))
 //

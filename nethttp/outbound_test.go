@@ -50,10 +50,14 @@ func (s *outboundServer) Client(t *testing.T, l *core.Limiter, opts ...guard.Opt
 }
 
 // transportRefused checks the form of a request the Transport refused:
-// http.Client's error around the Transport's own.
+// http.Client's error around the Transport's own, which says "ratekit:"
+// once, as the start of its own part.
 func transportRefused(err error, _ outboundtest.Refusal) string {
 	if !strings.Contains(err.Error(), "nethttp: Transport: ") {
 		return "the error does not name nethttp.Transport"
+	}
+	if n := strings.Count(err.Error(), "ratekit: "); n != 1 {
+		return fmt.Sprintf("the error %q says ratekit %d times, want once", err, n)
 	}
 	return ""
 }

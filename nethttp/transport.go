@@ -61,7 +61,7 @@ func Transport(l *core.Limiter, base http.RoundTripper, opts ...guard.Option) ht
 	g := guard.New(l, append([]guard.Option{guard.WithKey(hostKey)}, opts...)...)
 	g.ReadNatives("nethttp.Transport")
 	if err := g.CheckOutbound(); err != nil {
-		panic("ratekit: nethttp: Transport: " + err.Error())
+		panic("ratekit: nethttp: Transport: " + strings.TrimPrefix(err.Error(), "ratekit: "))
 	}
 	return &transport{g: g, base: base}
 }
@@ -81,10 +81,20 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		if r.Body != nil {
 			_ = r.Body.Close()
 		}
-		return nil, fmt.Errorf("ratekit: nethttp: Transport: %w", v.Err)
+		return nil, &refusedError{v.Err}
 	}
 	return t.base.RoundTrip(r)
 }
+
+// refusedError is the error of a request the Transport refused: its
+// cause, said with "ratekit:" once.
+type refusedError struct{ err error }
+
+func (e *refusedError) Error() string {
+	return "ratekit: nethttp: Transport: " + strings.TrimPrefix(e.err.Error(), "ratekit: ")
+}
+
+func (e *refusedError) Unwrap() error { return e.err }
 
 // CloseIdleConnections closes the idle connections of the base
 // RoundTripper, if it has any, for http.Client.CloseIdleConnections.

@@ -196,3 +196,18 @@ func TestTransportPanicsOnMiddlewareOption(t *testing.T) {
 	}()
 	nethttp.Transport(l, nil, nethttp.WithRoute(func(*http.Request) string { return "" }))
 }
+
+// TestTransportPanicSaysRatekitOnce: what outgoing requests cannot honour
+// is refused by a panic naming it, which says "ratekit:" once though the
+// guard's reason has it too.
+func TestTransportPanicSaysRatekitOnce(t *testing.T) {
+	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("test", testkit.PerHour(1)))
+	defer func() {
+		p := recover()
+		if msg := fmt.Sprint(p); p == nil || !strings.HasPrefix(msg, "ratekit: nethttp: Transport: ") ||
+			!strings.Contains(msg, "WithCountIf") || strings.Count(msg, "ratekit: ") != 1 {
+			t.Errorf("Transport with WithCountIf: panic %v, want one naming it, saying ratekit once", p)
+		}
+	}()
+	nethttp.Transport(l, nil, guard.WithCountIf(func(int) bool { return true }))
+}

@@ -3,15 +3,17 @@
 // resets a key (unlocking a user locked out by a login limit). [NewPage]
 // serves the same as a small web page.
 //
-// It has no authentication of its own: mount it behind the app's admin
-// authentication (or give it [WithAuthorization]), under a prefix
+// It has no authentication of its own: it serves every request through
+// the app's admin check, given with [WithAuthorization], and refuses to
+// start without one, since it resets limits. Mount it under a prefix
 // stripped with [http.StripPrefix].
 //
 //	admin := opshttp.Handler([]*core.Limiter{loginLimiter, smsLimiter},
+//		opshttp.WithAuthorization(requireAdmin),
 //		opshttp.WithKeyer("login-account", func(id string) (string, error) {
 //			return personal.AccountKey(id, personal.Secret(secret))
 //		}))
-//	mux.Handle("/admin/ratelimit/", requireAdmin(http.StripPrefix("/admin/ratelimit", admin)))
+//	mux.Handle("/admin/ratelimit/", http.StripPrefix("/admin/ratelimit", admin))
 //
 // Routes, answering JSON:
 //
@@ -23,7 +25,9 @@
 //
 // A peek of a key locked out (core.Policy.Lockout) says "locked": true
 // and "locked_until", when the key may retry; a reset lifts the lockout
-// on every instance. The refused route answers {"policy": ..., "keys":
+// on every instance. A peek of a key whose next request would be
+// challenged (core.Rule.Challenge) says "challenged": true: it must pass
+// the app's CAPTCHA or second factor, and waiting does not help. The refused route answers {"policy": ..., "keys":
 // [{"key": ..., "refusals": ...}, ...]}: the stored keys the policy
 // refused most in the last five minutes, summed over every instance that
 // shares its store, most refused first ([WithTopRefused] replaces the
@@ -88,7 +92,8 @@
 // clear); pseudonyms stay pseudonyms. Routes, under the page's prefix:
 //
 //	GET  /        the page; ?q=VALUE looks VALUE up (&as=key: as a stored key)
-//	POST /reset   reset: form fields policy, q, as and csrf; 303 back to the lookup
+//	POST /reset   reset: form fields policy, q, as and csrf; 303 back to the lookup,
+//	              which says the reset was made (only to the browser that made it)
 //
 // The page refuses to start without [WithAuthorization]. Looking changes
 // nothing; a reset is a POST that must carry the form token of the

@@ -15,26 +15,44 @@ import (
 	"github.com/ratekit/ratekit/opshttp"
 )
 
+// requireToken is an app's admin check: a bearer token.
+func requireToken(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer s3cret" {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 func ExampleHandler() {
 	login, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "login", Rules: []core.Rule{{Limit: 1, Window: 15 * time.Minute}}})
 	if err != nil {
 		log.Fatal(err)
 	}
+	// The handler serves every request through the app's admin check
+	// (requireToken), and refuses to start without one.
 	mux := http.NewServeMux()
-	// Mount it behind the app's own admin authentication.
-	mux.Handle("/admin/ratelimit/", http.StripPrefix("/admin/ratelimit", opshttp.Handler([]*core.Limiter{login})))
+	mux.Handle("/admin/ratelimit/", http.StripPrefix("/admin/ratelimit",
+		opshttp.Handler([]*core.Limiter{login}, opshttp.WithAuthorization(requireToken))))
 
 	_, _ = login.Allow(context.Background(), "alice") // alice used her one attempt
-	for _, req := range []*http.Request{
+	for i, req := range []*http.Request{
+		httptest.NewRequest(http.MethodDelete, "/admin/ratelimit/policies/login/keys/alice", nil), // without the token
 		httptest.NewRequest(http.MethodGet, "/admin/ratelimit/policies", nil),
 		httptest.NewRequest(http.MethodDelete, "/admin/ratelimit/policies/login/keys/alice", nil),
 		httptest.NewRequest(http.MethodGet, "/admin/ratelimit/policies/nope", nil),
 	} {
+		if i > 0 {
+			req.Header.Set("Authorization", "Bearer s3cret")
+		}
 		rec := httptest.NewRecorder()
 		mux.ServeHTTP(rec, req)
 		fmt.Println(strings.TrimSpace(fmt.Sprint(req.Method, " ", req.URL.Path, " ", rec.Code, " ", rec.Body.String())))
 	}
 	// Output:
+	// DELETE /admin/ratelimit/policies/login/keys/alice 401 unauthorized
 	// GET /admin/ratelimit/policies 200 [{"name":"login","algorithm":"SlidingLog","rules":[{"limit":1,"window":"15m0s","window_seconds":900}]}]
 	// DELETE /admin/ratelimit/policies/login/keys/alice 204
 	// GET /admin/ratelimit/policies/nope 404 {"error":"unknown policy"}
@@ -50,6 +68,7 @@ func ExampleWithKeyer() {
 		log.Fatal(err)
 	}
 	admin := opshttp.Handler([]*core.Limiter{login},
+		opshttp.WithAuthorization(requireToken),
 		// Support staff give the account name; the handler derives the
 		// stored key as the app does.
 		opshttp.WithKeyer("login-account", func(id string) (string, error) {
@@ -64,6 +83,7 @@ func ExampleWithKeyer() {
 		httptest.NewRequest(http.MethodGet, "/admin/ratelimit/policies/login-account/keys/Alice@Example.com", nil),
 		httptest.NewRequest(http.MethodDelete, "/admin/ratelimit/policies/login-account/keys/Alice@Example.com", nil),
 	} {
+		req.Header.Set("Authorization", "Bearer s3cret")
 		rec := httptest.NewRecorder()
 		mux.ServeHTTP(rec, req)
 		if req.Method == http.MethodGet {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -55,7 +56,7 @@ func TestKeyer(t *testing.T) {
 		}
 	}
 
-	h := opshttp.Handler([]*core.Limiter{logins, sms, ips},
+	h := opshttp.Handler([]*core.Limiter{logins, sms, ips}, anyone,
 		opshttp.WithKeyer("login-account", func(id string) (string, error) { return personal.AccountKey(id, account...) }),
 		opshttp.WithKeyer("sms-phone", func(id string) (string, error) { return personal.PhoneKey(id, phone...) }))
 	srv := mounted(t, h)
@@ -129,7 +130,7 @@ func TestKeyer(t *testing.T) {
 // with a generic one, never its text.
 func TestKeyerErrorWithoutReason(t *testing.T) {
 	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
-	h := opshttp.Handler([]*core.Limiter{l}, opshttp.WithKeyer("p", func(id string) (string, error) {
+	h := opshttp.Handler([]*core.Limiter{l}, anyone, opshttp.WithKeyer("p", func(id string) (string, error) {
 		if id == "empty" {
 			return "", nil
 		}
@@ -158,11 +159,11 @@ func TestKeyerPanics(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			defer func() {
-				if recover() == nil {
-					t.Errorf("Handler with %s did not panic", tc.name)
+				if p := recover(); p == nil || !strings.Contains(fmt.Sprint(p), "WithKeyer") {
+					t.Errorf("Handler with %s: panic %v, want one naming WithKeyer", tc.name, p)
 				}
 			}()
-			opshttp.Handler([]*core.Limiter{l}, tc.opts...)
+			opshttp.Handler([]*core.Limiter{l}, append(tc.opts, anyone)...)
 		})
 	}
 }

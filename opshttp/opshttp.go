@@ -63,9 +63,11 @@ func WithKeyer(policy string, derive func(id string) (string, error)) Option {
 // refuses itself (401 with a challenge, a redirect to the login page, a
 // 403) and calls the handler for one it admits. What it puts in the
 // request's context reaches the observers of [WithObserver] with each
-// change, so that they can say who made it. [NewPage] requires it;
-// [Handler] serves every request through it when given, and is otherwise
-// mounted behind the app's own admin authentication.
+// change, so that they can say who made it. [Handler] and [NewPage]
+// require it: both reset limits, so neither starts open by mistake. Where
+// the handler is served only to administrators by other means (a listener
+// on a private network), say so with a middleware that admits every
+// request, func(h http.Handler) http.Handler { return h }.
 func WithAuthorization(authorize func(http.Handler) http.Handler) Option {
 	return func(c *config) { c.authorize = authorize }
 }
@@ -92,20 +94,22 @@ func WithObserver(obs core.Observer) Option {
 }
 
 // Handler returns the admin handler for limiters, each known by its
-// policy name; see the package documentation for its routes. It is safe
-// for concurrent use. Handler panics if a limiter is nil, if two limiters
-// have the same policy name, or for a [WithKeyer] mistake: programmer
-// errors caught at start-up. Given [WithAuthorization], it serves every
-// request through it.
+// policy name, serving every request through the app's admin check
+// ([WithAuthorization]); see the package documentation for its routes. It
+// is safe for concurrent use. Handler panics without WithAuthorization (or
+// if it returns a nil handler), if a limiter is nil, if two limiters have
+// the same policy name, or for a [WithKeyer] mistake: programmer errors
+// caught at start-up.
 func Handler(limiters []*core.Limiter, opts ...Option) http.Handler {
 	h, err := newHandler("Handler", limiters, opts)
 	if err != nil {
 		panic(err.Error())
 	}
-	if h.cfg.authorize != nil {
-		return h.cfg.authorize(h)
+	served := h.cfg.authorize(h)
+	if served == nil {
+		panic("ratekit: opshttp: Handler: WithAuthorization returned a nil handler")
 	}
-	return h
+	return served
 }
 
 // newHandler builds the handler of limiters for the constructor named
@@ -137,6 +141,13 @@ func newHandler(caller string, limiters []*core.Limiter, opts []Option) (*handle
 			return nil, fmt.Errorf("ratekit: opshttp: WithKeyer(%q): two keyers for one policy", k.policy)
 		}
 		h.keyers[k.policy] = k.derive
+	}
+	if c.authorize == nil {
+		what := "the handler"
+		if caller == "NewPage" {
+			what = "the page"
+		}
+		return nil, fmt.Errorf("ratekit: opshttp: %s: no WithAuthorization option: %s resets limits, so it must sit behind the app's admin check", caller, what)
 	}
 	return h, nil
 }
@@ -278,6 +289,12 @@ type KeyState struct {
 	// server's clock, in RFC 3339 (UTC): the end of the lockout, or later
 	// if a rule stays full longer.
 	LockedUntil string `json:"locked_until,omitempty"`
+	// Challenged reports that a request of one unit would be challenged
+	// (core.Rule.Challenge, core.Decision.Challenged): the key must pass
+	// the app's challenge, a CAPTCHA or a second factor, which the app
+	// records with core.Limiter.Pass; waiting does not lift it, so
+	// RetryAfterSeconds is 0. A reset clears the count that led to it.
+	Challenged bool `json:"challenged,omitempty"`
 	// Rules holds every rule's state, in policy order.
 	Rules []RuleState `json:"rules,omitempty"`
 }
@@ -412,6 +429,7 @@ func (h *handler) peek(w http.ResponseWriter, r *http.Request, policy, seg strin
 		ResetAfterSeconds: d.ResetAfter.Seconds(),
 		Source:            d.Source.String(),
 		Locked:            d.Locked,
+		Challenged:        d.Challenged,
 	}
 	if d.Locked {
 		out.LockedUntil = time.Now().Add(d.RetryAfter).UTC().Format(time.RFC3339)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -37,7 +38,7 @@ func setup(t *testing.T) *fixture {
 	f.login = testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "login", Rules: []core.Rule{{Limit: 5, Window: 15 * time.Minute}, {Limit: 20, Window: 24 * time.Hour}}})
 	f.quota = testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "quota", Rules: []core.Rule{{Limit: 100000, Window: 24 * time.Hour}}, Algorithm: core.SlidingBuckets})
 	f.broken = testkit.Limiter(t, testkit.FailingStore{Err: errSecret}, core.Policy{Name: "broken", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
-	h := opshttp.Handler([]*core.Limiter{f.login, f.quota, f.broken}, opshttp.WithLogger(slog.New(slog.NewTextHandler(f.logs, nil))))
+	h := opshttp.Handler([]*core.Limiter{f.login, f.quota, f.broken}, anyone, opshttp.WithLogger(slog.New(slog.NewTextHandler(f.logs, nil))))
 	f.srv = httptest.NewServer(http.StripPrefix("/admin", h))
 	t.Cleanup(f.srv.Close)
 	return f
@@ -154,23 +155,32 @@ func TestPeekAndReset(t *testing.T) {
 	}
 }
 
+// Handler refuses to start open: without WithAuthorization, it panics as
+// it does on the other programmer errors, naming the mistake.
 func TestHandlerPanics(t *testing.T) {
 	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Second}}})
 	tests := []struct {
 		name     string
 		limiters []*core.Limiter
+		opts     []opshttp.Option
+		want     string
 	}{
-		{"nil limiter", []*core.Limiter{nil}},
-		{"duplicate policy", []*core.Limiter{l, l}},
+		{"no authorization", []*core.Limiter{l}, nil,
+			"ratekit: opshttp: Handler: no WithAuthorization option: the handler resets limits, so it must sit behind the app's admin check"},
+		{"nil authorization", []*core.Limiter{l}, []opshttp.Option{opshttp.WithAuthorization(nil)}, "no WithAuthorization option"},
+		{"authorization returning nil", []*core.Limiter{l}, []opshttp.Option{opshttp.WithAuthorization(func(http.Handler) http.Handler { return nil })},
+			"ratekit: opshttp: Handler: WithAuthorization returned a nil handler"},
+		{"nil limiter", []*core.Limiter{nil}, []opshttp.Option{anyone}, "nil *core.Limiter"},
+		{"duplicate policy", []*core.Limiter{l, l}, []opshttp.Option{anyone}, "two limiters for policy p"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			defer func() {
-				if recover() == nil {
-					t.Errorf("Handler(%s) did not panic", tc.name)
+				if p := recover(); p == nil || !strings.Contains(fmt.Sprint(p), tc.want) {
+					t.Errorf("Handler(%s) panic %v, want one containing %q", tc.name, p, tc.want)
 				}
 			}()
-			opshttp.Handler(tc.limiters)
+			opshttp.Handler(tc.limiters, tc.opts...)
 		})
 	}
 }
@@ -322,7 +332,7 @@ func TestRefusedRoute(t *testing.T) {
 		t.Errorf("DELETE of the refused route = %d, want 405", status)
 	}
 
-	failing := opshttp.Handler([]*core.Limiter{f.login}, opshttp.WithTopRefused(func(context.Context, string, int) ([]opshttp.RefusedKey, error) {
+	failing := opshttp.Handler([]*core.Limiter{f.login}, anyone, opshttp.WithTopRefused(func(context.Context, string, int) ([]opshttp.RefusedKey, error) {
 		return nil, errSecret
 	}))
 	srv := mounted(t, failing)

@@ -3,6 +3,7 @@ package opshttp
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -121,9 +122,6 @@ func NewPage(limiters []*core.Limiter, opts ...Option) (*Page, error) {
 	if err != nil {
 		return nil, err
 	}
-	if h.cfg.authorize == nil {
-		return nil, errors.New("ratekit: opshttp: NewPage: no WithAuthorization option: the page resets limits, so it must sit behind the app's admin check")
-	}
 	p := &Page{h: h, cop: http.NewCrossOriginProtection()}
 	p.serve = h.cfg.authorize(http.HandlerFunc(p.route))
 	if p.serve == nil {
@@ -162,19 +160,44 @@ type lookup struct {
 }
 
 // afterReset returns the query string of l's lookup once policy has been
-// reset.
-func (l lookup) afterReset(policy string) string {
-	v := url.Values{"q": {l.q}, "reset": {policy}}
+// reset by the browser whose form token is token: with the proof of the
+// reset, without which the page does not say it.
+func (l lookup) afterReset(policy, token string) string {
+	v := url.Values{"q": {l.q}, "reset": {policy}, "done": {l.resetProof(policy, token)}}
 	if l.asKey {
 		v.Set("as", "key")
 	}
 	return v.Encode()
 }
 
+// resetProof proves to the page that the browser whose form token is
+// token reset policy for l: a MAC under the token, which a link made by
+// anyone else cannot carry, so that "?reset=" alone shows no "Reset under".
+func (l lookup) resetProof(policy, token string) string {
+	m := hmac.New(sha256.New, []byte(token))
+	as := "id"
+	if l.asKey {
+		as = "key"
+	}
+	m.Write([]byte("ratekit-ops-reset\x00" + policy + "\x00" + as + "\x00" + l.q))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// resetDone returns the policy that the query v says was just reset for
+// l, when it carries the proof for the browser's form token; "" otherwise.
+func (p *Page) resetDone(r *http.Request, v url.Values, l lookup) string {
+	name, token := v.Get("reset"), csrfToken(r)
+	if p.h.byName[name] == nil || token == "" ||
+		!hmac.Equal([]byte(v.Get("done")), []byte(l.resetProof(name, token))) {
+		return ""
+	}
+	return name
+}
+
 // readLookup reads a lookup from form values, or returns the reason it is
 // malformed.
 func readLookup(v url.Values) (lookup, string) {
-	for _, name := range []string{"q", "as", "policy", "reset"} {
+	for _, name := range []string{"q", "as", "policy", "reset", "done"} {
 		if len(v[name]) > 1 {
 			return lookup{}, "repeated field " + name
 		}
@@ -209,9 +232,7 @@ func (p *Page) view(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := p.data(w, r, l)
-	if name := v.Get("reset"); p.h.byName[name] != nil {
-		d.Flash = name
-	}
+	d.Flash = p.resetDone(r, v, l)
 	for i := range d.Policies {
 		pv := &d.Policies[i]
 		pv.Top = p.top(r, pv.Name)
@@ -320,7 +341,7 @@ func (p *Page) reset(w http.ResponseWriter, r *http.Request) {
 	}
 	// Back to the lookup, read afresh (post/redirect/get), relative to
 	// the page's own URL whatever prefix it is mounted under.
-	w.Header().Set("Location", "./?"+l.afterReset(name))
+	w.Header().Set("Location", "./?"+l.afterReset(name, token))
 	w.WriteHeader(http.StatusSeeOther)
 }
 
@@ -361,9 +382,10 @@ func (p *Page) peek(r *http.Request, policy string, l lookup) *resultView {
 	now := time.Now()
 	pol := lim.Policy()
 	out.Allowed, out.Locked, out.Source, out.Fallback = d.Allowed, d.Locked, d.Source.String(), d.Source.Fallback()
+	out.Challenged = d.Challenged
 	out.Limit, out.Remaining = d.Limit, d.Remaining
 	out.InFlight = pol.InFlight > 0
-	if !d.Allowed {
+	if !d.Allowed && !d.Challenged {
 		out.Until = stampAt(now, d.RetryAfter, time.UTC)
 	}
 	for i, s := range d.Rules() {
@@ -431,17 +453,19 @@ type policyView struct {
 }
 
 type resultView struct {
-	Key      string // the stored key looked up
-	Derived  bool   // Key came from the policy's keyer
-	Refused  string // the keyer's reason for refusing the value
-	Failed   bool   // the store did not answer
-	Allowed  bool
-	Locked   bool
-	Until    instant // when a refused key may retry
-	Source   string
-	Fallback bool
-	InFlight bool
-	Limit    int64
+	Key     string // the stored key looked up
+	Derived bool   // Key came from the policy's keyer
+	Refused string // the keyer's reason for refusing the value
+	Failed  bool   // the store did not answer
+	Allowed bool
+	Locked  bool
+	// Challenged: the next request must pass the app's challenge first.
+	Challenged bool
+	Until      instant // when a refused key may retry
+	Source     string
+	Fallback   bool
+	InFlight   bool
+	Limit      int64
 	// Remaining is of the binding rule.
 	Remaining int64
 	Rules     []ruleView

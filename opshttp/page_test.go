@@ -396,8 +396,11 @@ func TestPageReset(t *testing.T) {
 
 	// The page's own form, from the page's origin, as a browser sends it.
 	a := f.do(t, "POST", "/admin/ops/reset", good, "Origin", f.srv.URL, "Sec-Fetch-Site", "same-origin")
-	if a.status != http.StatusSeeOther || a.header.Get("Location") != "./?q=alice%40example.com&reset=login-account" {
-		t.Fatalf("POST reset = %d, Location %q\n%s", a.status, a.header.Get("Location"), a.body)
+	back, _ := url.Parse(a.header.Get("Location"))
+	if q := back.Query(); a.status != http.StatusSeeOther || back.Path != "./" || q.Get("q") != "alice@example.com" ||
+		q.Get("reset") != "login-account" || q.Get("done") == "" || len(q) != 3 {
+		t.Fatalf("POST reset = %d, Location %q; want 303 to ./?q=alice@example.com&reset=login-account&done=…\n%s",
+			a.status, a.header.Get("Location"), a.body)
 	}
 	if d, err := f.account.Allow(ctx, f.aliceKey); err != nil || !d.Allowed {
 		t.Errorf("after the reset, the app's Allow = %+v, %v; want admitted", d, err)
@@ -415,6 +418,23 @@ func TestPageReset(t *testing.T) {
 	if loc.Path != "/admin/ops/" || !strings.Contains(after.body, `<p class="flash" id="flash" role="status">Reset under <b>login-account</b>`) ||
 		!strings.Contains(section(t, after.body, "login-account"), `<p class="status ok">`) {
 		t.Errorf("page after the reset (%s):\n%s", loc, after.body)
+	}
+
+	// "Reset under" is said only to the browser that made the reset: not
+	// for a link with reset= alone, nor with the proof of another
+	// browser's form token, nor for another lookup.
+	forged := loc.Query()
+	forged.Del("done")
+	otherLookup := loc.Query()
+	otherLookup.Set("q", "bob@example.com")
+	for name, a := range map[string]answer{
+		"without the proof":          f.do(t, "GET", "/admin/ops/?"+forged.Encode(), nil),
+		"another browser's":          f.do(t, "GET", loc.RequestURI(), nil, "Cookie", "ratekit_ops_csrf=ABCDEFGHIJKLMNOPQRSTUVWXYZ"),
+		"the proof of another query": f.do(t, "GET", "/admin/ops/?"+otherLookup.Encode(), nil),
+	} {
+		if a.status != 200 || strings.Contains(a.body, `id="flash"`) {
+			t.Errorf("GET ?reset=login-account %s = %d, with a flash %v; want 200 and none", name, a.status, strings.Contains(a.body, `id="flash"`))
+		}
 	}
 
 	// A store failure resets nothing, says so, and is reported.

@@ -20,7 +20,7 @@ func TestPeekLockout(t *testing.T) {
 	ctx := context.Background()
 	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "login-ip",
 		Rules: []core.Rule{{Limit: 2, Window: time.Second}}, Lockout: core.Lockout{For: 24 * time.Hour}})
-	srv := httptest.NewServer(opshttp.Handler([]*core.Limiter{l}))
+	srv := httptest.NewServer(opshttp.Handler([]*core.Limiter{l}, anyone))
 	t.Cleanup(srv.Close)
 	for range 3 {
 		if _, err := l.Allow(ctx, "192.0.2.1"); err != nil {
@@ -73,7 +73,7 @@ func TestCalendarJSON(t *testing.T) {
 	if _, err := l.AllowN(context.Background(), "app", 3); err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{srv: httptest.NewServer(opshttp.Handler([]*core.Limiter{l}))}
+	f := &fixture{srv: httptest.NewServer(opshttp.Handler([]*core.Limiter{l}, anyone))}
 	t.Cleanup(f.srv.Close)
 	_, body := f.do(t, "GET", "/policies/api")
 	want := `{"name":"api","algorithm":"SlidingLog","rules":[{"limit":10,"window":"1s","window_seconds":1},` +

@@ -89,7 +89,7 @@ func TestDotKeys(t *testing.T) {
 			if _, err := l.Allow(ctx, key); err != nil {
 				t.Fatal(err)
 			}
-			h := opshttp.Handler([]*core.Limiter{l})
+			h := opshttp.Handler([]*core.Limiter{l}, anyone)
 			escaped := url.PathEscape(key) // leaves dots alone
 			encoded := escapeAll(key)      // %2E%2E
 			for _, tc := range []struct {
@@ -136,7 +136,7 @@ func escapeAll(s string) string {
 // routes and wrong methods answer JSON, 405 with an Allow header.
 func TestNoRedirectsAndJSONErrors(t *testing.T) {
 	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "login", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}})
-	h := opshttp.Handler([]*core.Limiter{l})
+	h := opshttp.Handler([]*core.Limiter{l}, anyone)
 	for _, mount := range []struct {
 		name string
 		srv  *httptest.Server
@@ -181,3 +181,7 @@ func TestNoRedirectsAndJSONErrors(t *testing.T) {
 		}
 	}
 }
+
+// anyone is the authorization of tests that do not test it: it admits
+// every request.
+var anyone = opshttp.WithAuthorization(func(h http.Handler) http.Handler { return h })

@@ -23,9 +23,10 @@
 // # Redis
 //
 // It connects to REDIS_URL (redis://[[user]:password@]host:port/db), and
-// says where on stderr first, with the password hidden. reset refuses to
-// run without REDIS_URL; peek and policies default to
-// redis://127.0.0.1:6379/0. As the library runs on Redis Cluster and
+// says where on stderr first, with the password hidden and the database
+// named when the URL names none. reset refuses to run without REDIS_URL;
+// peek and policies default to redis://127.0.0.1:6379/0, and say so again
+// when they find nothing there. As the library runs on Redis Cluster and
 // Sentinel, so does the command: REDIS_URL may name any node of a Cluster
 // (it asks the node, then works on the whole Cluster: a key held by
 // another node is read and reset there, and policies scans every master);
@@ -50,11 +51,20 @@
 // Redis by scanning key names.
 //
 // reset goes through a [core.Limiter] of its own ([core.Limiter.Reset])
-// and says per key how many Redis keys it deleted. When it finds nothing
-// for a key it exits 1 with a hint: a wrong -policy, -prefix or key, or,
-// for -account and -phone, a RATEKIT_KEY_SECRET that is not the app's.
-// Mistakes print the error and one line of help; ratekit help prints
-// every flag.
+// and says per key how many Redis keys it deleted.
+//
+// # Exit status
+//
+// 0 when the command did its work (for peek: Redis holds something for
+// the key), 1 when Redis could not be reached or failed, 2 for a mistake
+// on the command line (the error and one line of help; ratekit help
+// prints every flag), and 3 when a lookup found nothing: a peek of a key
+// Redis holds nothing for, a reset of such a key, policies under a
+// prefix with no key. Then stderr says what was looked for and where,
+// with a hint at the likely mistake: an account name or a phone number
+// given as a key (the app stores a pseudonym: -account, -phone), a
+// RATEKIT_KEY_SECRET that is not the app's, REDIS_URL unset or naming no
+// database, a wrong -policy or -prefix.
 //
 // A reset deletes the key's windows, lockout and calendar counts in Redis
 // and publishes the key on the store's invalidation channel

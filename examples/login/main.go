@@ -256,10 +256,11 @@ func newApp(store core.Store, users authenticator, cfg config) (*app, error) {
 		// policy's routes take a user name and derive its stored key as
 		// the limiter does, with the app's secret.
 		admin := opshttp.Handler([]*core.Limiter{ipLimit, accountLimit},
+			opshttp.WithAuthorization(func(next http.Handler) http.Handler { return bearer(cfg.adminToken, next) }),
 			opshttp.WithKeyer("login-account", func(name string) (string, error) {
 				return personal.AccountKey(name, personal.Secret(cfg.accountSecret))
 			}))
-		a.router.Any("/admin/ratelimit/*route", gin.WrapH(bearer(cfg.adminToken, http.StripPrefix("/admin/ratelimit", admin))))
+		a.router.Any("/admin/ratelimit/*route", gin.WrapH(http.StripPrefix("/admin/ratelimit", admin)))
 	}
 	return a, nil
 }

@@ -82,8 +82,8 @@ func newHandler(store core.Store, logger *slog.Logger, adminToken string, client
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	if adminToken != "" {
 		requireAdmin := admin(adminToken)
-		api := opshttp.Handler([]*core.Limiter{hello})
-		mux.Handle("/admin/ratelimit/", requireAdmin(http.StripPrefix("/admin/ratelimit", api)))
+		api := opshttp.Handler([]*core.Limiter{hello}, opshttp.WithAuthorization(requireAdmin))
+		mux.Handle("/admin/ratelimit/", http.StripPrefix("/admin/ratelimit", api))
 		page, err := opshttp.NewPage([]*core.Limiter{hello},
 			opshttp.WithAuthorization(requireAdmin),
 			opshttp.WithObserver(core.ObserverFunc(func(ctx context.Context, e core.Event) {

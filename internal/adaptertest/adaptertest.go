@@ -18,7 +18,8 @@
 //
 // [RunOneLiners] checks the LimitBy one-liners of every adapter, gRPC's
 // included: that each exists with the signature of [OneLiners], keys by
-// what it says, counts on the store guard.WithStore gives, and panics at
+// what it says, is a limit of its own on every store (memory, Redis, the
+// one UseStore gives every one-liner of a process), and panics at
 // construction naming the field.
 package adaptertest
 

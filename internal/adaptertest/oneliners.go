@@ -1,14 +1,23 @@
 package adaptertest
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
+	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/redisstore"
 )
 
 // OneLiners are an adapter's LimitBy functions, the one-line middleware
@@ -20,6 +29,7 @@ type OneLiners[M any] struct {
 	LimitByIP     func(limit int64, per time.Duration, opts ...guard.Option) M
 	LimitByAppKey func(limit int64, per time.Duration, opts ...guard.Option) M
 	LimitByUser   func(user any, limit int64, per time.Duration, opts ...guard.Option) M
+	UseStore      func(s core.Store)
 }
 
 // UserKey is the key under which the authentication of a [Serve] server
@@ -34,7 +44,7 @@ const UserHeader = "X-User"
 
 // Serve starts a server for m: an authentication middleware that stores
 // the [UserHeader] value under [UserKey], then m, then a handler that
-// answers 200 (gRPC: the health service's Check). It returns how to call
+// answers 200 (gRPC: the test service's EmptyCall). It returns how to call
 // it, and stops it in t.Cleanup.
 type Serve[M any] func(t *testing.T, m M) Call
 
@@ -46,9 +56,11 @@ type Serve[M any] func(t *testing.T, m M) Call
 type Call func(t *testing.T, header http.Header) (status int, fields http.Header)
 
 // RunOneLiners checks that an adapter's LimitBy functions exist (fs lists
-// them) and work alike: each keys by what it says, counts on its own
-// memory store or on the one guard.WithStore gives, takes guard options,
-// and panics at construction, naming the field, on an invalid rate.
+// them) and work alike: each keys by what it says, is a limit of its own
+// on every store (the process's memory, a store guard.WithStore gives, a
+// Redis store fs.UseStore gives them all, in two instances of an app that
+// count together), one-liners named alike share, they take guard options,
+// and panic at construction, naming the field, on an invalid rate.
 func RunOneLiners[M any](t *testing.T, fs OneLiners[M], serve Serve[M]) {
 	t.Helper()
 	type step struct {
@@ -87,22 +99,63 @@ func RunOneLiners[M any](t *testing.T, fs OneLiners[M], serve Serve[M]) {
 		})
 	}
 
-	// Two middlewares on one store, as two instances of an app on one
-	// Redis, share each client's budget under the same name, and not
-	// under another.
-	t.Run("store", func(t *testing.T) {
-		t.Parallel()
-		s := core.NewMemoryStore()
-		a := serve(t, fs.LimitByIP(1, time.Hour, guard.WithStore(s)))
-		b := serve(t, fs.LimitByIP(1, time.Hour, guard.WithStore(s)))
-		other := serve(t, fs.LimitByIP(1, time.Hour, guard.WithStore(s), guard.WithName("signup")))
-		var got []int
-		for _, call := range []Call{a, b, other} {
-			status, _ := call(t, http.Header{})
-			got = append(got, status)
+	// Each one-liner is a limit of its own, on any store: two routes with
+	// the same rate do not share a budget unless guard.WithName names them
+	// alike.
+	for _, st := range []struct {
+		name  string
+		store func(t *testing.T) core.Store
+	}{
+		{"memory", func(*testing.T) core.Store { return core.NewMemoryStore() }},
+		{"redis", RedisStore},
+		{"default", func(*testing.T) core.Store { return nil }},
+	} {
+		t.Run("store/"+st.name, func(t *testing.T) {
+			t.Parallel()
+			var opts []guard.Option
+			if s := st.store(t); s != nil {
+				opts = append(opts, guard.WithStore(s))
+			}
+			a := serve(t, fs.LimitByIP(3, time.Hour, opts...)) // on /a
+			b := serve(t, fs.LimitByIP(3, time.Hour, opts...)) // on /b
+			// A name of its own: the default store is the process's.
+			named := append([]guard.Option{guard.WithName(fmt.Sprintf("adaptertest-shared-%d", sharedNames.Add(1)))}, opts...)
+			shared1, shared2 := serve(t, fs.LimitByIP(1, time.Hour, named...)), serve(t, fs.LimitByIP(1, time.Hour, named...))
+			var got []int
+			for _, call := range []Call{a, a, a, b, b, b, a, shared1, shared2} {
+				status, _ := call(t, http.Header{})
+				got = append(got, status)
+			}
+			if want := "[200 200 200 200 200 200 429 200 429]"; fmt.Sprint(got) != want {
+				t.Errorf("a×3, b×3, a, then two named alike: statuses %v, want %s", got, want)
+			}
+		})
+	}
+
+	// UseStore moves every one-liner to one store in one line. It sets
+	// the process's default store once, so each instance of the app is a
+	// process of its own: this test binary, run again for this subtest.
+	t.Run("usestore", func(t *testing.T) {
+		if addr := os.Getenv(useStoreEnv); addr != "" {
+			useStoreInstance(t, fs, serve, addr, os.Getenv(instanceEnv))
+			return
 		}
-		if fmt.Sprint(got) != "[200 429 200]" {
-			t.Errorf("statuses %v, want [200 429 200]", got)
+		if testing.Short() {
+			t.Skip("starts a redis-server and the test binary")
+		}
+		t.Parallel()
+		srv := redistest.Start(t)
+		var run []string
+		for _, part := range strings.Split(t.Name(), "/") {
+			run = append(run, "^"+regexp.QuoteMeta(part)+"$")
+		}
+		for _, instance := range []string{"1", "2"} {
+			cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run="+strings.Join(run, "/"), "-test.count=1", "-test.v")
+			cmd.Env = append(os.Environ(), useStoreEnv+"="+srv.Addr(), instanceEnv+"="+instance)
+			out, err := cmd.CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
+				t.Errorf("instance %s: %v\n%s", instance, err, out)
+			}
 		}
 	})
 
@@ -157,4 +210,66 @@ func HTTPCall(t *testing.T, base string) Call {
 		}
 		return res.status, res.header
 	}
+}
+
+// The environment of a test binary run as an instance of an app by the
+// usestore case of RunOneLiners: the address of its Redis, and which
+// instance it is.
+const (
+	useStoreEnv = "RATEKIT_ADAPTERTEST_USESTORE_REDIS"
+	instanceEnv = "RATEKIT_ADAPTERTEST_INSTANCE"
+)
+
+// useStoreInstance is instance 1 or 2 of an app whose two routes, /a and
+// /b, have one-liners of the same rate, moved to the Redis at addr with
+// fs.UseStore: instance 1 gets 3 requests through on each route, and
+// instance 2 none, since they count together on Redis.
+func useStoreInstance[M any](t *testing.T, fs OneLiners[M], serve Serve[M], addr, instance string) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	fs.UseStore(warm(t, redisstore.New(rdb)))
+	a := serve(t, fs.LimitByIP(3, time.Minute))
+	b := serve(t, fs.LimitByIP(3, time.Minute))
+	calls, want := []Call{a, a, a, b, b, b}, "[200 200 200 200 200 200]"
+	if instance == "2" {
+		calls, want = []Call{a, b}, "[429 429]"
+	}
+	var got []int
+	for _, call := range calls {
+		status, _ := call(t, http.Header{})
+		got = append(got, status)
+	}
+	if fmt.Sprint(got) != want {
+		t.Errorf("instance %s: statuses %v, want %s", instance, got, want)
+	}
+}
+
+// sharedNames numbers the names of the one-liners named alike.
+var sharedNames atomic.Int64
+
+// RedisStore returns a Redis store on a redis-server of the test's own,
+// warmed up. Under -short it skips the test.
+func RedisStore(t *testing.T) core.Store {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a redis-server")
+	}
+	return warm(t, redisstore.New(redistest.Start(t).Client(t)))
+}
+
+// warm returns s once it has decided once: a connection is open and the
+// library loaded, with time to spare (on a busy machine the first call
+// may take more than the 20 ms timeout and be decided locally, as it
+// should).
+func warm(t *testing.T, s core.Store) core.Store {
+	t.Helper()
+	l, err := core.NewLimiter(s, core.Policy{Name: "warm-up", Rules: []core.Rule{{Limit: 1, Window: time.Second}}},
+		core.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := l.Allow(context.Background(), "warm-up"); err != nil || d.Source != core.SourceStore {
+		t.Fatalf("warming the store: Allow = %+v, %v; want a decision of the store", d, err)
+	}
+	return s
 }

@@ -43,16 +43,18 @@ commands:
         policy's limits: a lockout says "denied" by itself, and -rules (the
         policy's) says whether a request fits them and what remains (-rules
         has no Challenge: a request it says fits may be challenged). Records
-        nothing.
+        nothing. When Redis holds nothing for KEY, exit 3 with a hint.
   reset -policy NAME [-shards N] [key flags] KEY...
         forget everything recorded for each KEY (both algorithms, its lockout,
         calendar counts and passed challenge), and say how many Redis keys
-        were deleted; when nothing was found for a KEY, exit 1 with a hint
+        were deleted; when nothing was found for a KEY, exit 3 with a hint
         (a wrong policy, prefix or key; for -account and -phone, a
         RATEKIT_KEY_SECRET that is not the app's)
   policies [-max N]
         policy names found in Redis, with their number of Redis keys of each
-        kind: sliding log, buckets, calendar counts, lockouts, in-flight leases
+        kind: sliding log, buckets, lockouts and calendar counts (one hash
+        per key; earlier versions' separate keys are counted there too, and
+        said), in-flight leases
 
 KEY is the key as the app's key function returned it, unless a key flag
 says it is an identifier from which to derive it, as package
@@ -84,13 +86,24 @@ redis://sentinel:26379?master_name=NAME (as go-redis's ParseFailoverURL
 reads it: the URL's credentials are the sentinels', &password= the
 master's; more sentinels as &addr=); master_name may be left out when the
 sentinel monitors one master only.
+
+Exit status, for scripts:
+  0  done; for peek, Redis holds something for KEY
+  1  Redis could not be reached, or failed
+  2  a mistake on the command line
+  3  nothing found: peek of a KEY Redis holds nothing for, reset of such a
+     KEY (the others are reset), policies under a prefix with no key; stderr
+     says what was looked for, where, and the likely mistake (a key that
+     should be -account or -phone, RATEKIT_KEY_SECRET, REDIS_URL unset or
+     without the app's database, -policy, -prefix)
 `
 
-// Exit codes.
+// Exit codes, for scripts: the usage text lists them.
 const (
-	exitOK    = 0
-	exitError = 1
-	exitUsage = 2
+	exitOK       = 0 // done; for peek, Redis holds something for the key
+	exitError    = 1 // Redis could not be reached, or failed
+	exitUsage    = 2 // a mistake on the command line
+	exitNotFound = 3 // nothing found: peek of a key Redis holds nothing for, reset of such a key, policies under no key
 )
 
 // errUsage marks a command-line mistake; the message is printed with the
@@ -107,7 +120,8 @@ var synopsis = map[string]string{
 
 // Run executes one ratekit command line (args without the program name),
 // reading the environment through getenv; it returns the process exit
-// code: 0 on success, 1 on an error, 2 on a usage mistake.
+// code: 0 on success, 1 on an error, 2 on a usage mistake, 3 when the
+// lookup found nothing.
 func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "help" {
 		fmt.Fprint(stderr, usage)
@@ -137,35 +151,40 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprint(stderr, usage)
 		return exitOK
 	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "ratekit %s: %s\n%s\n", cmd, strings.TrimPrefix(err.Error(), "usage: "), synopsis[cmd])
+		fmt.Fprintf(stderr, "ratekit %s: %s\n%s\n", cmd, message(err, "usage: "), synopsis[cmd])
 		return exitUsage
 	case errors.As(err, &nf):
-		fmt.Fprintf(stderr, "ratekit %s: %v\n%s\n", cmd, err, nf.hint)
-		return exitError
+		fmt.Fprintf(stderr, "ratekit %s: %s\n%s\n", cmd, message(err, ""), nf.hint)
+		return exitNotFound
 	}
-	fmt.Fprintf(stderr, "ratekit %s: %v\n", cmd, err)
+	fmt.Fprintf(stderr, "ratekit %s: %s\n", cmd, message(err, ""))
 	return exitError
 }
 
-// notFound is the error of a reset that found nothing for some keys,
-// with a hint at why.
+// message returns err's message for a line that starts "ratekit CMD: ",
+// without prefix and without the "ratekit: " that the library's errors
+// start with, wrapped or not, so that the line says ratekit once.
+func message(err error, prefix string) string {
+	return strings.ReplaceAll(strings.TrimPrefix(err.Error(), prefix), "ratekit: ", "")
+}
+
+// notFound is the error of a lookup that found nothing: what it looked
+// for, with a hint at the likely mistake.
 type notFound struct {
-	n, of int
-	hint  string
+	what, hint string
 }
 
-func (e *notFound) Error() string {
-	if e.of == 1 {
-		return "nothing found for the key, nothing deleted"
-	}
-	return fmt.Sprintf("nothing found for %d of the %d keys", e.n, e.of)
-}
+func (e *notFound) Error() string { return e.what }
 
-// common holds the flags every command takes.
+// common holds the flags every command takes, and where it connected.
 type common struct {
 	cmd     string
 	prefix  string
 	timeout time.Duration
+	// redis is where the command connected, without the password; doubt
+	// says why it may not be the app's Redis ("" when REDIS_URL names
+	// a server and a database).
+	redis, doubt string
 }
 
 func newFlags(name string, _ io.Writer) (*flag.FlagSet, *common) {
@@ -222,23 +241,41 @@ func isBool(f *flag.Flag) bool {
 const defaultURL = "redis://127.0.0.1:6379/0"
 
 // redisURL returns the Redis URL of a command and how to show it: without
-// the password, and saying where it came from. required refuses the
+// the password, and saying where it came from and, when the URL names
+// none, which database. doubt says why it may not be the app's Redis: the
+// default, or database 0 for want of one in the URL. required refuses the
 // default.
-func redisURL(getenv func(string) string, required bool) (raw, shown string, err error) {
+func redisURL(getenv func(string) string, required bool) (raw, shown, doubt string, err error) {
 	raw = getenv("REDIS_URL")
 	from := "REDIS_URL"
 	if raw == "" {
 		if required {
-			return "", "", errors.New("REDIS_URL is not set: name the Redis to change, as in REDIS_URL=redis://host:6379/0")
+			return "", "", "", errors.New("REDIS_URL is not set: name the Redis to change, as in REDIS_URL=redis://host:6379/0")
 		}
 		raw, from = defaultURL, "REDIS_URL is not set: the default"
+		doubt = "REDIS_URL is not set, so this looked in the default, " + defaultURL + ": set REDIS_URL to the app's Redis"
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		// Never show the URL: it may hold a password.
-		return "", "", errors.New("REDIS_URL is not a valid redis:// URL")
+		return "", "", "", errors.New("REDIS_URL is not a valid redis:// URL")
 	}
-	return raw, u.Redacted() + " (" + from + ")", nil
+	if noDatabase(u) {
+		from += "; it names no database: database 0"
+		doubt = "REDIS_URL names no database, so this looked in database 0: add the app's, as in redis://host:6379/1"
+	}
+	return raw, u.Redacted() + " (" + from + ")", doubt, nil
+}
+
+// noDatabase reports whether u, a server's or a sentinel's URL, names no
+// database (go-redis then uses database 0): no path for redis:// and
+// rediss://, no db parameter for unix://. A Cluster has database 0 only,
+// so the command does not know yet whether it matters.
+func noDatabase(u *url.URL) bool {
+	if u.Scheme == "unix" {
+		return !u.Query().Has("db")
+	}
+	return strings.Trim(u.Path, "/") == ""
 }
 
 // conn is the Redis a command works on: one server, a Sentinel-managed
@@ -268,7 +305,7 @@ type conn struct {
 // more sentinels as addr=), or found by asking the server, when the
 // sentinel monitors one master only.
 func (c *common) open(ctx context.Context, getenv func(string) string, stderr io.Writer, required bool) (_ *conn, _ context.Context, done func(), _ error) {
-	raw, shown, err := redisURL(getenv, required)
+	raw, shown, doubt, err := redisURL(getenv, required)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -276,6 +313,7 @@ func (c *common) open(ctx context.Context, getenv func(string) string, stderr io
 	if err != nil {
 		return nil, nil, nil, errors.New("REDIS_URL is not a valid redis:// URL")
 	}
+	c.redis, c.doubt = u.Redacted(), doubt
 	fmt.Fprintf(stderr, "ratekit %s: connecting to %s\n", c.cmd, shown)
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	var cn *conn
@@ -603,12 +641,17 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 		v.redisKey += ":b"
 	}
 	if *asJSON {
-		return printJSON(stdout, v.p, t.key, v.redisKey, v.d, &h, v.locked, v.until)
+		if err := printJSON(stdout, v.p, t.key, v.redisKey, v.d, &h, v.locked, v.until); err != nil {
+			return err
+		}
+	} else {
+		v.print(stdout)
 	}
-	v.print(stdout)
-	if h.empty() && kind != "key" {
-		// Nothing under a derived key: perhaps not the app's secret.
-		fmt.Fprintln(stderr, notFoundHint(kind, c.prefix, getenv(secretEnv) != ""))
+	if h.empty() {
+		return &notFound{
+			what: fmt.Sprintf("nothing found for %s under policy %s (Redis key %s, in %s)", t.describe(kind), p.Name, v.redisKey, c.redis),
+			hint: c.notFoundHint(kind, []target{t}, getenv(secretEnv) != ""),
+		}
 	}
 	return nil
 }
@@ -841,7 +884,7 @@ func reset(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
-	missing := 0
+	var missing []target
 	for _, t := range targets {
 		keys := redisKeys(store, p.Name, t.key, p.Shards)
 		n, err := count(ctx, cn.rdb, keys...)
@@ -857,7 +900,7 @@ func reset(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 		switch n {
 		case 0:
-			missing++
+			missing = append(missing, t)
 			fmt.Fprintf(stdout, "reset %s %s: not found, nothing deleted\n", p.Name, name)
 		case 1:
 			fmt.Fprintf(stdout, "reset %s %s: deleted 1 Redis key\n", p.Name, name)
@@ -872,25 +915,86 @@ func reset(ctx context.Context, args []string, getenv func(string) string, stdou
 			}
 		}
 	}
-	if missing > 0 {
-		return &notFound{n: missing, of: len(targets), hint: notFoundHint(kind, c.prefix, getenv(secretEnv) != "")}
+	switch {
+	case len(missing) == 1 && len(targets) == 1:
+		return &notFound{
+			what: fmt.Sprintf("nothing found for %s under policy %s, nothing deleted (in %s)", missing[0].describe(kind), p.Name, c.redis),
+			hint: c.notFoundHint(kind, missing, getenv(secretEnv) != ""),
+		}
+	case len(missing) > 0:
+		return &notFound{
+			what: fmt.Sprintf("nothing found for %d of the %d keys under policy %s (in %s)", len(missing), len(targets), p.Name, c.redis),
+			hint: c.notFoundHint(kind, missing, getenv(secretEnv) != ""),
+		}
 	}
 	return nil
 }
 
-// notFoundHint says why a reset may have found nothing for a key of kind
-// ("key", "account" or "phone").
-func notFoundHint(kind, prefix string, secretSet bool) string {
-	switch {
-	case kind == "key":
-		return fmt.Sprintf("hint: is it the key as the app stores it, under this -policy and -prefix (%q)? "+
-			"`ratekit policies` lists the policies Redis holds; an account or a phone number is given with -account or -phone", prefix)
-	case !secretSet:
-		return "hint: " + secretEnv + " is not set, so the " + kind + "'s key was derived with personal's public default secret: " +
-			"set it to the app's secret (its personal.Secret), or check -policy and -prefix"
+// describe names t for a message: `key "alice"`, or `account "Alice"
+// (stored key "…")` for an identifier of kind.
+func (t target) describe(kind string) string {
+	if kind == "key" {
+		return fmt.Sprintf("key %q", t.key)
 	}
-	return "hint: is " + secretEnv + " the app's secret (its personal.Secret, with the same -secret-encoding)? " +
-		"A different one derives another key; check -policy and -prefix too"
+	return fmt.Sprintf("%s %q (stored key %q)", kind, t.arg, t.key)
+}
+
+// notFoundHint says, on one line, why a lookup may have found nothing for
+// the targets of kind ("key", "account" or "phone"), the likeliest
+// mistake first: an account name or a phone number given as a key (the
+// app stores their pseudonyms), a secret that is not the app's, a Redis
+// or database that is not the app's, then the policy, prefix and key.
+func (c *common) notFoundHint(kind string, targets []target, secretSet bool) string {
+	var why []string
+	switch {
+	case kind != "key" && !secretSet:
+		why = append(why, secretEnv+" is not set, so the "+kind+"'s key was derived with personal's public default secret: "+
+			"set it to the app's secret (its personal.Secret)")
+	case kind != "key":
+		why = append(why, "is "+secretEnv+" the app's secret (its personal.Secret, with the same -secret-encoding)? "+
+			"A different one derives another key")
+	default:
+		for _, t := range targets {
+			if like := identifierLike(t.arg); like != "" {
+				why = append(why, fmt.Sprintf("%q looks like %s: an app that keys by it with keyfunc/personal stores a pseudonym; "+
+					"give -%s (with the app's %s)", t.arg, like, strings.Fields(like)[1], secretEnv))
+				break
+			}
+		}
+	}
+	if c.doubt != "" {
+		why = append(why, c.doubt)
+	}
+	if kind == "key" {
+		why = append(why, fmt.Sprintf("is it the key as the app stores it, under this -policy and -prefix (%q)? "+
+			"`ratekit policies` lists the policies Redis holds", c.prefix))
+	} else {
+		why = append(why, fmt.Sprintf("check -policy and -prefix (%q) too", c.prefix))
+	}
+	return "hint: " + strings.Join(why, "; ")
+}
+
+// identifierLike says what s looks like when it looks like an identifier
+// that apps store as a pseudonym: "an account" (an e-mail address) or "a
+// phone" number; "" otherwise.
+func identifierLike(s string) string {
+	if at := strings.IndexByte(s, '@'); at > 0 && at < len(s)-1 && !strings.ContainsAny(s, " /") {
+		return "an account"
+	}
+	digits := 0
+	for _, r := range s {
+		switch {
+		case r >= '0' && r <= '9':
+			digits++
+		case strings.ContainsRune("+-() .", r):
+		default:
+			return ""
+		}
+	}
+	if digits >= 7 && strings.Count(s, ".") != 3 { // not an IPv4 address
+		return "a phone"
+	}
+	return ""
 }
 
 // count returns how many of the Redis keys exist, each under the name of
@@ -932,8 +1036,8 @@ func policies(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer done()
-	found := map[string]*[len(keyKinds)]int{}
-	scanned := 0
+	found := map[string]*[len(columns)]int{}
+	scanned, earlier := 0, 0
 	var mu sync.Mutex // the masters of a Cluster are scanned at once
 	scan := func(ctx context.Context, node redis.Cmdable) error {
 		iter := node.Scan(ctx, 0, escapeGlob(c.prefix)+":*", 1000).Iterator()
@@ -947,10 +1051,13 @@ func policies(ctx context.Context, args []string, getenv func(string) string, st
 			if name, kind, ok := parseKey(c.prefix, iter.Val()); ok {
 				n := found[name]
 				if n == nil {
-					n = new([len(keyKinds)]int)
+					n = new([len(columns)]int)
 					found[name] = n
 				}
-				n[kind]++
+				n[keyKinds[kind].column]++
+				if keyKinds[kind].earlier {
+					earlier++
+				}
 			}
 			mu.Unlock()
 		}
@@ -976,8 +1083,8 @@ func policies(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	sort.Strings(names)
 	fmt.Fprintf(stdout, "%-24s", "POLICY")
-	for _, k := range keyKinds {
-		fmt.Fprintf(stdout, " %12s", k.column)
+	for _, c := range columns {
+		fmt.Fprintf(stdout, " %12s", c)
 	}
 	fmt.Fprintln(stdout)
 	for _, name := range names {
@@ -987,21 +1094,45 @@ func policies(ctx context.Context, args []string, getenv func(string) string, st
 		}
 		fmt.Fprintln(stdout)
 	}
+	if earlier > 0 {
+		fmt.Fprintf(stdout, "(%s of LOCKOUT+CAL in the layout of earlier versions, a lockout or calendar counts "+
+			"apart from the key's hash: its next decision moves them in)\n", plural(int64(earlier), "key"))
+	}
 	if scanned >= *maxKeys {
 		fmt.Fprintf(stdout, "(stopped after %d keys: counts are partial; raise -max)\n", scanned)
+	}
+	if len(names) == 0 {
+		why := []string{fmt.Sprintf("is %q the app's key prefix (redisstore.WithPrefix)? Give it with -prefix", c.prefix)}
+		if c.doubt != "" {
+			why = append([]string{c.doubt}, why...)
+		}
+		return &notFound{
+			what: fmt.Sprintf("no policy found: no key under the prefix %q (in %s)", c.prefix, c.redis),
+			hint: "hint: " + strings.Join(why, "; "),
+		}
 	}
 	return nil
 }
 
+// columns are the columns of policies' table: the Redis keys of each kind.
+var columns = [...]string{"SLIDINGLOG", "BUCKETS", "LOCKOUT+CAL", "INFLIGHT"}
+
 // keyKinds are the Redis keys a policy keeps per key, by the suffix
-// after <prefix>:<policy>:{<key>} (redisstore.Store.Key), as policies
-// counts them. A policy with a lockout, calendar rules or a challenge
-// keeps all of a key's state in one hash, ":m" (counted as LOCKOUT+CAL); the ":c" and ":l" keys of earlier
-// versions are moved into it by the key's next decision, and are counted
-// until then.
-var keyKinds = [...]struct{ suffix, column string }{
-	{"", "SLIDINGLOG"}, {":b", "BUCKETS"}, {":m", "LOCKOUT+CAL"}, {":lease", "INFLIGHT"},
-	{":c", "OLDCALENDAR"}, {":l", "OLDLOCKOUT"},
+// after <prefix>:<policy>:{<key>} (redisstore.Store.Key), and the column
+// of policies' table that counts them. A policy with a lockout, calendar
+// rules or a challenge keeps all of a key's state in one hash, ":m"
+// (LOCKOUT+CAL). Earlier versions kept a lockout under ":l" and calendar
+// counts under ":c" (internal/redislib's LockoutSuffix and
+// CalendarSuffix), which the key's next decision moves into its hash:
+// until then they are lockout and calendar state too, counted in
+// LOCKOUT+CAL, and a line under the table says how many there are.
+var keyKinds = [...]struct {
+	suffix  string
+	column  int  // in columns
+	earlier bool // the layout of earlier versions
+}{
+	{"", 0, false}, {":b", 1, false}, {":m", 2, false}, {":lease", 3, false},
+	{":c", 2, true}, {":l", 2, true},
 }
 
 // parseKey splits a Redis store key, <prefix>:<policy>:{<key>} with the

@@ -69,20 +69,32 @@ func TestCommands(t *testing.T) {
 		{"policies", []string{"policies"}, 0,
 			[]string{"login                               2            0", "quota                               0            1"}},
 		{"reset", []string{"reset", "-policy", "login", "alice@example.com"}, 0, []string{`reset login "alice@example.com"`}},
-		{"peek after reset", []string{"peek", "-policy", "login", "-rules", "5/15m", "alice@example.com"}, 0,
-			[]string{"a request now: allowed", "rule 5/15m0s: used 0, remaining 5"}},
+		{"peek after reset", []string{"peek", "-policy", "login", "-rules", "5/15m", "alice@example.com"}, 3,
+			[]string{`nothing found for key "alice@example.com"`}},
 		{"policies after reset", []string{"policies"}, 0, []string{"login                               1            0"}},
 		{"unknown command", []string{"unlock"}, 2, []string{`unknown command "unlock"`, "usage: ratekit peek|reset|policies"}},
 		{"no command", nil, 2, []string{"usage: ratekit", "commands:"}},
-		{"peek nothing", []string{"peek", "-policy", "login", "alice"}, 0,
-			[]string{"Redis holds nothing for it", "a request now: allowed, whatever the policy's rules"}},
+		{"peek nothing", []string{"peek", "-policy", "login", "alice"}, 3,
+			[]string{`ratekit peek: nothing found for key "alice" under policy login (Redis key ratekit:login:{alice}, in redis://`,
+				`hint: is it the key as the app stores it, under this -policy and -prefix ("ratekit")?`}},
+		{"peek an account as a key", []string{"peek", "-policy", "login", "-rules", "5/15m", "carol@example.com"}, 3,
+			[]string{`nothing found for key "carol@example.com"`,
+				`hint: "carol@example.com" looks like an account: an app that keys by it with keyfunc/personal stores a pseudonym; give -account (with the app's RATEKIT_KEY_SECRET)`}},
+		{"peek a phone as a key", []string{"peek", "-policy", "sms", "+86 138 0013 8000"}, 3,
+			[]string{`looks like a phone: an app that keys by it with keyfunc/personal stores a pseudonym; give -phone`}},
+		{"policies under another prefix", []string{"policies", "-prefix", "myapp"}, 3,
+			[]string{`ratekit policies: no policy found: no key under the prefix "myapp" (in redis://`,
+				`hint: is "myapp" the app's key prefix (redisstore.WithPrefix)?`}},
 		{"peek bad rule", []string{"peek", "-policy", "login", "-rules", "5per15m", "alice"}, 2, []string{`rule "5per15m": want LIMIT/WINDOW`}},
-		{"peek bad policy", []string{"peek", "-policy", "", "-rules", "5/15m", "alice"}, 2, []string{"policy Name is empty"}},
+		{"peek bad policy", []string{"peek", "-policy", "", "-rules", "5/15m", "alice"}, 2, []string{"ratekit peek: policy Name is empty"}},
 		{"peek two keys", []string{"peek", "-policy", "login", "-rules", "5/15m", "a", "b"}, 2, []string{"exactly one key"}},
 		{"reset without policy", []string{"reset", "alice"}, 2, []string{"-policy is required", "usage: ratekit reset -policy NAME"}},
 		{"unknown flag", []string{"reset", "-polcy", "login", "alice"}, 2, []string{"flag provided but not defined: -polcy"}},
-		{"reset nothing", []string{"reset", "-policy", "login", "nobody"}, 1,
-			[]string{"nothing found for the key", "hint: is it the key as the app stores it"}},
+		{"reset nothing", []string{"reset", "-policy", "login", "nobody"}, 3,
+			[]string{`ratekit reset: nothing found for key "nobody" under policy login, nothing deleted (in redis://`,
+				"hint: is it the key as the app stores it"}},
+		{"reset two, one found", []string{"reset", "-policy", "login", "nobody", "bob"}, 3,
+			[]string{"nothing found for 1 of the 2 keys under policy login", "hint: is it the key as the app stores it"}},
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
@@ -99,6 +111,13 @@ func TestCommands(t *testing.T) {
 					t.Errorf("ratekit %v: output lacks %q:\n%s", s.args, w, out)
 				}
 			}
+			// Every line says ratekit once, at its start ("ratekit
+			// peek: "), not again where it quotes the library.
+			for _, line := range strings.Split(stderr, "\n") {
+				if _, rest, ok := strings.Cut(line, ": "); ok && strings.HasPrefix(line, "ratekit ") && strings.Contains(rest, "ratekit: ") {
+					t.Errorf("ratekit %v: stderr says ratekit twice:\n%s", s.args, line)
+				}
+			}
 			// A mistake gets the error and one line of help, not the
 			// whole usage (which only help, or no command, prints).
 			if s.wantCode != 0 && s.args != nil && strings.Count(strings.TrimSpace(stderr), "\n") > 2 {
@@ -107,8 +126,35 @@ func TestCommands(t *testing.T) {
 		})
 	}
 
+	// Keys in the layout of earlier versions, a lockout and calendar
+	// counts apart from the key's hash, count as LOCKOUT+CAL, and a line
+	// says how many there are.
+	t.Run("policies with earlier keys", func(t *testing.T) {
+		rdb := srv.Client(t)
+		if err := rdb.Set(ctx, "ratekit:old:{zed}:l", "1", time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.HSet(ctx, "ratekit:old:{zed}:c", "d", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		code, stdout, stderr := exec(t, url, "policies")
+		for _, w := range []string{"old                                 0            0            2            0\n",
+			"(2 keys of LOCKOUT+CAL in the layout of earlier versions"} {
+			if code != 0 || !strings.Contains(stdout, w) {
+				t.Errorf("policies: exit %d, stdout lacks %q:\n%s%s", code, w, stdout, stderr)
+			}
+		}
+	})
+
 	t.Run("peek json", func(t *testing.T) {
-		code, stdout, stderr := exec(t, url, "peek", "-json", "-policy", "login", "-rules", "5/15m", "bob")
+		code, stdout, stderr := exec(t, url, "peek", "-json", "-policy", "login", "-rules", "5/15m", "app-1")
+		if code != 3 || !strings.Contains(stderr, `nothing found for key "app-1"`) || !strings.HasPrefix(stdout, "{") {
+			t.Errorf("peek -json of a key with nothing: exit %d, stdout %q, stderr %q; want 3, the JSON and the hint", code, stdout, stderr)
+		}
+		if _, err := login.Allow(ctx, "bob"); err != nil {
+			t.Fatal(err)
+		}
+		code, stdout, stderr = exec(t, url, "peek", "-json", "-policy", "login", "-rules", "5/15m", "bob")
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, stderr)
 		}
@@ -194,8 +240,8 @@ func TestParseKey(t *testing.T) {
 		{"ratekit:login:{alice}", "login", "SLIDINGLOG", true},
 		{"ratekit:quota:{app:{1}}:b", "quota", "BUCKETS", true},
 		{"ratekit:api:{app-42}:m", "api", "LOCKOUT+CAL", true},
-		{"ratekit:api:{app-42}:c", "api", "OLDCALENDAR", true},
-		{"ratekit:login-ip:{192.0.2.1}:l", "login-ip", "OLDLOCKOUT", true},
+		{"ratekit:api:{app-42}:c", "api", "LOCKOUT+CAL", true},
+		{"ratekit:login-ip:{192.0.2.1}:l", "login-ip", "LOCKOUT+CAL", true},
 		{"ratekit:export:{key-1}:lease", "export", "INFLIGHT", true},
 		{"ratekit:login:{a}:b}", "login", "SLIDINGLOG", true}, // the key "a}:b"
 		{"ratekit:a:b:{k}", "a:b", "SLIDINGLOG", true},
@@ -208,7 +254,7 @@ func TestParseKey(t *testing.T) {
 		p, kind, ok := parseKey("ratekit", tc.key)
 		col := ""
 		if ok {
-			col = keyKinds[kind].column
+			col = columns[keyKinds[kind].column]
 		}
 		if p != tc.policy || col != tc.kind || ok != tc.ok {
 			t.Errorf("parseKey(%q) = %q, %s, %v; want %q, %s, %v", tc.key, p, col, ok, tc.policy, tc.kind, tc.ok)

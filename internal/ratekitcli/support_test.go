@@ -135,11 +135,11 @@ func TestIdentifiers(t *testing.T) {
 		} {
 			args := []string{"reset", "-policy", "login-account", "-account", "alice@example.com"}
 			code, stdout, stderr := execEnv(t, tc.env, args...)
-			want(t, args, code, 1, stdout, "not found, nothing deleted")
-			want(t, args, code, 1, stderr, "ratekit reset: nothing found for the key", tc.hint)
+			want(t, args, code, 3, stdout, "not found, nothing deleted")
+			want(t, args, code, 3, stderr, `ratekit reset: nothing found for account "alice@example.com" (stored key "`, tc.hint)
 			args = []string{"peek", "-policy", "login-account", "-account", "alice@example.com"}
 			code, stdout, stderr = execEnv(t, tc.env, args...)
-			want(t, args, code, 0, stdout+stderr, "Redis holds nothing for it", tc.hint)
+			want(t, args, code, 3, stdout+stderr, "Redis holds nothing for it", `ratekit peek: nothing found for account "alice@example.com"`, tc.hint)
 		}
 		if d, _ := logins.Peek(context.Background(), alice); d.Allowed {
 			t.Errorf("a reset with the wrong secret reset alice")
@@ -168,7 +168,7 @@ func TestIdentifiers(t *testing.T) {
 		key, _ := personal.AccountKey("bob", personal.Secret([]byte("plain secret")))
 		args := []string{"peek", "-policy", "login-account", "-rules", "2/1h", "-account", "bob"}
 		code, stdout, stderr := execEnv(t, raw, args...)
-		want(t, args, code, 0, stdout+stderr, `(stored key "`+key+`"`)
+		want(t, args, code, 3, stdout+stderr, `(stored key "`+key+`"`) // bob has made no attempt
 	})
 
 	t.Run("cleartext", func(t *testing.T) {
@@ -185,7 +185,7 @@ func TestIdentifiers(t *testing.T) {
 		key, _ := personal.AccountKey("bob")
 		args := []string{"peek", "-policy", "login-account", "-rules", "2/1h", "-account", "bob"}
 		code, stdout, stderr := execEnv(t, map[string]string{"REDIS_URL": env["REDIS_URL"]}, args...)
-		want(t, args, code, 0, stdout+stderr, `(stored key "`+key+`"`, "RATEKIT_KEY_SECRET is not set")
+		want(t, args, code, 3, stdout+stderr, `(stored key "`+key+`"`, "RATEKIT_KEY_SECRET is not set") // bob has made no attempt
 	})
 
 	t.Run("mistakes", func(t *testing.T) {
@@ -243,7 +243,7 @@ func TestFlagsAfterKeys(t *testing.T) {
 		code, stdout, stderr := execEnv(t, env, tc.args...)
 		wantCode := 0
 		if strings.Contains(stdout, "not found") {
-			wantCode = 1
+			wantCode = 3
 		}
 		want(t, tc.args, code, wantCode, stdout+stderr, tc.wants...)
 	}
@@ -306,7 +306,7 @@ func TestResetCounts(t *testing.T) {
 		code, stdout, stderr := execEnv(t, env, tc.args...)
 		wantCode := 0
 		if strings.Contains(stdout, "not found") {
-			wantCode = 1 // and a hint on stderr
+			wantCode = 3 // and a hint on stderr
 		}
 		want(t, tc.args, code, wantCode, stdout, tc.stdout...)
 		want(t, tc.args, code, wantCode, stderr, tc.stderr...)
@@ -346,19 +346,34 @@ func TestRedisURL(t *testing.T) {
 	}
 }
 
+// TestShowURL: where a command connects is shown without the password,
+// naming the database when the URL does not; a default or a missing
+// database is a doubt that a lookup finding nothing mentions.
 func TestShowURL(t *testing.T) {
-	for _, tc := range []struct{ env, want string }{
-		{"", "redis://127.0.0.1:6379/0 (REDIS_URL is not set: the default)"},
-		{"redis://:pw@h:1/2", "redis://:xxxxx@h:1/2 (REDIS_URL)"},
-		{"redis://user:pw@h:1/2?dial_timeout=3", "redis://user:xxxxx@h:1/2?dial_timeout=3 (REDIS_URL)"},
-		{"rediss://h", "rediss://h (REDIS_URL)"},
-		{"unix://:pw@/run/redis.sock", "unix://:xxxxx@/run/redis.sock (REDIS_URL)"},
+	for _, tc := range []struct{ env, want, doubt string }{
+		{"", "redis://127.0.0.1:6379/0 (REDIS_URL is not set: the default)", "REDIS_URL is not set, so this looked in the default"},
+		{"redis://:pw@h:1/2", "redis://:xxxxx@h:1/2 (REDIS_URL)", ""},
+		{"redis://user:pw@h:1/2?dial_timeout=3", "redis://user:xxxxx@h:1/2?dial_timeout=3 (REDIS_URL)", ""},
+		{"rediss://h", "rediss://h (REDIS_URL; it names no database: database 0)", "REDIS_URL names no database, so this looked in database 0"},
+		{"redis://h:6379/", "redis://h:6379/ (REDIS_URL; it names no database: database 0)", "names no database"},
+		{"unix://:pw@/run/redis.sock", "unix://:xxxxx@/run/redis.sock (REDIS_URL; it names no database: database 0)", "names no database"},
+		{"unix:///run/redis.sock?db=3", "unix:///run/redis.sock?db=3 (REDIS_URL)", ""},
 	} {
-		raw, shown, err := redisURL(func(string) string { return tc.env }, false)
-		if err != nil || shown != tc.want || (tc.env != "" && raw != tc.env) {
-			t.Errorf("redisURL(%q) = %q, %q, %v; want %q", tc.env, raw, shown, err, tc.want)
+		raw, shown, doubt, err := redisURL(func(string) string { return tc.env }, false)
+		if err != nil || shown != tc.want || (tc.env != "" && raw != tc.env) || !strings.Contains(doubt, tc.doubt) || (tc.doubt == "") != (doubt == "") {
+			t.Errorf("redisURL(%q) = %q, %q, %q, %v; want %q and a doubt holding %q", tc.env, raw, shown, doubt, err, tc.want, tc.doubt)
 		}
 	}
+}
+
+// A lookup that finds nothing in a database the URL did not name says
+// so in its hint.
+func TestNotFoundWithoutDatabase(t *testing.T) {
+	srv := redistest.Start(t)
+	args := []string{"peek", "-policy", "login", "alice"}
+	code, _, stderr := execEnv(t, map[string]string{"REDIS_URL": "redis://" + srv.Addr()}, args...)
+	want(t, args, code, 3, stderr, "connecting to redis://"+srv.Addr()+" (REDIS_URL; it names no database: database 0)",
+		"hint: REDIS_URL names no database, so this looked in database 0: add the app's, as in redis://host:6379/1; is it the key")
 }
 
 // TestRefused: a refused connection is reported as such, whatever the
