@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -195,6 +196,41 @@ func TestFleetCloseWithdraws(t *testing.T) {
 				t.Errorf("fleet key holds %v announcements once the 3 stores closed, want 1", n)
 			}
 			testkit.WaitUntil(t, "1 instance counted", func() bool { return core.Instances(keep) == 1 })
+		})
+	}
+}
+
+// TestPruneLibraries: the first store of a release to load its function
+// library into a Redis deletes the libraries of ratekit no live instance
+// runs (an earlier release's), and keeps v0.1.0's while one of its
+// instances announces itself, and another program's always.
+func TestPruneLibraries(t *testing.T) {
+	const (
+		gone   = "ratekit_0123456789ab" // a release whose instances stopped
+		legacy = "ratekit_2e60b0f5e3d1" // v0.1.0's, with an instance alive
+		other  = "mylib"
+	)
+	for _, drv := range fleetDrivers {
+		t.Run(drv.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			for _, lib := range []string{gone, legacy, other} {
+				srv.Do(t, "FUNCTION", "LOAD", "#!lua name="+lib+"\nredis.register_function('"+lib+"_f', function() return 1 end)")
+			}
+			srv.Do(t, "ZADD", "app:login:fleet", time.Now().Add(time.Minute).UnixMilli(), "v010instance") // v0.1.0's announcement
+			l := testkit.Limiter(t, drv.new(t, srv), core.Policy{Name: "p", Rules: []core.Rule{{Limit: 1, Window: time.Minute}}})
+			if _, err := l.Allow(context.Background(), "k"); err != nil { // loads the library
+				t.Fatal(err)
+			}
+			testkit.WaitUntil(t, "the unused library deleted", func() bool {
+				return !strings.Contains(fmt.Sprint(srv.Do(t, "FUNCTION", "LIST")), gone)
+			})
+			list := fmt.Sprint(srv.Do(t, "FUNCTION", "LIST"))
+			for _, lib := range []string{legacy, other} {
+				if !strings.Contains(list, lib) {
+					t.Errorf("FUNCTION LIST %s: %s deleted, want it kept", list, lib)
+				}
+			}
 		})
 	}
 }

@@ -82,6 +82,7 @@ type Store struct {
 	batch     *redislib.Batcher // on a single node (and a Ring)
 	nodes     *redislib.Nodes   // on a Cluster: a batcher per master
 	scripts   atomic.Bool       // the server has no FCALL: run the library as scripts
+	prune     sync.Once         // the libraries no instance runs are deleted (pruned)
 	watch     *watcher          // invalidations between instances, and the fleet
 
 	wall func() time.Time // the clock calendar periods are found around when Redis's decides; nil: time.Now
@@ -567,8 +568,11 @@ func isRedisError(err error) bool {
 func (s *Store) loadLibrary(ctx context.Context, c processor) error {
 	load := func(ctx context.Context, c redis.Cmdable) error {
 		err := c.FunctionLoad(ctx, redislib.LibCode).Err()
-		if err != nil && strings.Contains(err.Error(), "already exists") {
+		switch {
+		case err != nil && strings.Contains(err.Error(), "already exists"):
 			return nil // loaded meanwhile
+		case err == nil:
+			s.pruned() // the first of its release here: earlier ones may have gone
 		}
 		return err
 	}

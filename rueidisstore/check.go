@@ -205,7 +205,7 @@ func (s *Store) runLibrary(ctx context.Context, c rueidis.Client) error {
 	}
 	err := fcall()
 	if isRedis(err, redislib.NoFunction) {
-		if lerr := loadOn(ctx, c); lerr != nil {
+		if lerr := s.loadOn(ctx, c); lerr != nil {
 			return fmt.Errorf("FUNCTION LOAD: %w", lerr)
 		}
 		err = fcall()

@@ -81,6 +81,7 @@ type Store struct {
 	batch   *redislib.Batcher // on a single node
 	nodes   *redislib.Nodes   // on a Cluster: a batcher per master
 	scripts atomic.Bool       // the server has no FCALL: run the library as scripts
+	prune   sync.Once         // the libraries no instance runs are deleted (pruned)
 
 	// Invalidations between instances, and the fleet (watch.go).
 	channel  string
@@ -579,7 +580,7 @@ func (s *Store) loadLibrary(ctx context.Context) error {
 		return err
 	}
 	for _, n := range nodes {
-		if err := loadOn(ctx, n.client); err != nil {
+		if err := s.loadOn(ctx, n.client); err != nil {
 			return fmt.Errorf("%s: %w", n.addr, err)
 		}
 	}
@@ -587,10 +588,13 @@ func (s *Store) loadLibrary(ctx context.Context) error {
 }
 
 // loadOn loads the library into the server c talks to.
-func loadOn(ctx context.Context, c rueidis.Client) error {
+func (s *Store) loadOn(ctx context.Context, c rueidis.Client) error {
 	err := c.Do(ctx, c.B().FunctionLoad().FunctionCode(redislib.LibCode).Build()).Error()
-	if err != nil && strings.Contains(err.Error(), "already exists") {
+	switch {
+	case err != nil && strings.Contains(err.Error(), "already exists"):
 		return nil // loaded meanwhile
+	case err == nil:
+		s.pruned() // the first of its release here: earlier ones may have gone
 	}
 	return err
 }

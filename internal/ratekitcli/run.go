@@ -55,6 +55,12 @@ commands:
         kind: sliding log, buckets, lockouts and calendar counts (one hash
         per key; earlier versions' separate keys are counted there too, and
         said), in-flight leases
+  functions [-prune]
+        the function libraries of ratekit loaded in Redis (one per release,
+        about 100 KB each), and whether a live instance runs each (as its
+        announcements say; a v0.1.0 instance announces itself when it uses
+        the default failure policy); -prune deletes those none runs. The
+        first instance of a release prunes by itself (docs/upgrading.md)
 
 KEY is the key as the app's key function returned it, unless a key flag
 says it is an identifier from which to derive it, as package
@@ -114,8 +120,9 @@ var errUsage = errors.New("usage")
 var synopsis = map[string]string{
 	"peek":     "usage: ratekit peek -policy NAME [-rules LIMIT/WINDOW,...] [-account|-phone] KEY   (ratekit help: every flag)",
 	"reset":    "usage: ratekit reset -policy NAME [-account|-phone] KEY...   (ratekit help: every flag)",
-	"policies": "usage: ratekit policies [-max N]   (ratekit help: every flag)",
-	"":         "usage: ratekit peek|reset|policies [flags] [key ...]   (ratekit help: every flag)",
+	"policies":  "usage: ratekit policies [-max N]   (ratekit help: every flag)",
+	"functions": "usage: ratekit functions [-prune]   (ratekit help: every flag)",
+	"":          "usage: ratekit peek|reset|policies|functions [flags] [key ...]   (ratekit help: every flag)",
 }
 
 // Run executes one ratekit command line (args without the program name),
@@ -139,6 +146,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		err = reset(ctx, args, getenv, stdout, stderr)
 	case "policies":
 		err = policies(ctx, args, getenv, stdout, stderr)
+	case "functions":
+		err = functions(ctx, args, getenv, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "ratekit: unknown command %q\n%s\n", cmd, synopsis[""])
 		return exitUsage

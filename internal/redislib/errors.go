@@ -161,3 +161,7 @@ func (e Eviction) Check(addr string) error {
 	return fmt.Errorf("%s: maxmemory-policy %s (%s) can evict live limiter keys, resetting their limits; use noeviction: %w",
 		addr, e.Policy, limit, ErrUnsafeEviction)
 }
+
+// WrongType reports the error of a key that holds a value of another type
+// than the command's.
+func WrongType(msg string) bool { return hasPrefix(msg, "WRONGTYPE") }

@@ -46,9 +46,9 @@ const (
 // announces (see FleetBeat) and hands each answer to Policy.Heard.
 //
 // An announcement is the member "<instance>|<format>|<keep>|<window
-// µs>|<config>|<bucket widths, µs, comma-separated>"; a member without
-// '|' is an instance of v0.1.0, which reads format 1 and announces
-// nothing else.
+// µs>|<config>|<bucket widths, µs, comma-separated>|<function library>";
+// a member without '|' is an instance of v0.1.0, which reads format 1,
+// runs the library LegacyLibraries names, and announces nothing else.
 type Fleet struct {
 	// Instance is this process's name in the fleet keys: random.
 	Instance string
@@ -109,7 +109,7 @@ func (f *Fleet) Join(m driver.Member) (p *FleetPolicy, fresh bool) {
 	}
 	p = &FleetPolicy{Name: m.Policy, config: m.Config, keep: m.Keep, window: w, widths: widths, differ: m.Differ,
 		Member: f.Instance + "|" + strconv.Itoa(Formats) + "|" + strconv.FormatInt(m.Keep, 10) + "|" +
-			strconv.FormatInt(w, 10) + "|" + m.Config + "|" + strings.Join(ws, ",")}
+			strconv.FormatInt(w, 10) + "|" + m.Config + "|" + strings.Join(ws, ",") + "|" + LibName}
 	// Until the store answers: this instance alone, in the first format,
 	// which every release reads.
 	p.fleetK.Store(m.Keep)
@@ -196,7 +196,7 @@ func (p *FleetPolicy) Heard(members []string) {
 	format := int64(Formats)
 	var others []string
 	for _, m := range members {
-		parts := strings.SplitN(m, "|", 6)
+		parts := strings.SplitN(m, "|", 7)
 		if len(parts) < 5 {
 			format = FormatFirst // v0.1.0: the first format, and nothing more
 			continue
@@ -213,7 +213,7 @@ func (p *FleetPolicy) Heard(members []string) {
 		if c := parts[4]; c != p.config && !slices.Contains(others, c) {
 			others = append(others, c)
 		}
-		if len(parts) == 6 && parts[5] != "" {
+		if len(parts) >= 6 && parts[5] != "" {
 			for _, f := range strings.Split(parts[5], ",") {
 				if g, err := strconv.ParseInt(f, 10, 64); err == nil && g > 0 && !slices.Contains(widths, g) && len(widths) < maxWidths {
 					widths = append(widths, g)
@@ -255,3 +255,58 @@ const maxWidths = 64
 
 // Format returns the format the policy's keys are written in.
 func (p *FleetPolicy) Format() int { return int(p.format.Load()) }
+
+// LegacyLibraries are the function libraries of the releases whose
+// instances announce none: v0.1.0's.
+var LegacyLibraries = []string{"ratekit_2e60b0f5e3d1"}
+
+// LibraryOf returns the function library an announcement (a fleet key's
+// member) says its instance runs: v0.1.0's for one of v0.1.0.
+func LibraryOf(member string) string {
+	parts := strings.SplitN(member, "|", 7)
+	switch {
+	case len(parts) < 5:
+		return LegacyLibraries[0]
+	case len(parts) < 7:
+		return ""
+	}
+	return parts[6]
+}
+
+// Unused returns the libraries of libs (a server's, as FUNCTION LIST
+// names them) that no instance runs: ratekit's own (named LibName's way),
+// but this release's and those members (every live announcement of every
+// fleet key of the server) name. Libraries of other programs are never
+// unused.
+func Unused(libs, members []string) []string {
+	used := map[string]bool{LibName: true}
+	for _, m := range members {
+		used[LibraryOf(m)] = true
+	}
+	var out []string
+	for _, l := range libs {
+		if isLibrary(l) && !used[l] {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// isLibrary reports whether name is the name of a library of ratekit:
+// "ratekit_" and twelve lowercase hexadecimal digits.
+func isLibrary(name string) bool {
+	h, ok := strings.CutPrefix(name, "ratekit_")
+	if !ok || len(h) != 12 {
+		return false
+	}
+	for _, c := range h {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// FleetPattern matches the keys of every policy's fleet under any prefix,
+// for SCAN.
+const FleetPattern = "*:fleet"

@@ -1,0 +1,81 @@
+package redislib
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratekit/core/driver"
+)
+
+// TestFleetHeard: what a driver reads of a policy's announcements sets
+// the count, the largest Keep and Window, every bucket width, the format
+// to write (the newest every member reads: v0.1.0's members, which
+// announce no format, read the first) and the configurations that differ,
+// reported when they change.
+func TestFleetHeard(t *testing.T) {
+	var heard [][]string
+	f := NewFleet()
+	p, fresh := f.Join(driver.Member{Policy: "p", Config: "aaa", Keep: 5, Window: time.Second,
+		Widths: []time.Duration{100 * time.Millisecond}, Differ: func(c []string) { heard = append(heard, c) }})
+	if !fresh || p.Keep() != 5 || p.Window() != 1e6 || p.Format() != FormatFirst || !slices.Equal(p.Widths(), []int64{100_000}) {
+		t.Fatalf("joined: fresh %v, keep %d, window %d, format %d, widths %v", fresh, p.Keep(), p.Window(), p.Format(), p.Widths())
+	}
+	if again, fresh := f.Join(driver.Member{Policy: "p", Config: "zzz"}); fresh || again != p {
+		t.Fatalf("Join twice: fresh %v, same %v; want the first membership", fresh, again == p)
+	}
+	if want := f.Instance + "|1|5|1000000|aaa|100000|" + LibName; p.Member != want {
+		t.Fatalf("member %q, want %q", p.Member, want)
+	}
+	for _, tc := range []struct {
+		name    string
+		members []string
+		count   int64
+		keep    int64
+		window  int64
+		widths  []int64
+		format  int
+		heard   int // calls of Differ so far
+	}{
+		{"alone", []string{p.Member}, 1, 5, 1e6, []int64{100_000}, 1, 0},
+		{"a v0.1.0 instance", []string{p.Member, "old1"}, 2, 5, 1e6, []int64{100_000}, 1, 0},
+		{"another configuration", []string{p.Member, "b|1|20|60000000|bbb|6000000,100000"}, 2, 20, 60e6, []int64{100_000, 6_000_000}, 1, 1},
+		{"a newer release", []string{p.Member, "c|9|5|1000000|aaa|"}, 2, 5, 1e6, []int64{100_000}, Formats, 2},
+		{"nobody read yet", nil, 1, 5, 1e6, []int64{100_000}, Formats, 2},
+		{"a garbled member", []string{p.Member, "d|x|y|z|aaa"}, 2, 5, 1e6, []int64{100_000}, Formats, 2},
+	} {
+		p.Heard(tc.members)
+		if p.Instances()() != int(tc.count) || p.Keep() != tc.keep || p.Window() != tc.window || p.Format() != tc.format ||
+			!slices.Equal(p.Widths(), tc.widths) || len(heard) != tc.heard {
+			t.Errorf("%s: count %d, keep %d, window %d, format %d, widths %v, differ heard %d times; want %d, %d, %d, %d, %v, %d",
+				tc.name, p.Instances()(), p.Keep(), p.Window(), p.Format(), p.Widths(), len(heard),
+				tc.count, tc.keep, tc.window, tc.format, tc.widths, tc.heard)
+		}
+	}
+	if !slices.Equal(heard[0], []string{"bbb"}) || len(heard[1]) != 0 {
+		t.Errorf("Differ heard %q, want [bbb] then none", heard)
+	}
+}
+
+// TestUnused: the libraries no live instance runs are ratekit's but this
+// release's, those announced, and v0.1.0's while one of its instances
+// (a member without a library) lives; another program's library is
+// never one.
+func TestUnused(t *testing.T) {
+	const old, other = "ratekit_0123456789ab", "ratekit_ba9876543210"
+	libs := []string{LibName, old, other, LegacyLibraries[0], "mylib", "ratekit_short"}
+	for _, tc := range []struct {
+		name    string
+		members []string
+		want    []string
+	}{
+		{"none live", nil, []string{old, other, LegacyLibraries[0]}},
+		{"v0.1.0 live", []string{"x1y2"}, []string{old, other}},
+		{"a release live", []string{"i|2|5|1000|c||" + old}, []string{other, LegacyLibraries[0]}},
+		{"a member without a library", []string{"i|2|5|1000|c|"}, []string{old, other, LegacyLibraries[0]}},
+	} {
+		if got := Unused(libs, tc.members); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: Unused = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
