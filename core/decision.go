@@ -132,6 +132,9 @@ type ticket struct {
 	// mirror is the local time at which the local fallback store
 	// recorded the units the store admitted (FailLocal); 0: none.
 	mirror int64
+	// pend is a fallback admission waiting to be recorded in the store
+	// (see replays); nil: none.
+	pend *pending
 }
 
 // decider is how a Limiter decides, chosen when it is built: rates on a

@@ -86,7 +86,13 @@ func (l *Limiter) fallback(q driver.Query, shard int, take bool, br *breaker) De
 	switch l.failure {
 	case FailOpen:
 		r := l.minRule()
-		return Decision{Allowed: true, Limit: l.minLimit, Window: l.window(r), Remaining: l.minLimit, Rule: r, Source: SourceOpen}
+		d := Decision{Allowed: true, Limit: l.minLimit, Window: l.window(r), Remaining: l.minLimit, Rule: r, Source: SourceOpen}
+		if take && l.replay != nil {
+			if p := l.replay.add(q.Key, shard, q.N, l.now()); p != nil {
+				d.ticket = ticket{owner: l.d, key: q.Key, shard: shard, n: q.N, local: true, pend: p}
+			}
+		}
+		return d
 	case FailClosed:
 		r := l.minRule()
 		return Decision{Limit: l.minLimit, Window: l.window(r), RetryAfter: br.retryAfter(time.Now()), Rule: r, Source: SourceClosed}
@@ -99,6 +105,9 @@ func (l *Limiter) fallback(q driver.Query, shard int, take bool, br *breaker) De
 	l.bind(&d, d.res.Allowed, SourceLocal)
 	if take && d.res.Allowed {
 		d.ticket = ticket{owner: l.d, key: q.Key, shard: shard, at: d.res.At, n: q.N, local: true}
+		if l.replay != nil {
+			d.ticket.pend = l.replay.add(q.Key, shard, q.N, l.now())
+		}
 	}
 	return d
 }

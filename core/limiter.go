@@ -42,6 +42,7 @@ type Limiter struct {
 	wholeLimit bool       // WithLocalShare(false)
 	episode    fallbackState
 	refused    *refusals // the refusals counted (TopRefused); nil: none
+	replay     *replays  // fallback admissions to record in the store; nil: none
 }
 
 // fallbackState tracks a limiter's fallback episodes.
@@ -382,6 +383,9 @@ func (l *Limiter) forgetLocal(ctx context.Context, key string, shard int) {
 	}
 	if l.local != nil {
 		_ = l.local.Reset(context.WithoutCancel(ctx), l.query(key, shard, 0, time.Time{}))
+	}
+	if l.replay != nil {
+		l.replay.forget(key)
 	}
 }
 

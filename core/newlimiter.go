@@ -66,6 +66,9 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	}
 	inv, _ := store.(driver.Invalidator)
 	l.rates(store, o, local, inv != nil)
+	if rec, ok := store.(driver.Recorder); ok && !local && o.failure != FailClosed {
+		l.replay = newReplays(l, rec)
+	}
 	if o.tierFunc != nil || o.tiers != nil {
 		if l.tiers, l.tiered, err = newTiers(store, policy, o, opts); err != nil {
 			return nil, err

@@ -89,6 +89,11 @@ func (r sharedRates) decide(ctx context.Context, q driver.Query, shard int, now 
 	var res driver.Result
 	answered, lat, cause, err := l.call(ctx, &q, take, func(ctx context.Context) (err error) {
 		if take {
+			if l.replay != nil {
+				// What the failure policy admitted of the key counts
+				// first.
+				l.replay.before(ctx, q.Key)
+			}
 			res, err = l.store.Take(ctx, q)
 		} else {
 			res, err = l.store.Peek(ctx, q)
@@ -149,8 +154,17 @@ func (r sharedRates) refund(ctx context.Context, t ticket) error {
 	}
 	q := l.query(t.key, t.shard, t.n, time.Time{})
 	if t.local {
-		l.fb.Refund(&q, t.at)
-		return nil
+		if l.fb != nil {
+			l.fb.Refund(&q, t.at)
+		}
+		if t.pend == nil {
+			return nil
+		}
+		at := l.replay.refund(t.pend)
+		if at == 0 {
+			return nil // never recorded: nothing more to give back
+		}
+		t.at = at // recorded in the store since: given back there
 	}
 	if t.mirror != 0 {
 		l.fb.Refund(&q, t.mirror)
@@ -199,6 +213,9 @@ func (l *Limiter) call(ctx context.Context, q *driver.Query, take bool, f func(c
 				l.emit(ctx, Event{Kind: EventBreakerClose})
 			}
 			l.answered(ctx, start)
+			if l.replay != nil {
+				l.replay.all() // the store answers: what was admitted without it counts there
+			}
 		}
 		return true, lat, nil, nil
 	}

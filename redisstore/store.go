@@ -93,16 +93,7 @@ type Store struct {
 	waitsShort   atomic.Int64  // ... and got fewer acknowledgements than asked
 }
 
-var (
-	_ driver.Store       = (*Store)(nil)
-	_ driver.Leases      = (*Store)(nil)
-	_ driver.Challenges  = (*Store)(nil)
-	_ driver.Invalidator = (*Store)(nil)
-	_ driver.Fleet       = (*Store)(nil)
-	_ driver.Partitioned = (*Store)(nil)
-	_ driver.Checker     = (*Store)(nil)
-	_ driver.Refusals    = (*Store)(nil)
-)
+var _ driver.SharedProfile = (*Store)(nil)
 
 // ErrUnsafeEviction is wrapped by the error [Store.Check] returns when a
 // Redis server's maxmemory-policy lets it evict live limiter keys.
@@ -271,6 +262,13 @@ func (s *Store) Peek(ctx context.Context, q driver.Query) (driver.Result, error)
 func (s *Store) Refund(ctx context.Context, q driver.Query, at int64) error {
 	_, err := s.decide(ctx, &q, redislib.OpRefund, at)
 	return err
+}
+
+// Record implements [driver.Recorder]: the units are entries (or bucket
+// and period counts) of the key, in order, as the decision's own.
+func (s *Store) Record(ctx context.Context, q driver.Query, ago time.Duration) (int64, error) {
+	res, err := s.decide(ctx, &q, redislib.OpRecord, ago.Microseconds())
+	return res.At, err
 }
 
 // Pass implements [driver.Challenges]: the pass is a field of the key's

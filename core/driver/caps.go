@@ -149,6 +149,21 @@ type Member struct {
 	Differ func(configs []string)
 }
 
+// Recorder is implemented by a store shared by several app instances that
+// can record units a limiter admitted without it, by its failure policy,
+// while the store failed: so that they count there once it answers
+// again, and the end of an outage hands out no fresh limit. A limiter
+// records them before the store's next decision of their key, and all of
+// them in the background as soon as the store answers.
+type Recorder interface {
+	// Record adds q.N units to q.Key's windows and calendar periods as
+	// admitted ago before the decision's time (q.Now, or the store's
+	// clock), in order among the units there, whatever the rules say; it
+	// returns the store time it recorded them at, for a Refund. Units out
+	// of every window by then count nowhere.
+	Record(ctx context.Context, q Query, ago time.Duration) (at int64, err error)
+}
+
 // Partitioned is implemented by a store spread over several servers, such
 // as a Redis Cluster: a limiter keeps a circuit breaker per partition, so
 // that one failing server switches only its own keys to the failure
@@ -231,10 +246,12 @@ type LocalProfile interface {
 // SharedProfile is what a store shared by the app's instances offers: the
 // Redis drivers do. With it a limiter keeps a deny cache that resets on
 // every instance reach, a fallback that admits each instance's share of a
-// limit while the store fails, breakers per server, a check of the
-// store's configuration, and the refusals of every instance summed.
+// limit while the store fails and counts what it admitted then once the
+// store answers, breakers per server, a check of the store's
+// configuration, and the refusals of every instance summed.
 type SharedProfile interface {
 	Store
+	Recorder
 	Leases
 	Challenges
 	Invalidator

@@ -20,6 +20,7 @@ const (
 	OpRefund byte = 2 // give units back; for leases, release one
 	OpRenew  byte = 3 // leases only: extend one still held
 	OpPass   byte = 4 // challenges only: record that the key passed one
+	OpRecord byte = 5 // record units admitted without the store, at some µs before now
 
 	// opMore is added to the op of a decision that carries a lockout,
 	// calendar rules or challenges (see redis.lua).
@@ -135,7 +136,8 @@ func (b *Blob) Bytes() []byte { return b.b }
 func (b *Blob) Drop() { b.b = nil }
 
 // Decision sets c up to decide q (a peek, take or refund of the units
-// taken at store time at) on the keys of prefix. wall is this process's
+// taken at store time at; for a record, the units admitted at µs before
+// the decision's time) on the keys of prefix. wall is this process's
 // clock in µs, around which calendar periods are found when the server's
 // clock decides. cluster says whether slots matter. fleet is what the
 // driver last read of the policy's fleet, nil when the policy was not
@@ -191,6 +193,10 @@ func (c *Call) Decision(prefix string, q *driver.Query, op byte, at, wall int64,
 		switch {
 		case op == OpRefund:
 			c.cal = at
+		case op == OpRecord && q.Now != 0:
+			c.cal = q.Now - at
+		case op == OpRecord:
+			c.cal = wall - at
 		case q.Now != 0:
 			c.cal = q.Now
 		default:
@@ -317,7 +323,7 @@ func (c *Call) encode(b []byte) []byte {
 	if c.Kind == KindBuckets {
 		b = c.appendWidths(b)
 	}
-	if c.Op == OpRefund {
+	if c.Op == OpRefund || c.Op == OpRecord {
 		b = appendFloat(b, float64(c.at))
 	}
 	if c.more {
@@ -460,7 +466,7 @@ func Decode(calls []*Call, reply string, err error) {
 				next()
 			}
 			continue
-		case c.Op == OpRefund || c.Op == OpPass:
+		case c.Op == OpRefund || c.Op == OpPass || c.Op == OpRecord:
 			continue
 		}
 		c.decodeStates(next)

@@ -87,6 +87,10 @@ end
 -- units used, the wait, the time until its period ends and the period's
 -- length, then the time the lockout has left (0: none).
 local MORE = 8
+-- Op 5 records units admitted without the store, at a time given as how
+-- long before the decision's: a limiter's fallback admissions, counted
+-- once the store answers again.
+local RECORD = 5
 -- The op of a decision also carries, times FORMAT, the format the driver
 -- writes the policy's keys in: 1, v0.1.0's, is the only one so far.
 local FORMAT = 16
@@ -282,7 +286,7 @@ local function runMore(k, op, n, now, cnow, at, m, slide, nr, buckets)
   local cals = m.cals
   local fields = {'x', 'l', 'b', 'p'}
   local t0 = now
-  if op == 2 then t0 = at end
+  if op == 2 or op == RECORD then t0 = at end
   for i, c in ipairs(cals) do
     period(c, t0)
     fields[i + 4] = c.f
@@ -294,6 +298,25 @@ local function runMore(k, op, n, now, cnow, at, m, slide, nr, buckets)
     if x > 0 then got = call('HMGET', k, unpack(fields)) end
   end
   local need = 0
+  if op == RECORD then
+    -- Units admitted without the store at time at: in the sliding
+    -- rules' window and the calendar rules' periods of that time.
+    local born = tonumber(got[3])
+    if not born or at < born then call('HSET', k, 'b', int(at)) end
+    if nr > 0 then
+      local _, _, e = slide(RECORD)
+      if e and e > need then need = e end
+    end
+    for _, c in ipairs(cals) do
+      call('HINCRBY', k, c.f, n)
+      if c.e > need then need = c.e end
+    end
+    if need > x and need > now then
+      call('HSET', k, 'x', int(need))
+      call('PEXPIRE', k, int(ceil((need - now) / 1000) + 1 + lag(cnow)))
+    end
+    return pack('<dd', 1, at)
+  end
   if op == 2 then
     local res = pack('<dd', 1, at)
     if nr > 0 then res = slide(2) end
@@ -527,6 +550,30 @@ end
 local limits, windows, used, retry, starts, nexts = {}, {}, {}, {}, {}, {}
 
 local function decide(op, n, keep, now, cnow, nr, maxw, at, gate)
+  if op == RECORD then
+    -- Units admitted without the store at time at (its failure policy
+    -- decided): n entries in order among the others, whatever the rules
+    -- say. The value is rewritten whole, without hints: a rare path.
+    if at + maxw <= now then return pack('<dd', 1, at), 1, expat end -- out of every window
+    local whole = v
+    if not small then whole = call('GET', key) or '' end
+    local c = cnt
+    if #whole < 16 then whole, c = header(0), 0 end
+    local lo, hi = 0, c
+    while lo < hi do
+      local mid = floor((lo + hi) / 2)
+      if sunpack('<d', whole, hdr + mid * 8 + 1) > at then hi = mid else lo = mid + 1 end
+    end
+    if expat < at + maxw + 1000 then expat = at + 2 * maxw end
+    local body = sub(whole, hdr + 1, hdr + lo * 8) .. rep(pack('<d', at), n) .. sub(whole, hdr + lo * 8 + 1)
+    if hashed then
+      call('HSET', key, 'g', header(expat) .. body)
+    else
+      call('SET', key, header(expat) .. body, 'PX', ttl(expat, now, cnow))
+    end
+    current = false
+    return pack('<dd', 1, at), 1, expat
+  end
   if op == 2 then
     -- Refund: remove up to n entries recorded at time at.
     local i = first(0, cnt, at - 1)
@@ -699,9 +746,10 @@ register('log', function(keys, args)
     -- longer window may count them.
     if span > maxw then maxw = span end
     local at = 0
-    if op == 2 then at, pos = sunpack('<d', blob, pos) end
+    if op == 2 or op == RECORD then at, pos = sunpack('<d', blob, pos) end
     local now = cnow
     if now == 0 then now = servertime() end
+    if op == RECORD then at = floor(now - at) end
     local k = keys[d]
     local ok, res
     if more then
@@ -757,6 +805,32 @@ local function fmt(x) return string.format('%.0f', x) end
 -- fields are left alone and whose TTL runMore keeps: the take returns
 -- until when its buckets need the key.
 local function decideBuckets(key, op, n, now, cnow, rules, span, extra, at, hashed, gate)
+  if op == RECORD then
+    -- Units admitted without the store at time at: counted in the
+    -- buckets of that time, of every width; the key is made no later.
+    local born = tonumber(call('HGET', key, 'b'))
+    if not born or at < born then call('HSET', key, 'b', fmt(at)) end
+    local done = {}
+    local longest = span
+    local function add(g)
+      if not done[g] then
+        done[g] = true
+        call('HINCRBY', key, fmt(g) .. ':' .. fmt(math.floor(at / g)), n)
+      end
+    end
+    for _, r in ipairs(rules) do
+      add(r[3])
+      if r[2] + r[3] > longest then longest = r[2] + r[3] end
+    end
+    for _, g in ipairs(extra) do add(g) end
+    local need = at + longest
+    if not hashed then
+      local px = math.ceil((need - now) / 1000) + 1
+      if cnow ~= 0 then px = px + math.max(0, math.ceil((servertime() - cnow) / 1000)) end
+      if px > 0 and call('PTTL', key) < px then call('PEXPIRE', key, px) end
+    end
+    return pack('<dd', 1, at), 1, need
+  end
   if op == 2 then
     -- Refund: give the units back to the buckets of the take's time,
     -- unless the key was made after it.
@@ -932,9 +1006,10 @@ register('buckets', function(keys, args)
     nx, pos = sunpack('<d', blob, pos)
     for i = 1, nx do extra[i], pos = sunpack('<d', blob, pos) end
     local at = 0
-    if op == 2 then at, pos = sunpack('<d', blob, pos) end
+    if op == 2 or op == RECORD then at, pos = sunpack('<d', blob, pos) end
     local now = cnow
     if now == 0 then now = servertime() end
+    if op == RECORD then at = math.floor(now - at) end
     local ok, res
     if more then
       local m

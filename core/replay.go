@@ -1,0 +1,226 @@
+package core
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratekit/ratekit/core/driver"
+)
+
+// The end of an outage: what a limiter admitted by its failure policy
+// while its store failed (FailLocal's local admissions, FailOpen's) is
+// recorded in the store once it answers again ([driver.Recorder]), so
+// that the end of an outage hands out no fresh limit: a fleet of one
+// admits exactly the limit through any outage and its end, and a fleet
+// of N stays within the outage's bound through the recovery too. A call
+// whose outcome is unknown (sent, no answer in time) was decided by the
+// failure policy: if that admitted it, it is recorded then, once more
+// should the store have run it too, which can only under-admit.
+//
+// The units of a key are recorded before the store's next decision of
+// the key, in the same deadline, and every key's in the background as
+// soon as the store answers, so that the other instances count them too
+// and keys without more traffic are not left out.
+
+// maxPending bounds the keys whose fallback admissions wait to be
+// recorded; past it, the admissions of new keys are not recorded (the
+// failure policy's own bound still holds).
+const maxPending = fallbackMaxKeys
+
+// replays holds a limiter's admissions made without its store, to record
+// there once it answers.
+type replays struct {
+	rec  driver.Recorder
+	l    *Limiter
+	n    atomic.Int64 // keys pending
+	busy atomic.Bool  // a background recording runs
+
+	mu   sync.Mutex
+	keys map[string]*pendingKey // by store key (a shard's, with shards)
+}
+
+// pendingKey is the admissions of one store key waiting to be recorded.
+type pendingKey struct {
+	shard int
+	units []*pending
+}
+
+// pending is one admission made without the store.
+type pending struct {
+	at      time.Time // when it was admitted, by the limiter's clock
+	n       int64
+	storeAt int64 // the store's time of the units, once recorded
+	gone    bool  // refunded or recorded: not to record
+}
+
+func newReplays(l *Limiter, rec driver.Recorder) *replays {
+	return &replays{rec: rec, l: l, keys: make(map[string]*pendingKey)}
+}
+
+// add keeps an admission of n units of key (shard's) made at now without
+// the store; nil when too many keys wait already.
+func (r *replays) add(key string, shard int, n int64, now time.Time) *pending {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pk := r.keys[key]
+	if pk == nil {
+		if len(r.keys) >= maxPending {
+			return nil
+		}
+		pk = &pendingKey{shard: shard}
+		r.keys[key] = pk
+		r.n.Add(1)
+	}
+	p := &pending{at: now, n: n}
+	pk.units = append(pk.units, p)
+	return p
+}
+
+// refund takes back p, an admission refunded: it returns the store time
+// of its units when they were recorded already (they are to be refunded
+// there), else 0, and it will not be recorded.
+func (r *replays) refund(p *pending) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p.storeAt != 0 {
+		at := p.storeAt
+		p.storeAt = 0
+		return at
+	}
+	p.gone = true
+	return 0
+}
+
+// forget drops the admissions of key: it was reset.
+func (r *replays) forget(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if pk := r.keys[key]; pk != nil {
+		for _, p := range pk.units {
+			p.gone = true
+		}
+		delete(r.keys, key)
+		r.n.Add(-1)
+	}
+}
+
+// take removes and returns the admissions of key still to record.
+func (r *replays) take(key string) (shard int, units []*pending) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pk := r.keys[key]
+	if pk == nil {
+		return 0, nil
+	}
+	delete(r.keys, key)
+	r.n.Add(-1)
+	for _, p := range pk.units {
+		if !p.gone {
+			units = append(units, p)
+		}
+	}
+	return pk.shard, units
+}
+
+// putBack returns to key's list the admissions that could not be
+// recorded.
+func (r *replays) putBack(key string, shard int, units []*pending) {
+	if len(units) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pk := r.keys[key]
+	if pk == nil {
+		pk = &pendingKey{shard: shard}
+		r.keys[key] = pk
+		r.n.Add(1)
+	}
+	pk.units = append(units, pk.units...)
+}
+
+// record records key's waiting admissions in the store, each in a store
+// call of ctx; those that fail wait for the next try. It reports whether
+// every one was recorded.
+func (r *replays) record(ctx context.Context, key string) bool {
+	shard, units := r.take(key)
+	if len(units) == 0 {
+		return true
+	}
+	l := r.l
+	now := l.now()
+	for i, p := range units {
+		q := l.query(key, shard, p.n, now)
+		at, err := r.rec.Record(ctx, q, max(0, now.Sub(p.at)))
+		if err != nil {
+			l.emit(ctx, Event{Kind: EventStoreError, Key: key, Cost: p.n, Err: err})
+			r.putBack(key, shard, units[i:])
+			return false
+		}
+		r.mu.Lock()
+		if p.gone { // refunded meanwhile: the units go back
+			r.mu.Unlock()
+			_ = l.store.Refund(ctx, q, at)
+			continue
+		}
+		p.storeAt, p.gone = at, true
+		r.mu.Unlock()
+	}
+	return true
+}
+
+// before records key's waiting admissions ahead of a store decision of
+// the key, under the limiter's timeout.
+func (r *replays) before(ctx context.Context, key string) {
+	if r.n.Load() == 0 {
+		return
+	}
+	r.mu.Lock()
+	_, waiting := r.keys[key]
+	r.mu.Unlock()
+	if !waiting {
+		return
+	}
+	cc := newCallCtx(ctx, time.Now(), r.l.timeout)
+	r.record(cc, key)
+	cc.release()
+}
+
+// all records, from a goroutine of its own, every key's waiting
+// admissions, once the store answers again; one such goroutine at a
+// time, which ends when none is left or a call fails.
+func (r *replays) all() {
+	if r.n.Load() == 0 || !r.busy.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer r.busy.Store(false)
+		for {
+			r.mu.Lock()
+			keys := make([]string, 0, min(len(r.keys), 256))
+			for k := range r.keys {
+				if len(keys) == cap(keys) {
+					break
+				}
+				keys = append(keys, k)
+			}
+			r.mu.Unlock()
+			if len(keys) == 0 {
+				return
+			}
+			for _, k := range keys {
+				ctx, cancel := context.WithTimeout(context.Background(), replayTimeout)
+				ok := r.record(ctx, k)
+				cancel()
+				if !ok {
+					return // the store fails again: the next answer retries
+				}
+			}
+		}
+	}()
+}
+
+// replayTimeout bounds each store call of a background recording.
+const replayTimeout = time.Second
