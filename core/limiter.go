@@ -67,6 +67,24 @@ func (l *Limiter) invalidate(inv driver.Invalidation) {
 		if l.tiers != nil {
 			l.tiers.forget(inv.Key)
 		}
+	case inv.Reset:
+		// Reset elsewhere: this instance forgets the key too, in its
+		// fallback window as in its caches, so that an outage that
+		// follows does not hold the user's admissions against it.
+		if l.deny != nil {
+			l.deny.remove(inv.Key)
+		}
+		if l.local != nil {
+			_ = l.local.Reset(context.Background(), driver.Query{Policy: l.policy.Name, Key: inv.Key})
+		}
+		if l.replay != nil {
+			l.replay.forget(inv.Key)
+		}
+	case inv.Pass:
+		if l.fb != nil && l.passes != nil {
+			q := l.query(inv.Key, 0, 1, l.now())
+			l.fb.Pass(&q)
+		}
 	default:
 		if l.deny != nil {
 			l.deny.remove(inv.Key)
@@ -345,18 +363,23 @@ func (l *Limiter) Pass(ctx context.Context, key string) error {
 	if l.fb != nil {
 		l.fb.Pass(&q)
 	}
-	var err error
 	if _, local := l.store.(driver.Local); local {
-		err = l.passes.Pass(context.WithoutCancel(ctx), q)
-	} else {
-		cc := newCallCtx(ctx, time.Now(), l.timeout)
-		err = l.passes.Pass(cc, q)
-		cc.release()
+		if err := l.passes.Pass(context.WithoutCancel(ctx), q); err != nil {
+			err = fmt.Errorf("ratekit: policy %q: pass: %w", l.policy.Name, err)
+			l.emit(ctx, Event{Kind: EventStoreError, Key: key, Err: err})
+			return err
+		}
+		l.emit(ctx, Event{Kind: EventPass, Key: key})
+		return nil
 	}
+	// Through the circuit breaker, as decisions go: a pass the store did
+	// not take holds here, and in the store once it answers.
+	ok, _, cause, err := l.call(ctx, &q, true, func(ctx context.Context) error { return l.passes.Pass(ctx, q) })
 	if err != nil {
-		err = fmt.Errorf("ratekit: policy %q: pass: %w", l.policy.Name, err)
-		l.emit(ctx, Event{Kind: EventStoreError, Key: key, Err: err})
-		return err
+		return fmt.Errorf("ratekit: policy %q: pass: %w", l.policy.Name, err)
+	}
+	if !ok {
+		return l.later(key, 0, false, cause)
 	}
 	l.emit(ctx, Event{Kind: EventPass, Key: key})
 	return nil

@@ -66,7 +66,7 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	}
 	inv, _ := store.(driver.Invalidator)
 	l.rates(store, o, local, inv != nil)
-	if rec, ok := store.(driver.Recorder); ok && !local && o.failure != FailClosed {
+	if rec, ok := store.(driver.Recorder); ok && !local {
 		l.replay = newReplays(l, rec)
 	}
 	if o.tierFunc != nil || o.tiers != nil {
@@ -75,7 +75,7 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		}
 	}
 	l.countRefusals()
-	if inv != nil && !local && (l.deny != nil || l.local != nil || l.tiers != nil && l.tiers.cache != nil) {
+	if inv != nil && !local && (l.deny != nil || l.local != nil || l.replay != nil || l.tiers != nil && l.tiers.cache != nil) {
 		inv.Watch(policy.Name, l.invalidate)
 	}
 	return l, nil

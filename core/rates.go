@@ -179,9 +179,46 @@ func (r sharedRates) refund(ctx context.Context, t ticket) error {
 	return nil
 }
 
+// reset resets key in the store through the circuit breaker of its
+// partition, as decisions go: when the store does not take it (it fails,
+// or the breaker is open and no call is made), the key is reset in this
+// instance (the caller does that whatever happens) and in the store once
+// it answers, before its next decision of the key.
 func (r sharedRates) reset(ctx context.Context, key string, shard int) error {
-	return r.l.storeReset(ctx, key, shard)
+	l := r.l
+	q := l.query(key, shard, 0, time.Time{})
+	ok, _, cause, err := l.call(ctx, &q, true, func(ctx context.Context) error { return l.store.Reset(ctx, q) })
+	if err != nil {
+		return fmt.Errorf("ratekit: policy %q: reset: %w", l.policy.Name, err)
+	}
+	if ok {
+		return nil
+	}
+	return l.later(key, shard, true, cause)
 }
+
+// later keeps a reset (or a pass) of key that the store did not take
+// because of cause (nil: the circuit breaker was open), to tell the store
+// once it answers, and returns the error that says so.
+func (l *Limiter) later(key string, shard int, reset bool, cause error) error {
+	what := "pass"
+	if reset {
+		what = "reset"
+	}
+	if cause == nil {
+		cause = errBreakerOpen
+	}
+	if l.replay == nil {
+		return fmt.Errorf("ratekit: policy %q: %s: %w", l.policy.Name, what, cause)
+	}
+	l.replay.later(key, shard, reset)
+	return fmt.Errorf("ratekit: policy %q: %s: the store did not take it (done in this instance, and in the store once it answers): %w",
+		l.policy.Name, what, cause)
+}
+
+// errBreakerOpen is why the store did not take a call its circuit breaker
+// held back.
+var errBreakerOpen = errors.New("the store's circuit breaker is open")
 
 // call makes f, one store call about q (a take when take is set, else a
 // peek), through the circuit breaker of q's partition and under the

@@ -19,10 +19,14 @@ import (
 // failure policy: if that admitted it, it is recorded then, once more
 // should the store have run it too, which can only under-admit.
 //
-// The units of a key are recorded before the store's next decision of
-// the key, in the same deadline, and every key's in the background as
-// soon as the store answers, so that the other instances count them too
-// and keys without more traffic are not left out.
+// A reset or a pass that the store did not take (it failed, or its
+// circuit breaker was open) holds in this instance at once, and is told
+// to the store once it answers, before the admissions that came after it.
+//
+// What waits for a key is told before the store's next decision of the
+// key, in the same deadline, and every key's in the background as soon
+// as the store answers, so that the other instances count it too and
+// keys without more traffic are not left out.
 
 // maxPending bounds the keys whose fallback admissions wait to be
 // recorded; past it, the admissions of new keys are not recorded (the
@@ -41,9 +45,13 @@ type replays struct {
 	keys map[string]*pendingKey // by store key (a shard's, with shards)
 }
 
-// pendingKey is the admissions of one store key waiting to be recorded.
+// pendingKey is what waits to be told to the store of one store key: a
+// reset, then a pass, then admissions, in that order (a reset forgets
+// what came before it).
 type pendingKey struct {
 	shard int
+	reset bool // the key was reset while the store failed
+	pass  bool // the key passed a challenge while the store failed
 	units []*pending
 }
 
@@ -93,7 +101,7 @@ func (r *replays) refund(p *pending) int64 {
 	return 0
 }
 
-// forget drops the admissions of key: it was reset.
+// forget drops what waits for key: it was reset in the store.
 func (r *replays) forget(key string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -106,30 +114,10 @@ func (r *replays) forget(key string) {
 	}
 }
 
-// take removes and returns the admissions of key still to record.
-func (r *replays) take(key string) (shard int, units []*pending) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	pk := r.keys[key]
-	if pk == nil {
-		return 0, nil
-	}
-	delete(r.keys, key)
-	r.n.Add(-1)
-	for _, p := range pk.units {
-		if !p.gone {
-			units = append(units, p)
-		}
-	}
-	return pk.shard, units
-}
-
-// putBack returns to key's list the admissions that could not be
-// recorded.
-func (r *replays) putBack(key string, shard int, units []*pending) {
-	if len(units) == 0 {
-		return
-	}
+// later keeps, for key (shard's), a reset or a pass that the store did
+// not take: it is told once the store answers. A reset forgets the
+// admissions and the pass waiting before it.
+func (r *replays) later(key string, shard int, reset bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	pk := r.keys[key]
@@ -138,27 +126,88 @@ func (r *replays) putBack(key string, shard int, units []*pending) {
 		r.keys[key] = pk
 		r.n.Add(1)
 	}
-	pk.units = append(units, pk.units...)
+	if !reset {
+		pk.pass = true
+		return
+	}
+	for _, p := range pk.units {
+		p.gone = true
+	}
+	pk.units, pk.reset, pk.pass = nil, true, false
 }
 
-// record records key's waiting admissions in the store, each in a store
-// call of ctx; those that fail wait for the next try. It reports whether
-// every one was recorded.
+// take removes and returns what waits for key.
+func (r *replays) take(key string) *pendingKey {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pk := r.keys[key]
+	if pk == nil {
+		return nil
+	}
+	delete(r.keys, key)
+	r.n.Add(-1)
+	live := pk.units[:0]
+	for _, p := range pk.units {
+		if !p.gone {
+			live = append(live, p)
+		}
+	}
+	pk.units = live
+	return pk
+}
+
+// putBack returns to key what could not be told: before what came since.
+func (r *replays) putBack(key string, rest *pendingKey) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pk := r.keys[key]
+	if pk == nil {
+		r.keys[key] = rest
+		r.n.Add(1)
+		return
+	}
+	if pk.reset {
+		return // reset since: what came before goes
+	}
+	pk.reset, pk.pass = rest.reset, pk.pass || rest.pass
+	pk.units = append(rest.units, pk.units...)
+}
+
+// record tells the store what waits for key, each in a store call of
+// ctx: a reset, a pass, admissions; what fails waits for the next try. It
+// reports whether everything was told.
 func (r *replays) record(ctx context.Context, key string) bool {
-	shard, units := r.take(key)
-	if len(units) == 0 {
+	pk := r.take(key)
+	if pk == nil {
 		return true
 	}
 	l := r.l
 	now := l.now()
-	for i, p := range units {
-		q := l.query(key, shard, p.n, now)
+	fail := func(err error) bool {
+		l.emit(ctx, Event{Kind: EventStoreError, Key: key, Err: err})
+		r.putBack(key, pk)
+		return false
+	}
+	if pk.reset {
+		if err := l.store.Reset(ctx, l.query(key, pk.shard, 0, time.Time{})); err != nil {
+			return fail(err)
+		}
+		pk.reset = false
+	}
+	if pk.pass && l.passes != nil {
+		if err := l.passes.Pass(ctx, l.query(key, pk.shard, 1, now)); err != nil {
+			return fail(err)
+		}
+		pk.pass = false
+	}
+	for len(pk.units) > 0 {
+		p := pk.units[0]
+		q := l.query(key, pk.shard, p.n, now)
 		at, err := r.rec.Record(ctx, q, max(0, now.Sub(p.at)))
 		if err != nil {
-			l.emit(ctx, Event{Kind: EventStoreError, Key: key, Cost: p.n, Err: err})
-			r.putBack(key, shard, units[i:])
-			return false
+			return fail(err)
 		}
+		pk.units = pk.units[1:]
 		r.mu.Lock()
 		if p.gone { // refunded meanwhile: the units go back
 			r.mu.Unlock()

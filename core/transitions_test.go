@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -172,5 +173,160 @@ func TestLateRepliesCount(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// heard waits until a, which denied marker from its deny cache, hears the
+// reset of marker that b makes now: invalidations come in order on a
+// store's channel, so a's store has heard every one b's published before.
+// a and b limit marker to 1 an hour.
+func heard(t *testing.T, a, b *core.Limiter) {
+	t.Helper()
+	ctx := context.Background()
+	for range 2 {
+		_, _ = a.Allow(ctx, "marker")
+	}
+	if d, _ := a.Allow(ctx, "marker"); d.Source != core.SourceCache {
+		t.Fatalf("marker denied from %v, want the deny cache", d.Source)
+	}
+	if err := b.Reset(ctx, "marker"); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitUntil(t, "the marker's reset heard", func() bool {
+		d, _ := a.Peek(ctx, "marker")
+		return d.Allowed
+	})
+	testkit.WaitUntil(t, "the marker's cached denial dropped", func() bool {
+		d, _ := a.Allow(ctx, "marker")
+		return d.Source != core.SourceCache
+	})
+}
+
+// TestResetReachesFallback: a key reset on one instance is forgotten by
+// every instance's fallback window too, and a pass given on one is
+// honoured by every instance's fallback: in an outage that follows, the
+// user gets each instance's share again (0 before), and is not
+// challenged where it passed.
+func TestResetReachesFallback(t *testing.T) {
+	for _, drv := range viaDrivers {
+		t.Run(drv.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			proxy := redistest.NewProxy(t, srv.Addr())
+			login := core.Policy{Name: "login", Rules: []core.Rule{{Limit: 4, Window: time.Hour}}}
+			captcha := core.Policy{Name: "captcha", Rules: []core.Rule{{Limit: 4, Window: time.Hour, Challenge: 2}}}
+			marker := core.Policy{Name: "marker", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}}
+			opts := []core.Option{core.WithTimeout(200 * time.Millisecond), core.WithBreaker(0, 0)}
+			storeA, storeB := drv.new(t, proxy.Addr()), drv.new(t, srv.Addr())
+			loginA, loginB := testkit.Limiter(t, storeA, login, opts...), testkit.Limiter(t, storeB, login, opts...)
+			captchaA, captchaB := testkit.Limiter(t, storeA, captcha, opts...), testkit.Limiter(t, storeB, captcha, opts...)
+			testkit.WaitUntil(t, "both instances counted", func() bool { return core.Instances(loginA) == 2 && core.Instances(captchaA) == 2 })
+			ctx := context.Background()
+			for range 2 {
+				if d, _ := loginA.Allow(ctx, "alice"); !d.Allowed {
+					t.Fatalf("Allow(alice) on a = %+v, want admitted", d)
+				}
+			}
+			if err := loginB.Reset(ctx, "alice"); err != nil {
+				t.Fatal(err)
+			}
+			if err := captchaB.Pass(ctx, "bob"); err != nil {
+				t.Fatal(err)
+			}
+			heard(t, testkit.Limiter(t, storeA, marker, opts...), testkit.Limiter(t, storeB, marker, opts...))
+			proxy.SetDropping(true)
+			// a's share of each limit is 2, and of the challenge 1.
+			count := func(l *core.Limiter, key string) (admitted, challenged int) {
+				for range 3 {
+					d, err := l.Allow(ctx, key)
+					if err != nil || d.Source != core.SourceLocal {
+						t.Fatalf("Allow(%s) in the outage = %+v, %v; want a local decision", key, d, err)
+					}
+					if d.Allowed {
+						admitted++
+					}
+					if d.Challenged {
+						challenged++
+					}
+				}
+				return admitted, challenged
+			}
+			if got, _ := count(loginA, "alice"); got != 2 {
+				t.Errorf("a's fallback admitted alice %d times after b reset her, want 2 (a's share)", got)
+			}
+			if got, ch := count(captchaA, "bob"); got != 2 || ch != 0 {
+				t.Errorf("a's fallback admitted bob %d times, challenged %d, after b's pass; want 2 and none", got, ch)
+			}
+			if _, ch := count(captchaA, "carol"); ch == 0 {
+				t.Errorf("a's fallback challenged carol, who passed nothing, 0 times; want her challenged")
+			}
+		})
+	}
+}
+
+// TestResetThroughBreaker: Reset and Pass go through the circuit breaker
+// as decisions do: with the breaker open they call no store (no store
+// error, no timeout to wait), hold in this instance at once, say so, and
+// reach the store once it answers, before its next decision of the key.
+func TestResetThroughBreaker(t *testing.T) {
+	for _, drv := range viaDrivers {
+		t.Run(drv.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			proxy := redistest.NewProxy(t, srv.Addr())
+			ev := &testkit.Events{}
+			l := testkit.Limiter(t, drv.new(t, proxy.Addr()), core.Policy{Name: "login",
+				Rules: []core.Rule{{Limit: 5, Window: time.Hour, Challenge: 4}}},
+				core.WithTimeout(200*time.Millisecond), core.WithBreaker(2, 300*time.Millisecond), core.WithObserver(ev))
+			ctx := context.Background()
+			for range 3 {
+				if d, _ := l.Allow(ctx, "k"); !d.Allowed || d.Source != core.SourceStore {
+					t.Fatalf("Allow = %+v, want admitted by the store", d)
+				}
+			}
+			proxy.SetDropping(true)
+			for range 2 { // opens the breaker
+				_, _ = l.Allow(ctx, "other")
+			}
+			if ev.Count(core.EventBreakerOpen) != 1 {
+				t.Fatalf("breaker opened %d times, want once", ev.Count(core.EventBreakerOpen))
+			}
+			errs := ev.Count(core.EventStoreError)
+			if err := l.Reset(ctx, "k"); err == nil || !strings.Contains(err.Error(), "circuit breaker is open") {
+				t.Errorf("Reset with the breaker open = %v, want an error saying the store did not take it", err)
+			}
+			if err := l.Pass(ctx, "k"); err == nil || !strings.Contains(err.Error(), "circuit breaker is open") {
+				t.Errorf("Pass with the breaker open = %v, want an error saying the store did not take it", err)
+			}
+			if n := ev.Count(core.EventStoreError); n != errs {
+				t.Errorf("%d store errors with the breaker open, want none: Reset and Pass call no store", n-errs)
+			}
+			proxy.SetDropping(false)
+			srv.Do(t, "PING")
+			// The reset and the pass hold here until the store takes them,
+			// before its next decision of the key: 5 admitted after the
+			// reset, wherever decided, none challenged, then denied by
+			// Redis.
+			got := 0
+			for deadline := time.Now().Add(10 * time.Second); ; {
+				d, err := l.Allow(ctx, "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Challenged {
+					t.Fatalf("Allow(k) after the pass = %+v, want not challenged", d)
+				}
+				if d.Allowed {
+					got++
+				}
+				if !d.Allowed && d.Source == core.SourceStore || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if got != 5 {
+				t.Errorf("%d admitted after the reset until Redis denied, want 5", got)
+			}
+		})
 	}
 }

@@ -273,10 +273,20 @@ func (s *Store) Record(ctx context.Context, q driver.Query, ago time.Duration) (
 
 // Pass implements [driver.Challenges]: the pass is a field of the key's
 // one hash, read by its decisions in the same script call, and deleted
-// with the key by Reset.
+// with the key by Reset; every instance hears of it, for its fallback.
 func (s *Store) Pass(ctx context.Context, q driver.Query) error {
-	_, err := s.decide(ctx, &q, redislib.OpPass, 0)
-	return err
+	if _, err := s.decide(ctx, &q, redislib.OpPass, 0); err != nil {
+		return err
+	}
+	// Every instance's fallback honours the pass too.
+	msg := redislib.Key(s.prefix, q.Policy, q.Key) + redislib.PassSuffix
+	_, err := redislib.Bounded(ctx, func(ctx context.Context) (int64, error) {
+		return s.client.Publish(ctx, s.watch.channel, msg).Result()
+	})
+	if err != nil {
+		return fmt.Errorf("ratekit: redis store: pass: tell the other instances: %w", err)
+	}
+	return nil
 }
 
 // decide runs one operation of q, waiting for its answer until ctx ends.
@@ -340,13 +350,16 @@ func clusterSlots(ctx context.Context, cc *redis.ClusterClient) ([]redislib.Slot
 }
 
 // Reset implements [driver.Store]: it deletes every key of q.Key under
-// q.Policy, then every instance forgets its cached denials of the key.
+// q.Policy, then every instance forgets its cached denials of the key and
+// what its fallback keeps of it (two messages: the plain one, which
+// v0.1.0 understands, and the reset's own).
 func (s *Store) Reset(ctx context.Context, q driver.Query) error {
 	keys := redislib.AllKeys(s.prefix, q.Policy, q.Key)
 	_, err := redislib.Bounded(ctx, func(ctx context.Context) (struct{}, error) {
 		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			p.Del(ctx, keys...)
 			p.Publish(ctx, s.watch.channel, keys[0])
+			p.Publish(ctx, s.watch.channel, keys[0]+redislib.ResetSuffix)
 			return nil
 		})
 		return struct{}{}, err

@@ -280,8 +280,18 @@ func (s *Store) Record(ctx context.Context, q driver.Query, ago time.Duration) (
 // one hash, read by its decisions in the same script call, and deleted
 // with the key by Reset.
 func (s *Store) Pass(ctx context.Context, q driver.Query) error {
-	_, err := s.decide(ctx, &q, redislib.OpPass, 0)
-	return err
+	if _, err := s.decide(ctx, &q, redislib.OpPass, 0); err != nil {
+		return err
+	}
+	// Every instance's fallback honours the pass too.
+	msg := redislib.Key(s.prefix, q.Policy, q.Key) + redislib.PassSuffix
+	_, err := redislib.Bounded(ctx, func(ctx context.Context) (int64, error) {
+		return s.client.Do(ctx, s.client.B().Publish().Channel(s.channel).Message(msg).Build()).AsInt64()
+	})
+	if err != nil {
+		return fmt.Errorf("ratekit: rueidis store: pass: tell the other instances: %w", err)
+	}
+	return nil
 }
 
 // decide runs one operation of q, waiting for its answer until ctx ends.
@@ -322,7 +332,8 @@ func (s *Store) Reset(ctx context.Context, q driver.Query) error {
 				cmds = append(cmds, b.Del().Key(k).Build())
 			}
 		}
-		cmds = append(cmds, b.Publish().Channel(s.channel).Message(keys[0]).Build())
+		cmds = append(cmds, b.Publish().Channel(s.channel).Message(keys[0]).Build(),
+			b.Publish().Channel(s.channel).Message(keys[0]+redislib.ResetSuffix).Build())
 		for _, r := range s.client.DoMulti(ctx, cmds...) {
 			if err := r.Error(); err != nil {
 				return struct{}{}, err

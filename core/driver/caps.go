@@ -77,8 +77,8 @@ type Challenges interface {
 
 // Invalidator is implemented by a store shared by several app instances
 // that carries, from any instance to every other, what makes a cache
-// stale: a key reset or refunded, whose denials no longer hold, and a
-// key whose tier changed. A limiter with a deny cache or cached tiers on a
+// stale: a key reset or refunded, whose denials no longer hold, a key
+// that passed a challenge, and a key whose tier changed. A limiter with a deny cache or cached tiers on a
 // shared store without it keeps neither: a cache no reset could reach
 // would deny past a reset.
 type Invalidator interface {
@@ -98,12 +98,20 @@ type Invalidator interface {
 type Invalidation struct {
 	// Key is the bounded key, empty with Resync.
 	Key string
-	// Tier reports that the key's tier changed; otherwise the key was
-	// reset or refunded, so its cached denials and lockout may not hold.
+	// Tier reports that the key's tier changed.
 	Tier bool
+	// Reset reports that the key was reset: everything it held is gone.
+	// A reset is reported twice, as Reset and as the plain invalidation
+	// that releases before Reset was told (v0.1.0) understand.
+	Reset bool
+	// Pass reports that the key passed a challenge ([Challenges]).
+	Pass bool
 	// Resync reports that invalidations may have been missed.
 	Resync bool
 }
+
+// An Invalidation with none of Tier, Reset, Pass and Resync reports a key
+// reset or refunded: its cached denials, lockout and pass may not hold.
 
 // Fleet is implemented by a store shared by several app instances that
 // keeps, per policy, an announcement of every instance that uses it: so

@@ -46,10 +46,16 @@ func FleetKey(prefix, policy string) string { return prefix + ":" + policy + ":f
 // Channel is the pub/sub channel of invalidations under prefix.
 func Channel(prefix string) string { return prefix + ":invalidate" }
 
-// TierSuffix ends the message of a tier invalidation. (An invalidation of
-// denials ends in "}", "}:b" or "}:m", so a watcher that knows no tier messages
-// ignores these.)
-const TierSuffix = ":tier"
+// Suffixes of the messages on the invalidation channel beside the Redis
+// key of a refund or reset: a tier invalidation, a reset (published with
+// the plain message, which releases before it understand), a pass. (An
+// invalidation of denials ends in "}", "}:b" or "}:m", so a watcher that
+// knows no such messages, v0.1.0's, ignores these.)
+const (
+	TierSuffix  = ":tier"
+	ResetSuffix = ":reset"
+	PassSuffix  = ":pass"
+)
 
 // ParseKey splits a Redis key <prefix>:<policy>:{<key>}[:b|:m] into its
 // policy and bounded key.

@@ -65,15 +65,24 @@ func (w *Watchers) Lost() {
 // Message hands the payload of a message on the channel to the watchers
 // of its policy; a payload that names no limiter key is ignored.
 func (w *Watchers) Message(payload string) {
+	var inv driver.Invalidation
 	rk, tier := strings.CutSuffix(payload, TierSuffix)
+	if !tier {
+		if r, ok := strings.CutSuffix(rk, ResetSuffix); ok {
+			rk, inv.Reset = r, true
+		} else if r, ok := strings.CutSuffix(rk, PassSuffix); ok {
+			rk, inv.Pass = r, true
+		}
+	}
 	policy, key, ok := ParseKey(w.prefix, rk)
 	if !ok {
 		return
 	}
+	inv.Key, inv.Tier = key, tier
 	w.mu.Lock()
 	fs := w.byPolicy[policy]
 	w.mu.Unlock()
 	for _, f := range fs {
-		f(driver.Invalidation{Key: key, Tier: tier})
+		f(inv)
 	}
 }
