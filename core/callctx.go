@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratekit/ratekit/core/driver"
 )
 
 // A store call's timeout means the store did not answer, not that this
@@ -22,12 +24,22 @@ import (
 // waits on, twice as long as the process was held up (plus the time a
 // busy scheduler takes to notice a reply), and is judged again, up to
 // maxStarved past the timeout. Only a call judged in a responsive
-// process times out.
+// process times out. On a store that tells whether its server has sent
+// anything since the call began ([driver.Replies]), a starved process
+// waits for a server that sent nothing only until frozen timeouts have
+// passed: it did not answer, however busy this process is.
 
 // maxStarved bounds how far past its timeout a store call waits while
 // the process is starved: a store that truly does not answer then costs
 // a call at most this much more.
 const maxStarved = time.Second
+
+// frozen is how many timeouts a call waits at most, starved process or
+// not, on a store that tells that its server has sent nothing since the
+// call began ([driver.Replies]): the store does not answer (a paused,
+// frozen or unreachable server), and the process's business does not
+// excuse it.
+const frozen = 10
 
 // starvedAfter returns the scheduling delay from which a process counts
 // as starved for a call of timeout: an eighth of it, at least 1 ms.
@@ -48,15 +60,17 @@ type callCtx struct {
 	context.Context // the caller's
 
 	mu      sync.Mutex
-	gen     uint64        // uses so far: a judgement of an earlier use is dropped
-	timeout time.Duration // the limiter's
-	soft    time.Time     // the timeout, or the caller's deadline if earlier
-	hard    time.Time     // the latest Done closes
-	target  time.Time     // when the timer is due
-	ch      chan struct{} // closed when the call times out
-	timer   *time.Timer   // runs expire
-	armed   bool          // the timer runs for this use
-	expired bool          // ch is closed
+	gen     uint64         // uses so far: a judgement of an earlier use is dropped
+	timeout time.Duration  // the limiter's
+	start   time.Time      // when the call began
+	replies driver.Replies // tells whether a reply waits unread; nil: cannot
+	soft    time.Time      // the timeout, or the caller's deadline if earlier
+	hard    time.Time      // the latest Done closes
+	target  time.Time      // when the timer is due
+	ch      chan struct{}  // closed when the call times out
+	timer   *time.Timer    // runs expire
+	armed   bool           // the timer runs for this use
+	expired bool           // ch is closed
 }
 
 var callCtxPool = sync.Pool{New: func() any { return new(callCtx) }}
@@ -67,7 +81,7 @@ func newCallCtx(parent context.Context, start time.Time, timeout time.Duration) 
 	c := callCtxPool.Get().(*callCtx)
 	c.mu.Lock()
 	c.gen++
-	c.Context, c.timeout = parent, timeout
+	c.Context, c.timeout, c.start, c.replies = parent, timeout, start, nil
 	c.soft = start.Add(timeout)
 	c.hard = c.soft.Add(maxStarved)
 	if d, ok := parent.Deadline(); ok {
@@ -146,12 +160,22 @@ func (c *callCtx) expire() {
 		c.mu.Unlock() // stopped, or a late run of an earlier use's timer
 		return
 	}
-	gen, late, timeout, hard := c.gen, now.Sub(c.target), c.timeout, c.hard
+	gen, late, timeout, hard, start, replies := c.gen, now.Sub(c.target), c.timeout, c.hard, c.start, c.replies
 	parentDone := callerErr(c.Context, now) != nil
 	c.mu.Unlock()
 
 	var wait time.Duration // how much longer to wait; 0: the call times out
-	if !parentDone && now.Before(hard) {
+	switch {
+	case parentDone || !now.Before(hard):
+	case replies != nil && silent(replies, start):
+		// The server has sent nothing since the call began: the store
+		// does not answer. A starved process waits on, no later than
+		// frozen timeouts past the call's start (asking again each
+		// timeout); a responsive one times out now.
+		if until := start.Add(frozen * timeout); now.Before(until) && lately.starved(late, now, timeout) {
+			wait = min(timeout, until.Sub(now))
+		}
+	default:
 		wait = lately.judge(starvation(late, starvedAfter(timeout)), time.Now(), timeout)
 	}
 	c.mu.Lock()
@@ -170,6 +194,13 @@ func (c *callCtx) expire() {
 	close(c.ch)
 }
 
+// silent reports that replies tells that the server has sent nothing
+// since start.
+func silent(replies driver.Replies, start time.Time) bool {
+	answered, known := replies.Answered(start)
+	return known && !answered
+}
+
 // lately remembers when the process was last seen busy, by any call: on
 // a saturated CPU one quick turn of the scheduler says little, so a call
 // is judged responsive only once no call has seen the scheduler busy for
@@ -179,6 +210,26 @@ var lately starvedSince
 type starvedSince struct {
 	at  atomic.Int64 // unix nanoseconds of the last sighting
 	lag atomic.Int64 // its wait to run, nanoseconds
+}
+
+// starved reports, without running the scheduler's measurement (which a
+// saturated process makes slow), whether the process is starved at now
+// for a call of timeout noticed late by late: noticed late by
+// starvedAfter(timeout) or more, or goroutines lately waiting that long
+// to run, now or for any call judged within starvedMemory(timeout).
+func (s *starvedSince) starved(late time.Duration, now time.Time, timeout time.Duration) bool {
+	limit := starvedAfter(timeout)
+	if late >= limit {
+		return true
+	}
+	if at := s.at.Load(); at != 0 && now.UnixNano()-at < int64(starvedMemory(timeout)) {
+		return true
+	}
+	if waits.busy(now, limit) {
+		s.at.Store(now.UnixNano())
+		return true
+	}
+	return false
 }
 
 // netpollDelay is how late a busy Go scheduler may notice that a reply

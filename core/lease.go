@@ -233,7 +233,7 @@ func (f *inFlight) refund(ctx context.Context, t ticket) error {
 	if f.local != nil {
 		f.local.Release(t.key, f.owner, t.at) // the mirror
 	}
-	cc := newCallCtx(ctx, time.Now(), l.timeout)
+	cc := l.callCtx(ctx, time.Now())
 	err := f.store.ReleaseLease(cc, ls)
 	cc.release()
 	if err != nil {

@@ -41,8 +41,9 @@ type Limiter struct {
 	differ     differ     // the configurations other instances announce for the policy
 	wholeLimit bool       // WithLocalShare(false)
 	episode    fallbackState
-	refused    *refusals // the refusals counted (TopRefused); nil: none
-	replay     *replays  // fallback admissions to record in the store; nil: none
+	refused    *refusals      // the refusals counted (TopRefused); nil: none
+	replay     *replays       // fallback admissions to record in the store; nil: none
+	replies    driver.Replies // the store's, if it tells of unread replies
 }
 
 // fallbackState tracks a limiter's fallback episodes.
@@ -416,7 +417,7 @@ func (l *Limiter) forgetLocal(ctx context.Context, key string, shard int) {
 // fails.
 func (l *Limiter) storeReset(ctx context.Context, key string, shard int) error {
 	q := l.query(key, shard, 0, time.Time{})
-	cc := newCallCtx(ctx, time.Now(), l.timeout)
+	cc := l.callCtx(ctx, time.Now())
 	defer cc.release()
 	if err := l.store.Reset(cc, q); err != nil {
 		err = fmt.Errorf("ratekit: policy %q: reset: %w", l.policy.Name, err)
@@ -424,6 +425,14 @@ func (l *Limiter) storeReset(ctx context.Context, key string, shard int) error {
 		return err
 	}
 	return nil
+}
+
+// callCtx returns the context of a store call of l that begins at start
+// (see callCtx). Release it after the call.
+func (l *Limiter) callCtx(ctx context.Context, start time.Time) *callCtx {
+	c := newCallCtx(ctx, start, l.timeout)
+	c.replies = l.replies
+	return c
 }
 
 // emit reports e to the limiter's observers.
@@ -527,7 +536,7 @@ func (l *Limiter) InvalidateTier(ctx context.Context, key string) error {
 	if !ok {
 		return nil
 	}
-	cc := newCallCtx(ctx, time.Now(), l.timeout)
+	cc := l.callCtx(ctx, time.Now())
 	defer cc.release()
 	if err := inv.Invalidate(cc, l.policy.Name, bounded); err != nil {
 		err = fmt.Errorf("ratekit: policy %q: invalidate tier: %w", l.policy.Name, err)

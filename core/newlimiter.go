@@ -50,6 +50,7 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		}
 	}
 	l.breakers.init(store, o)
+	l.replies, _ = store.(driver.Replies)
 	if !o.tier && !o.noRefusals {
 		l.refused = newRefusals(policy, store, o.refusedEvery)
 	}

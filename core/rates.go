@@ -169,7 +169,7 @@ func (r sharedRates) refund(ctx context.Context, t ticket) error {
 	if t.mirror != 0 {
 		l.fb.Refund(&q, t.mirror)
 	}
-	cc := newCallCtx(ctx, time.Now(), l.timeout)
+	cc := l.callCtx(ctx, time.Now())
 	defer cc.release()
 	if err := l.store.Refund(cc, q, t.at); err != nil {
 		err = fmt.Errorf("ratekit: policy %q: refund: %w", l.policy.Name, err)
@@ -240,7 +240,7 @@ func (l *Limiter) call(ctx context.Context, q *driver.Query, take bool, f func(c
 	if !ok {
 		return false, 0, nil, nil
 	}
-	cc := newCallCtx(ctx, start, l.timeout)
+	cc := l.callCtx(ctx, start)
 	cause = f(cc)
 	cc.release()
 	lat = time.Since(start)

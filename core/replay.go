@@ -232,7 +232,7 @@ func (r *replays) before(ctx context.Context, key string) {
 	if !waiting {
 		return
 	}
-	cc := newCallCtx(ctx, time.Now(), r.l.timeout)
+	cc := r.l.callCtx(ctx, time.Now())
 	r.record(cc, key)
 	cc.release()
 }

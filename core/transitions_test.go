@@ -3,7 +3,10 @@ package core_test
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/race"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/redisstore"
@@ -328,5 +332,79 @@ func TestResetThroughBreaker(t *testing.T) {
 				t.Errorf("%d admitted after the reset until Redis denied, want 5", got)
 			}
 		})
+	}
+}
+
+// TestRedisFrozenSaturatedApp: a Redis that does not answer (paused)
+// behind an app whose CPU is saturated costs a decision at most ten
+// timeouts (200 ms at the default 20 ms) more than a decision of a Redis
+// that answers costs in the same saturated process, at the 99th
+// percentile (1.02 to 1.21 s in all before): the limiter asks whether a
+// reply waits unread in a socket rather than how busy its scheduler is. Timed against
+// the timeout: make test runs it alone.
+func TestRedisFrozenSaturatedApp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("Redis-backed")
+	}
+	if race.Enabled {
+		t.Skip("timing against the timeout: make test runs it without -race, in a step of its own")
+	}
+	srv := redistest.Start(t)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	p := core.Policy{Name: "frozen", Rules: []core.Rule{{Limit: 1000, Window: time.Minute}}}
+	frozen := testkit.Limiter(t, redisstore.New(rdb), p, core.WithBreaker(0, 0))
+	ctx := context.Background()
+	for i := range 200 { // warm: connections open, pool filled
+		if _, err := frozen.Allow(ctx, fmt.Sprint("warm", i%20)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// p99 returns the 99th percentile of the latencies of 16 goroutines
+	// deciding on l for d, those decided by the store left out when
+	// fallbacks is set.
+	p99 := func(l *core.Limiter, d time.Duration, fallbacks bool) time.Duration {
+		var (
+			mu   sync.Mutex
+			lats []time.Duration
+			wg   sync.WaitGroup
+		)
+		deadline := time.Now().Add(d)
+		for g := range 16 {
+			wg.Go(func() {
+				for i := 0; time.Now().Before(deadline); i++ {
+					begin := time.Now()
+					dec, err := l.Allow(ctx, fmt.Sprint("user", g, "-", i%5))
+					lat := time.Since(begin)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if fallbacks && !dec.Source.Fallback() {
+						continue // answered before the pause began
+					}
+					mu.Lock()
+					lats = append(lats, lat)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		slices.Sort(lats)
+		if len(lats) < 50 {
+			t.Fatalf("%d decisions, want at least 50", len(lats))
+		}
+		return lats[len(lats)*99/100]
+	}
+	stop := spin(8)
+	defer stop()
+	busy := p99(frozen, time.Second, false)
+	srv.Pause(4 * time.Second)
+	got := p99(frozen, 2*time.Second, true)
+	stop()
+	t.Logf("p99 with the CPU saturated: %v with Redis answering, %v by the failure policy with Redis paused", busy, got)
+	if bound := busy + 10*core.DefaultTimeout + 50*time.Millisecond; got > bound {
+		t.Errorf("p99 %v with Redis paused behind a saturated app, want at most %v: ten timeouts more than with Redis answering", got, bound)
 	}
 }

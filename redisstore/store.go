@@ -84,6 +84,7 @@ type Store struct {
 	scripts   atomic.Bool       // the server has no FCALL: run the library as scripts
 	prune     sync.Once         // the libraries no instance runs are deleted (pruned)
 	watch     *watcher          // invalidations between instances, and the fleet
+	replies   replies           // the connections dialled, for Answered
 
 	wall func() time.Time // the clock calendar periods are found around when Redis's decides; nil: time.Now
 
@@ -93,7 +94,10 @@ type Store struct {
 	waitsShort   atomic.Int64  // ... and got fewer acknowledgements than asked
 }
 
-var _ driver.SharedProfile = (*Store)(nil)
+var (
+	_ driver.SharedProfile = (*Store)(nil)
+	_ driver.Replies       = (*Store)(nil)
+)
 
 // ErrUnsafeEviction is wrapped by the error [Store.Check] returns when a
 // Redis server's maxmemory-policy lets it evict live limiter keys.
@@ -223,6 +227,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	} else {
 		s.batch = newBatcher()
 	}
+	s.replies.track(client)
 	s.leases = &redislib.Leases{Name: "ratekit: redis store", Prefix: s.prefix, Cluster: s.cluster, Run: s.run, Flight: s.flight}
 	s.watch = newWatcher(s)
 	return s
@@ -263,6 +268,12 @@ func (s *Store) Refund(ctx context.Context, q driver.Query, at int64) error {
 	_, err := s.decide(ctx, &q, redislib.OpRefund, at)
 	return err
 }
+
+// Answered implements [driver.Replies]: whether Redis has sent bytes on a
+// connection the client dialled since the store was made, since t: read
+// since, or waiting unread in its socket (on Linux; elsewhere it cannot
+// tell).
+func (s *Store) Answered(since time.Time) (answered, known bool) { return s.replies.since(since) }
 
 // Record implements [driver.Recorder]: the units are entries (or bucket
 // and period counts) of the key, in order, as the decision's own.

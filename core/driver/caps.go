@@ -172,6 +172,21 @@ type Recorder interface {
 	Record(ctx context.Context, q Query, ago time.Duration) (at int64, err error)
 }
 
+// Replies is implemented by a store that can tell whether its server has
+// sent anything since a given time: replies read since, or waiting unread.
+// When a call's timeout falls due while the process is starved of CPU, a
+// limiter waits on (up to a second past the timeout) for a server that
+// answers, late because this process reads late or because it shares the
+// starved CPU, but not for a server that sent nothing since the call
+// began: a paused, frozen or unreachable server costs a call at most ten
+// timeouts, however busy the process is.
+type Replies interface {
+	// Answered reports whether the server has sent bytes since since,
+	// and whether the store could tell (known false: the limiter judges
+	// by its scheduler alone). It must be fast and must not block.
+	Answered(since time.Time) (answered, known bool)
+}
+
 // Partitioned is implemented by a store spread over several servers, such
 // as a Redis Cluster: a limiter keeps a circuit breaker per partition, so
 // that one failing server switches only its own keys to the failure

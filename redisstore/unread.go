@@ -1,0 +1,129 @@
+package redisstore
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// replies keeps the connections the client dials from the store's start
+// on, to tell whether Redis has sent anything since a call began
+// ([Store.Answered]): read since, or waiting unread in a socket. A process
+// starved of CPU reads its replies late, and waits on for them, and a
+// Redis that shares the starved CPU answers late but answers; a Redis that
+// does not answer sends nothing.
+type replies struct {
+	last  atomic.Int64 // unix nanoseconds of the latest read of a reply's bytes
+	mu    sync.Mutex
+	conns map[*trackedConn]struct{}
+}
+
+// hook is the go-redis hook that tracks the connections dialled.
+func (r *replies) hook() redis.Hook { return repliesHook{r} }
+
+type repliesHook struct{ r *replies }
+
+func (h repliesHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		if err != nil {
+			return c, err
+		}
+		sc, ok := c.(syscall.Conn)
+		if !ok {
+			return c, nil // a TLS or other connection: not watched
+		}
+		raw, err := sc.SyscallConn()
+		if err != nil {
+			return c, nil
+		}
+		tc := &trackedConn{Conn: c, raw: raw, r: h.r}
+		h.r.mu.Lock()
+		if h.r.conns == nil {
+			h.r.conns = make(map[*trackedConn]struct{})
+		}
+		h.r.conns[tc] = struct{}{}
+		h.r.mu.Unlock()
+		return tc, nil
+	}
+}
+
+func (repliesHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (repliesHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// trackedConn is a connection of the client whose unread bytes can be
+// asked for; it forgets itself when closed.
+type trackedConn struct {
+	net.Conn
+	raw  syscall.RawConn
+	r    *replies
+	once sync.Once
+}
+
+// Read reads as the connection does, and notes when bytes came.
+func (c *trackedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.r.last.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.r.mu.Lock()
+		delete(c.r.conns, c)
+		c.r.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// since reports whether Redis has sent bytes since t: read by a goroutine
+// since, or waiting unread in a connection's socket; and whether it could
+// tell.
+func (r *replies) since(t time.Time) (answered, known bool) {
+	if r.last.Load() >= t.UnixNano() {
+		return true, true
+	}
+	return r.waiting()
+}
+
+// waiting reports whether a connection of the client holds bytes no one
+// has read, and whether any connection could be asked.
+func (r *replies) waiting() (unread, known bool) {
+	r.mu.Lock()
+	conns := make([]*trackedConn, 0, len(r.conns))
+	for c := range r.conns {
+		conns = append(conns, c)
+	}
+	r.mu.Unlock()
+	for _, c := range conns {
+		n, ok := unreadBytes(c.raw)
+		if !ok {
+			return false, false
+		}
+		known = true
+		if n > 0 {
+			return true, true
+		}
+	}
+	return false, known
+}
+
+// track makes client's connections dialled from now on watched.
+func (r *replies) track(client redis.UniversalClient) {
+	switch c := client.(type) {
+	case *redis.Client:
+		c.AddHook(r.hook())
+	case *redis.ClusterClient:
+		c.OnNewNode(func(n *redis.Client) { n.AddHook(r.hook()) })
+	}
+}
