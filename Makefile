@@ -6,7 +6,7 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 .PHONY: run test test-short lint fuzz bench bench-go redis-server chromium promtool
 
 # ALONE are the tests timed against the store timeout, which run on their own.
-ALONE := ^(TestRedisFaults|TestRedisTimeoutWhilePaused|TestRedisPoolExhausted|TestInFlightBreakerAndTimeout|TestRedisSaturatedApp|TestRedisClusterPaused|TestPaused)$$
+ALONE := ^(TestRedisFaults|TestRedisTimeoutWhilePaused|TestRedisPoolExhausted|TestInFlightBreakerAndTimeout|TestRedisSaturatedApp|TestRedisFrozenSaturatedApp|TestRedisClusterPaused|TestPaused)$$
 
 ## run: the quickstart example server on the in-memory store (REDIS_URL switches to Redis)
 run:
@@ -26,7 +26,7 @@ test: redis-server chromium promtool
 	# paused store also without the race detector (under it, 32 timeouts falling due at
 	# once can slow the scheduler enough to be judged a starved process, which waits on).
 	$(GO) test -race -count=1 -run '$(ALONE)' ./core/
-	$(GO) test -count=1 -run '^TestRedisSaturatedApp$$' ./core/
+	$(GO) test -count=1 -run '^(TestRedisSaturatedApp|TestRedisFrozenSaturatedApp)$$' ./core/
 	$(GO) test -count=1 -run '^TestPaused$$' ./rueidisstore/
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count=1 ./...
 	cd bench && $(GO) vet -mod=mod ./... && $(GO) test -mod=mod -count=1 ./...
