@@ -130,7 +130,7 @@ func (f *inFlight) allow(ctx context.Context, key string, _ int, n int64) (Decis
 		ok   bool
 		held int64
 	)
-	answered, lat, cause, err := l.call(ctx, &q, true, func(ctx context.Context) (err error) {
+	answered, lat, cause, err := l.call(ctx, &q, true, func(ctx context.Context, _ bool) (err error) {
 		ok, held, err = f.store.TakeLease(ctx, ls)
 		return err
 	})
@@ -178,7 +178,7 @@ func (f *inFlight) peek(ctx context.Context, key string, _ int) (Decision, error
 		return f.decision(held < f.limit, held, f.limit, SourceStore), nil
 	}
 	q := driver.Query{Policy: l.policy.Name, Key: key, Rules: f.rules, N: 1}
-	answered, _, _, err := l.call(ctx, &q, false, func(ctx context.Context) (err error) {
+	answered, _, _, err := l.call(ctx, &q, false, func(ctx context.Context, _ bool) (err error) {
 		held, err = f.store.HeldLeases(ctx, ls)
 		return err
 	})

@@ -44,6 +44,9 @@ type Limiter struct {
 	refused    *refusals      // the refusals counted (TopRefused); nil: none
 	replay     *replays       // fallback admissions to record in the store; nil: none
 	replies    driver.Replies // the store's, if it tells of unread replies
+	recovering atomic.Int64   // unix nanoseconds: until then the fallback decides, the store answering again (see recover)
+	outage     atomic.Bool    // a circuit breaker opened: the store's next answer ends an outage
+	longest    time.Duration  // the longest sliding window of the policy; 0 with calendar rules
 }
 
 // fallbackState tracks a limiter's fallback episodes.
@@ -375,7 +378,7 @@ func (l *Limiter) Pass(ctx context.Context, key string) error {
 	}
 	// Through the circuit breaker, as decisions go: a pass the store did
 	// not take holds here, and in the store once it answers.
-	ok, _, cause, err := l.call(ctx, &q, true, func(ctx context.Context) error { return l.passes.Pass(ctx, q) })
+	ok, _, cause, err := l.call(ctx, &q, true, func(ctx context.Context, _ bool) error { return l.passes.Pass(ctx, q) })
 	if err != nil {
 		return fmt.Errorf("ratekit: policy %q: pass: %w", l.policy.Name, err)
 	}

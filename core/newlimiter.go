@@ -69,6 +69,9 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	l.rates(store, o, local, inv != nil)
 	if rec, ok := store.(driver.Recorder); ok && !local {
 		l.replay = newReplays(l, rec)
+		if !hasCalendar(policy.Rules) {
+			l.longest = slidingWindow(policy.Rules)
+		}
 	}
 	if o.tierFunc != nil || o.tiers != nil {
 		if l.tiers, l.tiered, err = newTiers(store, policy, o, opts); err != nil {

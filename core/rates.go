@@ -69,7 +69,64 @@ func (r sharedRates) allow(ctx context.Context, key string, shard int, n int64) 
 			return d, nil
 		}
 	}
-	return r.decide(ctx, l.query(key, shard, n, now), shard, now, opTake)
+	q := l.query(key, shard, n, now)
+	if l.recovered(time.Now()) {
+		return r.decide(ctx, q, shard, now, opTake)
+	}
+	return r.graceDecision(ctx, q, shard), nil
+}
+
+// graceDecision decides q by the local fallback, as during an outage,
+// while the store answers again but the other instances may not have
+// told it yet what they admitted without it: this one keeps its share.
+func (r sharedRates) graceDecision(ctx context.Context, q driver.Query, shard int) Decision {
+	l := r.l
+	d := l.fallback(q, shard, true, l.breakers.of(&q))
+	if !d.Allowed && !d.Challenged {
+		l.refuse(q.Key)
+	}
+	l.fellBack(ctx, nil)
+	l.emit(ctx, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d})
+	return d
+}
+
+// recovered reports whether decisions go to the store at now: not during
+// the grace that follows the end of an outage (see recover).
+func (l *Limiter) recovered(now time.Time) bool {
+	until := l.recovering.Load()
+	if until == 0 {
+		return true
+	}
+	if now.UnixNano() < until {
+		return false
+	}
+	l.recovering.CompareAndSwap(until, 0)
+	return true
+}
+
+// recoveryGrace is how long, once the store answers again after an
+// outage, a limiter of a fleet of several instances under FailLocal goes
+// on deciding by its share: long enough for every instance to notice
+// that the store answers (its breaker's cool-down, or the retry of what
+// waits, replayRetry) and to tell it what it admitted without it. So the
+// end of an outage hands out no fresh limit, before the others have
+// counted.
+const recoveryGrace = 2 * time.Second
+
+// graceful reports whether the end of an outage holds l's decisions to
+// its share a while (see recover): under FailLocal, sharing its limit
+// with other instances.
+func (l *Limiter) graceful() bool {
+	return l.failure == FailLocal && l.fleet != nil && !l.wholeLimit && l.fleet() > 1
+}
+
+// recover starts the grace of a limiter that was deciding by its share
+// of the limit because its circuit breaker had opened (an outage, not a
+// call that failed alone), when the store answers again at now.
+func (l *Limiter) recover(now time.Time) {
+	if l.outage.CompareAndSwap(true, false) && l.graceful() {
+		l.recovering.Store(now.Add(recoveryGrace).UnixNano())
+	}
 }
 
 func (r sharedRates) peek(ctx context.Context, key string, shard int) (Decision, error) {
@@ -87,12 +144,22 @@ func (r sharedRates) decide(ctx context.Context, q driver.Query, shard int, now 
 		gen = l.deny.generation(q.Key)
 	}
 	var res driver.Result
-	answered, lat, cause, err := l.call(ctx, &q, take, func(ctx context.Context) (err error) {
+	probed := false
+	answered, lat, cause, err := l.call(ctx, &q, take, func(ctx context.Context, probe bool) (err error) {
 		if take {
 			if l.replay != nil {
 				// What the failure policy admitted of the key counts
 				// first.
 				l.replay.before(ctx, q.Key)
+			}
+			if probe && l.graceful() && l.outage.Load() {
+				// The circuit breaker's probe after an outage: it tells
+				// the store what this instance admitted without it and
+				// decides nothing there, since the other instances may
+				// not have told theirs yet (see recover).
+				probed = true
+				_, err = l.store.Peek(ctx, q)
+				return err
 			}
 			res, err = l.store.Take(ctx, q)
 		} else {
@@ -104,6 +171,10 @@ func (r sharedRates) decide(ctx context.Context, q driver.Query, shard int, now 
 		return Decision{}, err
 	}
 	var d Decision
+	if answered && probed {
+		// The store answers again: this instance keeps its share a while.
+		return r.graceDecision(ctx, q, shard), nil
+	}
 	if answered {
 		d.res = res
 		l.bind(&d, res.Allowed, SourceStore)
@@ -187,7 +258,7 @@ func (r sharedRates) refund(ctx context.Context, t ticket) error {
 func (r sharedRates) reset(ctx context.Context, key string, shard int) error {
 	l := r.l
 	q := l.query(key, shard, 0, time.Time{})
-	ok, _, cause, err := l.call(ctx, &q, true, func(ctx context.Context) error { return l.store.Reset(ctx, q) })
+	ok, _, cause, err := l.call(ctx, &q, true, func(ctx context.Context, _ bool) error { return l.store.Reset(ctx, q) })
 	if err != nil {
 		return fmt.Errorf("ratekit: policy %q: reset: %w", l.policy.Name, err)
 	}
@@ -227,7 +298,7 @@ var errBreakerOpen = errors.New("the store's circuit breaker is open")
 // breaker was open and no call was made), and the breaker and the
 // observers have learned of it; err is set only when the caller's context
 // ended first, which says nothing about the store.
-func (l *Limiter) call(ctx context.Context, q *driver.Query, take bool, f func(ctx context.Context) error) (ok bool, lat time.Duration, cause, err error) {
+func (l *Limiter) call(ctx context.Context, q *driver.Query, take bool, f func(ctx context.Context, probe bool) error) (ok bool, lat time.Duration, cause, err error) {
 	start := time.Now()
 	waits.tick(start)
 	br := l.breakers.of(q)
@@ -241,7 +312,7 @@ func (l *Limiter) call(ctx context.Context, q *driver.Query, take bool, f func(c
 		return false, 0, nil, nil
 	}
 	cc := l.callCtx(ctx, start)
-	cause = f(cc)
+	cause = f(cc, probe)
 	cc.release()
 	lat = time.Since(start)
 	if cause == nil {
@@ -249,6 +320,7 @@ func (l *Limiter) call(ctx context.Context, q *driver.Query, take bool, f func(c
 			if br.success() {
 				l.emit(ctx, Event{Kind: EventBreakerClose})
 			}
+			l.recover(start)
 			l.answered(ctx, start)
 			if l.replay != nil {
 				l.replay.all() // the store answers: what was admitted without it counts there
@@ -270,6 +342,7 @@ func (l *Limiter) call(ctx context.Context, q *driver.Query, take bool, f func(c
 			br.abandon()
 		}
 	} else if br.failure(time.Now()) {
+		l.outage.Store(true)
 		defer l.emit(ctx, Event{Kind: EventBreakerOpen, Err: cause})
 	}
 	l.emit(ctx, Event{Kind: EventStoreError, Key: q.Key, Cost: q.N, Err: cause, Latency: lat})

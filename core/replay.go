@@ -36,10 +36,11 @@ const maxPending = fallbackMaxKeys
 // replays holds a limiter's admissions made without its store, to record
 // there once it answers.
 type replays struct {
-	rec  driver.Recorder
-	l    *Limiter
-	n    atomic.Int64 // keys pending
-	busy atomic.Bool  // a background recording runs
+	rec   driver.Recorder
+	l     *Limiter
+	n     atomic.Int64 // keys pending
+	busy  atomic.Bool  // a background recording runs
+	retry atomic.Bool  // the retry loop runs
 
 	mu   sync.Mutex
 	keys map[string]*pendingKey // by store key (a shard's, with shards)
@@ -83,7 +84,57 @@ func (r *replays) add(key string, shard int, n int64, now time.Time) *pending {
 	}
 	p := &pending{at: now, n: n}
 	pk.units = append(pk.units, p)
+	r.retrying()
 	return p
+}
+
+// retrying makes sure what waits is tried again every replayRetry, even
+// while the limiter decides nothing: so that an idle instance's fallback
+// admissions count for the others within a second of the store
+// answering. It stops once nothing waits (told, or out of every window of
+// the policy); no goroutine waits in between, a timer does.
+func (r *replays) retrying() {
+	if r.retry.CompareAndSwap(false, true) {
+		time.AfterFunc(replayRetry, r.tick)
+	}
+}
+
+// tick is one try of retrying's.
+func (r *replays) tick() {
+	r.expire()
+	if r.n.Load() == 0 {
+		r.retry.Store(false)
+		if r.n.Load() == 0 || !r.retry.CompareAndSwap(false, true) {
+			return // nothing waits, or a new retrying took over
+		}
+	}
+	r.all()
+	time.AfterFunc(replayRetry, r.tick)
+}
+
+// expire drops the admissions that have left every window of the policy
+// (and the keys left with nothing to tell): no store needs them any more.
+func (r *replays) expire() {
+	longest := r.l.longest
+	if longest <= 0 {
+		return // calendar periods: kept until told
+	}
+	cutoff := r.l.now().Add(-longest)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, pk := range r.keys {
+		live := pk.units[:0]
+		for _, p := range pk.units {
+			if !p.gone && p.at.After(cutoff) {
+				live = append(live, p)
+			}
+		}
+		pk.units = live
+		if len(live) == 0 && !pk.reset && !pk.pass {
+			delete(r.keys, k)
+			r.n.Add(-1)
+		}
+	}
 }
 
 // refund takes back p, an admission refunded: it returns the store time
@@ -183,8 +234,9 @@ func (r *replays) record(ctx context.Context, key string) bool {
 	}
 	l := r.l
 	now := l.now()
-	fail := func(err error) bool {
-		l.emit(ctx, Event{Kind: EventStoreError, Key: key, Err: err})
+	// A failure is not reported: it is the store's, which the
+	// decisions report; what waits is tried again.
+	fail := func(error) bool {
 		r.putBack(key, pk)
 		return false
 	}
@@ -271,5 +323,9 @@ func (r *replays) all() {
 	}()
 }
 
-// replayTimeout bounds each store call of a background recording.
-const replayTimeout = time.Second
+// replayTimeout bounds each store call of a background recording, and
+// replayRetry is how often what waits is tried again.
+const (
+	replayTimeout = time.Second
+	replayRetry   = time.Second
+)

@@ -408,3 +408,59 @@ func TestRedisFrozenSaturatedApp(t *testing.T) {
 		t.Errorf("p99 %v with Redis paused behind a saturated app, want at most %v: ten timeouts more than with Redis answering", got, bound)
 	}
 }
+
+// TestOutageEndFleet: a fleet of two stays within the outage's bound
+// through the recovery: 2 admitted by Redis, an outage during which each
+// instance admits what is left of its share (2 of 4 each, less its own
+// admission through Redis), and nothing more once Redis answers: 4 of 4
+// in all (6 before, the end of the outage handing out the limit afresh).
+func TestOutageEndFleet(t *testing.T) {
+	for _, drv := range viaDrivers {
+		t.Run(drv.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			p := core.Policy{Name: "fleet", Rules: []core.Rule{{Limit: 4, Window: time.Minute}}}
+			var (
+				proxies [2]*redistest.Proxy
+				ls      [2]*core.Limiter
+			)
+			for i := range ls {
+				proxies[i] = redistest.NewProxy(t, srv.Addr())
+				ls[i] = testkit.Limiter(t, drv.new(t, proxies[i].Addr()), p,
+					core.WithTimeout(200*time.Millisecond), core.WithBreaker(2, 200*time.Millisecond))
+			}
+			testkit.WaitUntil(t, "both instances counted", func() bool { return core.Instances(ls[0]) == 2 && core.Instances(ls[1]) == 2 })
+			ctx := context.Background()
+			admitted := 0
+			for _, l := range ls {
+				if d, _ := l.Allow(ctx, "k"); d.Allowed {
+					admitted++
+				}
+			}
+			for _, px := range proxies {
+				px.SetDropping(true)
+			}
+			for _, l := range ls {
+				for range 3 {
+					if d, _ := l.Allow(ctx, "k"); d.Allowed {
+						admitted++
+					}
+				}
+			}
+			for _, px := range proxies {
+				px.SetDropping(false)
+			}
+			for _, l := range ls {
+				admitted += untilStore(t, l, "k")
+				for range 3 {
+					if d, _ := l.Allow(ctx, "k"); d.Allowed {
+						admitted++
+					}
+				}
+			}
+			if admitted != 4 {
+				t.Errorf("%d admitted in the minute by a fleet of two, want 4", admitted)
+			}
+		})
+	}
+}

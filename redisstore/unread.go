@@ -68,6 +68,10 @@ type trackedConn struct {
 	once sync.Once
 }
 
+// SyscallConn returns the connection's raw connection: go-redis checks a
+// pooled connection's health through it before it uses it.
+func (c *trackedConn) SyscallConn() (syscall.RawConn, error) { return c.raw, nil }
+
 // Read reads as the connection does, and notes when bytes came.
 func (c *trackedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
