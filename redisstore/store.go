@@ -59,11 +59,24 @@ const defaultBatch = 64
 // [Store.Partition] names the master, so that a limiter's circuit
 // breakers follow the masters. Until the map is loaded, decisions share
 // one batcher and partitions are fixed groups of 256 slots. The map only
-// routes: go-redis still sends each command where its own map says and
-// follows MOVED and ASK. A script call deciding several keys of a slot
-// that is migrating, which Redis refuses with TRYAGAIN once the keys are
-// split between the two nodes, is sent again at once one key per call,
-// each following its own redirect.
+// routes: each command goes where go-redis's own map says. A flight of
+// several script calls goes in one pipeline to the client of their
+// master, and a call that master redirects (MOVED, ASK) is sent again at
+// once through the cluster client, which follows the redirect: go-redis's
+// own cluster pipelines pause ClusterOptions.MinRetryBackoff (8 ms or
+// more) before they follow one, longer than a limiter's default timeout.
+// A script call deciding several keys of a slot that is migrating, which
+// Redis refuses with TRYAGAIN once the keys are split between the two
+// nodes, is sent again at once one key per call, each following its own
+// redirect. So hooks added to the ClusterClient see the calls sent alone,
+// and the hooks of the masters' clients (OnNewNode) see every call.
+//
+// A connection to a node that fails (refused, reset) makes the store load
+// the slot map, and go-redis its own, at once and every 200 ms while such
+// failures go on: the replica the Cluster promotes in place of a master
+// that died decides its keys as soon as the Cluster agrees on it, not at
+// go-redis's periodic reload (a minute apart by default), which is the
+// first go-redis makes by itself after the failure of a script call.
 //
 // A Store offers every optional capability of the core package: leases
 // ([driver.Leases]), challenges ([driver.Challenges]), invalidations
@@ -224,6 +237,14 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	newBatcher := func() *redislib.Batcher { return redislib.NewBatcher(s.flight, o.batch, s.honorsCtx) }
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		s.nodes = redislib.NewNodes(func(ctx context.Context) ([]redislib.SlotRange, error) { return clusterSlots(ctx, cc) }, newBatcher)
+		// go-redis does not reload its map after a failed script call
+		// (they are NoRetry) before its periodic reload, a minute apart
+		// by default: the store has it reload when a node fails. Its
+		// ForEachMaster reloads the map before it returns (ReloadState
+		// only starts a reload).
+		s.nodes.Reload = func(ctx context.Context) {
+			_ = cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil })
+		}
 	} else {
 		s.batch = newBatcher()
 	}
@@ -439,26 +460,29 @@ func answer(b *batchCmd) {
 	redislib.Decode(b.calls, reply, err)
 }
 
-// exec runs cmds on c: one command as it is, several in a pipeline. A
-// command that met NOSCRIPT (a restarted or flushed Redis, a replica just
-// promoted) is sent again with the script's source, which loads it; one
-// that Redis refused before running it is sent again after a pause; one
-// of several keys that a Cluster refused with TRYAGAIN (its slot
-// migrating, the keys split between two nodes) is split, and its calls
-// are sent again at once, one per command (appended to cmds, the split
-// one marked); all while ctx allows, a few times at most, and alone: a
+// exec runs cmds on c: one command as it is, several in a pipeline (see
+// send). A command that met NOSCRIPT (a restarted or flushed Redis, a
+// replica just promoted) is sent again with the script's source, which
+// loads it; one that Redis refused before running it is sent again after
+// a pause; one that a Cluster's node redirected (MOVED, ASK) is sent again
+// at once through the cluster client, which follows the redirect; one of
+// several keys that a Cluster refused with TRYAGAIN (its slot migrating,
+// the keys split between two nodes) is split, and its calls are sent
+// again at once, one per command (appended to cmds, the split one
+// marked); all while ctx allows, a few times at most, and alone: a
 // command that ran, or may have, is never sent twice. It returns cmds
 // with the commands of the split ones. A client that ignores ctx may
 // hold exec past ctx's deadline; the callers are not held, they wait on
 // their own contexts.
 func (s *Store) exec(ctx context.Context, cmds []batchCmd, c processor) ([]batchCmd, error) {
+	_, follows := c.(*redis.ClusterClient)
 	for attempt := 0; ; attempt++ {
 		err := send(ctx, cmds, attempt > 0, c)
 		if err == nil || attempt >= 4 || ctx.Err() != nil {
 			return cmds, err
 		}
 		var again, pause, load bool
-		cmds, again, pause, load = s.retry(ctx, cmds)
+		cmds, again, pause, load = s.retry(ctx, cmds, follows)
 		if load && s.loadLibrary(ctx, c) != nil {
 			// The server refuses FUNCTION LOAD (an ACL, a managed
 			// service): scripts from now on.
@@ -484,25 +508,37 @@ func (s *Store) exec(ctx context.Context, cmds []batchCmd, c processor) ([]batch
 	}
 }
 
-// checkSlots reports the slot map stale when a command met a redirect it
-// did not follow, or a failing connection.
+// checkSlots reports to the slot map a failing connection (the map and
+// go-redis's are loaded again at once: a master may have died), or a
+// command that met a redirect it did not follow (the map is stale).
 func (s *Store) checkSlots(cmds []batchCmd) {
 	if s.nodes == nil {
 		return
 	}
+	stale := false
 	for i := range cmds {
 		err := cmds[i].cmd.Err()
 		switch {
 		case err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		case !isRedisError(err) || redislib.Moved(err.Error()):
-			s.nodes.Stale()
-			return
+		case !isRedisError(err):
+			if redislib.ConnFailure(err) {
+				s.nodes.Failed()
+				return
+			}
+			stale = true
+		case redislib.Moved(err.Error()):
+			stale = true
 		}
+	}
+	if stale {
+		s.nodes.Stale()
 	}
 }
 
 // send sends cmds on c, or with again only those marked to be sent again:
-// one as it is, several in a pipeline.
+// one as it is, several in a pipeline; on a Cluster, several in one
+// pipeline per master (sendNodes) the first time, and each on its own
+// (sendAlone) when sent again.
 func send(ctx context.Context, cmds []batchCmd, again bool, c processor) error {
 	var one *batchCmd
 	n := 0
@@ -515,6 +551,12 @@ func send(ctx context.Context, cmds []batchCmd, again bool, c processor) error {
 	if n == 1 {
 		return c.Process(ctx, one.cmd)
 	}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		if again {
+			return sendAlone(ctx, cmds, cc)
+		}
+		return sendNodes(ctx, cmds, cc)
+	}
 	p := c.Pipeline()
 	for i := range cmds {
 		if !again || cmds[i].again {
@@ -525,13 +567,100 @@ func send(ctx context.Context, cmds []batchCmd, again bool, c processor) error {
 	return err
 }
 
+// sendNodes sends cmds on a Cluster in a pipeline to the client of the
+// master that serves their slots, as go-redis's map says (one pipeline
+// per master: a flight's calls are of one master unless the maps
+// disagree). A command the master redirects (MOVED, ASK) comes back with
+// the redirect, which exec then follows through the cluster client at
+// once: a pipeline of the cluster client follows redirects only after a
+// pause of at least ClusterOptions.MinRetryBackoff (8 ms by default,
+// often more than a Limiter's whole timeout), so that every decision of a
+// flight that met a migrating slot would time out.
+func sendNodes(ctx context.Context, cmds []batchCmd, cc *redis.ClusterClient) error {
+	type pipe struct {
+		node *redis.Client
+		p    redis.Pipeliner
+	}
+	var (
+		one   [1]pipe
+		pipes = one[:0]
+	)
+	for i := range cmds {
+		b := &cmds[i]
+		node, err := cc.MasterForKey(ctx, b.calls[0].Key)
+		if err != nil {
+			b.cmd.SetErr(err)
+			continue
+		}
+		j := 0
+		for j < len(pipes) && pipes[j].node != node {
+			j++
+		}
+		if j == len(pipes) {
+			pipes = append(pipes, pipe{node, node.Pipeline()})
+		}
+		_ = pipes[j].p.Process(ctx, b.cmd)
+	}
+	var wg sync.WaitGroup
+	for _, p := range pipes[min(1, len(pipes)):] {
+		wg.Go(func() { _, _ = p.p.Exec(ctx) })
+	}
+	if len(pipes) > 0 {
+		_, _ = pipes[0].p.Exec(ctx)
+	}
+	wg.Wait()
+	for i := range cmds {
+		if err := cmds[i].cmd.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxAlone bounds the commands sendAlone sends at once.
+const maxAlone = 8
+
+// sendAlone sends each command of cmds marked to be sent again through
+// the cluster client on its own, up to maxAlone at once, so that each
+// follows its own redirect at once (see sendNodes): the calls of a split
+// command, or commands a node redirected.
+func sendAlone(ctx context.Context, cmds []batchCmd, cc *redis.ClusterClient) error {
+	var todo []*batchCmd
+	for i := range cmds {
+		if cmds[i].again {
+			todo = append(todo, &cmds[i])
+		}
+	}
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+	)
+	work := func() {
+		for i := next.Add(1) - 1; i < int64(len(todo)); i = next.Add(1) - 1 {
+			_ = cc.Process(ctx, todo[i].cmd)
+		}
+	}
+	for range min(len(todo), maxAlone) - 1 {
+		wg.Go(work)
+	}
+	work()
+	wg.Wait()
+	for _, b := range todo {
+		if err := b.cmd.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // retry reads the errors of cmds and marks those Redis refused without
 // running them to be sent again (see redislib.RetryOf): whether any is
 // (again), after a pause (pause), and after loading the library (load).
 // A command of several calls refused with TRYAGAIN is marked split, and
-// a command per call is appended to cmds, to be sent at once; it returns
-// cmds.
-func (s *Store) retry(ctx context.Context, cmds []batchCmd) (_ []batchCmd, again, pause, load bool) {
+// a command per call is appended to cmds, to be sent at once; a
+// redirected one is sent again when follows says that the client follows
+// redirects. It returns cmds.
+func (s *Store) retry(ctx context.Context, cmds []batchCmd, follows bool) (_ []batchCmd, again, pause, load bool) {
 	for i, n := 0, len(cmds); i < n; i++ {
 		b := &cmds[i]
 		b.again = false
@@ -549,6 +678,10 @@ func (s *Store) retry(ctx context.Context, cmds []batchCmd) (_ []batchCmd, again
 		switch r {
 		case redislib.RetryNone:
 			continue
+		case redislib.RetryRedirect:
+			if !follows {
+				continue
+			}
 		case redislib.RetrySplit:
 			b.split = true
 			script, eval := b.script, b.eval

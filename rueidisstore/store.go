@@ -60,7 +60,11 @@ const defaultBatch = 64
 // that a master that stops answering holds up its own keys' decisions
 // only, and [Store.Partition] names the master; a script call of several
 // keys that Redis refuses with TRYAGAIN (their slot migrating) is sent
-// again at once one key per call.
+// again at once one key per call. A connection to a node that fails
+// (refused, reset) makes the store load the slot map at once and every
+// 200 ms while such failures go on, so that its partitions follow the
+// replica the Cluster promotes in place of a master that died; rueidis
+// reloads its own map on such errors.
 //
 // A Store offers every optional capability of the core package: leases
 // ([driver.Leases]), challenges ([driver.Challenges]), invalidations
@@ -443,21 +447,31 @@ func (s *Store) exec(ctx context.Context, cmds []batchCmd, sc *scratch) []batchC
 	}
 }
 
-// checkSlots reports the slot map stale when a command met a redirect it
-// did not follow, or a failing connection.
+// checkSlots reports to the slot map a failing connection (the map is
+// loaded again at once: a master may have died; rueidis reloads its own
+// on such errors), or a command that met a redirect it did not follow
+// (the map is stale).
 func (s *Store) checkSlots(cmds []batchCmd) {
 	if s.nodes == nil {
 		return
 	}
+	stale := false
 	for i := range cmds {
 		err := cmds[i].err
 		if err == nil || rueidis.IsRedisNil(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 			continue
 		}
-		if re, ok := rueidis.IsRedisErr(err); !ok || redislib.Moved(re.Error()) {
-			s.nodes.Stale()
+		re, ok := rueidis.IsRedisErr(err)
+		switch {
+		case !ok && redislib.ConnFailure(err):
+			s.nodes.Failed()
 			return
+		case !ok || redislib.Moved(re.Error()):
+			stale = true
 		}
+	}
+	if stale {
+		s.nodes.Stale()
 	}
 }
 
@@ -514,6 +528,9 @@ func (s *Store) retry(cmds []batchCmd) (_ []batchCmd, again, pause, load bool) {
 		switch redislib.RetryOf(re.Error(), b.scripted, len(b.calls)) {
 		case redislib.RetryNone:
 			continue
+		case redislib.RetryRedirect:
+			// rueidis ran out of redirects (MaxMovedRedirections): it
+			// follows the next one.
 		case redislib.RetrySplit:
 			b.split = true
 			script, eval, refused := b.script, b.eval, b.err

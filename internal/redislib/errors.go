@@ -1,10 +1,14 @@
 package redislib
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/ratekit/ratekit/core/driver"
 )
@@ -65,6 +69,22 @@ func Moved(msg string) bool {
 }
 
 var movedPrefixes = []string{"MOVED", "ASK", "CLUSTERDOWN", "READONLY"}
+
+// Redirect reports a Cluster's redirect, MOVED or ASK: the node did not
+// run the command, and names the node that would.
+func Redirect(msg string) bool { return hasPrefix(msg, "MOVED ") || hasPrefix(msg, "ASK ") }
+
+// ConnFailure reports an error of the connection to a server, not one
+// the server answered with: refused, reset, closed (EOF), or a network
+// timeout. The driver's context ending is not one.
+func ConnFailure(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
 
 // TryAgain reports the answer of a Cluster to a command of several keys
 // of one slot while the slot migrates and its keys are split between the

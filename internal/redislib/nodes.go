@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -22,14 +23,17 @@ type SlotRange struct {
 }
 
 // How often Nodes loads the slot map again: every slotsRefresh while it
-// is used, and at most every slotsRetry when asked to sooner (a MOVED
-// seen, a node that failed); after failed loads, slotsRetry doubled for
-// each failure in a row, up to slotsRefresh (a client whose CLUSTER SLOTS
-// is refused asks every five seconds).
+// is used, and at most every slotsRetry when asked to sooner (a redirect
+// seen); while connections to a node fail, and for slotsRefresh after the
+// last such failure, every slotsFailRetry, so that a master's replica is
+// found as soon as the Cluster promotes it. After failed loads, the pause
+// is doubled for each failure in a row, up to slotsRefresh (a client whose
+// CLUSTER SLOTS is refused asks every five seconds).
 const (
-	slotsRefresh = 5 * time.Second
-	slotsRetry   = 500 * time.Millisecond
-	slotsTimeout = 5 * time.Second // bounds one load, for a client that keeps to the context
+	slotsRefresh   = 5 * time.Second
+	slotsRetry     = 500 * time.Millisecond
+	slotsFailRetry = 200 * time.Millisecond
+	slotsTimeout   = 5 * time.Second // bounds one load, for a client that keeps to the context
 )
 
 // Nodes sends the calls of a store on a Redis Cluster through one
@@ -48,10 +52,24 @@ const (
 // seconds, never a wrong decision. Until the map is known, every call
 // goes through one shared batcher, as on a single Redis.
 //
+// A connection to a node that fails (Failed: refused, reset) may be a
+// master that died: the map is loaded again at once and every 200 ms
+// while such failures go on, and the client is told to load its own
+// (Reload) each time, so that both learn the replica the Cluster promotes
+// as soon as the Cluster agrees on it, not at their next periodic load.
+//
 // The loads run on a goroutine of their own, one at a time, started by
 // the calls that find the map missing or old; none runs while the store
 // is not used. Nodes is safe for concurrent use.
 type Nodes struct {
+	// Reload, when set before the nodes are used, makes the client load
+	// its own slot map again, and returns when it has: called on the
+	// goroutine of a load that found the map changed or that ran while
+	// connections to nodes fail, before the new map is used (so that the
+	// client sends a key's calls to the master whose partition they are
+	// in by then). Nil for a client that learns by itself.
+	Reload func(ctx context.Context)
+
 	load       func(ctx context.Context) ([]SlotRange, error)
 	newBatcher func() *Batcher
 	shared     *Batcher // while the map is unknown, and for a slot it does not name
@@ -61,6 +79,7 @@ type Nodes struct {
 	stale    atomic.Bool  // reported stale: load again at slotsRetry
 	lastLoad atomic.Int64 // when the last load began, unix ns
 	fails    atomic.Int32 // loads failed in a row
+	failedAt atomic.Int64 // when a connection to a node last failed, unix ns
 
 	mu       sync.Mutex
 	batchers map[string]*Batcher // by master address
@@ -128,33 +147,49 @@ func (n *Nodes) Partition(slot int) string {
 }
 
 // Stale reports that the slot map may be out of date (the driver saw a
-// redirect, or a node failed): it is loaded again soon, at most every
-// half second.
+// redirect): it is loaded again soon, at most every half second.
 func (n *Nodes) Stale() { n.stale.Store(true) }
 
+// Failed reports that a connection to a node failed (refused, reset,
+// closed): its master may have died, and the Cluster may be promoting a
+// replica in its place. The slot map, and the client's (Reload), are
+// loaded again at once, and every 200 ms while failures go on (until five
+// seconds after the last), one load at a time.
+func (n *Nodes) Failed() {
+	n.failedAt.Store(time.Now().UnixNano())
+	n.current()
+}
+
 // current returns the slot map, nil while it is unknown, and starts a
-// load when it is missing, old or reported stale.
+// load when it is missing, old, reported stale, or while nodes fail.
 func (n *Nodes) current() *slotTable {
 	t := n.table.Load()
-	since := time.Duration(time.Now().UnixNano() - n.lastLoad.Load())
+	now := time.Now().UnixNano()
+	since := time.Duration(now - n.lastLoad.Load())
+	pause := slotsRetry
+	failing := time.Duration(now-n.failedAt.Load()) < slotsRefresh
+	if failing {
+		pause = slotsFailRetry
+	}
 	due := since >= slotsRefresh
-	if !due && since >= slotsRetry {
+	if !due && since >= pause {
 		if f := n.fails.Load(); f > 0 {
-			due = since >= slotsRetry<<min(f-1, 4)
+			due = since >= pause<<min(f-1, 4)
 		} else {
-			due = t == nil || n.stale.Load()
+			due = failing || t == nil || n.stale.Load()
 		}
 	}
 	if due && n.loading.CompareAndSwap(false, true) {
-		n.lastLoad.Store(time.Now().UnixNano())
+		n.lastLoad.Store(now)
 		n.stale.Store(false)
-		go n.refresh()
+		go n.refresh(failing)
 	}
 	return t
 }
 
-// refresh loads the slot map; loading is set, and cleared when it ends.
-func (n *Nodes) refresh() {
+// refresh loads the slot map, and the client's when the map changed or
+// nodes are failing; loading is set, and cleared when it ends.
+func (n *Nodes) refresh(failing bool) {
 	defer n.loading.Store(false)
 	ctx, cancel := context.WithTimeout(context.Background(), slotsTimeout)
 	defer cancel()
@@ -168,6 +203,13 @@ func (n *Nodes) refresh() {
 		return // the last map, if any, still routes
 	}
 	n.fails.Store(0)
+	old := n.table.Load()
+	if n.Reload != nil && old != nil && (failing || old.owner != t.owner || !slices.Equal(old.addrs, t.addrs)) {
+		// The Cluster moved slots or replaced a master, or may be
+		// doing so: the client learns it now, not at its next periodic
+		// load, and before the partitions follow the new map.
+		n.Reload(ctx)
+	}
 	n.table.Store(t)
 	// The batchers of masters gone finish what they hold, then end.
 	n.mu.Lock()

@@ -36,6 +36,11 @@ const (
 	// call, each following its own redirect (ASK); a pause would not help
 	// until the migration ends.
 	RetrySplit
+	// RetryRedirect: a Cluster node answered MOVED or ASK (a call sent to
+	// a node directly, or a client out of redirections): the call did not
+	// run there. Send it again at once through the cluster client, which
+	// follows the redirect.
+	RetryRedirect
 )
 
 // RetryOf returns the remedy for msg, the message of a Redis error that
@@ -45,6 +50,8 @@ func RetryOf(msg string, script bool, keys int) Retry {
 	switch {
 	case keys > 1 && TryAgain(msg):
 		return RetrySplit
+	case Redirect(msg):
+		return RetryRedirect
 	case NoScript(msg):
 		return RetryEval
 	case NoFunction(msg):

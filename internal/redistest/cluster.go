@@ -491,6 +491,73 @@ func (c *Cluster) Failover(m int) int {
 	return r
 }
 
+// KillMaster kills master node m with SIGKILL, as a crash would (no
+// shutdown, no failover handed over), and returns the index of its
+// replica, which the Cluster promotes in its place once the other nodes
+// agree that m failed: after cluster-node-timeout ([WithNodeTimeout]) and
+// an election. [Cluster.WaitPromoted] waits for that. It needs
+// [WithReplicas]; node m stays down.
+func (c *Cluster) KillMaster(m int) (replica int) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	defer cancel()
+	tab, err := c.table(ctx, c.nodes[m])
+	if err != nil {
+		c.t.Fatalf("redistest: %v", err)
+	}
+	if e := tab.self(); e == nil || !e.has("master") {
+		c.t.Fatalf("redistest: node %d is not a master", m)
+	}
+	replica = -1
+	for _, e := range tab {
+		if e.master == c.ids[m] {
+			replica = slices.Index(c.ids, e.id)
+			break
+		}
+	}
+	if replica < 0 {
+		c.t.Fatalf("redistest: node %d has no replica (StartCluster without WithReplicas?)", m)
+	}
+	c.nodes[m].Kill()
+	return replica
+}
+
+// WaitPromoted waits until every running node sees node r as a master
+// that serves slot, and says cluster_state:ok: the Cluster agrees on r.
+// It returns when it saw them agree (its polls are 20 ms apart), and
+// fails the test after 30 s.
+func (c *Cluster) WaitPromoted(r, slot int) time.Time {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	defer cancel()
+	err := c.pollUntil(ctx, fmt.Sprintf("every node to see node %d as the master of slot %d", r, slot), func() error {
+		for i, s := range c.nodes {
+			if !s.running() {
+				continue
+			}
+			info, err := c.info(ctx, s, "CLUSTER", "INFO")
+			if err != nil {
+				return fmt.Errorf("node %d: %w", i, err)
+			}
+			if info["cluster_state"] != "ok" {
+				return fmt.Errorf("node %d: cluster_state:%s", i, info["cluster_state"])
+			}
+			tab, err := c.table(ctx, s)
+			if err != nil {
+				return fmt.Errorf("node %d: %w", i, err)
+			}
+			if e := tab.byID(c.ids[r]); e == nil || !e.has("master") || !e.owns(slot) {
+				return fmt.Errorf("node %d does not see node %d as the master of slot %d yet", i, r, slot)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		c.t.Fatalf("redistest: %v\n%s", err, c.dump())
+	}
+	return time.Now()
+}
+
 // dump returns every running node's CLUSTER NODES, for failure messages.
 func (c *Cluster) dump() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
