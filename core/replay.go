@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -152,6 +153,19 @@ func (r *replays) refund(p *pending) int64 {
 	return 0
 }
 
+// close drops everything that waits: the store was closed.
+func (r *replays) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, pk := range r.keys {
+		for _, p := range pk.units {
+			p.gone = true
+		}
+	}
+	clear(r.keys)
+	r.n.Store(0)
+}
+
 // forget drops what waits for key: it was reset in the store.
 func (r *replays) forget(key string) {
 	r.mu.Lock()
@@ -235,8 +249,13 @@ func (r *replays) record(ctx context.Context, key string) bool {
 	l := r.l
 	now := l.now()
 	// A failure is not reported: it is the store's, which the
-	// decisions report; what waits is tried again.
-	fail := func(error) bool {
+	// decisions report; what waits is tried again, unless the store was
+	// closed for good.
+	fail := func(err error) bool {
+		if errors.Is(err, driver.ErrClosed) {
+			r.close()
+			return false
+		}
 		r.putBack(key, pk)
 		return false
 	}

@@ -314,6 +314,9 @@ func (s *Store) decide(ctx context.Context, q *driver.Query, op byte, at int64) 
 	}
 	res, err := driver.Result{Allowed: c.Allowed, At: c.When, Rules: c.Rules, LockedFor: c.LockedFor, Challenged: c.Challenged}, c.Err
 	redislib.Put(c)
+	if errors.Is(err, rueidis.ErrClosing) {
+		return driver.Result{}, fmt.Errorf("ratekit: rueidis store: %w: %w", driver.ErrClosed, err)
+	}
 	if err != nil {
 		return driver.Result{}, fmt.Errorf("ratekit: rueidis store: %w", err)
 	}

@@ -345,8 +345,9 @@ func TestDenyCacheAcrossInstances(t *testing.T) {
 }
 
 // TestWatchResyncs: a watcher hears a Resync when the subscription is
-// confirmed, the invalidations of its policy's keys from any instance
-// (reset and tier), and a Resync again after its connection is killed.
+// confirmed, the invalidations of its policy's keys from any instance (a
+// reset, as the plain message and as its own; a tier), and a Resync again
+// after its connection is killed.
 func TestWatchResyncs(t *testing.T) {
 	srv := redistest.Start(t)
 	a := newStore(t, newClient(t, srv.Addr()))
@@ -370,6 +371,7 @@ func TestWatchResyncs(t *testing.T) {
 		t.Fatal(err)
 	}
 	next(driver.Invalidation{Key: "k1"})
+	next(driver.Invalidation{Key: "k1", Reset: true}) // a reset's own, after the plain one
 	if err := b.Invalidate(ctx, "w", "k2"); err != nil {
 		t.Fatal(err)
 	}

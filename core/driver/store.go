@@ -62,6 +62,11 @@ var ErrKeyFailure = errors.New("failure of one key")
 // store is not down and will not come back by itself.
 var ErrMisconfigured = errors.New("store misconfigured")
 
+// ErrClosed is wrapped by a store's error when the store's client was
+// closed: no call of it will succeed again, and a limiter stops retrying
+// in the background what it keeps for the store.
+var ErrClosed = errors.New("store closed")
+
 // ErrInvalidQuery is wrapped by a store's error for a query no limiter
 // builds (an unknown algorithm or calendar period, too many rules): a
 // store called directly, not through a limiter.
