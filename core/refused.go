@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"hash/maphash"
 	"strings"
 	"sync"
@@ -140,7 +141,10 @@ func (r *refusals) tick() {
 }
 
 // flush adds the counts since the last flush to the store; when the
-// store fails, they stay for the next.
+// store fails before it could have added them, they stay for the next.
+// When it timed out (or ctx was canceled) they may have been added: they
+// are dropped, so that a count stays a lower bound rather than count
+// twice.
 func (r *refusals) flush(ctx context.Context) error {
 	for _, c := range r.caches {
 		c.fold(r)
@@ -161,8 +165,10 @@ func (r *refusals) flush(ctx context.Context) error {
 		return nil
 	}
 	if err := r.sink.AddRefused(ctx, r.policy, batch); err != nil {
-		for _, k := range batch {
-			r.put(k.Key, k.Refusals)
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			for _, k := range batch {
+				r.put(k.Key, k.Refusals)
+			}
 		}
 		return err
 	}

@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -460,6 +461,43 @@ func TestOutageEndFleet(t *testing.T) {
 			}
 			if admitted != 4 {
 				t.Errorf("%d admitted in the minute by a fleet of two, want 4", admitted)
+			}
+		})
+	}
+}
+
+// TestRefusedFlushTimedOut: refusals added to Redis by a flush whose
+// reply came after its timeout are not added again: the top refused keys
+// count them once (twice before), a lower bound as the docs promise.
+func TestRefusedFlushTimedOut(t *testing.T) {
+	for _, drv := range viaDrivers {
+		t.Run(drv.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			l := testkit.Limiter(t, drv.new(t, srv.Addr()), core.Policy{Name: "top", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}},
+				core.WithTimeout(time.Second))
+			ctx := context.Background()
+			for range 11 {
+				if _, err := l.Allow(ctx, "mallory"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Writes wait: the flush's transaction runs once the pause
+			// ends, after the flush timed out.
+			srv.Do(t, "CLIENT", "PAUSE", 500, "WRITE")
+			fctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			err := core.FlushRefused(fctx, l)
+			cancel()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("FlushRefused with writes paused = %v, want a timeout", err)
+			}
+			time.Sleep(600 * time.Millisecond) // the late flush has run
+			top, err := l.TopRefused(ctx, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(top) != 1 || top[0].Refusals != 10 {
+				t.Errorf("TopRefused = %v, want mallory refused 10 times", top)
 			}
 		})
 	}
