@@ -488,9 +488,10 @@ func faultTable(rows []faultRow, limit int) string {
 }
 
 // testRedisScriptsAfterRestart: a server restarted empty has lost the
-// script cache; the next call of each script reloads it (EVALSHA answers
-// NOSCRIPT, go-redis sends EVAL) and the decision comes from the store,
-// with no error and no fallback. TestRedisScriptFlush covers SCRIPT FLUSH.
+// script cache; the next call of each script reloads it (FCALL answers
+// that the function is missing, the store loads the library and calls
+// again) and the decision comes from the store, with no error and no
+// fallback. RedisLibraryReload covers FUNCTION FLUSH and SCRIPT FLUSH.
 func testRedisScriptsAfterRestart(t *testing.T, drv Driver) {
 	if !drv.Redials {
 		t.Skipf("%s fails the first call on the connection a restart closed (it sends no write twice): "+

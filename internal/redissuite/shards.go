@@ -16,7 +16,8 @@ import (
 )
 
 // testShardsNeverOverAdmit: app instances flooding one sharded key
-// concurrently admit exactly the limit between them, on both stores.
+// concurrently admit exactly the limit between them, on Redis (core's
+// TestShardsNeverOverAdmit: on the memory store).
 func testShardsNeverOverAdmit(t *testing.T, drv Driver) {
 	const (
 		limit      = 100

@@ -128,7 +128,7 @@ func testWaitFailClosed(t *testing.T, drv Driver) {
 	})
 	p := core.Policy{Name: "closed", Rules: []core.Rule{{Limit: 5, Window: time.Minute}}}
 	// A short store timeout, so that a call to the stopped server fails
-	// well before the callers' deadlines whatever go-redis does to dial.
+	// well before the callers' deadlines whatever the client does to dial.
 	l := testkit.Limiter(t, drv.New(t, srv), p, core.WithTimeout(100*time.Millisecond),
 		core.WithFailurePolicy(core.FailClosed), core.WithBreaker(1, time.Second), core.WithDenyCache(0), core.WithObserver(obs))
 	open := testkit.Limiter(t, drv.New(t, srv), p, core.WithTimeout(100*time.Millisecond), core.WithFailurePolicy(core.FailOpen))
