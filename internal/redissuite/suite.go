@@ -159,11 +159,9 @@ func Run(t *testing.T, drv Driver) {
 		{"RedisClassic", testRedisClassic},
 		{"RedisSameInstant", testRedisSameInstant},
 		{"RedisMultiRule", testRedisMultiRule},
-		{"RedisKeysExpire", testRedisKeysExpire},
 		{"RedisRetryCountedOnce", testRedisRetryCountedOnce},
 		{"RedisLibraryReload", testRedisLibraryReload},
 		{"RedisDenyCache", testRedisDenyCache},
-		{"RedisLargeLog", testRedisLargeLog},
 		{"RedisDenyCacheAcrossInstances", testRedisDenyCacheAcrossInstances},
 		{"PeekIsNotADecision", testPeekIsNotADecision},
 		{"RedisClientTimeTTL", testRedisClientTimeTTL},
@@ -179,7 +177,6 @@ func Run(t *testing.T, drv Driver) {
 		{"FallbackNotices", testFallbackNotices},
 		// Checks of the server (health.go).
 		{"RedisCheckPolicies", testRedisCheckPolicies},
-		{"RedisCheckFails", testRedisCheckFails},
 		{"LimiterCheck", testLimiterCheck},
 		{"RedisEviction", testRedisEviction},
 		{"RedisCheckMisconfigured", testRedisCheckMisconfigured},
@@ -190,11 +187,9 @@ func Run(t *testing.T, drv Driver) {
 		{"InFlightRefundOnce", testInFlightRefundOnce},
 		{"InFlightCost", testInFlightCost},
 		{"InFlightRedisLayout", testInFlightRedisLayout},
-		{"InFlightReleaseRetried", testInFlightReleaseRetried},
 		{"InFlightStoreDown", testInFlightStoreDown},
 		{"LeasesAcrossInstances", testLeasesAcrossInstances},
 		{"WaitNoStampede", testWaitNoStampede},
-		{"WaitInFlight", testWaitInFlight},
 		{"WaitFailClosed", testWaitFailClosed},
 		{"TiersUsageCarriesOver", testTiersUsageCarriesOver},
 		{"RedisTierInvalidationAcrossInstances", testRedisTierInvalidationAcrossInstances},
@@ -224,9 +219,10 @@ func Run(t *testing.T, drv Driver) {
 
 // RunTimed runs the cases of the suite timed against the wall clock: how
 // long a decision takes while Redis is paused, stopped or slowed (bounded
-// by the store timeout), and exactness with the app's CPU saturated. They
-// hold on a quiet machine only, since a limiter rightly waits on while
-// other processes starve its own: `make test-timing` runs them alone.
+// by the store timeout), exactness with the app's CPU saturated, and
+// other bounds of milliseconds. They hold on a quiet machine only, since
+// a limiter rightly waits on while other processes starve its own: `make
+// test-timing` runs them alone.
 func RunTimed(t *testing.T, drv Driver) {
 	run(t, drv, []suiteCase{
 		{"RedisFaults", testRedisFaults},
@@ -235,6 +231,18 @@ func RunTimed(t *testing.T, drv Driver) {
 		{"InFlightBreakerAndTimeout", testInFlightBreakerAndTimeout},
 		{"RedisSaturatedApp", testRedisSaturatedApp},
 		{"RedisClusterPaused", testRedisClusterPaused},
+		// Bounds of tens or hundreds of milliseconds on the wall clock,
+		// missed on a loaded machine: a TTL read 20 ms after it was set
+		// (RedisKeysExpire), a RetryAfter read within 50 ms of the first
+		// admission (RedisLargeLog), a check that returns within 80 ms of
+		// its deadline (RedisCheckFails), a release retried within 2 s
+		// (InFlightReleaseRetried, missed under 4 busy processes), a
+		// waiter woken within 300 ms (WaitInFlight).
+		{"RedisKeysExpire", testRedisKeysExpire},
+		{"RedisLargeLog", testRedisLargeLog},
+		{"RedisCheckFails", testRedisCheckFails},
+		{"InFlightReleaseRetried", testInFlightReleaseRetried},
+		{"WaitInFlight", testWaitInFlight},
 	})
 }
 
