@@ -23,15 +23,6 @@ func RenewLeases(l *Limiter, ctx context.Context) {
 	}
 }
 
-// Instances returns how many instances l's store counted for its policy
-// (1 on a store that does not count them).
-func Instances(l *Limiter) int {
-	if l.fleet == nil {
-		return 1
-	}
-	return l.fleet()
-}
-
 // Counted reports whether l's store counts the instances of its policy
 // for l.
 func Counted(l *Limiter) bool { return l.fleet != nil }

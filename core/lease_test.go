@@ -3,26 +3,19 @@ package core_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
-
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testkit"
-	"github.com/ratekit/ratekit/redisstore"
 )
 
 // backend is where the instances of an in-flight test keep their leases:
-// instance returns the store of one more app instance (on Redis, with a
-// client of its own).
+// instance returns the store of one more app instance. (On Redis, each
+// with a client of its own: internal/redissuite.)
 type backend struct {
 	name     string
 	instance func(t *testing.T) core.Store
@@ -31,26 +24,6 @@ type backend struct {
 func memoryBackend() backend {
 	s := core.NewMemoryStore()
 	return backend{"memory", func(*testing.T) core.Store { return s }}
-}
-
-func redisBackend(t *testing.T) backend {
-	srv := redistest.Start(t)
-	return backend{"redis", func(t *testing.T) core.Store { return storeOn(srv.Client(t)) }}
-}
-
-func clusterBackend(t *testing.T) backend {
-	c := redistest.StartCluster(t)
-	return backend{"cluster", func(t *testing.T) core.Store { return storeOn(c.Client(t)) }}
-}
-
-// clients holds the client of every store storeOn made, by store.
-var clients sync.Map
-
-// storeOn returns a Redis store on rdb, whose client closeClient closes.
-func storeOn(rdb redis.UniversalClient) core.Store {
-	s := redisstore.New(rdb)
-	clients.Store(s, rdb)
-	return s
 }
 
 // inFlight returns a limiter of an InFlight policy, with a timeout long
@@ -127,7 +100,7 @@ func TestInFlightValidation(t *testing.T) {
 func TestInFlightExact(t *testing.T) {
 	t.Parallel()
 	for _, mk := range []func(*testing.T) backend{
-		func(*testing.T) backend { return memoryBackend() }, redisBackend, clusterBackend,
+		func(*testing.T) backend { return memoryBackend() },
 	} {
 		b := mk(t)
 		t.Run(b.name, func(t *testing.T) {
@@ -199,172 +172,12 @@ func checkExact(t *testing.T, b backend, name string) {
 	}
 }
 
-// clockAt returns a settable clock starting an hour behind the real one,
-// so that Redis keeps the keys it writes for the whole test whatever the
-// test steps it to (a key lives until its leases expire in the clock's
-// time).
-func clockAt() (now func() time.Time, step func(time.Duration)) {
-	var mu sync.Mutex
-	t := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
-	return func() time.Time {
-			mu.Lock()
-			defer mu.Unlock()
-			return t
-		}, func(d time.Duration) {
-			mu.Lock()
-			t = t.Add(d)
-			mu.Unlock()
-		}
-}
-
-// TestInFlightDeadInstance: the leases of an instance that dies
-// mid-request (its Redis client gone, so no renewal and no release) come
-// back exactly LeaseTTL after they were last renewed, on one Redis and on
-// a Cluster.
-func TestInFlightDeadInstance(t *testing.T) {
-	t.Parallel()
-	for _, mk := range []func(*testing.T) backend{redisBackend, clusterBackend} {
-		b := mk(t)
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			const (
-				k   = 3
-				ttl = 2 * time.Second
-			)
-			now, step := clockAt()
-			obs := &eventLog{}
-			p := core.Policy{Name: "dead-" + b.name, InFlight: k, LeaseTTL: ttl}
-			deadStore := b.instance(t)
-			dead := testkit.Limiter(t, deadStore, p, core.WithClock(now), core.WithTimeout(5*time.Second), core.WithObserver(obs))
-			alive := testkit.Limiter(t, b.instance(t), p, core.WithClock(now), core.WithTimeout(5*time.Second))
-			ctx := context.Background()
-			var held []core.Decision
-			for i := range k {
-				d, err := dead.Allow(ctx, "export")
-				if err != nil || !d.Allowed || d.Remaining != int64(k-1-i) {
-					t.Fatalf("dead instance: Allow #%d = %+v, %v", i+1, d, err)
-				}
-				held = append(held, d)
-			}
-			// The instance dies with its requests in flight.
-			closeClient(t, deadStore)
-			t.Cleanup(func() {
-				// Its releases fail; the limiter gives them up after ttl.
-				for i := range held {
-					_ = held[i].Refund(ctx)
-				}
-			})
-			step(ttl - time.Microsecond)
-			if d, _ := alive.Allow(ctx, "export"); d.Allowed || d.Remaining != 0 || d.RetryAfter != time.Second {
-				t.Fatalf("1µs before the TTL: Allow = %+v, want denied with the 1s hint", d)
-			}
-			step(time.Microsecond)
-			for i := range k {
-				if d, _ := alive.Allow(ctx, "export"); !d.Allowed || d.Remaining != int64(k-1-i) {
-					t.Fatalf("at the TTL: Allow #%d = %+v, want admitted, %d remaining", i+1, d, k-1-i)
-				}
-			}
-			if d, _ := alive.Allow(ctx, "export"); d.Allowed {
-				t.Fatalf("after taking the dead instance's %d units: Allow = %+v, want denied", k, d)
-			}
-		})
-	}
-}
-
-// closeClient closes the go-redis client of a RedisStore built by a
-// backend: the instance is gone.
-func closeClient(t *testing.T, s core.Store) {
-	t.Helper()
-	rdb, ok := clients.Load(s)
-	if !ok {
-		t.Fatalf("store %T was not made by storeOn", s)
-	}
-	if err := rdb.(redis.UniversalClient).Close(); err != nil {
-		t.Fatalf("closing the dead instance's client: %v", err)
-	}
-}
-
-// TestInFlightRenewal: a lease outlives its TTL while its limiter renews
-// it, and lapses LeaseTTL after the last renewal when it stops.
-func TestInFlightRenewal(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	const ttl = 10 * time.Second
-	now, step := clockAt()
-	p := core.Policy{Name: "renew", InFlight: 1, LeaseTTL: ttl}
-	a := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, core.WithClock(now), core.WithTimeout(5*time.Second))
-	b := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, core.WithClock(now), core.WithTimeout(5*time.Second))
-	ctx := context.Background()
-	d, err := a.Allow(ctx, "long")
-	if err != nil || !d.Allowed {
-		t.Fatalf("Allow = %+v, %v", d, err)
-	}
-	t.Cleanup(func() { _ = d.Refund(ctx) })
-	for i := range 3 {
-		step(ttl * 9 / 10)
-		core.RenewLeases(a, ctx)
-		if got, _ := b.Allow(ctx, "long"); got.Allowed {
-			t.Fatalf("%v after the admission, renewed %d times: Allow = %+v, want denied", time.Duration(i+1)*ttl*9/10, i+1, got)
-		}
-	}
-	// No renewal from here: the lease lapses ttl after the last one.
-	step(ttl - time.Microsecond)
-	if got, _ := b.Allow(ctx, "long"); got.Allowed {
-		t.Fatalf("1µs before the lease lapses: Allow = %+v, want denied", got)
-	}
-	step(time.Microsecond)
-	if got, _ := b.Allow(ctx, "long"); !got.Allowed {
-		t.Fatalf("when the lease lapses: Allow = %+v, want admitted", got)
-	}
-}
-
-// TestInFlightRenewalTicker: without any hook, the limiter's renewal
-// goroutine keeps a lease held past several TTLs in real time; releasing
-// it frees the unit at once, and the goroutine ends.
-func TestInFlightRenewalTicker(t *testing.T) {
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { verifyNoLeaks(t, ignore) })
-	srv := redistest.Start(t)
-	rdbA := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	rdbB := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { _ = rdbA.Close(); _ = rdbB.Close() })
-	const ttl = time.Second
-	p := core.Policy{Name: "ticker", InFlight: 1, LeaseTTL: ttl}
-	a := testkit.Limiter(t, redisstore.New(rdbA), p, core.WithTimeout(5*time.Second))
-	b := testkit.Limiter(t, redisstore.New(rdbB), p, core.WithTimeout(5*time.Second))
-	ctx := context.Background()
-	d, err := a.Allow(ctx, "download")
-	if err != nil || !d.Allowed {
-		t.Fatalf("Allow = %+v, %v", d, err)
-	}
-	deadline := time.Now().Add(ttl * 5 / 2)
-	for time.Now().Before(deadline) {
-		if got, _ := b.Allow(ctx, "download"); got.Allowed {
-			t.Fatalf("while the download runs (renewed every %v): Allow = %+v, want denied", ttl/3, got)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err := d.Refund(ctx); err != nil {
-		t.Fatal(err)
-	}
-	got, _ := b.Allow(ctx, "download")
-	if !got.Allowed {
-		t.Fatalf("after the release: Allow = %+v, want admitted", got)
-	}
-	if err := got.Refund(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if n := srv.Do(t, "EXISTS", "ratekit:ticker:{download}:lease"); n != int64(0) {
-		t.Errorf("EXISTS of the lease key after every release = %v, want 0", n)
-	}
-}
-
 // TestInFlightRefundOnce: a lease is released once, however often its
 // decision (or a copy of it) is refunded; releasing one lease never
 // frees another.
 func TestInFlightRefundOnce(t *testing.T) {
 	t.Parallel()
-	for _, b := range []backend{memoryBackend(), redisBackend(t)} {
+	for _, b := range []backend{memoryBackend()} {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			obs := &eventLog{}
@@ -402,7 +215,7 @@ func TestInFlightRefundOnce(t *testing.T) {
 // once; a cost above the limit is invalid.
 func TestInFlightCost(t *testing.T) {
 	t.Parallel()
-	for _, b := range []backend{memoryBackend(), redisBackend(t)} {
+	for _, b := range []backend{memoryBackend()} {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			l := inFlight(t, b.instance(t), "cost", 5)
@@ -422,175 +235,6 @@ func TestInFlightCost(t *testing.T) {
 			}
 			if _, err := l.AllowN(ctx, "k", 6); !errors.Is(err, core.ErrInvalidCost) {
 				t.Errorf("AllowN(6) over InFlight 5: err = %v, want ErrInvalidCost", err)
-			}
-		})
-	}
-}
-
-// TestInFlightRedisLayout: the leases of a key are one sorted set in the
-// key's Cluster slot, holding at most InFlight members however many
-// requests come, with a TTL of at most LeaseTTL, gone once every lease
-// is released; Reset forgets it.
-func TestInFlightRedisLayout(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	const ttl = 5 * time.Second
-	l := testkit.Limiter(t, redisstore.New(srv.Client(t)), core.Policy{Name: "layout", InFlight: 3, LeaseTTL: ttl}, core.WithTimeout(5*time.Second))
-	ctx := context.Background()
-	const key = "ratekit:layout:{acct}:lease"
-	var held []core.Decision
-	for range 20 {
-		d, _ := l.Allow(ctx, "acct")
-		if d.Allowed {
-			held = append(held, d)
-		}
-	}
-	if typ := srv.Do(t, "TYPE", key); typ != "zset" {
-		t.Fatalf("TYPE %s = %v, want zset", key, typ)
-	}
-	if n := srv.Do(t, "ZCARD", key); n != int64(3) || len(held) != 3 {
-		t.Errorf("after 20 requests: ZCARD = %v, %d admitted; want 3, 3", n, len(held))
-	}
-	if pttl := srv.Do(t, "PTTL", key).(int64); pttl <= 0 || pttl > ttl.Milliseconds()+1 {
-		t.Errorf("PTTL = %d ms, want within (0, %d]", pttl, ttl.Milliseconds()+1)
-	}
-	if redistest.Slot(key) != redistest.Slot("ratekit:layout:{acct}") {
-		t.Errorf("lease key %s is not in the slot of its key", key)
-	}
-	if err := held[0].Refund(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if n := srv.Do(t, "ZCARD", key); n != int64(2) {
-		t.Errorf("after one release: ZCARD = %v, want 2", n)
-	}
-	if err := l.Reset(ctx, "acct"); err != nil {
-		t.Fatal(err)
-	}
-	if n := srv.Do(t, "EXISTS", key); n != int64(0) {
-		t.Errorf("after Reset: EXISTS = %v, want 0", n)
-	}
-	for i := range held[1:] {
-		_ = held[1+i].Refund(ctx)
-	}
-}
-
-// TestInFlightLostLease: a renewal that finds its lease gone (the key was
-// reset by an operator) reports it to the observers instead of losing it
-// silently.
-func TestInFlightLostLease(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	obs := &eventLog{}
-	l := testkit.Limiter(t, redisstore.New(srv.Client(t)), core.Policy{Name: "lost", InFlight: 1},
-		core.WithTimeout(5*time.Second), core.WithObserver(obs))
-	ctx := context.Background()
-	d, _ := l.Allow(ctx, "k")
-	if !d.Allowed {
-		t.Fatalf("Allow = %+v", d)
-	}
-	if err := l.Reset(ctx, "k"); err != nil {
-		t.Fatal(err)
-	}
-	core.RenewLeases(l, ctx)
-	obs.mu.Lock()
-	errs := append([]error(nil), obs.errs...)
-	obs.mu.Unlock()
-	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "lease lost") {
-		t.Fatalf("observer errors after the renewal of a reset lease: %v, want one lost lease", errs)
-	}
-	core.RenewLeases(l, ctx)
-	if got := obs.count(core.EventStoreError); got != 1 {
-		t.Errorf("store errors after a second renewal: %d, want still 1 (a lost lease is reported once)", got)
-	}
-	if err := d.Refund(ctx); err != nil {
-		t.Errorf("Refund of the lost lease: %v, want nil", err)
-	}
-}
-
-// TestInFlightReleaseRetried: a release that fails (the connection to
-// Redis drops) is retried by the renewal goroutine, so the unit comes
-// back well before the lease's TTL.
-func TestInFlightReleaseRetried(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	proxy := redistest.NewProxy(t, srv.Addr())
-	p := core.Policy{Name: "retry", InFlight: 1, LeaseTTL: 3 * time.Second}
-	obs := &eventLog{}
-	a := testkit.Limiter(t, redisstore.New(redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})), p,
-		core.WithTimeout(time.Second), core.WithObserver(obs))
-	b := inFlight(t, redisstore.New(srv.Client(t)), "retry", 1)
-	ctx := context.Background()
-	d, _ := a.Allow(ctx, "k")
-	if !d.Allowed {
-		t.Fatalf("Allow = %+v", d)
-	}
-	proxy.SetDropping(true)
-	if err := d.Refund(ctx); err == nil {
-		t.Fatal("Refund with the connection dropping: nil error, want the store's")
-	}
-	if got := obs.count(core.EventStoreError); got != 1 {
-		t.Errorf("store errors after the failed release: %d, want 1", got)
-	}
-	if got, _ := b.Allow(ctx, "k"); got.Allowed {
-		t.Fatalf("after the failed release: Allow = %+v, want denied (the lease is still in Redis)", got)
-	}
-	proxy.SetDropping(false)
-	start := time.Now()
-	for {
-		got, _ := b.Allow(ctx, "k")
-		if got.Allowed {
-			break
-		}
-		if time.Since(start) > 2*time.Second {
-			t.Fatalf("2s after the connection came back: Allow = %+v, want admitted (release retried every LeaseTTL/3 = 1s)", got)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Logf("unit back %v after the connection came back", time.Since(start).Round(time.Millisecond))
-}
-
-// TestInFlightStoreDown: while Redis is down, leases follow the failure
-// policy: FailLocal limits each instance to K in flight by itself,
-// FailOpen admits, FailClosed denies; the local leases are released as
-// usual.
-func TestInFlightStoreDown(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		policy core.FailurePolicy
-		want   []bool // Allow, Allow, Allow after the refunds: admitted?
-		src    core.Source
-	}{
-		{core.FailLocal, []bool{true, true, false}, core.SourceLocal},
-		{core.FailOpen, []bool{true, true, true}, core.SourceOpen},
-		{core.FailClosed, []bool{false, false, false}, core.SourceClosed},
-	} {
-		t.Run(tc.policy.String(), func(t *testing.T) {
-			t.Parallel()
-			srv := redistest.Start(t)
-			l := testkit.Limiter(t, redisstore.New(srv.Client(t)), core.Policy{Name: "down", InFlight: 2},
-				core.WithFailurePolicy(tc.policy), core.WithTimeout(100*time.Millisecond))
-			srv.Stop()
-			ctx := context.Background()
-			var got []bool
-			var ds []core.Decision
-			for range 3 {
-				d, err := l.Allow(ctx, "k")
-				if err != nil || d.Source != tc.src {
-					t.Fatalf("Allow with Redis down = %+v, %v; want Source %v", d, err, tc.src)
-				}
-				got = append(got, d.Allowed)
-				ds = append(ds, d)
-			}
-			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
-				t.Errorf("admitted %v, want %v", got, tc.want)
-			}
-			for i := range ds {
-				if err := ds[i].Refund(ctx); err != nil {
-					t.Errorf("Refund of a fallback admission: %v", err)
-				}
-			}
-			if d, _ := l.Allow(ctx, "k"); d.Allowed != tc.want[0] {
-				t.Errorf("after the refunds: Allow = %+v, want Allowed %v", d, tc.want[0])
 			}
 		})
 	}
@@ -620,76 +264,4 @@ func TestInFlightAllowAll(t *testing.T) {
 		t.Fatalf("AllowAll with the rate spent = %+v, %v; want the rate limit's denial", ds, err)
 	}
 	wantHeld(t, conc, "k", 0)
-}
-
-// TestInFlightBreakerAndTimeout: with Redis paused, an acquire returns
-// within the limiter's timeout, decided by the failure policy; after
-// five failures the breaker answers without calling Redis; and the takes
-// that reached Redis after their caller gave up (their answers lost) are
-// released in the background, well before their TTL.
-func TestInFlightBreakerAndTimeout(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	const (
-		timeout = 50 * time.Millisecond
-		ttl     = 6 * time.Second // a renewal round every 2 s
-	)
-	obs := &eventLog{}
-	l := testkit.Limiter(t, redisstore.New(srv.Client(t)), core.Policy{Name: "paused", InFlight: 2, LeaseTTL: ttl},
-		core.WithTimeout(timeout), core.WithObserver(obs), core.WithLocalShare(false))
-	ctx := context.Background()
-	if d, err := l.Allow(ctx, "warm"); err != nil || d.Source != core.SourceStore {
-		t.Fatalf("Allow(warm) = %+v, %v", d, err)
-	} else {
-		_ = d.Refund(ctx)
-	}
-	srv.Pause(time.Second)
-	paused := time.Now()
-	var ds []core.Decision
-	for i := range 8 {
-		start := time.Now()
-		d, err := l.Allow(ctx, "k")
-		if lat := time.Since(start); lat > timeout+latencyMargin {
-			t.Errorf("Allow #%d with Redis paused took %v, want within %v", i+1, lat, timeout+latencyMargin)
-		}
-		if err != nil || d.Source != core.SourceLocal || d.Allowed != (i < 2) {
-			t.Errorf("Allow #%d with Redis paused = %+v, %v; want decided locally, admitted for the first 2", i+1, d, err)
-		}
-		ds = append(ds, d)
-	}
-	if got := obs.count(core.EventStoreError); got != 5 {
-		t.Errorf("store errors = %d, want 5 (then the breaker answers)", got)
-	}
-	if got := obs.count(core.EventBreakerOpen); got != 1 {
-		t.Errorf("breaker opened %d times, want 1", got)
-	}
-	for i := range ds {
-		_ = ds[i].Refund(ctx) // local leases
-	}
-	// The 5 takes sent while paused run when the pause ends; 2 of them
-	// fit. The limiter releases all 5 at its next renewal round, long
-	// before their TTL.
-	for srv.Do(t, "EXISTS", "ratekit:paused:{k}:lease") != int64(0) {
-		if time.Since(paused) > ttl-time.Second {
-			t.Fatalf("%v after the pause: the lost takes' leases are still held, want them released", time.Since(paused))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	// Every announcement of the instance (a MULTI) adds one ZADD of its
-	// own to the policy's fleet key.
-	stats := srv.Do(t, "INFO", "commandstats").(string)
-	if zadd, multi := calls(stats, "zadd"), calls(stats, "multi"); zadd != 3+multi {
-		t.Errorf("commandstats %q: %d ZADD, %d of them announcements; want 3 more (warm-up, and 2 lost takes that fitted)", stats, zadd, multi)
-	}
-}
-
-// calls returns the calls of command cmd in the INFO commandstats of
-// stats; 0 when it has none.
-func calls(stats, cmd string) int {
-	_, rest, ok := strings.Cut(stats, "cmdstat_"+cmd+":calls=")
-	if !ok {
-		return 0
-	}
-	n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-	return n
 }

@@ -4,22 +4,14 @@ import (
 	"context"
 	"fmt"
 	"reflect"
-	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
-
-	"go.uber.org/goleak"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/internal/race"
-	"github.com/ratekit/ratekit/internal/redislib"
-	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testkit"
-	"github.com/ratekit/ratekit/redisstore"
 )
 
 // refuse asks l for key times times and fails t unless every answer is
@@ -62,7 +54,8 @@ func topRefused(t *testing.T, l *core.Limiter, n int) []core.RefusedKey {
 // once the second has added its counts, TopRefused on either returns the
 // exact sums, most refused first and ties in key order.
 func TestTopRefusedFleet(t *testing.T) {
-	for _, b := range testkit.Backends() {
+	// On Redis: internal/redissuite's TopRefusedFleet.
+	for _, b := range []testkit.Backend{testkit.Memory} {
 		t.Run(b.Name, func(t *testing.T) {
 			ls := testkit.Fleet(t, 2, b, testkit.Policy("top-fleet", testkit.PerHour(1)))
 			a, bb := ls[0], ls[1]
@@ -99,32 +92,6 @@ func TestTopRefusedFleet(t *testing.T) {
 	}
 }
 
-// TestTopRefusedBackground: an instance adds its refusals to the store by
-// itself, within its flush interval, and leaves no goroutine behind once
-// it has.
-func TestTopRefusedBackground(t *testing.T) {
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { verifyNoLeaks(t, ignore) })
-	srv := redistest.Start(t)
-	p := testkit.Policy("top-background", testkit.PerHour(1))
-	opts := []core.Option{core.WithTimeout(testkit.StoreTimeout), core.WithRefusedEvery(20 * time.Millisecond)}
-	a := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, opts...)
-	b := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, opts...)
-	admit(t, b, "mallory")
-	refuse(t, b, "mallory", 25)
-	want := []core.RefusedKey{{Key: "mallory", Refusals: 25}}
-	testkit.WaitUntil(t, "instance a sees instance b's refusals", func() bool {
-		return reflect.DeepEqual(topRefused(t, a, 5), want)
-	})
-	// And again, after a pause: the next refusal arms the next flush.
-	time.Sleep(50 * time.Millisecond)
-	refuse(t, b, "mallory", 5)
-	want[0].Refusals = 30
-	testkit.WaitUntil(t, "instance a sees the later refusals", func() bool {
-		return reflect.DeepEqual(topRefused(t, a, 5), want)
-	})
-}
-
 // TestTopRefusedCounts: what counts as a refusal. Every denial counts,
 // under the key as the app gave it (bounded, without a shard's suffix),
 // whichever tier decided it, and the local fallback's denials too; an
@@ -132,8 +99,9 @@ func TestTopRefusedBackground(t *testing.T) {
 // store is down.
 func TestTopRefusedCounts(t *testing.T) {
 	ctx := context.Background()
+	// The shards and tiers on Redis: internal/redissuite's TopRefusedCounts.
 	t.Run("shards", func(t *testing.T) {
-		for _, b := range testkit.Backends() {
+		for _, b := range []testkit.Backend{testkit.Memory} {
 			t.Run(b.Name, func(t *testing.T) {
 				p := testkit.Policy("top-shards", testkit.PerHour(4))
 				p.Shards = 4
@@ -150,7 +118,7 @@ func TestTopRefusedCounts(t *testing.T) {
 		}
 	})
 	t.Run("tiers", func(t *testing.T) {
-		for _, b := range testkit.Backends() {
+		for _, b := range []testkit.Backend{testkit.Memory} {
 			t.Run(b.Name, func(t *testing.T) {
 				tiers := map[string][]core.Rule{"pro": {testkit.PerHour(2)}}
 				resolve := func(_ context.Context, key string) (string, error) {
@@ -215,6 +183,62 @@ func TestTopRefusedCounts(t *testing.T) {
 	})
 }
 
+// TestDeniedPathAllocs: counting refusals costs the denied path no
+// allocation: denials of the memory store, hot or spread over many keys
+// (a flood answered by Redis's deny cache: internal/redissuite).
+func TestDeniedPathAllocs(t *testing.T) {
+	if testing.CoverMode() != "" || race.Enabled {
+		t.Skip("allocations are counted without coverage or the race detector")
+	}
+	ctx := context.Background()
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user-%d", i)
+	}
+	for _, tc := range []struct {
+		name  string
+		store core.Store
+		src   core.Source
+		keys  []string
+	}{
+		// On Redis: internal/redissuite's DeniedPathAllocs.
+		{"memory/hot", core.NewMemoryStore(), core.SourceStore, keys[:1]},
+		{"memory/spread", core.NewMemoryStore(), core.SourceStore, keys},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := testkit.Limiter(t, tc.store, testkit.Policy("allocs-"+strings.ReplaceAll(tc.name, "/", "-"), testkit.PerHour(1)), core.WithTimeout(testkit.StoreTimeout))
+			for _, k := range tc.keys {
+				admit(t, l, k)
+				refuse(t, l, k, 1)
+			}
+			refused := int64(1) // each key's, so far
+			if tc.src == core.SourceCache {
+				testkit.WaitUntil(t, "the deny cache answers", func() bool {
+					d, _ := l.Allow(ctx, tc.keys[0])
+					refused++
+					return d.Source == core.SourceCache
+				})
+			}
+			i := 0
+			allocs := testing.AllocsPerRun(10_000, func() {
+				d, err := l.Allow(ctx, tc.keys[i%len(tc.keys)])
+				i++
+				if err != nil || d.Allowed || d.Source != tc.src {
+					t.Fatalf("Allow = %+v, %v; want a denial, Source %v", d, err, tc.src)
+				}
+			})
+			if allocs != 0 {
+				t.Errorf("%v allocations per denial, want 0", allocs)
+			}
+			// One more run than asked for: AllocsPerRun warms up.
+			want := []core.RefusedKey{{Key: tc.keys[0], Refusals: refused + 10_001}}
+			if top := topRefused(t, l, 1); len(tc.keys) == 1 && !reflect.DeepEqual(top, want) {
+				t.Errorf("TopRefused(1) = %v after the flood, want %v", top, want)
+			}
+		})
+	}
+}
+
 // TestTopRefusedBound: a flood of 100,000 distinct refused keys, each
 // refused once, beside ten keys refused hundreds to thousands of times.
 // The limiter's sketch never counts more than its fixed number of keys,
@@ -226,13 +250,12 @@ func TestTopRefusedBound(t *testing.T) {
 		rounds  = 10_000
 		singles = 10 // per round: 100,000 in all
 	)
-	srv := redistest.Start(t)
+	// On Redis, in parallel: internal/redissuite's TopRefusedBound.
 	for _, tc := range []struct {
 		name  string
 		store core.Store
 	}{
 		{"memory", core.NewMemoryStore()},
-		{"redis", redisstore.New(srv.Client(t))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			policy := "top-bound-" + tc.name
@@ -274,42 +297,12 @@ func TestTopRefusedBound(t *testing.T) {
 			// Flushed every 500 rounds (5,000 single keys), as the timer
 			// would every 5 s at 1,000 refusals a second.
 			const every = 500
-			if tc.name == "memory" {
-				for r := range rounds {
-					round(r)
-					if r%every == every-1 {
-						checkSketch()
-						if err := core.FlushRefused(ctx, l); err != nil {
-							t.Fatal(err)
-						}
-					}
-				}
-			} else {
-				// On Redis, in parallel: the heavy keys' refusals are
-				// counted by their deny-cache entries, whatever the order.
-				for base := 0; base < rounds; base += every {
-					var wg sync.WaitGroup
-					for g := range 8 {
-						wg.Go(func() {
-							for r := base + g; r < base+every; r += 8 {
-								round(r)
-							}
-						})
-					}
-					wg.Wait()
+			for r := range rounds {
+				round(r)
+				if r%every == every-1 {
 					checkSketch()
 					if err := core.FlushRefused(ctx, l); err != nil {
 						t.Fatal(err)
-					}
-				}
-				now := srv.Do(t, "TIME").([]any)
-				sec, err := strconv.ParseInt(now[0].(string), 10, 64)
-				if err != nil {
-					t.Fatalf("TIME answered %v: %v", now, err)
-				}
-				for _, k := range redislib.RefusedKeys("ratekit", policy, redislib.RefusedMinute(time.Unix(sec, 0))) {
-					if n := srv.Do(t, "ZCARD", k).(int64); n > redislib.RefusedKeep {
-						t.Errorf("ZCARD %s = %d, over the bound of %d", k, n, redislib.RefusedKeep)
 					}
 				}
 			}
@@ -323,82 +316,8 @@ func TestTopRefusedBound(t *testing.T) {
 			if len(all) > 3*1000 {
 				t.Errorf("TopRefused returned %d keys after the flood; want at most 1,000 a minute", len(all))
 			}
-			got := all[:min(heavy, len(all))]
-			if tc.name == "memory" {
-				if !reflect.DeepEqual(got, wantHeavy) {
-					t.Errorf("the top %d after the flood = %v\nwant %v", heavy, got, wantHeavy)
-				}
-				return
-			}
-			// In parallel, a refusal that reaches the sketch rather than
-			// the deny cache (a denial decided while another replaced the
-			// key's entry) may be pushed out of it by the flood before a
-			// flush: it is lost, never added. The heavy keys come first,
-			// in order, each within a few refusals of its count, never over.
-			for i := range wantHeavy {
-				w := wantHeavy[i]
-				if i >= len(got) || got[i].Key != w.Key || got[i].Refusals > w.Refusals || got[i].Refusals < w.Refusals-2 {
-					t.Errorf("the top %d after the flood = %v\nwant %v, each within 2 below", heavy, got, wantHeavy)
-					break
-				}
-			}
-		})
-	}
-}
-
-// TestDeniedPathAllocs: counting refusals costs the denied path no
-// allocation: a flood of one key answered by the deny cache (Redis), and
-// denials of the memory store, hot or spread over many keys.
-func TestDeniedPathAllocs(t *testing.T) {
-	if testing.CoverMode() != "" || race.Enabled {
-		t.Skip("allocations are counted without coverage or the race detector")
-	}
-	ctx := context.Background()
-	srv := redistest.Start(t)
-	keys := make([]string, 1000)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("user-%d", i)
-	}
-	for _, tc := range []struct {
-		name  string
-		store core.Store
-		src   core.Source
-		keys  []string
-	}{
-		{"redis/hot", redisstore.New(srv.Client(t)), core.SourceCache, keys[:1]},
-		{"redis/spread", redisstore.New(srv.Client(t)), core.SourceCache, keys},
-		{"memory/hot", core.NewMemoryStore(), core.SourceStore, keys[:1]},
-		{"memory/spread", core.NewMemoryStore(), core.SourceStore, keys},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			l := testkit.Limiter(t, tc.store, testkit.Policy("allocs-"+strings.ReplaceAll(tc.name, "/", "-"), testkit.PerHour(1)), core.WithTimeout(testkit.StoreTimeout))
-			for _, k := range tc.keys {
-				admit(t, l, k)
-				refuse(t, l, k, 1)
-			}
-			refused := int64(1) // each key's, so far
-			if tc.src == core.SourceCache {
-				testkit.WaitUntil(t, "the deny cache answers", func() bool {
-					d, _ := l.Allow(ctx, tc.keys[0])
-					refused++
-					return d.Source == core.SourceCache
-				})
-			}
-			i := 0
-			allocs := testing.AllocsPerRun(10_000, func() {
-				d, err := l.Allow(ctx, tc.keys[i%len(tc.keys)])
-				i++
-				if err != nil || d.Allowed || d.Source != tc.src {
-					t.Fatalf("Allow = %+v, %v; want a denial, Source %v", d, err, tc.src)
-				}
-			})
-			if allocs != 0 {
-				t.Errorf("%v allocations per denial, want 0", allocs)
-			}
-			// One more run than asked for: AllocsPerRun warms up.
-			want := []core.RefusedKey{{Key: tc.keys[0], Refusals: refused + 10_001}}
-			if top := topRefused(t, l, 1); len(tc.keys) == 1 && !reflect.DeepEqual(top, want) {
-				t.Errorf("TopRefused(1) = %v after the flood, want %v", top, want)
+			if got := all[:min(heavy, len(all))]; !reflect.DeepEqual(got, wantHeavy) {
+				t.Errorf("the top %d after the flood = %v\nwant %v", heavy, got, wantHeavy)
 			}
 		})
 	}

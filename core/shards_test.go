@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,9 +13,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/driver"
-	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testkit"
-	"github.com/ratekit/ratekit/redisstore"
 )
 
 // queryLog is a Store that records the keys and rules of the queries it
@@ -104,7 +101,7 @@ func TestShardsShares(t *testing.T) {
 }
 
 // TestShardsNeverOverAdmit: app instances flooding one sharded key
-// concurrently admit exactly the limit between them, on both stores.
+// concurrently admit exactly the limit between them.
 func TestShardsNeverOverAdmit(t *testing.T) {
 	const (
 		limit      = 100
@@ -118,7 +115,7 @@ func TestShardsNeverOverAdmit(t *testing.T) {
 		store func(t *testing.T) core.Store
 	}{
 		{"memory", func(*testing.T) core.Store { return core.NewMemoryStore() }},
-		{"redis", func(t *testing.T) core.Store { return redisstore.New(redistest.Start(t).Client(t)) }},
+		// Redis: internal/redissuite's ShardsNeverOverAdmit.
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := tc.store(t)
@@ -156,43 +153,6 @@ func TestShardsNeverOverAdmit(t *testing.T) {
 				t.Errorf("%d requests on a key with Limit %d in %d shards: %d allowed, want exactly %d", instances*goroutines*each, limit, shards, got, limit)
 			}
 		})
-	}
-}
-
-// TestShardsRedisKeys: on Redis each shard is a key of its own, with a
-// TTL, whose hash tag puts it in a slot of its own, so a hot key spreads
-// over the masters of a cluster.
-func TestShardsRedisKeys(t *testing.T) {
-	const shards = 8
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	store := redisstore.New(rdb)
-	p := core.Policy{Name: "global", Rules: []core.Rule{{Limit: 1000, Window: time.Minute}}, Shards: shards}
-	l := testkit.Limiter(t, store, p, core.WithTimeout(5*time.Second))
-	ctx := context.Background()
-	for _, key := range []string{"all", "user:42", strings.Repeat("x", 300)} {
-		for range shards {
-			if d, err := l.Allow(ctx, key); err != nil || !d.Allowed || d.Source != core.SourceStore {
-				t.Fatalf("Allow(%.20q) = %+v, %v", key, d, err)
-			}
-		}
-		slots := map[int]bool{}
-		for i := range shards {
-			rk := store.Key(p.Name, fmt.Sprintf("%s#%d", driver.BoundKey(key), i))
-			if n := zcard(t, rdb, rk); n != 1 {
-				t.Errorf("ZCARD %.40q = %d, want 1 (one request per shard)", rk, n)
-			}
-			if ttl := rdb.PTTL(ctx, rk).Val(); ttl <= 0 || ttl > 2*time.Minute+time.Second {
-				t.Errorf("PTTL %.40q = %v, want at most twice the window", rk, ttl)
-			}
-			slots[redistest.Slot(rk)] = true
-		}
-		if len(slots) != shards {
-			t.Errorf("the %d shards of %.20q are in %d slots, want %d", shards, key, len(slots), shards)
-		}
-		if got := len(srv.Do(t, "KEYS", store.Key(p.Name, driver.BoundKey(key)+"#*")).([]any)); got != shards {
-			t.Errorf("%d Redis keys for the shards of %.20q, want %d", got, key, shards)
-		}
 	}
 }
 

@@ -12,9 +12,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testkit"
-	"github.com/ratekit/ratekit/redisstore"
 )
 
 // fill takes every unit of key's smallest limit on l.
@@ -216,7 +214,8 @@ func TestWaitNoStampede(t *testing.T) {
 		window  = 50 * time.Millisecond
 		callers = 40
 	)
-	for _, f := range testkit.Backends() {
+	// On Redis: internal/redissuite's WaitNoStampede.
+	for _, f := range []testkit.Backend{testkit.Memory} {
 		t.Run(f.Name, func(t *testing.T) {
 			t.Parallel()
 			var decisions, fallbacks atomic.Int64
@@ -255,55 +254,6 @@ func TestWaitNoStampede(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestWaitFailClosed: a FailClosed refusal is waited out until the store
-// answers again, and fails fast when the limiter will not try the store
-// again before the deadline; FailOpen admits at once.
-func TestWaitFailClosed(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	var closed atomic.Int64
-	obs := core.ObserverFunc(func(_ context.Context, e core.Event) {
-		if e.Kind == core.EventDecision && e.Decision.Source == core.SourceClosed {
-			closed.Add(1)
-		}
-	})
-	p := core.Policy{Name: "closed", Rules: []core.Rule{{Limit: 5, Window: time.Minute}}}
-	// A short store timeout, so that a call to the stopped server fails
-	// well before the callers' deadlines whatever go-redis does to dial.
-	l := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(100*time.Millisecond),
-		core.WithFailurePolicy(core.FailClosed), core.WithBreaker(1, time.Second), core.WithDenyCache(0), core.WithObserver(obs))
-	open := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(100*time.Millisecond), core.WithFailurePolicy(core.FailOpen))
-	srv.Stop()
-
-	if d, err := open.Wait(context.Background(), "k"); err != nil || !d.Allowed || d.Source != core.SourceOpen {
-		t.Errorf("FailOpen Wait(k) with the store down = %+v, %v; want admitted by SourceOpen", d, err)
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	defer cancel()
-	_, err := l.Wait(ctx, "k")
-	if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil || !strings.Contains(err.Error(), "FailClosed") {
-		t.Errorf("FailClosed Wait(k) with the store down and 500 ms left = %v (context: %v), want a DeadlineExceeded naming FailClosed before the deadline", err, ctx.Err())
-	}
-
-	// The store comes back while a caller waits: it is admitted by the store.
-	done := make(chan struct{})
-	var d core.Decision
-	go func() {
-		defer close(done)
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		d, err = l.Wait(ctx, "k")
-	}()
-	testkit.WaitUntil(t, "a FailClosed refusal", func() bool { return closed.Load() >= 2 })
-	srv.Restart()
-	<-done
-	if err != nil || !d.Allowed || d.Source != core.SourceStore {
-		t.Errorf("FailClosed Wait(k) across the outage = %+v, %v; want admitted by the store", d, err)
-	}
-	t.Logf("%d FailClosed refusals waited out", closed.Load())
 }
 
 // admission is one admission of a fleet run.
@@ -481,7 +431,8 @@ func inWindow(at []int64, now, w int64) int {
 // bounds leave room for a loaded machine).
 func TestWaitInFlight(t *testing.T) {
 	p := core.Policy{Name: "wait-inflight", InFlight: 1}
-	for _, b := range testkit.Backends() {
+	// On Redis: internal/redissuite's WaitInFlight.
+	for _, b := range []testkit.Backend{testkit.Memory} {
 		t.Run(b.Name, func(t *testing.T) {
 			ls := testkit.Fleet(t, 2, b, p)
 			ctx := context.Background()

@@ -15,7 +15,6 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/driver"
-	"github.com/ratekit/ratekit/core/driver/drivertest"
 	"github.com/ratekit/ratekit/internal/redislib"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testkit"
@@ -51,44 +50,16 @@ func newStore(t testing.TB, client rueidis.Client, opts ...rueidisstore.Option) 
 	return s
 }
 
-// TestStore runs the store suite on one Redis, with the server's clock
-// and with the limiter's.
-func TestStore(t *testing.T) {
-	srv := redistest.Start(t)
-	client := newClient(t, srv.Addr())
-	t.Run("ServerTime", func(t *testing.T) {
-		drivertest.Run(t, func(t *testing.T) core.Store { return newStore(t, client) })
-	})
-	t.Run("ClientTime", func(t *testing.T) {
-		drivertest.Run(t, func(t *testing.T) core.Store {
-			return newStore(t, client, rueidisstore.WithPrefix("ct"))
-		}, core.WithClock(time.Now))
-	})
-	t.Run("Unbatched", func(t *testing.T) {
-		drivertest.Run(t, func(t *testing.T) core.Store {
-			return newStore(t, client, rueidisstore.WithPrefix("one"), rueidisstore.WithBatching(1))
-		})
-	})
-}
-
-// TestCluster runs the store suite on a Cluster of three masters, with
-// the server's clock and with the limiter's; then 3000 users' keys spread
-// over the three masters, each decided on its own slot, and named in
-// partitions as redisstore names them: the address of their master.
+// TestCluster: 3000 users' keys spread over the three masters of a
+// Cluster, each decided on its own slot, and named in partitions as
+// redisstore names them: the address of their master. (The store suite
+// on a Cluster, and Check, run in redissuite's RedisCluster.)
 func TestCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	client := newClient(t, c.Addrs()...)
 	if m := client.Mode(); m != rueidis.ClientModeCluster {
 		t.Fatalf("client mode %v, want cluster", m)
 	}
-	t.Run("ServerTime", func(t *testing.T) {
-		drivertest.Run(t, func(t *testing.T) core.Store { return newStore(t, client) })
-	})
-	t.Run("ClientTime", func(t *testing.T) {
-		drivertest.Run(t, func(t *testing.T) core.Store {
-			return newStore(t, client, rueidisstore.WithPrefix("ct"))
-		}, core.WithClock(time.Now))
-	})
 	t.Run("Spread", func(t *testing.T) {
 		const users = 3000
 		store := newStore(t, client, rueidisstore.WithPrefix("spread"))
@@ -139,14 +110,6 @@ func TestCluster(t *testing.T) {
 			}
 		}
 	})
-	t.Run("Check", func(t *testing.T) {
-		store := newStore(t, client)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := store.Check(ctx); err != nil {
-			t.Errorf("Check() on a Cluster that fits = %v, want nil", err)
-		}
-	})
 }
 
 // hammer runs instances limiters of p, each on a rueidis client of its
@@ -183,38 +146,6 @@ func hammer(t *testing.T, ls []*core.Limiter, goroutines, each int, key string) 
 		t.Errorf("%d decisions were fallbacks, want 0: the store must decide every one", n)
 	}
 	return allowed.Load()
-}
-
-// TestExactness: 4 app instances (4 limiters on 4 rueidis clients) with
-// 64 goroutines each on one key admit exactly the limit between them, and
-// Redis holds exactly the limit's entries.
-func TestExactness(t *testing.T) {
-	const (
-		limit      = 1000
-		instances  = 4
-		goroutines = 64
-		each       = 8
-	)
-	srv := redistest.Start(t)
-	p := core.Policy{Name: "exact", Rules: []core.Rule{{Limit: limit, Window: 30 * time.Second}}}
-	ls := make([]*core.Limiter, instances)
-	for i := range ls {
-		ls[i] = testkit.Limiter(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(2*time.Second))
-	}
-	if got := hammer(t, ls, goroutines, each, "k"); got != limit {
-		t.Errorf("%d instances x %d goroutines x %d Allow(k) with Limit %d: %d allowed, want exactly %d",
-			instances, goroutines, each, limit, got, limit)
-	}
-	// The log is a header (the TTL's end, the number of hints h, h hints)
-	// then 8 bytes per entry.
-	key := newStore(t, newClient(t, srv.Addr())).Key(p.Name, "k")
-	if n, _ := srv.Do(t, "STRLEN", key).(int64); n < 8*limit || n > 8*(limit+2+64) {
-		t.Errorf("STRLEN %s = %d, want %d entries of 8 bytes and a short header", key, n, limit)
-	}
-	d, err := ls[0].Peek(context.Background(), "k")
-	if err != nil || d.Rules()[0].Used != limit {
-		t.Errorf("Peek(k) = %+v, %v; want Used %d", d, err, limit)
-	}
 }
 
 // TestSharedWithRedisstore: instances on rueidis and on go-redis share one
@@ -280,68 +211,6 @@ func TestRefusedWithRedisstore(t *testing.T) {
 			t.Errorf("%s: TopRefused = %v, %v; want %v", name, got, err, want)
 		}
 	}
-}
-
-// TestDenyCacheAcrossInstances: a key denied and cached on instance A is
-// admitted by A as soon as instance B resets it, or refunds units of it:
-// the reset and the refund reach A's deny cache over pub/sub.
-func TestDenyCacheAcrossInstances(t *testing.T) {
-	srv := redistest.Start(t)
-	p := core.Policy{Name: "across", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}}
-	a := testkit.Limiter(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(5*time.Second))
-	b := testkit.Limiter(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(5*time.Second))
-	ctx := context.Background()
-	// cached fills key on A until A answers it from its deny cache.
-	cached := func(key string) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for time.Now().Before(deadline) {
-			d, err := a.Allow(ctx, key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d.Source == core.SourceCache {
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		t.Fatalf("A never answered %s from its deny cache", key)
-	}
-	// admittedByA waits until A admits key, and fails after a second.
-	admittedByA := func(what, key string) {
-		t.Helper()
-		start := time.Now()
-		for time.Since(start) < time.Second {
-			d, err := a.Allow(ctx, key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d.Allowed {
-				t.Logf("%s: A admits %s again after %v", what, key, time.Since(start).Round(time.Millisecond))
-				return
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-		t.Errorf("%s: A still denies %s a second later, want the reset seen at once", what, key)
-	}
-
-	cached("alice")
-	if err := b.Reset(ctx, "alice"); err != nil {
-		t.Fatal(err)
-	}
-	admittedByA("reset on B", "alice")
-
-	// Count-only-failures: B reserved a unit, A fills the key and caches
-	// its denial, then B refunds: A admits one more.
-	d, err := b.Allow(ctx, "bob")
-	if err != nil || !d.Allowed {
-		t.Fatalf("B Allow(bob) = %+v, %v", d, err)
-	}
-	cached("bob")
-	if err := d.Refund(ctx); err != nil {
-		t.Fatal(err)
-	}
-	admittedByA("refund on B", "bob")
 }
 
 // TestWatchResyncs: a watcher hears a Resync when the subscription is
@@ -441,83 +310,6 @@ func TestFleet(t *testing.T) {
 	if admitted != limit {
 		t.Errorf("admitted during the outage by 3 instances: %d, want %d (2 each)", admitted, limit)
 	}
-}
-
-// TestLeasesAcrossInstances: an InFlight limit holds across two instances
-// on their own clients: what one holds the other cannot take, a release
-// on one frees a unit for the other, and under concurrency no more than
-// the limit is ever in flight.
-func TestLeasesAcrossInstances(t *testing.T) {
-	const k = 3
-	srv := redistest.Start(t)
-	p := core.Policy{Name: "exports", InFlight: k}
-	a := testkit.Limiter(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(5*time.Second))
-	b := testkit.Limiter(t, newStore(t, newClient(t, srv.Addr())), p, core.WithTimeout(5*time.Second))
-	ctx := context.Background()
-	var held []core.Decision
-	for i := range k {
-		d, err := a.Allow(ctx, "tenant")
-		if err != nil || !d.Allowed || d.Remaining != int64(k-1-i) || d.Source != core.SourceStore {
-			t.Fatalf("A Allow #%d = %+v, %v; want admitted, %d remaining", i+1, d, err, k-1-i)
-		}
-		held = append(held, d)
-	}
-	if d, err := b.Allow(ctx, "tenant"); err != nil || d.Allowed || d.RetryAfter != time.Second {
-		t.Fatalf("B Allow with A holding %d = %+v, %v; want denied with the 1s hint", k, d, err)
-	}
-	if err := held[0].Refund(ctx); err != nil {
-		t.Fatal(err)
-	}
-	d, err := b.Allow(ctx, "tenant")
-	if err != nil || !d.Allowed || d.Remaining != 0 {
-		t.Fatalf("B Allow after A released one = %+v, %v; want admitted, 0 remaining", d, err)
-	}
-	held = append(held[1:], d)
-	if d, err := a.Peek(ctx, "tenant"); err != nil || d.Remaining != 0 {
-		t.Errorf("A Peek = %+v, %v; want 0 remaining", d, err)
-	}
-	for i := range held {
-		if err := held[i].Refund(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	var cur, peak, admitted atomic.Int64
-	var wg sync.WaitGroup
-	for i := range 16 {
-		l := []*core.Limiter{a, b}[i%2]
-		wg.Go(func() {
-			for range 20 {
-				d, err := l.Allow(ctx, "busy")
-				if err != nil || d.Source != core.SourceStore {
-					t.Errorf("Allow(busy) = %+v, %v; want the store's decision", d, err)
-					return
-				}
-				if !d.Allowed {
-					continue
-				}
-				admitted.Add(1)
-				n := cur.Add(1)
-				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
-				}
-				time.Sleep(time.Millisecond)
-				cur.Add(-1)
-				if err := d.Refund(ctx); err != nil {
-					t.Error(err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if got := peak.Load(); got != k {
-		t.Errorf("2 instances x 8 goroutines: at most %d requests in flight, want exactly %d", got, k)
-	}
-	for _, l := range []*core.Limiter{a, b} {
-		if d, err := l.Peek(ctx, "busy"); err != nil || d.Remaining != k {
-			t.Errorf("Peek(busy) after every release = %+v, %v; want %d remaining", d, err, k)
-		}
-	}
-	t.Logf("%d of 320 requests admitted, at most %d in flight", admitted.Load(), peak.Load())
 }
 
 // TestConfigPanicsNameTheOption: the constructor panics, at

@@ -118,8 +118,8 @@ var errUsage = errors.New("usage")
 
 // synopsis is each command's one line of help, printed after a mistake.
 var synopsis = map[string]string{
-	"peek":     "usage: ratekit peek -policy NAME [-rules LIMIT/WINDOW,...] [-account|-phone] KEY   (ratekit help: every flag)",
-	"reset":    "usage: ratekit reset -policy NAME [-account|-phone] KEY...   (ratekit help: every flag)",
+	"peek":      "usage: ratekit peek -policy NAME [-rules LIMIT/WINDOW,...] [-account|-phone] KEY   (ratekit help: every flag)",
+	"reset":     "usage: ratekit reset -policy NAME [-account|-phone] KEY...   (ratekit help: every flag)",
 	"policies":  "usage: ratekit policies [-max N]   (ratekit help: every flag)",
 	"functions": "usage: ratekit functions [-prune]   (ratekit help: every flag)",
 	"":          "usage: ratekit peek|reset|policies|functions [flags] [key ...]   (ratekit help: every flag)",

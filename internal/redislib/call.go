@@ -65,7 +65,7 @@ type Call struct {
 	Slot int    // the key's cluster slot; 0 on a single node
 
 	n, cap, now, at int64
-	span            int64 // µs: the longest window of every instance (FleetPolicy.Window)
+	span            int64   // µs: the longest window of every instance (FleetPolicy.Window)
 	format          int     // the format to write (FleetPolicy.Format)
 	widths          []int64 // SlidingBuckets: every width the fleet counts in (FleetPolicy.Widths), shared
 	rules           []driver.Rule

@@ -75,11 +75,11 @@ type FleetPolicy struct {
 	widths []int64 // µs
 	differ func([]string)
 
-	count   atomic.Int64 // instances announced, at least 1 once read
-	fleetK  atomic.Int64 // the largest Keep announced
-	fleetW  atomic.Int64 // the longest Window announced, µs
+	count   atomic.Int64            // instances announced, at least 1 once read
+	fleetK  atomic.Int64            // the largest Keep announced
+	fleetW  atomic.Int64            // the longest Window announced, µs
 	fleetG  atomic.Pointer[[]int64] // every bucket width announced, µs
-	format  atomic.Int32 // the format the policy's keys are written in
+	format  atomic.Int32            // the format the policy's keys are written in
 	mu      sync.Mutex
 	differs string // the differing configurations last reported, joined
 }

@@ -64,6 +64,15 @@ type Backend struct {
 	opts []core.Option
 }
 
+// NewBackend returns a backend named name, whose stores returns the
+// stores of n app instances on one new backend (one store for every
+// instance, or a single one when the backend lives in one process), and
+// whose opts come before a test's own options on every limiter: a
+// backend of a store driver other than the ones here.
+func NewBackend(name string, stores func(t testing.TB, n int) []core.Store, opts ...core.Option) Backend {
+	return Backend{Name: name, stores: stores, opts: opts}
+}
+
 // Memory is one process on a MemoryStore. A process keeps one limiter
 // per policy, so a fleet on Memory is that one limiter, whose callers
 // wait in one line, however many instances the test asks for.

@@ -1,4 +1,4 @@
-package core_test
+package redissuite
 
 import (
 	"context"
@@ -9,13 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/internal/race"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testkit"
-	"github.com/ratekit/ratekit/redisstore"
 )
 
 // spin keeps n goroutines busy on the CPU until the returned function is
@@ -41,7 +39,7 @@ func spin(n int) (stop func()) {
 	}
 }
 
-// TestRedisSaturatedApp: a healthy Redis whose replies are read late
+// testRedisSaturatedApp: a healthy Redis whose replies are read late
 // because the app's own CPU is saturated is not a store failure. Two
 // instances on the defaults (20 ms timeout, FailLocal) share one Redis;
 // 20 accounts of limit 5 a minute each get 40 concurrent guesses split
@@ -51,14 +49,11 @@ func spin(n int) (stop func()) {
 // local window would let an account in up to twice.
 //
 // It measures timing against the timeout, so it runs without the race
-// detector, which makes every step several times slower: `make test` runs
-// it in a step of its own, alone on the machine.
-func TestRedisSaturatedApp(t *testing.T) {
-	if testing.Short() {
-		t.Skip("Redis-backed")
-	}
+// detector, which makes every step several times slower: `make
+// test-timing` runs it in a step of its own, alone on the machine.
+func testRedisSaturatedApp(t *testing.T, drv Driver) {
 	if race.Enabled {
-		t.Skip("timing against the timeout: make test runs it without -race, in a step of its own")
+		t.Skip("timing against the timeout: make test-timing runs it without -race, in a step of its own")
 	}
 	const (
 		accounts = 20
@@ -70,30 +65,30 @@ func TestRedisSaturatedApp(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		spinners int
-		opt      redis.Options
+		conf     Conf
 	}{
-		{"idle", 0, redis.Options{}},
-		{"2 spinners", 2, redis.Options{}},
-		{"8 spinners", 8, redis.Options{}},
-		{"8 spinners, ContextTimeoutEnabled", 8, redis.Options{ContextTimeoutEnabled: true}},
+		{"idle", 0, Conf{}},
+		{"2 spinners", 2, Conf{}},
+		{"8 spinners", 8, Conf{}},
+		// go-redis's ContextTimeoutEnabled; rueidis always honours
+		// deadlines: the same as the case above.
+		{"8 spinners, ContextTimeoutEnabled", 8, Conf{ContextTimeout: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := core.Policy{Name: fmt.Sprintf("load%d%v", tc.spinners, tc.opt.ContextTimeoutEnabled),
+			p := core.Policy{Name: fmt.Sprintf("load%d%v", tc.spinners, tc.conf.ContextTimeout),
 				Rules: []core.Rule{{Limit: limit, Window: time.Minute}}}
 			var (
 				ls     [2]*core.Limiter
+				stores [2]Store
 				events [2]*eventLog
 			)
 			for i := range ls {
-				opt := tc.opt
-				opt.Addr = srv.Addr()
-				rdb := redis.NewClient(&opt)
-				t.Cleanup(func() { _ = rdb.Close() })
+				stores[i] = drv.Open(t, on(srv, tc.conf))
 				events[i] = &eventLog{}
-				ls[i] = testkit.Limiter(t, redisstore.New(rdb), p, core.WithObserver(events[i]))
+				ls[i] = testkit.Limiter(t, stores[i], p, core.WithObserver(events[i]))
 				warmLimiter(t, ls[i])
 			}
-			waitInstances(t, 2, ls[:]...)
+			waitInstances(t, 2, p.Name, stores[:]...)
 			// Instances that have been running a while: their connections
 			// are open and their pools filled.
 			burst(t, ls[:], "warm", accounts*guesses)
@@ -171,15 +166,18 @@ func warmLimiter(t *testing.T, l *core.Limiter) {
 	}
 }
 
-// waitInstances waits until the store of every limiter of ls counts n
-// instances of its policy: instances that have been running a while.
-func waitInstances(t *testing.T, n int, ls ...*core.Limiter) {
+// waitInstances waits until every store of stores counts n instances of
+// policy: instances that have been running a while. A limiter on a store
+// joins its fleet (driver.Fleet) when it is built; joining again from
+// here returns the count it reads, and counts no one twice.
+func waitInstances(t *testing.T, n int, policy string, stores ...Store) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for _, l := range ls {
-		for core.Instances(l) != n {
+	for _, s := range stores {
+		instances := s.Join(driver.Member{Policy: policy})
+		for instances() != n {
 			if time.Now().After(deadline) {
-				t.Fatalf("policy %q: the store counts %d instances, want %d", l.Policy().Name, core.Instances(l), n)
+				t.Fatalf("policy %q: the store counts %d instances, want %d", policy, instances(), n)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}

@@ -1,4 +1,4 @@
-package core_test
+package redissuite
 
 import (
 	"context"
@@ -12,16 +12,15 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testkit"
-	"github.com/ratekit/ratekit/redisstore"
 )
 
-// TestRedisMatchesMemory drives the Redis store and the memory store
+// testRedisMatchesMemory drives the Redis store and the memory store
 // through the same random takes, peeks and refunds on a stepped clock and
 // requires the same decisions, field by field. The limits are large
 // enough that the Redis log outgrows what its script reads whole, so the
 // hinted reads, chunk reads, trims and TTL renewals of long logs are all
 // taken, with several rules and costs above 1.
-func TestRedisMatchesMemory(t *testing.T) {
+func testRedisMatchesMemory(t *testing.T, drv Driver) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
@@ -37,7 +36,8 @@ func TestRedisMatchesMemory(t *testing.T) {
 				p.Rules = p.Rules[1:]
 			}
 			opts := []core.Option{core.WithClock(clock.Now), core.WithDenyCache(0), core.WithTimeout(time.Second)}
-			red := testkit.Limiter(t, redisstore.New(rdb), p, opts...)
+			store := drv.New(t, srv)
+			red := testkit.Limiter(t, store, p, opts...)
 			mem := testkit.Limiter(t, core.NewMemoryStore(), p, opts...)
 			type held struct{ r, m core.Decision }
 			var admitted []held
@@ -75,7 +75,7 @@ func TestRedisMatchesMemory(t *testing.T) {
 			}
 			// The run did reach the long-log paths: the key carries a
 			// hint per rule.
-			v := rdb.GetRange(ctx, redisstore.New(rdb).Key(p.Name, "a"), 8, 15).Val()
+			v := rdb.GetRange(ctx, store.Key(p.Name, "a"), 8, 15).Val()
 			if len(v) != 8 || int(math.Float64frombits(binary.LittleEndian.Uint64([]byte(v)))) != len(p.Rules) {
 				t.Errorf("key a's header has no hint per rule: %q", v)
 			}
@@ -97,5 +97,78 @@ func same(t *testing.T, i int, what string, r, m core.Decision, err1, err2 error
 	}
 	if pub(r) != pub(m) {
 		t.Fatalf("op %d %s:\n redis  %s\n memory %s", i, what, pub(r), pub(m))
+	}
+}
+
+// testRefundOnce: a decision's units come back once, however often its
+// Refund is called, for both algorithms; and a refund gives back only
+// the units of its own decision, not those of another admitted at the
+// same time.
+func testRefundOnce(t *testing.T, drv Driver) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	for _, store := range []struct {
+		name string
+		s    core.Store
+	}{{"redis", drv.New(t, srv)}} {
+		for _, alg := range []core.Algorithm{core.SlidingLog, core.SlidingBuckets} {
+			t.Run(store.name+"/"+alg.String(), func(t *testing.T) {
+				l := testkit.Limiter(t, store.s, core.Policy{Name: "refund-" + alg.String(), Algorithm: alg, Buckets: 10,
+					Rules: []core.Rule{{Limit: 5, Window: time.Minute}}}, core.WithTimeout(5*time.Second))
+				var ds []core.Decision
+				for i := range 3 {
+					d, err := l.Allow(ctx, "k")
+					if err != nil || !d.Allowed {
+						t.Fatalf("Allow #%d = %+v, %v", i, d, err)
+					}
+					ds = append(ds, d)
+				}
+				for range 2 {
+					if err := ds[2].Refund(ctx); err != nil {
+						t.Fatalf("Refund: %v", err)
+					}
+				}
+				if d, _ := l.Peek(ctx, "k"); d.Remaining != 3 {
+					t.Errorf("after refunding one decision twice: Remaining = %d, want 3", d.Remaining)
+				}
+			})
+		}
+	}
+}
+
+// testRefundFailureReported: a refund whose store call fails returns the
+// error (and reports it), for a rate limit's units as for a lease; it
+// used to be lost when the connection broke.
+func testRefundFailureReported(t *testing.T, drv Driver) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	obs := &eventLog{}
+	l := testkit.Limiter(t, drv.Open(t, Conf{Addrs: []string{proxy.Addr()}, NoRetry: true}),
+		core.Policy{Name: "refund-fail", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}},
+		core.WithTimeout(time.Second), core.WithObserver(obs))
+	ctx := context.Background()
+	d, _ := l.Allow(ctx, "k")
+	if !d.Allowed {
+		t.Fatalf("Allow = %+v", d)
+	}
+	proxy.SetDropping(true)
+	if err := d.Refund(ctx); err == nil {
+		t.Fatal("Refund with the connection dropping: nil error, want the store's")
+	}
+	if got := obs.count(core.EventStoreError); got != 1 {
+		t.Errorf("store errors after the failed refund: %d, want 1", got)
+	}
+	proxy.SetDropping(false)
+	// A client that sends no command twice (rueidis) fails the first
+	// call on a connection the proxy closed, and dials again for the
+	// next: the store's own answer is the point.
+	var got core.Decision
+	testkit.WaitUntil(t, "the store answers a peek again", func() bool {
+		got, _ = l.Peek(ctx, "k")
+		return got.Source == core.SourceStore
+	})
+	if got.Remaining != 1 {
+		t.Errorf("after the failed refund: Remaining = %d, want 1 (the unit stays counted)", got.Remaining)
 	}
 }

@@ -1,4 +1,4 @@
-package core_test
+package redissuite
 
 import (
 	"context"
@@ -11,19 +11,89 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testkit"
-	"github.com/ratekit/ratekit/redisstore"
 )
 
-// TestRedisBatchingExact drives 64 goroutines through one store, on one
+// testSlidingBucketsRetryAfterBound: under SlidingBuckets a denial waits
+// up to one bucket width longer than the window, never more. With 60
+// buckets of a 60 s window, a unit admitted at the start of a bucket
+// counts until that whole bucket has left the window: 61 s later. A
+// denial then says 61 s (Retry-After: 61), the request is denied 1 µs
+// before and admitted at it; in the middle of the bucket the wait is
+// shorter. On Redis (core's TestSlidingBucketsRetryAfterBound: on the
+// memory store).
+func testSlidingBucketsRetryAfterBound(t *testing.T, drv Driver) {
+	srv := redistest.Start(t)
+	stores := map[string]func() core.Store{
+		"redis": func() core.Store { return drv.New(t, srv) },
+	}
+	const window = time.Minute
+	for name, newStore := range stores {
+		t.Run(name, func(t *testing.T) {
+			clock := newTestClock() // on a whole second: a bucket start
+			l, err := core.NewLimiter(newStore(), core.Policy{
+				Name:      "bound-" + name,
+				Algorithm: core.SlidingBuckets, // 60 buckets of 1 s
+				Rules:     []core.Rule{{Limit: 2, Window: window}},
+			}, core.WithDenyCache(0), core.WithClock(clock.Now), core.WithTimeout(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
+				t.Fatalf("first unit: %+v, %v", d, err)
+			}
+			clock.Add(500 * time.Millisecond) // the middle of the bucket
+			if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
+				t.Fatalf("second unit: %+v, %v", d, err)
+			}
+			d, err := l.Allow(ctx, "k")
+			if err != nil || d.Allowed {
+				t.Fatalf("third unit: %+v, %v; want denied", d, err)
+			}
+			// The bucket [0 s, 1 s) counts until the window starts at 1 s:
+			// at 61 s, 60.5 s from now, although the second unit was
+			// admitted 0 s ago.
+			if want := window + time.Second - 500*time.Millisecond; d.RetryAfter != want {
+				t.Fatalf("RetryAfter in mid-bucket = %v, want %v", d.RetryAfter, want)
+			}
+			if d2, _ := l.Allow(ctx, "k2"); !d2.Allowed {
+				t.Fatal("k2 denied")
+			}
+			clock.Add(500 * time.Millisecond) // the start of the next bucket
+			for range 2 {
+				if d, err := l.Allow(ctx, "k3"); err != nil || !d.Allowed {
+					t.Fatalf("k3: %+v, %v", d, err)
+				}
+			}
+			d, err = l.Allow(ctx, "k3")
+			if err != nil || d.Allowed {
+				t.Fatalf("k3 third unit: %+v, %v; want denied", d, err)
+			}
+			if want := window + time.Second; d.RetryAfter != want {
+				t.Fatalf("RetryAfter at a bucket start = %v, want the bound %v (window + window/60)", d.RetryAfter, want)
+			}
+			clock.Add(d.RetryAfter - time.Microsecond)
+			if d, _ := l.Allow(ctx, "k3"); d.Allowed {
+				t.Fatal("admitted 1 µs before RetryAfter")
+			}
+			clock.Add(time.Microsecond)
+			if d, _ := l.Allow(ctx, "k3"); !d.Allowed {
+				t.Fatalf("denied at RetryAfter: %+v", d)
+			}
+		})
+	}
+}
+
+// testRedisBatchingExact drives 64 goroutines through one store, on one
 // hot key and on keys of two algorithms at once: decisions share script
 // calls (fewer calls than decisions), and every limit still holds
 // exactly. With WithBatching(1) each decision is a call of its own.
-func TestRedisBatchingExact(t *testing.T) {
+func testRedisBatchingExact(t *testing.T, drv Driver) {
 	for _, batch := range []int{1, 64} {
 		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
 			srv := redistest.Start(t)
 			admin := srv.Client(t)
-			store := redisstore.New(srv.Client(t), redisstore.WithBatching(batch))
+			store := drv.Open(t, on(srv, Conf{Batching: batch}))
 			hot := testkit.Limiter(t, store, core.Policy{Name: "hot", Rules: []core.Rule{{Limit: 500, Window: time.Minute}}},
 				core.WithTimeout(5*time.Second), core.WithDenyCache(0))
 			log := testkit.Limiter(t, store, core.Policy{Name: "log", Rules: []core.Rule{{Limit: 3, Window: time.Minute}, {Limit: 5, Window: time.Hour}}},

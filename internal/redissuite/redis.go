@@ -1,14 +1,10 @@
-package core_test
+package redissuite
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,181 +19,32 @@ import (
 	"github.com/ratekit/ratekit/core/driver/drivertest"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testkit"
-	"github.com/ratekit/ratekit/redisstore"
 )
 
-// latencyMargin is what a decision may take beyond the limiter's timeout
-// before a test calls the timeout broken. It absorbs scheduling on a
-// loaded 2-core machine under -race; the measured figures are logged.
-const latencyMargin = 80 * time.Millisecond
-
-// checkLatencies fails t unless the median latency and three quarters of
-// them are within bound. Single outliers are scheduling stalls of a loaded
-// machine (seen: calls of 105 to 460 ms among dozens with both cores
-// saturated by other processes) and are only logged; a bound that does
-// not hold shows in nearly every call, held for the whole outage (2 s of
-// CLIENT PAUSE, 5 s of go-redis read timeout).
-func checkLatencies(t *testing.T, what string, lats []time.Duration, bound time.Duration) {
-	t.Helper()
-	if len(lats) == 0 {
-		return
-	}
-	sorted := slices.Clone(lats)
-	slices.Sort(sorted)
-	over := len(lats) - sort.Search(len(sorted), func(i int) bool { return sorted[i] > bound })
-	if med := sorted[len(sorted)/2]; med > bound || 4*over > len(lats) {
-		t.Errorf("%s: median %v, %d of %d decisions over %v, want the median and three quarters within it (%s)",
-			what, med, over, len(lats), bound, durations(lats))
-	} else if over > 0 {
-		t.Logf("%s: %d of %d decisions over %v (scheduling outliers): %s", what, over, len(lats), bound, durations(lats))
-	}
-}
-
-func TestRedisStore(t *testing.T) {
+// testStore runs the driver conformance suite on one Redis, with the
+// server's clock, with the limiter's, and with one decision per script
+// call. (Merged from core's TestRedisStore and rueidisstore's TestStore.)
+func testStore(t *testing.T, drv Driver) {
 	srv := redistest.Start(t)
-	rdb := srv.Client(t)
 	t.Run("ServerTime", func(t *testing.T) {
-		drivertest.Run(t, func(*testing.T) core.Store { return redisstore.New(rdb) })
+		drivertest.Run(t, func(t *testing.T) core.Store { return drv.New(t, srv) })
 	})
 	t.Run("ClientTime", func(t *testing.T) {
-		drivertest.Run(t, func(*testing.T) core.Store {
-			return redisstore.New(rdb, redisstore.WithPrefix("ct"))
+		drivertest.Run(t, func(t *testing.T) core.Store {
+			return drv.Open(t, on(srv, Conf{Prefix: "ct"}))
 		}, core.WithClock(time.Now))
+	})
+	t.Run("Unbatched", func(t *testing.T) {
+		drivertest.Run(t, func(t *testing.T) core.Store {
+			return drv.Open(t, on(srv, Conf{Prefix: "one", Batching: 1}))
+		})
 	})
 }
 
-// warm readies store for a test that times its calls: a decision with a
-// generous timeout opens a connection and loads the library, so that the
-// test's first decision under the 20 ms default pays for neither on a
-// busy machine.
-func warm(t *testing.T, store core.Store) {
-	t.Helper()
-	l := testkit.Limiter(t, store, core.Policy{Name: "warm-up", Rules: []core.Rule{{Limit: 1, Window: time.Second}}},
-		core.WithTimeout(5*time.Second))
-	if d, err := l.Allow(context.Background(), "warm-up"); err != nil || d.Source != core.SourceStore {
-		t.Fatalf("warming the store: Allow = %+v, %v; want a decision of the store", d, err)
-	}
-}
-
-// scores returns the admission times a SlidingLog key holds, in µs: the
-// key is a string of little-endian float64s, a header (the TTL's end, the
-// number of hints h and h hints) then the entries.
-func scores(t *testing.T, rdb *redis.Client, key string) []int64 {
-	t.Helper()
-	v, err := rdb.Get(context.Background(), key).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil
-	}
-	if err != nil {
-		t.Fatalf("GET %s: %v", key, err)
-	}
-	f := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[8*i:]))) }
-	if len(v) < 16 || len(v)%8 != 0 || len(v) < 16+8*int(f(1)) {
-		t.Fatalf("GET %s: %d bytes, not a header and a whole number of entries", key, len(v))
-	}
-	out := make([]int64, len(v)/8-2-int(f(1)))
-	for i := range out {
-		out[i] = int64(f(2 + int(f(1)) + i))
-	}
-	return out
-}
-
-// zcard returns the number of entries a SlidingLog key holds.
-func zcard(t *testing.T, rdb *redis.Client, key string) int64 {
-	t.Helper()
-	return int64(len(scores(t, rdb, key)))
-}
-
-// commandCalls returns how many times the server ran cmd (INFO
-// commandstats).
-func commandCalls(t *testing.T, rdb *redis.Client, cmd string) int64 {
-	t.Helper()
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatalf("INFO commandstats: %v", err)
-	}
-	for _, line := range strings.Split(info, "\r\n") {
-		rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls=")
-		if !ok {
-			continue
-		}
-		n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-		if err != nil {
-			t.Fatalf("INFO commandstats: %q: %v", line, err)
-		}
-		return n
-	}
-	return 0
-}
-
-// recStore is a Store that records the answers of the store it wraps to
-// Take.
-type recStore struct {
-	*redisstore.Store // every capability of the store, Take recorded
-	mu                sync.Mutex
-	takes             []driver.Result
-}
-
-func (s *recStore) Take(ctx context.Context, q driver.Query) (driver.Result, error) {
-	r, err := s.Store.Take(ctx, q)
-	if err == nil {
-		s.mu.Lock()
-		s.takes = append(s.takes, r)
-		s.mu.Unlock()
-	}
-	return r, err
-}
-
-func (s *recStore) results() []driver.Result {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.takes)
-}
-
-// hammerRedis runs instances limiters of p, each on its own client of
-// srv, with goroutines each sending each Allow(key) at once from one
-// start; it fails t on an error or a fallback decision (a generous
-// timeout keeps the store deciding under -race on 2 cores), passes every
-// denial to denied when it is not nil, and returns how many were allowed.
-func hammerRedis(t *testing.T, srv *redistest.Server, p core.Policy, instances, goroutines, each int, key string,
-	denied func(core.Decision)) int64 {
-	t.Helper()
-	var allowed, fallbacks atomic.Int64
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for range instances {
-		l := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(2*time.Second))
-		for range goroutines {
-			wg.Go(func() {
-				<-start
-				for range each {
-					d, err := l.Allow(context.Background(), key)
-					switch {
-					case err != nil:
-						t.Errorf("Allow(%s): %v", key, err)
-						return
-					case d.Source.Fallback():
-						fallbacks.Add(1)
-					case d.Allowed:
-						allowed.Add(1)
-					case denied != nil:
-						denied(d)
-					}
-				}
-			})
-		}
-	}
-	close(start)
-	wg.Wait()
-	if got := fallbacks.Load(); got != 0 {
-		t.Errorf("%d decisions were fallbacks, want 0: the store must decide every one", got)
-	}
-	return allowed.Load()
-}
-
-// TestRedisExactness: 4 app instances (4 limiters on 4 clients) with 64
-// goroutines each on one key admit exactly the limit between them.
-func TestRedisExactness(t *testing.T) {
+// testRedisExactness: 4 app instances (4 limiters on 4 clients) with 64
+// goroutines each on one key admit exactly the limit between them, and
+// Redis holds exactly the limit's entries.
+func testRedisExactness(t *testing.T, drv Driver) {
 	const (
 		limit      = 1000
 		window     = 30 * time.Second
@@ -207,21 +54,31 @@ func TestRedisExactness(t *testing.T) {
 	)
 	srv := redistest.Start(t)
 	p := core.Policy{Name: "exact", Rules: []core.Rule{{Limit: limit, Window: window}}}
-	allowed := hammerRedis(t, srv, p, instances, goroutines, each, "k", nil)
+	allowed := hammerRedis(t, drv, srv, p, instances, goroutines, each, "k", nil)
 	if allowed != limit {
 		t.Errorf("%d instances x %d goroutines x %d Allow(k) with Limit %d: %d allowed, want exactly %d",
 			instances, goroutines, each, limit, allowed, limit)
 	}
-	key := redisstore.New(srv.Client(t)).Key(p.Name, "k")
+	store := drv.New(t, srv)
+	key := store.Key(p.Name, "k")
 	if got := zcard(t, srv.Client(t), key); got != limit {
 		t.Errorf("ZCARD %s = %d, want %d", key, got, limit)
 	}
+	// The log is a header (the TTL's end, the number of hints h, h hints)
+	// then 8 bytes per entry.
+	if n, _ := srv.Do(t, "STRLEN", key).(int64); n < 8*limit || n > 8*(limit+2+64) {
+		t.Errorf("STRLEN %s = %d, want %d entries of 8 bytes and a short header", key, n, limit)
+	}
+	l := testkit.Limiter(t, store, p, core.WithTimeout(2*time.Second))
+	if d, err := l.Peek(context.Background(), "k"); err != nil || d.Rules()[0].Used != limit {
+		t.Errorf("Peek(k) = %+v, %v; want Used %d", d, err, limit)
+	}
 }
 
-// TestRedisClassic: 1005 requests at one instant with Limit 1000 admit
+// testRedisClassic: 1005 requests at one instant with Limit 1000 admit
 // 1000 and deny 5, each denial saying when the oldest entry leaves the
 // window.
-func TestRedisClassic(t *testing.T) {
+func testRedisClassic(t *testing.T, drv Driver) {
 	const (
 		limit  = 1000
 		extra  = 5
@@ -229,7 +86,7 @@ func TestRedisClassic(t *testing.T) {
 	)
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	store := redisstore.New(rdb)
+	store := drv.New(t, srv)
 
 	t.Run("limiter", func(t *testing.T) {
 		p := core.Policy{Name: "classic", Rules: []core.Rule{{Limit: limit, Window: window}}}
@@ -342,14 +199,14 @@ func TestRedisClassic(t *testing.T) {
 	})
 }
 
-// TestRedisSameInstant: units decided at the same microsecond are all
+// testRedisSameInstant: units decided at the same microsecond are all
 // recorded, never overwriting each other.
-func TestRedisSameInstant(t *testing.T) {
+func testRedisSameInstant(t *testing.T, drv Driver) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 
 	t.Run("AllowN", func(t *testing.T) {
-		store := redisstore.New(rdb)
+		store := drv.New(t, srv)
 		l := testkit.Limiter(t, store, core.Policy{Name: "n", Rules: []core.Rule{{Limit: 10, Window: time.Minute}}})
 		d, err := l.AllowN(context.Background(), "k", 5)
 		if err != nil || !d.Allowed || d.Remaining != 5 {
@@ -376,7 +233,7 @@ func TestRedisSameInstant(t *testing.T) {
 	} {
 		t.Run("concurrent "+tc.name, func(t *testing.T) {
 			const n = 300
-			store := redisstore.New(rdb, redisstore.WithPrefix(strings.ReplaceAll(tc.name, " ", "")))
+			store := drv.Open(t, on(srv, Conf{Prefix: strings.ReplaceAll(tc.name, " ", "")}))
 			l := testkit.Limiter(t, store, core.Policy{Name: "c", Rules: []core.Rule{{Limit: 1000, Window: time.Minute}}},
 				append([]core.Option{core.WithTimeout(2 * time.Second)}, tc.opts...)...)
 			var allowed atomic.Int64
@@ -408,9 +265,9 @@ func TestRedisSameInstant(t *testing.T) {
 	}
 }
 
-// TestRedisMultiRule: 1/200ms + 3/1s holds atomically under a flood: the
+// testRedisMultiRule: 1/200ms + 3/1s holds atomically under a flood: the
 // recorded log never breaks either rule, and denials record nothing.
-func TestRedisMultiRule(t *testing.T) {
+func testRedisMultiRule(t *testing.T, drv Driver) {
 	const (
 		short = 200 * time.Millisecond
 		long  = time.Second
@@ -418,7 +275,7 @@ func TestRedisMultiRule(t *testing.T) {
 	)
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	store := redisstore.New(rdb)
+	store := drv.New(t, srv)
 	p := core.Policy{Name: "multi", Rules: []core.Rule{{Limit: 1, Window: short}, {Limit: 3, Window: long}}}
 	l := testkit.Limiter(t, store, p, core.WithTimeout(2*time.Second))
 	var allowed, burstAllowed atomic.Int64
@@ -474,12 +331,12 @@ func TestRedisMultiRule(t *testing.T) {
 	t.Logf("admitted at %v", sc)
 }
 
-// TestRedisKeysExpire: a key carries a TTL slightly past twice the longest window
+// testRedisKeysExpire: a key carries a TTL slightly past twice the longest window
 // and is gone once the window has passed.
-func TestRedisKeysExpire(t *testing.T) {
+func testRedisKeysExpire(t *testing.T, drv Driver) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	store := redisstore.New(rdb)
+	store := drv.New(t, srv)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name    string
@@ -516,131 +373,29 @@ func TestRedisKeysExpire(t *testing.T) {
 	}
 }
 
-// durations summarises latencies for the log.
-func durations(ds []time.Duration) string {
-	if len(ds) == 0 {
-		return "none"
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return fmt.Sprintf("n=%d min=%v median=%v max=%v", len(s), s[0], s[len(s)/2], s[len(s)-1])
-}
-
-// TestRedisTimeoutWhilePaused: with Redis paused and a go-redis client on
-// default options, every decision returns within the limiter's timeout
-// (20 ms) plus scheduling, decided locally.
-func TestRedisTimeoutWhilePaused(t *testing.T) {
-	const pause = 2 * time.Second
-	srv := redistest.Start(t)
-	store := redisstore.New(srv.Client(t)) // default options: go-redis ignores deadlines
-	warm(t, store)
-	obs := &eventLog{}
-	p := core.Policy{Name: "paused", Rules: []core.Rule{{Limit: 3, Window: time.Minute}}}
-	withBreaker := testkit.Limiter(t, store, p, core.WithObserver(obs))
-	noBreaker := testkit.Limiter(t, store, core.Policy{Name: "paused-nb", Rules: p.Rules}, core.WithBreaker(0, 0))
-	ctx := context.Background()
-	for _, l := range []*core.Limiter{withBreaker, noBreaker} {
-		if d, err := l.Allow(ctx, "warm"); err != nil || d.Source != core.SourceStore {
-			t.Fatalf("Allow(warm) before the pause = %+v, %v; want a decision of the store", d, err)
-		}
-	}
-
-	srv.Pause(pause)
-	pausedAt := time.Now()
-	limit := core.DefaultTimeout + latencyMargin
-	check := func(l *core.Limiter, key string) (core.Decision, time.Duration) {
-		t.Helper()
-		start := time.Now()
-		d, err := l.Allow(ctx, key)
-		lat := time.Since(start)
-		if err != nil {
-			t.Fatalf("Allow(%s) while paused: %v", key, err)
-		}
-		if d.Source != core.SourceLocal {
-			t.Errorf("Allow(%s) while paused = %+v, want Source local (FailLocal)", key, d)
-		}
-		return d, lat
-	}
-
-	// The default limiter: 5 calls time out, then the breaker answers.
-	var timedOut, open []time.Duration
-	for i := range 10 {
-		d, lat := check(withBreaker, "k")
-		if want := i < 3; d.Allowed != want {
-			t.Errorf("Allow(k) #%d while paused = %+v, want Allowed=%v (Limit 3, limited locally)", i+1, d, want)
-		}
-		if i < 5 {
-			timedOut = append(timedOut, lat)
-		} else {
-			open = append(open, lat)
-		}
-	}
-	if got := obs.count(core.EventStoreError); got != 5 {
-		t.Errorf("EventStoreError count = %d, want 5", got)
-	}
-	if got := obs.count(core.EventBreakerOpen); got != 1 {
-		t.Errorf("EventBreakerOpen count = %d, want 1", got)
-	}
-	for _, lat := range timedOut {
-		if lat < core.DefaultTimeout {
-			t.Errorf("a store call returned after %v while paused, before the %v timeout", lat, core.DefaultTimeout)
-		}
-	}
-
-	// Without a breaker every call waits out the timeout, one at a time
-	// and 32 at once.
-	var serial, concurrent []time.Duration
-	for range 20 {
-		_, lat := check(noBreaker, "k")
-		serial = append(serial, lat)
-	}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for range 32 {
-		wg.Go(func() {
-			start := time.Now()
-			d, err := noBreaker.Allow(ctx, "c")
-			lat := time.Since(start)
-			if err != nil || d.Source != core.SourceLocal {
-				t.Errorf("concurrent Allow(c) while paused = %+v, %v; want Source local", d, err)
-			}
-			mu.Lock()
-			concurrent = append(concurrent, lat)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	if elapsed := time.Since(pausedAt); elapsed > pause-100*time.Millisecond {
-		t.Fatalf("the checks took %v of a %v pause: too slow to tell", elapsed, pause)
-	}
-	checkLatencies(t, "paused, breaker closed", timedOut, limit)
-	checkLatencies(t, "paused, breaker open", open, limit)
-	checkLatencies(t, "paused, no breaker, serial", serial, limit)
-	checkLatencies(t, "paused, no breaker, concurrent", concurrent, limit)
-	t.Logf("timed out (breaker closed): %s", durations(timedOut))
-	t.Logf("breaker open:               %s", durations(open))
-	t.Logf("no breaker, serial:         %s", durations(serial))
-	t.Logf("no breaker, 32 concurrent:  %s", durations(concurrent))
-}
-
-// TestRedisRetryCountedOnce: the reply to a decision is lost. go-redis
-// does not send the script again (a retry would count the units twice):
-// the decision falls back to the failure policy, and Redis holds the units
-// once.
-func TestRedisRetryCountedOnce(t *testing.T) {
+// testRedisRetryCountedOnce: the reply to a decision is lost after Redis
+// ran it. The client does not send the script call again (a retry would
+// count the units twice; go-redis and rueidis retry only what is safe to
+// run twice): the decision falls back to the failure policy, and Redis
+// holds the units once. (Merged with rueidisstore's
+// TestLostReplyCountedOnce.)
+func testRedisRetryCountedOnce(t *testing.T, drv Driver) {
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	proxy := redistest.NewProxy(t, srv.Addr())
-	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MinRetryBackoff: time.Millisecond, MaxRetryBackoff: 5 * time.Millisecond})
-	t.Cleanup(func() { _ = rdb.Close() })
-	store := redisstore.New(rdb)
+	// One connection and nothing sent on it by the client itself, fast
+	// retries if the client made any: the next request the proxy sees is
+	// the decision's.
+	store := drv.Open(t, Conf{Addrs: []string{proxy.Addr()}, Quiet: true})
 	const limit = 10
 	p := core.Policy{Name: "retry", Rules: []core.Rule{{Limit: limit, Window: time.Minute}}}
-	// Long enough for go-redis to reconnect and retry, if it did.
-	l := testkit.Limiter(t, store, p, core.WithTimeout(3*time.Second), core.WithDenyCache(0))
+	// Long enough for the client to reconnect and retry, if it did;
+	// neither a subscription (no deny cache) nor the fleet's
+	// announcements (the whole limit locally) share the connection.
+	l := testkit.Limiter(t, store, p, core.WithTimeout(3*time.Second), core.WithDenyCache(0), core.WithLocalShare(false))
 	ctx := context.Background()
 	// Load the script and open a connection, so that the next request the
-	// proxy sees is the EVALSHA of the decision.
+	// proxy sees is the FCALL of the decision.
 	if d, err := l.Allow(ctx, "warm"); err != nil || d.Source != core.SourceStore {
 		t.Fatalf("Allow(warm) = %+v, %v", d, err)
 	}
@@ -668,7 +423,11 @@ func TestRedisRetryCountedOnce(t *testing.T) {
 			if got := zcard(t, admin, store.Key(p.Name, key)); got != n {
 				t.Errorf("entries after a lost reply to AllowN(%s, %d) = %d, want %d (counted once)", key, n, got, n)
 			}
-			// The store answers the next decision again.
+			// The store answers the next decisions again, and holds the
+			// units once.
+			if d, err := l.Peek(ctx, key); err != nil || d.Source != core.SourceStore || d.Rules()[0].Used != n {
+				t.Errorf("Peek(%s) after = %+v, %v; want the store's answer, Used %d (counted once)", key, d, err, n)
+			}
 			if d, err := l.Allow(ctx, key); err != nil || d.Source != core.SourceStore || d.Remaining != limit-n-1 {
 				t.Errorf("Allow(%s) after = %+v, %v; want the store's decision, Remaining %d", key, d, err, limit-n-1)
 			}
@@ -676,189 +435,10 @@ func TestRedisRetryCountedOnce(t *testing.T) {
 	}
 }
 
-// countHook counts the commands a go-redis client sends.
-type countHook struct{ n atomic.Int64 }
-
-func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
-}
-
-// verifyNoLeaks fails t if goroutines other than those ignored are still
-// running after a few seconds. go-redis ends its dialing goroutines some
-// time after Close (one sleeps 1 s between dial probes), so it waits
-// instead of ignoring them.
-func verifyNoLeaks(t *testing.T, opts ...goleak.Option) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := goleak.Find(opts...)
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("goroutines leaked: %v", err)
-			return
-		}
-	}
-}
-
-// TestRedisPoolExhausted: with every connection of the client's pool
-// held elsewhere, a decision still returns within the limiter's timeout,
-// decided locally, alone or with others in flight: the deadline bounds the
-// wait for a connection, not go-redis's PoolTimeout.
-func TestRedisPoolExhausted(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 1, PoolTimeout: 3 * time.Second, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = rdb.Close() })
-	store := redisstore.New(rdb)
-	warm(t, store)
-	l := testkit.Limiter(t, store, core.Policy{Name: "pool", Rules: []core.Rule{{Limit: 100, Window: time.Minute}}}, core.WithBreaker(0, 0))
-	conn := rdb.Conn() // holds the pool's only connection
-	t.Cleanup(func() { _ = conn.Close() })
-	if err := conn.Ping(context.Background()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	check := func(key string) {
-		start := time.Now()
-		d, err := l.Allow(context.Background(), key)
-		if lat := time.Since(start); err != nil || d.Source != core.SourceLocal || lat > core.DefaultTimeout+latencyMargin {
-			t.Errorf("Allow(%s) with the pool exhausted = %+v, %v after %v; want decided locally within the %v timeout",
-				key, d, err, lat, core.DefaultTimeout)
-		}
-	}
-	check("alone")
-	var wg sync.WaitGroup
-	for i := range 8 {
-		wg.Go(func() { check(fmt.Sprintf("k%d", i)) })
-	}
-	wg.Wait()
-}
-
-// TestRedisDown stops Redis mid-test under each failure policy: decisions
-// behave as the policy says within the timeout, the breaker then answers
-// without calling Redis, decisions come from Redis again once it is back,
-// and no goroutine is left behind.
-func TestRedisDown(t *testing.T) {
-	const (
-		limit    = 3
-		cooldown = 300 * time.Millisecond
-	)
-	for _, tc := range []struct {
-		policy core.FailurePolicy
-		want   func(i int, d core.Decision) bool
-		desc   string
-	}{
-		{core.FailLocal, func(i int, d core.Decision) bool {
-			return d.Source == core.SourceLocal && d.Allowed == (i < limit)
-		}, "limited locally: the first 3 allowed, then denied, Source local"},
-		{core.FailOpen, func(i int, d core.Decision) bool {
-			return d.Source == core.SourceOpen && d.Allowed
-		}, "allowed, Source open"},
-		{core.FailClosed, func(i int, d core.Decision) bool {
-			return d.Source == core.SourceClosed && !d.Allowed && d.RetryAfter >= time.Second
-		}, "denied, Source closed, RetryAfter >= 1s"},
-	} {
-		t.Run(tc.policy.String(), func(t *testing.T) {
-			// Registered first, so it runs last: after the client is
-			// closed and the server stopped.
-			ignore := goleak.IgnoreCurrent()
-			t.Cleanup(func() { verifyNoLeaks(t, ignore) })
-
-			srv := redistest.Start(t)
-			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-			t.Cleanup(func() { _ = rdb.Close() })
-			hook := &countHook{}
-			rdb.AddHook(hook)
-			obs := &eventLog{}
-			store := redisstore.New(rdb)
-			warm(t, store)
-			l := testkit.Limiter(t, store, core.Policy{Name: "down", Rules: []core.Rule{{Limit: limit, Window: time.Minute}}},
-				core.WithFailurePolicy(tc.policy), core.WithBreaker(5, cooldown), core.WithObserver(obs))
-			ctx := context.Background()
-			if d, err := l.Allow(ctx, "warm"); err != nil || d.Source != core.SourceStore {
-				t.Fatalf("Allow(warm) = %+v, %v; want a decision of the store", d, err)
-			}
-
-			srv.Stop()
-			var failing, open []time.Duration
-			for i := range 12 {
-				calls := hook.n.Load()
-				start := time.Now()
-				d, err := l.Allow(ctx, "k")
-				lat := time.Since(start)
-				if err != nil {
-					t.Fatalf("Allow(k) #%d with Redis down: %v", i+1, err)
-				}
-				if !tc.want(i, d) {
-					t.Errorf("Allow(k) #%d with Redis down = %+v, want %s", i+1, d, tc.desc)
-				}
-				if i < 5 {
-					failing = append(failing, lat)
-					continue
-				}
-				open = append(open, lat)
-				if got := hook.n.Load() - calls; got != 0 {
-					t.Errorf("Allow(k) #%d with the breaker open sent %d commands, want none", i+1, got)
-				}
-			}
-			if got := obs.count(core.EventStoreError); got != 5 {
-				t.Errorf("EventStoreError count = %d, want 5", got)
-			}
-			if got := obs.count(core.EventBreakerOpen); got != 1 {
-				t.Errorf("EventBreakerOpen count = %d, want 1", got)
-			}
-			checkLatencies(t, "Redis down, breaker closed", failing, core.DefaultTimeout+latencyMargin)
-			// Near zero: no store call (the hook saw no command).
-			checkLatencies(t, "Redis down, breaker open", open, 10*time.Millisecond)
-			t.Logf("Redis down, breaker closed: %s", durations(failing))
-			t.Logf("Redis down, breaker open:   %s", durations(open))
-
-			srv.Restart()
-			restarted := time.Now()
-			var d core.Decision
-			for {
-				var err error
-				d, err = l.Allow(ctx, "after")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if d.Source == core.SourceStore || time.Since(restarted) > 5*time.Second {
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-			if d.Source != core.SourceStore || !d.Allowed {
-				t.Fatalf("Allow(after) 5 s after Redis restarted = %+v, want allowed by the store", d)
-			}
-			t.Logf("decisions from Redis again %v after the restart (cool-down %v)", time.Since(restarted), cooldown)
-			if got := obs.count(core.EventBreakerClose); got != 1 {
-				t.Errorf("EventBreakerClose count = %d, want 1", got)
-			}
-			for i := range limit - 1 {
-				if d, _ := l.Allow(ctx, "after"); d.Source != core.SourceStore || d.Remaining != int64(limit-2-i) {
-					t.Errorf("Allow(after) #%d after recovery = %+v, want from the store, Remaining %d", i+2, d, limit-2-i)
-				}
-			}
-		})
-	}
-}
-
-// TestRedisLibraryReload: a server that lost ratekit's library (FUNCTION
+// testRedisLibraryReload: a server that lost ratekit's library (FUNCTION
 // FLUSH; SCRIPT FLUSH where FCALL is missing, as before Redis 7) gets it
 // again from the next call, transparently, and decisions stay exact.
-func TestRedisLibraryReload(t *testing.T) {
+func testRedisLibraryReload(t *testing.T, drv Driver) {
 	for _, tc := range []struct {
 		name  string
 		args  []string // for redis-server
@@ -875,7 +455,7 @@ func TestRedisLibraryReload(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t, redistest.WithArgs(tc.args...))
 			rdb := srv.Client(t)
-			store := redisstore.New(rdb)
+			store := drv.New(t, srv)
 			p := core.Policy{Name: "flush", Rules: []core.Rule{{Limit: 10, Window: time.Minute}}}
 			// A reload is two round trips: give them time on a busy machine.
 			l := testkit.Limiter(t, store, p, core.WithTimeout(2*time.Second))
@@ -920,44 +500,10 @@ func TestRedisLibraryReload(t *testing.T) {
 	}
 }
 
-// commandUsec returns the time the server spent running cmd, in µs (INFO
-// commandstats).
-func commandUsec(t *testing.T, rdb *redis.Client, cmd string) int64 {
-	t.Helper()
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatalf("INFO commandstats: %v", err)
-	}
-	for _, line := range strings.Split(info, "\r\n") {
-		rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":")
-		if !ok {
-			continue
-		}
-		for _, f := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(f, "usec="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				return n
-			}
-		}
-	}
-	return 0
-}
-
-// serverTime returns the Redis server's clock and this process's clock
-// read right after it.
-func serverTime(t *testing.T, rdb *redis.Client) (server, local time.Time) {
-	t.Helper()
-	tm, err := rdb.Time(context.Background()).Result()
-	if err != nil {
-		t.Fatalf("TIME: %v", err)
-	}
-	return tm, time.Now()
-}
-
-// TestRedisDenyCache: a denied key flooding is answered from the deny
+// testRedisDenyCache: a denied key flooding is answered from the deny
 // cache, with few Redis calls, and never denied past the moment the store
 // would admit it.
-func TestRedisDenyCache(t *testing.T) {
+func testRedisDenyCache(t *testing.T, drv Driver) {
 	const (
 		limit  = 2
 		window = 300 * time.Millisecond
@@ -969,7 +515,7 @@ func TestRedisDenyCache(t *testing.T) {
 	)
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	rec := &recStore{Store: redisstore.New(rdb)}
+	rec := &recStore{Store: drv.New(t, srv)}
 	l := testkit.Limiter(t, rec, core.Policy{Name: "deny", Rules: []core.Rule{{Limit: limit, Window: window}}}, core.WithTimeout(2*time.Second))
 	ctx := context.Background()
 	type call struct {
@@ -1091,13 +637,13 @@ func TestRedisDenyCache(t *testing.T) {
 	}
 }
 
-// TestRedisLargeLog drives a key past the size read in one piece (16 KiB,
+// testRedisLargeLog drives a key past the size read in one piece (16 KiB,
 // 2047 entries), where entries are read one by one and appended to:
 // decisions stay exact, refunds work, and dead entries are trimmed.
-func TestRedisLargeLog(t *testing.T) {
+func testRedisLargeLog(t *testing.T, drv Driver) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	store := redisstore.New(rdb)
+	store := drv.New(t, srv)
 	const limit = 5000
 	window := 2 * time.Second
 	l := testkit.Limiter(t, store, core.Policy{Name: "large", Rules: []core.Rule{{Limit: limit, Window: window}, {Limit: 4 * limit, Window: 10 * time.Second}}},
@@ -1169,15 +715,15 @@ func TestRedisLargeLog(t *testing.T) {
 	}
 }
 
-// TestRedisDenyCacheAcrossInstances: a key denied and cached on instance A
+// testRedisDenyCacheAcrossInstances: a key denied and cached on instance A
 // is admitted by A as soon as instance B resets it, or refunds units of
 // it: the reset and the refund reach A's deny cache (pub/sub), instead of
 // A answering 429 until the cached RetryAfter.
-func TestRedisDenyCacheAcrossInstances(t *testing.T) {
+func testRedisDenyCacheAcrossInstances(t *testing.T, drv Driver) {
 	srv := redistest.Start(t)
 	p := core.Policy{Name: "across", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}}
-	a := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(5*time.Second))
-	b := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, core.WithTimeout(5*time.Second))
+	a := testkit.Limiter(t, drv.New(t, srv), p, core.WithTimeout(5*time.Second))
+	b := testkit.Limiter(t, drv.New(t, srv), p, core.WithTimeout(5*time.Second))
 	ctx := context.Background()
 	// cached fills key on A until A answers it from its deny cache.
 	cached := func(key string) {
@@ -1232,33 +778,19 @@ func TestRedisDenyCacheAcrossInstances(t *testing.T) {
 	admittedByA("refund on B", "bob")
 }
 
-// TestPeekIsNotADecision: a peek is not reported to observers as a
-// decision, and a peek that meets a failing store does not count toward
-// the circuit breaker.
-func TestPeekIsNotADecision(t *testing.T) {
-	var decisions, opens atomic.Int64
+// testPeekIsNotADecision: a peek that meets a failing store does not
+// count toward the circuit breaker. (That a peek is not reported as a
+// decision is core's TestPeekIsNotADecision, on a MemoryStore.)
+func testPeekIsNotADecision(t *testing.T, drv Driver) {
+	var opens atomic.Int64
 	obs := core.ObserverFunc(func(_ context.Context, e core.Event) {
-		switch e.Kind {
-		case core.EventDecision:
-			decisions.Add(1)
-		case core.EventBreakerOpen:
+		if e.Kind == core.EventBreakerOpen {
 			opens.Add(1)
 		}
 	})
 	ctx := context.Background()
-	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "peek", Rules: []core.Rule{{Limit: 1, Window: time.Minute}}}, core.WithObserver(obs))
-	_, _ = l.Allow(ctx, "k")
-	for range 10 {
-		if _, err := l.Peek(ctx, "k"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := decisions.Load(); n != 1 {
-		t.Errorf("1 Allow and 10 Peeks reported %d decisions, want 1", n)
-	}
 	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	failing := testkit.Limiter(t, redisstore.New(rdb), core.Policy{Name: "peek", Rules: []core.Rule{{Limit: 1, Window: time.Minute}}},
+	failing := testkit.Limiter(t, drv.New(t, srv), core.Policy{Name: "peek", Rules: []core.Rule{{Limit: 1, Window: time.Minute}}},
 		core.WithObserver(obs), core.WithBreaker(2, time.Minute))
 	srv.Stop()
 	for range 5 {
@@ -1271,12 +803,12 @@ func TestPeekIsNotADecision(t *testing.T) {
 	}
 }
 
-// TestRedisClientTimeTTL: with a client clock behind the server's, a key
+// testRedisClientTimeTTL: with a client clock behind the server's, a key
 // lives until its window has passed in the client's time.
-func TestRedisClientTimeTTL(t *testing.T) {
+func testRedisClientTimeTTL(t *testing.T, drv Driver) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	store := redisstore.New(rdb)
+	store := drv.New(t, srv)
 	const lag = 30 * time.Second
 	slow := func() time.Time { return time.Now().Add(-lag) }
 	l := testkit.Limiter(t, store, core.Policy{Name: "slow", Rules: []core.Rule{{Limit: 1, Window: time.Second}}},
@@ -1321,29 +853,221 @@ func TestRedisClientTimeTTL(t *testing.T) {
 	}
 }
 
-// TestDenyCacheCost: a denial cached for one cost does not answer a
-// larger one, whose wait is longer.
-func TestDenyCacheCost(t *testing.T) {
-	clock := newTestClock()
-	l := testkit.Limiter(t, remote{core.NewMemoryStore()}, core.Policy{Name: "cost", Rules: []core.Rule{{Limit: 5, Window: time.Minute}}},
-		core.WithClock(clock.Now))
+// testRedisTimeoutWhilePaused: with Redis paused and a client on default
+// options (go-redis ignores deadlines on them), every decision returns
+// within the limiter's timeout (20 ms) plus scheduling, decided locally
+// (FailLocal): with the breaker, five time out and the breaker answers the
+// rest at once; without one, every call waits out the timeout, alone or
+// 32 at once. (Merged with rueidisstore's TestPaused.)
+func testRedisTimeoutWhilePaused(t *testing.T, drv Driver) {
+	const pause = 2 * time.Second
+	srv := redistest.Start(t)
+	store := drv.New(t, srv) // default options
+	warm(t, store)
+	obs := &eventLog{}
+	p := core.Policy{Name: "paused", Rules: []core.Rule{{Limit: 3, Window: time.Minute}}}
+	withBreaker := testkit.Limiter(t, store, p, core.WithObserver(obs))
+	noBreaker := testkit.Limiter(t, store, core.Policy{Name: "paused-nb", Rules: p.Rules}, core.WithBreaker(0, 0))
 	ctx := context.Background()
-	for _, n := range []int64{2, 2, 1} {
-		if d, _ := l.AllowN(ctx, "k", n); !d.Allowed {
-			t.Fatalf("AllowN(%d) = %+v, want allowed", n, d)
+	for _, l := range []*core.Limiter{withBreaker, noBreaker} {
+		if d, err := l.Allow(ctx, "warm"); err != nil || d.Source != core.SourceStore {
+			t.Fatalf("Allow(warm) before the pause = %+v, %v; want a decision of the store", d, err)
 		}
-		clock.Add(10 * time.Second)
 	}
-	// Now 30 s in: the first 2 units leave at 60 s, the next 2 at 70 s.
-	if d, _ := l.AllowN(ctx, "k", 2); d.Allowed || d.RetryAfter != 30*time.Second {
-		t.Fatalf("AllowN(2) = %+v, want denied, RetryAfter 30s", d)
+
+	srv.Pause(pause)
+	pausedAt := time.Now()
+	limit := core.DefaultTimeout + latencyMargin
+	check := func(l *core.Limiter, key string) (core.Decision, time.Duration) {
+		t.Helper()
+		start := time.Now()
+		d, err := l.Allow(ctx, key)
+		lat := time.Since(start)
+		if err != nil {
+			t.Fatalf("Allow(%s) while paused: %v", key, err)
+		}
+		if d.Source != core.SourceLocal {
+			t.Errorf("Allow(%s) while paused = %+v, want Source local (FailLocal)", key, d)
+		}
+		return d, lat
 	}
-	d, _ := l.AllowN(ctx, "k", 3)
-	if d.Allowed || d.RetryAfter != 40*time.Second || d.Source != core.SourceStore {
-		t.Errorf("AllowN(3) after a cached denial of 2 = %+v, want the store's denial, RetryAfter 40s", d)
+
+	// The default limiter: 5 calls time out, then the breaker answers.
+	var timedOut, open []time.Duration
+	for i := range 10 {
+		d, lat := check(withBreaker, "k")
+		if want := i < 3; d.Allowed != want {
+			t.Errorf("Allow(k) #%d while paused = %+v, want Allowed=%v (Limit 3, limited locally)", i+1, d, want)
+		}
+		if i < 5 {
+			timedOut = append(timedOut, lat)
+		} else {
+			open = append(open, lat)
+		}
+	}
+	if got := obs.count(core.EventStoreError); got != 5 {
+		t.Errorf("EventStoreError count = %d, want 5", got)
+	}
+	if got := obs.count(core.EventBreakerOpen); got != 1 {
+		t.Errorf("EventBreakerOpen count = %d, want 1", got)
+	}
+	for _, lat := range timedOut {
+		if lat < core.DefaultTimeout {
+			t.Errorf("a store call returned after %v while paused, before the %v timeout", lat, core.DefaultTimeout)
+		}
+	}
+
+	// Without a breaker every call waits out the timeout, one at a time
+	// and 32 at once.
+	var serial, concurrent []time.Duration
+	for range 20 {
+		_, lat := check(noBreaker, "k")
+		serial = append(serial, lat)
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			start := time.Now()
+			d, err := noBreaker.Allow(ctx, "c")
+			lat := time.Since(start)
+			if err != nil || d.Source != core.SourceLocal {
+				t.Errorf("concurrent Allow(c) while paused = %+v, %v; want Source local", d, err)
+			}
+			mu.Lock()
+			concurrent = append(concurrent, lat)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if elapsed := time.Since(pausedAt); elapsed > pause-100*time.Millisecond {
+		t.Fatalf("the checks took %v of a %v pause: too slow to tell", elapsed, pause)
+	}
+	checkLatencies(t, "paused, breaker closed", timedOut, limit)
+	checkLatencies(t, "paused, breaker open", open, limit)
+	checkLatencies(t, "paused, no breaker, serial", serial, limit)
+	checkLatencies(t, "paused, no breaker, concurrent", concurrent, limit)
+	t.Logf("timed out (breaker closed): %s", durations(timedOut))
+	t.Logf("breaker open:               %s", durations(open))
+	t.Logf("no breaker, serial:         %s", durations(serial))
+	t.Logf("no breaker, 32 concurrent:  %s", durations(concurrent))
+
+	// After the pause the store decides again.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d, err := noBreaker.Allow(ctx, "after")
+		if err == nil && d.Source == core.SourceStore {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after the pause: Allow = %+v, %v; want the store's decision", d, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-// remote hides that a store is a MemoryStore, so that the limiter treats
-// it as a remote store, with a deny cache.
-type remote struct{ core.Store }
+// testRedisDown stops Redis mid-test under each failure policy: decisions
+// behave as the policy says within the timeout, the breaker then answers
+// without calling Redis, decisions come from Redis again once it is back,
+// and no goroutine is left behind.
+func testRedisDown(t *testing.T, drv Driver) {
+	const (
+		limit    = 3
+		cooldown = 300 * time.Millisecond
+	)
+	for _, tc := range []struct {
+		policy core.FailurePolicy
+		want   func(i int, d core.Decision) bool
+		desc   string
+	}{
+		{core.FailLocal, func(i int, d core.Decision) bool {
+			return d.Source == core.SourceLocal && d.Allowed == (i < limit)
+		}, "limited locally: the first 3 allowed, then denied, Source local"},
+		{core.FailOpen, func(i int, d core.Decision) bool {
+			return d.Source == core.SourceOpen && d.Allowed
+		}, "allowed, Source open"},
+		{core.FailClosed, func(i int, d core.Decision) bool {
+			return d.Source == core.SourceClosed && !d.Allowed && d.RetryAfter >= time.Second
+		}, "denied, Source closed, RetryAfter >= 1s"},
+	} {
+		t.Run(tc.policy.String(), func(t *testing.T) {
+			// Registered first, so it runs last: after the client is
+			// closed and the server stopped.
+			ignore := goleak.IgnoreCurrent()
+			t.Cleanup(func() { verifyNoLeaks(t, ignore) })
+
+			srv := redistest.Start(t)
+			var sent atomic.Int64 // the commands the store's client sends
+			obs := &eventLog{}
+			store := drv.Open(t, on(srv, Conf{Commands: &sent}))
+			warm(t, store)
+			l := testkit.Limiter(t, store, core.Policy{Name: "down", Rules: []core.Rule{{Limit: limit, Window: time.Minute}}},
+				core.WithFailurePolicy(tc.policy), core.WithBreaker(5, cooldown), core.WithObserver(obs))
+			ctx := context.Background()
+			if d, err := l.Allow(ctx, "warm"); err != nil || d.Source != core.SourceStore {
+				t.Fatalf("Allow(warm) = %+v, %v; want a decision of the store", d, err)
+			}
+
+			srv.Stop()
+			var failing, open []time.Duration
+			for i := range 12 {
+				calls := sent.Load()
+				start := time.Now()
+				d, err := l.Allow(ctx, "k")
+				lat := time.Since(start)
+				if err != nil {
+					t.Fatalf("Allow(k) #%d with Redis down: %v", i+1, err)
+				}
+				if !tc.want(i, d) {
+					t.Errorf("Allow(k) #%d with Redis down = %+v, want %s", i+1, d, tc.desc)
+				}
+				if i < 5 {
+					failing = append(failing, lat)
+					continue
+				}
+				open = append(open, lat)
+				if got := sent.Load() - calls; got != 0 {
+					t.Errorf("Allow(k) #%d with the breaker open sent %d commands, want none", i+1, got)
+				}
+			}
+			if got := obs.count(core.EventStoreError); got != 5 {
+				t.Errorf("EventStoreError count = %d, want 5", got)
+			}
+			if got := obs.count(core.EventBreakerOpen); got != 1 {
+				t.Errorf("EventBreakerOpen count = %d, want 1", got)
+			}
+			checkLatencies(t, "Redis down, breaker closed", failing, core.DefaultTimeout+latencyMargin)
+			// Near zero: no store call (the client sent no command).
+			checkLatencies(t, "Redis down, breaker open", open, 10*time.Millisecond)
+			t.Logf("Redis down, breaker closed: %s", durations(failing))
+			t.Logf("Redis down, breaker open:   %s", durations(open))
+
+			srv.Restart()
+			restarted := time.Now()
+			var d core.Decision
+			for {
+				var err error
+				d, err = l.Allow(ctx, "after")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Source == core.SourceStore || time.Since(restarted) > 5*time.Second {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if d.Source != core.SourceStore || !d.Allowed {
+				t.Fatalf("Allow(after) 5 s after Redis restarted = %+v, want allowed by the store", d)
+			}
+			t.Logf("decisions from Redis again %v after the restart (cool-down %v)", time.Since(restarted), cooldown)
+			if got := obs.count(core.EventBreakerClose); got != 1 {
+				t.Errorf("EventBreakerClose count = %d, want 1", got)
+			}
+			for i := range limit - 1 {
+				if d, _ := l.Allow(ctx, "after"); d.Source != core.SourceStore || d.Remaining != int64(limit-2-i) {
+					t.Errorf("Allow(after) #%d after recovery = %+v, want from the store, Remaining %d", i+2, d, limit-2-i)
+				}
+			}
+		})
+	}
+}

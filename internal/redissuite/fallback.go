@@ -1,4 +1,4 @@
-package core_test
+package redissuite
 
 import (
 	"context"
@@ -8,28 +8,26 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testkit"
-	"github.com/ratekit/ratekit/redisstore"
 )
 
-// fleetOf builds n app instances, each a limiter of p on a RedisStore of
-// its own client of srv, and waits until the store counts all n (unless
-// the limiters keep the whole limit: then they are not counted).
-func fleetOf(t *testing.T, srv *redistest.Server, n int, p core.Policy, opts ...core.Option) []*core.Limiter {
+// fleetOf builds n app instances, each a limiter of p on a store of its
+// own client of srv (which never retries), and waits until the store
+// counts all n, when counted is set: the limiters count the instances
+// unless they keep the whole limit (core.WithLocalShare(false)).
+func fleetOf(t *testing.T, drv Driver, srv *redistest.Server, n int, counted bool, p core.Policy, opts ...core.Option) []*core.Limiter {
 	t.Helper()
 	ls := make([]*core.Limiter, n)
+	stores := make([]Store, n)
 	for i := range ls {
-		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
-		t.Cleanup(func() { _ = rdb.Close() })
-		ls[i] = testkit.Limiter(t, redisstore.New(rdb), p, append([]core.Option{core.WithBreaker(0, 0)}, opts...)...)
+		stores[i] = drv.Open(t, on(srv, Conf{NoRetry: true}))
+		ls[i] = testkit.Limiter(t, stores[i], p, append([]core.Option{core.WithBreaker(0, 0)}, opts...)...)
 		warmLimiter(t, ls[i])
 	}
-	if core.Counted(ls[0]) {
-		waitInstances(t, n, ls...)
+	if counted {
+		waitInstances(t, n, p.Name, stores...)
 	}
 	return ls
 }
@@ -54,30 +52,28 @@ func admitN(t *testing.T, l *core.Limiter, key string, n int, src core.Source) i
 	return got
 }
 
-// TestFailLocalShare: three instances share a Redis that then stops.
+// testFailLocalShare: three instances share a Redis that then stops.
 // Under FailLocal each instance admits its share of the limit,
 // ⌊6/3⌋ = 2, from a window that starts with its own admissions through
 // Redis: a fresh key gets 6 in all, the limit, and a key with 2
 // admissions on one instance before the outage gets 4 more, so 6 in the
 // window. With WithLocalShare(false) each instance admits the whole
 // limit.
-func TestFailLocalShare(t *testing.T) {
-	if testing.Short() {
-		t.Skip("Redis-backed")
-	}
+func testFailLocalShare(t *testing.T, drv Driver) {
 	const limit = 6
 	for _, tc := range []struct {
 		name        string
+		counted     bool // the limiters count the instances
 		opts        []core.Option
 		fresh, used int // admitted in the outage: a fresh key, the used one
 	}{
-		{"share", nil, 3 * 2, 0 + 2 + 2},
-		{"whole", []core.Option{core.WithLocalShare(false)}, 3 * limit, (limit - 2) + limit + limit},
+		{"share", true, nil, 3 * 2, 0 + 2 + 2},
+		{"whole", false, []core.Option{core.WithLocalShare(false)}, 3 * limit, (limit - 2) + limit + limit},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t)
 			p := core.Policy{Name: "share", Rules: []core.Rule{{Limit: limit, Window: time.Minute}}}
-			ls := fleetOf(t, srv, 3, p, tc.opts...)
+			ls := fleetOf(t, drv, srv, 3, tc.counted, p, tc.opts...)
 			if got := admitN(t, ls[0], "used", 2, core.SourceStore); got != 2 {
 				t.Fatalf("instance 0 admitted %d of 2 on key used before the outage", got)
 			}
@@ -95,18 +91,15 @@ func TestFailLocalShare(t *testing.T) {
 	}
 }
 
-// TestFailLocalRemembers: what an instance learned from Redis holds when
+// testFailLocalRemembers: what an instance learned from Redis holds when
 // Redis fails: a lockout Redis reported stays in force on that instance,
 // and units it refunded through Redis are free in its local window too.
-func TestFailLocalRemembers(t *testing.T) {
-	if testing.Short() {
-		t.Skip("Redis-backed")
-	}
+func testFailLocalRemembers(t *testing.T, drv Driver) {
 	srv := redistest.Start(t)
 	p := core.Policy{Name: "remember", Rules: []core.Rule{{Limit: 3, Window: time.Minute}},
 		Lockout: core.Lockout{For: time.Hour}}
 	// Without a deny cache, which would answer the lockout's denial too.
-	l := fleetOf(t, srv, 1, p, core.WithDenyCache(0))[0]
+	l := fleetOf(t, drv, srv, 1, true, p, core.WithDenyCache(0))[0]
 	ctx := context.Background()
 	// Locked out by Redis: three admitted, the fourth denied.
 	admitN(t, l, "mallory", 4, core.SourceStore)
@@ -134,22 +127,19 @@ func TestFailLocalRemembers(t *testing.T) {
 	}
 }
 
-// TestFallbackNotices: a limiter that starts deciding by its failure
+// testFallbackNotices: a limiter that starts deciding by its failure
 // policy says so once, and once again when Redis is back with the number
 // of decisions made meanwhile: to its observers, or, without any, through
 // log/slog's default logger. Never one line per request.
-func TestFallbackNotices(t *testing.T) {
-	if testing.Short() {
-		t.Skip("Redis-backed")
-	}
+func testFallbackNotices(t *testing.T, drv Driver) {
 	srv := redistest.Start(t)
 	p := core.Policy{Name: "notice", Rules: []core.Rule{{Limit: 1000, Window: time.Minute}}}
 	obs := &testkit.Events{}
-	watched := fleetOf(t, srv, 1, p, core.WithObserver(obs))[0]
+	watched := fleetOf(t, drv, srv, 1, true, p, core.WithObserver(obs))[0]
 	logs := &logRecorder{}
 	defer slog.SetDefault(slog.Default())
 	slog.SetDefault(slog.New(logs))
-	silent := fleetOf(t, srv, 1, core.Policy{Name: "silent", Rules: p.Rules})[0]
+	silent := fleetOf(t, drv, srv, 1, true, core.Policy{Name: "silent", Rules: p.Rules})[0]
 
 	srv.Stop()
 	const outage = 20

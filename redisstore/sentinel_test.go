@@ -1,4 +1,4 @@
-package core_test
+package redisstore_test
 
 import (
 	"context"
@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/redistest"
@@ -308,29 +306,4 @@ func TestRedisMinReplicasToWrite(t *testing.T) {
 	if noReplicas.Load() == 0 {
 		t.Error("the observer saw no NOREPLICAS store error")
 	}
-}
-
-// ExampleWithWaitReplicas makes each admission wait until the key's
-// master has passed it to one replica, or 20 ms have passed, so that a
-// Sentinel failover loses at most the admissions in flight. The limiter's
-// timeout leaves room for the wait.
-func ExampleWithWaitReplicas() {
-	rdb := redis.NewFailoverClient(&redis.FailoverOptions{
-		MasterName:    "mymaster",
-		SentinelAddrs: []string{"sentinel-1:26379", "sentinel-2:26379", "sentinel-3:26379"},
-	})
-	defer rdb.Close()
-	store := redisstore.New(rdb, redisstore.WithWaitReplicas(1, 20*time.Millisecond))
-	limiter, err := core.NewLimiter(store, core.Policy{
-		Name:  "sms",
-		Rules: []core.Rule{{Limit: 1, Window: time.Minute}, {Limit: 5, Window: time.Hour}},
-	}, core.WithTimeout(50*time.Millisecond))
-	if err != nil {
-		panic(err)
-	}
-	_ = limiter
-	// Export how many admissions no replica acknowledged in time.
-	waits, short := store.ReplicaWaits()
-	fmt.Println(waits, short)
-	// Output: 0 0
 }
