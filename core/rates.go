@@ -13,6 +13,10 @@ import (
 const (
 	opPeek byte = iota
 	opTake
+	// opGrace is a take during the grace that follows the end of an
+	// outage (see recover): the store is asked whether it would admit,
+	// and the local fallback decides what it would.
+	opGrace
 )
 
 // localRates decides rates on a [driver.Local] store: no timeout, circuit
@@ -70,15 +74,18 @@ func (r sharedRates) allow(ctx context.Context, key string, shard int, n int64) 
 		}
 	}
 	q := l.query(key, shard, n, now)
-	if l.recovered(time.Now()) {
-		return r.decide(ctx, q, shard, now, opTake)
+	op := opTake
+	if !l.recovered(time.Now()) {
+		op = opGrace
 	}
-	return r.graceDecision(ctx, q, shard), nil
+	return r.decide(ctx, q, shard, now, op)
 }
 
 // graceDecision decides q by the local fallback, as during an outage,
 // while the store answers again but the other instances may not have
 // told it yet what they admitted without it: this one keeps its share.
+// The store, asked first, denies what it would deny (a key it holds
+// full): the grace admits only what both admit.
 func (r sharedRates) graceDecision(ctx context.Context, q driver.Query, shard int) Decision {
 	l := r.l
 	d := l.fallback(q, shard, true, l.breakers.of(&q))
@@ -138,7 +145,7 @@ func (r sharedRates) peek(ctx context.Context, key string, shard int) (Decision,
 // only when ctx ends before the store answered.
 func (r sharedRates) decide(ctx context.Context, q driver.Query, shard int, now time.Time, op byte) (Decision, error) {
 	l := r.l
-	take := op == opTake
+	take := op != opPeek
 	var gen since
 	if take && l.deny != nil {
 		gen = l.deny.generation(q.Key)
@@ -152,13 +159,14 @@ func (r sharedRates) decide(ctx context.Context, q driver.Query, shard int, now 
 				// first.
 				l.replay.before(ctx, q.Key)
 			}
-			if probe && l.graceful() && l.outage.Load() {
-				// The circuit breaker's probe after an outage: it tells
-				// the store what this instance admitted without it and
-				// decides nothing there, since the other instances may
-				// not have told theirs yet (see recover).
+			if op == opGrace || probe && l.graceful() && l.outage.Load() {
+				// The grace after an outage, or the circuit breaker's
+				// probe that ends it: the store hears what this instance
+				// admitted without it and decides nothing, since the
+				// other instances may not have told theirs yet (see
+				// recover); what it would deny stays denied.
 				probed = true
-				_, err = l.store.Peek(ctx, q)
+				res, err = l.store.Peek(ctx, q)
 				return err
 			}
 			res, err = l.store.Take(ctx, q)
@@ -171,7 +179,7 @@ func (r sharedRates) decide(ctx context.Context, q driver.Query, shard int, now 
 		return Decision{}, err
 	}
 	var d Decision
-	if answered && probed {
+	if answered && probed && (res.Allowed || res.Challenged) {
 		// The store answers again: this instance keeps its share a while.
 		return r.graceDecision(ctx, q, shard), nil
 	}

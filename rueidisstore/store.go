@@ -314,13 +314,24 @@ func (s *Store) decide(ctx context.Context, q *driver.Query, op byte, at int64) 
 	}
 	res, err := driver.Result{Allowed: c.Allowed, At: c.When, Rules: c.Rules, LockedFor: c.LockedFor, Challenged: c.Challenged}, c.Err
 	redislib.Put(c)
-	if errors.Is(err, rueidis.ErrClosing) {
+	if errors.Is(err, rueidis.ErrClosing) || err != nil && s.isClosed() {
+		// A client closed after a failed dial answers that dial's error
+		// (rueidis dials again on every call), not ErrClosing: a call
+		// that fails once the store was closed is taken for the client's
+		// end too, so that the limiters stop retrying what they keep.
 		return driver.Result{}, fmt.Errorf("ratekit: rueidis store: %w: %w", driver.ErrClosed, err)
 	}
 	if err != nil {
 		return driver.Result{}, fmt.Errorf("ratekit: rueidis store: %w", err)
 	}
 	return res, nil
+}
+
+// isClosed reports whether Close was called.
+func (s *Store) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
 }
 
 // Reset implements [driver.Store]: it deletes every key of q.Key under

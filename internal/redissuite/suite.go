@@ -110,6 +110,9 @@ type Driver struct {
 	// transparent to the second; a client that sends no write twice
 	// (rueidis) fails that call, and the failure policy decides it.
 	Redials bool
+	// Replies reports that the driver's stores tell whether their server
+	// sent anything since a call began ([driver.Replies]).
+	Replies bool
 	// DropsAbandoned reports that the client may drop a call whose
 	// caller gave up before the server ran it (rueidis can close the
 	// connection of a call whose deadline passed, and Redis then drops

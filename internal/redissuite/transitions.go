@@ -313,7 +313,10 @@ func testResetThroughBreaker(t *testing.T, drv Driver) {
 // that answers costs in the same saturated process, at the 99th
 // percentile (1.02 to 1.21 s in all before): the limiter asks whether a
 // reply waits unread in a socket rather than how busy its scheduler is.
-// Timed against the timeout: make test-timing runs it alone.
+// A store that cannot tell (Driver.Replies unset: rueidis does not show
+// its connections) waits as for a Redis that answers late: at most a
+// second past the timeout. Timed against the timeout: make test-timing
+// runs it alone.
 func testRedisFrozenSaturatedApp(t *testing.T, drv Driver) {
 	if race.Enabled {
 		t.Skip("timing against the timeout: make test-timing runs it without -race, in a step of its own")
@@ -359,8 +362,8 @@ func testRedisFrozenSaturatedApp(t *testing.T, drv Driver) {
 		}
 		wg.Wait()
 		slices.Sort(lats)
-		if len(lats) < 50 {
-			t.Fatalf("%d decisions, want at least 50", len(lats))
+		if len(lats) < 16 {
+			t.Fatalf("%d decisions (by the failure policy only: %v), want at least 16", len(lats), fallbacks)
 		}
 		return lats[len(lats)*99/100]
 	}
@@ -371,8 +374,12 @@ func testRedisFrozenSaturatedApp(t *testing.T, drv Driver) {
 	got := p99(frozen, 2*time.Second, true)
 	stop()
 	t.Logf("p99 with the CPU saturated: %v with Redis answering, %v by the failure policy with Redis paused", busy, got)
-	if bound := busy + 10*core.DefaultTimeout + 50*time.Millisecond; got > bound {
-		t.Errorf("p99 %v with Redis paused behind a saturated app, want at most %v: ten timeouts more than with Redis answering", got, bound)
+	bound, what := busy+10*core.DefaultTimeout+50*time.Millisecond, "ten timeouts"
+	if !drv.Replies {
+		bound, what = busy+core.DefaultTimeout+time.Second+50*time.Millisecond, "a timeout and a second"
+	}
+	if got > bound {
+		t.Errorf("p99 %v with Redis paused behind a saturated app, want at most %v: %s more than with Redis answering", got, bound, what)
 	}
 }
 

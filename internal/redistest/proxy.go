@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"bytes"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -19,9 +20,9 @@ type Proxy struct {
 	*relay
 	target string
 
-	latency  atomic.Int64 // time.Duration added to every reply chunk
-	drop     atomic.Bool  // drop the reply to the next request
-	dropAll  atomic.Bool  // drop every connection (SetDropping)
+	latency  atomic.Int64           // time.Duration added to every reply chunk
+	drop     atomic.Pointer[[]byte] // drop the reply to the next request that holds these bytes (lower case)
+	dropAll  atomic.Bool            // drop every connection (SetDropping)
 	requests atomic.Int64
 	dropped  atomic.Int64
 	accepted atomic.Int64
@@ -52,7 +53,15 @@ func (p *Proxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
 // the server as usual, but close that client's connection instead of
 // forwarding the server's reply. The command runs; the client sees a
 // broken connection, and go-redis retries the command on a new one.
-func (p *Proxy) DropNextReply() { p.drop.Store(true) }
+func (p *Proxy) DropNextReply() { p.drop.Store(&[]byte{}) }
+
+// DropNextReplyTo is DropNextReply for the next request that holds
+// command, in any case ("fcall"), so that what a client sends by itself
+// meanwhile (a health check, an announcement) keeps its reply.
+func (p *Proxy) DropNextReplyTo(command string) {
+	b := bytes.ToLower([]byte(command))
+	p.drop.Store(&b)
+}
 
 // Requests returns the number of requests (client write chunks) forwarded
 // to the server so far.
@@ -97,7 +106,7 @@ func (p *Proxy) serve(client net.Conn) {
 		for {
 			n, err := client.Read(buf)
 			if n > 0 {
-				if p.drop.CompareAndSwap(true, false) {
+				if m := p.drop.Load(); m != nil && bytes.Contains(bytes.ToLower(buf[:n]), *m) && p.drop.CompareAndSwap(m, nil) {
 					dropReply.Store(true)
 				}
 				p.requests.Add(1)
