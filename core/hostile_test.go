@@ -82,3 +82,7 @@ func TestHostileRandomKeyFlood(t *testing.T) {
 			after, calls, appKeys, atEnd, appKeys)
 	}
 }
+
+// TestHashAliases: the hash of a long key sent as a key of its own is not
+// that key (see testkit.HashAliases; on Redis: redissuite's HashAliases).
+func TestHashAliases(t *testing.T) { testkit.HashAliases(t, testkit.Memory) }

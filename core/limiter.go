@@ -459,7 +459,7 @@ func boundKey(key string) string { return driver.BoundKey(key) }
 // that shares the store when the store keeps refusals ([driver.Refusals]:
 // [MemoryStore] and the Redis drivers do), else this instance's alone. It
 // returns nothing for n < 1. Keys are as the limiter hands them to its
-// store ([BoundKey]): an address, an AppKey, a pseudonym made by package
+// store ([driver.BoundKey]): an address, an AppKey, a pseudonym made by package
 // keyfunc/personal.
 //
 // Memory is fixed whatever the number of keys refused: each instance

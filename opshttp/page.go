@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 
@@ -412,7 +413,8 @@ func (p *Page) peek(r *http.Request, policy string, l lookup) *resultView {
 // stored, and linked to its lookup as a stored key, unless the policy's
 // keyer derives the key from itself (an account or phone number kept in
 // clear): support knows it so, and it is looked up as an identifier,
-// under every policy. A pseudonym stays a pseudonym.
+// under every policy. A pseudonym stays a pseudonym. The hash of a key
+// over 128 bytes is shown unlinked: only the key itself finds it.
 func (p *Page) top(r *http.Request, policy string) topView {
 	keys, err := p.h.topRefused(r.Context(), policy, topN)
 	if err != nil {
@@ -422,8 +424,8 @@ func (p *Page) top(r *http.Request, policy string) topView {
 	var v topView
 	derive := p.h.keyers[policy]
 	for _, k := range keys {
-		kv := topKey{RefusedKey: k}
-		if derive != nil {
+		kv := topKey{RefusedKey: k, Hashed: k.Key != "" && driver.BoundKey(k.Key) != k.Key && len(k.Key) <= driver.MaxKeyLen}
+		if derive != nil && !kv.Hashed {
 			d, err := derive(k.Key)
 			kv.AsID = err == nil && d == k.Key
 		}
@@ -487,6 +489,10 @@ type topView struct {
 type topKey struct {
 	RefusedKey
 	AsID bool // the policy's keyer derives the key from itself
+	// Hashed: the key is the hash of a key over 128 bytes
+	// (driver.BoundKey), which no lookup finds: a lookup takes the key
+	// itself, and hashes a key of a hash's shape again.
+	Hashed bool
 }
 
 // instant is a time shown on the page.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc/personal"
 	"github.com/ratekit/ratekit/opshttp"
@@ -554,6 +555,19 @@ func TestPageTopRefused(t *testing.T) {
 			if s := section(t, a.body, policy); !strings.Contains(s, want) {
 				t.Errorf("%s section:\n%s\nwant\n%s", policy, s, want)
 			}
+		}
+	})
+
+	t.Run("the hash of a long key", func(t *testing.T) {
+		// Stored as its hash, which no lookup finds (a lookup hashes a
+		// key of a hash's shape again): shown without a link.
+		f := newPageFixture(t)
+		long := "192.0.2.10/" + strings.Repeat("x", 200)
+		refuse(t, f.ip, long, 3)
+		a := f.do(t, "GET", "/admin/ops/", nil)
+		want := "\n<li><code title=\"the hash of a key over 128 bytes: look it up by the key itself\">" + driver.BoundKey(long) + "</code> 1 refused</li>"
+		if s := section(t, a.body, "login-ip"); !strings.Contains(s, want) {
+			t.Errorf("login-ip section:\n%s\nwant\n%s", s, want)
 		}
 	})
 

@@ -14,13 +14,14 @@ import (
 )
 
 // FuzzRedisKey fuzzes key building: BoundKey and Store.Key for any
-// valid policy name and any key. Bounded keys are at most MaxKeyLen bytes
-// (a fixed point of BoundKey); Redis key names are distinct for distinct
-// (policy, bounded key) pairs; and the braces put a key's log, its
-// SlidingBuckets HASH and its shards' keys where the hash tag says: the
-// slot of Key(p, k) is the slot of "{k}", whatever the policy, unless k is
-// empty or starts with "}" (an empty hash tag: then the whole name is
-// hashed, and Store.Reset deletes the two names one by one).
+// valid policy name and any key. Bounded keys are at most MaxKeyLen bytes:
+// the key itself, or else "#" and 43 base64url characters, a hash; a key
+// of that shape is hashed too, so that no client can name another's
+// hashed key. Redis key names are distinct for distinct (policy, bounded
+// key) pairs; and the braces put a key's log, its SlidingBuckets HASH and
+// its shards' keys where the hash tag says: the slot of Key(p, k) is the
+// slot of "{BoundKey(k)}", whatever the policy (BoundKey hashes a key that
+// is empty or starts with "}", which would make an empty hash tag).
 func FuzzRedisKey(f *testing.F) {
 	f.Add("login", "192.0.2.1", "sms", "+8613800138000")
 	f.Add("a:b", "c", "a", "b:{c")
@@ -30,6 +31,8 @@ func FuzzRedisKey(f *testing.F) {
 	f.Add("x", strings.Repeat("k", 129), "x", strings.Repeat("k", 128))
 	f.Add("p", "#", "p", "#0")
 	f.Add("\xff", "\x00{\xff}", "p\x01", "")
+	long := strings.Repeat("v", 200)
+	f.Add("p", long, "p", driver.BoundKey(long)) // a client that sends another's hash
 	// Key names are built without a server: the client never connects.
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer rdb.Close()
@@ -40,17 +43,19 @@ func FuzzRedisKey(f *testing.F) {
 			return
 		}
 		b1 := driver.BoundKey(k1)
-		// Keys that would empty the hash tag ("", or starting with '}')
-		// are hashed like long ones.
-		kept := len(k1) <= driver.MaxKeyLen && k1 != "" && k1[0] != '}'
-		if len(b1) > driver.MaxKeyLen || kept != (b1 == k1) || driver.BoundKey(b1) != b1 || b1 == "" || b1[0] == '}' {
-			t.Fatalf("BoundKey(%d bytes) = %q (%d bytes), want the key itself up to %d bytes (unless empty or starting with '}'), else a fixed-length hash",
-				len(k1), b1, len(b1), driver.MaxKeyLen)
+		if hashed := hashShaped(b1); len(b1) > driver.MaxKeyLen || !hashed && b1 != k1 || b1 == "" || b1[0] == '}' {
+			t.Fatalf("BoundKey(%d bytes) = %q (%d bytes), want the key itself up to %d bytes, else a hash", len(k1), b1, len(b1), driver.MaxKeyLen)
 		}
-		name := store.Key(p1, b1)
+		// Keys that would empty the hash tag ("", or starting with '}'),
+		// and keys shaped like a hash, are hashed like long ones.
+		kept := len(k1) <= driver.MaxKeyLen && k1 != "" && k1[0] != '}' && !hashShaped(k1)
+		if kept != (b1 == k1) {
+			t.Fatalf("BoundKey(%q) = %q: kept %v, want %v", k1, b1, b1 == k1, kept)
+		}
+		name := store.Key(p1, k1)
 		// Every Redis key of a decision is in the slot of the key's tag.
 		slot := redistest.Slot("{" + b1 + "}")
-		for _, n := range []string{name, name + ":b", store.Key("other-policy", b1)} {
+		for _, n := range []string{name, name + ":b", store.Key("other-policy", k1)} {
 			if got := redistest.Slot(n); got != slot {
 				t.Fatalf("Slot(%q) = %d, want %d, the slot of {%s}", n, got, slot, b1)
 			}
@@ -59,8 +64,25 @@ func FuzzRedisKey(f *testing.F) {
 			return
 		}
 		b2 := driver.BoundKey(k2)
-		if (p1 != p2 || b1 != b2) == (name == store.Key(p2, b2)) {
-			t.Fatalf("Key(%q, %q) = %q and Key(%q, %q) = %q", p1, b1, name, p2, b2, store.Key(p2, b2))
+		if (p1 != p2 || b1 != b2) == (name == store.Key(p2, k2)) {
+			t.Fatalf("Key(%q, %q) = %q and Key(%q, %q) = %q", p1, k1, name, p2, k2, store.Key(p2, k2))
+		}
+		if k1 != k2 && b1 == b2 {
+			t.Fatalf("BoundKey(%q) = BoundKey(%q) = %q: two keys share a bucket", k1, k2, b1)
 		}
 	})
+}
+
+// hashShaped reports whether key has the shape of BoundKey's hashes: "#"
+// and 43 base64url characters.
+func hashShaped(key string) bool {
+	if len(key) != 44 || key[0] != '#' {
+		return false
+	}
+	for _, c := range key[1:] {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }

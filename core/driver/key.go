@@ -11,15 +11,32 @@ const MaxKeyLen = 128
 
 // BoundKey returns key as a limiter hands it to its store, in [Query].Key:
 // unchanged when it is at most [MaxKeyLen] bytes, and otherwise a
-// fixed-length hash of it ("#" and the base64url SHA-256 without padding),
-// so that very long user-supplied keys cannot bloat a store. The empty key
-// and keys starting with '}' are hashed too: in a Redis key "{}" or "{}..."
-// is no hash tag, which would spread one key's data over Cluster slots.
-// Drivers and tools that name a key's store records use it.
+// fixed-length hash of it ("#" and the base64url SHA-256 without padding,
+// 44 bytes), so that very long user-supplied keys cannot bloat a store.
+// The empty key and keys starting with '}' are hashed too: in a Redis key
+// "{}" or "{}..." is no hash tag, which would spread one key's data over
+// Cluster slots. And so is a key that has the form of a hash: a client
+// that sends the hash of another client's long key as its own must not
+// spend that client's limit. So BoundKey is meant for keys as a key
+// function returns them, once: a hash it returned is no key to bound
+// again. Drivers and tools that name a key's store records use it.
 func BoundKey(key string) string {
-	if len(key) <= MaxKeyLen && key != "" && key[0] != '}' {
+	if len(key) <= MaxKeyLen && key != "" && key[0] != '}' && !hashShaped(key) {
 		return key
 	}
 	sum := sha256.Sum256([]byte(key))
 	return "#" + base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// hashShaped reports whether key has the form of BoundKey's hashes.
+func hashShaped(key string) bool {
+	if len(key) != 1+base64.RawURLEncoding.EncodedLen(sha256.Size) || key[0] != '#' {
+		return false
+	}
+	for _, c := range key[1:] {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }

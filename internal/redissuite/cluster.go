@@ -14,7 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/core/driver/drivertest"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testkit"
@@ -107,7 +106,7 @@ func testClusterReset(t *testing.T, e *clusterEnv) {
 				t.Errorf("%s: Reset: %v", name, err)
 				continue
 			}
-			rk := store.Key(p.Name, driver.BoundKey(key))
+			rk := store.Key(p.Name, key)
 			for _, k := range []string{rk, rk + ":b"} {
 				if n, err := e.rdb.Exists(ctx, k).Result(); err != nil || n != 0 {
 					t.Errorf("%s: EXISTS %q after Reset = %d, %v; want 0", name, k, n, err)

@@ -13,6 +13,7 @@ package testkit
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -227,6 +228,35 @@ func WaitUntil(t testing.TB, what string, cond func() bool) {
 	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting until %s", what)
+		}
+	}
+}
+
+// HashAliases checks on b that a key of the shape of another key's hash
+// is not that key: the hash of a key over 128 bytes (driver.BoundKey)
+// sent as a key of its own neither spends the long key's limit nor passes
+// its challenge, on two instances.
+func HashAliases(t *testing.T, b Backend) {
+	t.Helper()
+	ctx := context.Background()
+	victim := "203.0.113.9/" + strings.Repeat("v", 200)
+	alias := driver.BoundKey(victim)
+	ls := Fleet(t, 2, b, core.Policy{Name: "alias", Rules: []core.Rule{{Limit: 4, Window: time.Hour, Challenge: 3}}})
+	// The alias's own limit, on either instance: 2, a pass, the 3rd.
+	for i := range 3 {
+		if i == 2 {
+			if err := ls[0].Pass(ctx, alias); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d, err := ls[i%2].Allow(ctx, alias); err != nil || !d.Allowed {
+			t.Fatalf("Allow(alias) #%d = %+v, %v; want admitted", i+1, d, err)
+		}
+	}
+	for i := range 3 { // the victim's limit is whole: 2, then a challenge
+		d, err := ls[1].Allow(ctx, victim)
+		if want := i < 2; err != nil || d.Allowed != want || d.Challenged == want {
+			t.Errorf("Allow(victim) #%d after 3 requests and a pass of its hash = %+v, %v; want admitted %v, challenged %v", i+1, d, err, want, !want)
 		}
 	}
 }
