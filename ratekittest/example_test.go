@@ -17,8 +17,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
 
 	"github.com/ratekit/ratekit/core"
@@ -207,6 +206,17 @@ func Example_fiber() {
 	// 200 Retry-After=""
 }
 
+// emptyService is the service of the gRPC example: grpc-go's test service,
+// whose EmptyCall answers at once. (The interceptors leave the health
+// service unlimited.)
+type emptyService struct {
+	testpb.UnimplementedTestServiceServer
+}
+
+func (emptyService) EmptyCall(context.Context, *testpb.Empty) (*testpb.Empty, error) {
+	return &testpb.Empty{}, nil
+}
+
 // A gRPC server's test of a one-liner on the kit's store, over loopback:
 // the third call in a minute is ResourceExhausted with a RetryInfo of a
 // minute, and a minute later the call is served again.
@@ -214,7 +224,7 @@ func Example_grpc() {
 	clock := ratekittest.NewClock()
 	lim := grpclimit.LimitByIP(2, time.Minute, guard.WithStore(ratekittest.NewStore(clock)))
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(lim.UnaryServerInterceptor()))
-	healthpb.RegisterHealthServer(srv, health.NewServer())
+	testpb.RegisterTestServiceServer(srv, emptyService{})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
@@ -226,10 +236,10 @@ func Example_grpc() {
 		log.Fatal(err)
 	}
 	defer cc.Close()
-	client := healthpb.NewHealthClient(cc)
+	client := testpb.NewTestServiceClient(cc)
 	for _, advance := range []time.Duration{0, 0, 0, time.Minute} {
 		clock.Advance(advance)
-		_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		_, err := client.EmptyCall(context.Background(), &testpb.Empty{})
 		var retry time.Duration
 		for _, d := range status.Convert(err).Details() {
 			if ri, ok := d.(*errdetails.RetryInfo); ok {
