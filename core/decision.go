@@ -145,4 +145,7 @@ type decider interface {
 	peek(ctx context.Context, key string, shard int) (Decision, error)
 	refund(ctx context.Context, t ticket) error
 	reset(ctx context.Context, key string, shard int) error
+	// probe asks the store about q's key, taking nothing: whether it
+	// answers (see Limiter.watch).
+	probe(ctx context.Context, q *driver.Query) error
 }

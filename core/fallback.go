@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -32,15 +33,39 @@ import (
 // calls.
 const fallbackQuiet = time.Second
 
-// fellBack records a decision made by the failure policy because the
-// store failed (cause; nil when the breaker was open), reporting the
+// fellBack records a decision of q made by the failure policy because
+// the store failed (cause; nil when the breaker was open), reporting the
 // start of an episode.
-func (l *Limiter) fellBack(ctx context.Context, cause error) {
+func (l *Limiter) fellBack(ctx context.Context, cause error, q *driver.Query) {
 	l.episode.count.Add(1)
 	l.episode.last.Store(time.Now().UnixNano())
 	if l.episode.on.CompareAndSwap(false, true) {
 		l.notice(ctx, Event{Kind: EventFallbackStart, Err: cause})
+		l.watch(*q)
 	}
+}
+
+// watch asks the store about q's key every fallbackQuiet while a
+// fallback episode is on, through the circuit breaker as a decision would
+// (a probe, which takes nothing), so that the end of an outage is noticed
+// when the store answers again, not at the next decision that reaches it:
+// the episode's end is reported, and what the failure policy admitted
+// is counted in the store, while every request is still answered from the
+// deny cache. It stops when the episode ends or the store is closed.
+func (l *Limiter) watch(q driver.Query) {
+	var tick func()
+	tick = func() {
+		if !l.episode.on.Load() {
+			return
+		}
+		_, _, cause, _ := l.call(context.Background(), &q, true, func(ctx context.Context, _ bool) error {
+			return l.d.probe(ctx, &q)
+		})
+		if l.episode.on.Load() && !errors.Is(cause, driver.ErrClosed) {
+			time.AfterFunc(fallbackQuiet, tick)
+		}
+	}
+	time.AfterFunc(fallbackQuiet, tick)
 }
 
 // answered records a decision of the store at now, reporting the end of

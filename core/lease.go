@@ -161,7 +161,7 @@ func (f *inFlight) allow(ctx context.Context, key string, _ int, n int64) (Decis
 	if !d.Allowed && d.Source == SourceLocal {
 		l.refuse(key)
 	}
-	l.fellBack(ctx, cause)
+	l.fellBack(ctx, cause, &q)
 	l.emit(ctx, Event{Kind: EventDecision, Key: key, Cost: n, Decision: d})
 	return d, nil
 }
@@ -245,6 +245,11 @@ func (f *inFlight) refund(ctx context.Context, t ticket) error {
 		return err
 	}
 	return nil
+}
+
+func (f *inFlight) probe(ctx context.Context, q *driver.Query) error {
+	_, err := f.store.HeldLeases(ctx, f.lease(q.Key, 0, 1))
+	return err
 }
 
 func (f *inFlight) reset(ctx context.Context, key string, shard int) error {

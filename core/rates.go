@@ -58,10 +58,20 @@ func (r localRates) reset(ctx context.Context, key string, shard int) error {
 	return r.l.storeReset(context.WithoutCancel(ctx), key, shard)
 }
 
+func (r localRates) probe(ctx context.Context, q *driver.Query) error {
+	_, err := r.l.store.Peek(ctx, *q)
+	return err
+}
+
 // sharedRates decides rates on a shared store: each call bounded by the
 // timeout, through a circuit breaker, with the deny cache in front and
 // the failure policy behind.
 type sharedRates struct{ l *Limiter }
+
+func (r sharedRates) probe(ctx context.Context, q *driver.Query) error {
+	_, err := r.l.store.Peek(ctx, *q)
+	return err
+}
 
 func (r sharedRates) allow(ctx context.Context, key string, shard int, n int64) (Decision, error) {
 	l := r.l
@@ -92,7 +102,7 @@ func (r sharedRates) graceDecision(ctx context.Context, q driver.Query, shard in
 	if !d.Allowed && !d.Challenged {
 		l.refuse(q.Key)
 	}
-	l.fellBack(ctx, nil)
+	l.fellBack(ctx, nil, &q)
 	l.emit(ctx, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d})
 	return d
 }
@@ -200,7 +210,7 @@ func (r sharedRates) decide(ctx context.Context, q driver.Query, shard int, now 
 		}
 	}
 	if take {
-		l.fellBack(ctx, cause)
+		l.fellBack(ctx, cause, &q)
 		l.emit(ctx, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d})
 	}
 	return d, nil

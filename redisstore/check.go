@@ -69,7 +69,7 @@ func (s *Store) check(ctx context.Context) error {
 		return s.checkNode(ctx, s.client)
 	}
 	if err != nil {
-		errs = append(errs, fmt.Errorf("ratekit: redis store: check: %w", err))
+		errs = append(errs, fmt.Errorf("redisstore: check: %w", err))
 	}
 	return errors.Join(errs...)
 }
@@ -88,12 +88,12 @@ func (s *Store) checkNode(ctx context.Context, c redis.UniversalClient) error {
 	})
 	switch {
 	case err != nil && misconfigured(err):
-		return fmt.Errorf("ratekit: redis store: %s cannot be used: %w: %w", addr, driver.ErrMisconfigured, err)
+		return fmt.Errorf("redisstore: %s cannot be used: %w: %w", addr, driver.ErrMisconfigured, err)
 	case err != nil:
-		return fmt.Errorf("ratekit: redis store: check %s: %w", addr, err)
+		return fmt.Errorf("redisstore: check %s: %w", addr, err)
 	}
 	if err := e.Check(addr); err != nil {
-		return fmt.Errorf("ratekit: redis store: %w", err)
+		return fmt.Errorf("redisstore: %w", err)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -62,5 +63,30 @@ func warm(t *testing.T, store core.Store) {
 		core.WithTimeout(5*time.Second))
 	if d, err := l.Allow(context.Background(), "warm-up"); err != nil || d.Source != core.SourceStore {
 		t.Fatalf("warming the store: Allow = %+v, %v; want a decision of the store", d, err)
+	}
+}
+
+// TestRefusedConnectionNamed: a decision that times out because go-redis
+// cannot connect (it dials again in the background, and the call waits
+// for a connection) says why: the store error names the refused
+// connection, not only the deadline.
+func TestRefusedConnectionNamed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("Redis-backed")
+	}
+	srv := redistest.Start(t)
+	addr := srv.Addr()
+	srv.Stop() // nothing listens there now
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ev := &testkit.Events{}
+	l := testkit.Limiter(t, redisstore.New(rdb), core.Policy{Name: "refused", Rules: []core.Rule{{Limit: 5, Window: time.Minute}}},
+		core.WithObserver(ev))
+	if d, err := l.Allow(context.Background(), "k"); err != nil || d.Source != core.SourceLocal {
+		t.Fatalf("Allow with nothing listening = %+v, %v; want decided locally", d, err)
+	}
+	errs := ev.Of(core.EventStoreError)
+	if len(errs) != 1 || !strings.Contains(errs[0].Err.Error(), "connection refused") {
+		t.Errorf("store errors %v, want one that names the refused connection", errs)
 	}
 }

@@ -47,10 +47,10 @@ func PruneLibraries(ctx context.Context, client redis.UniversalClient) ([]string
 	case *redis.Client:
 		err = prune(ctx, c)
 	default:
-		return nil, fmt.Errorf("ratekit: redis store: prune libraries: a %T: want a *redis.Client or *redis.ClusterClient", client)
+		return nil, fmt.Errorf("redisstore: prune libraries: a %T: want a *redis.Client or *redis.ClusterClient", client)
 	}
 	if err != nil {
-		return deleted, fmt.Errorf("ratekit: redis store: prune libraries: %w", err)
+		return deleted, fmt.Errorf("redisstore: prune libraries: %w", err)
 	}
 	return deleted, nil
 }

@@ -38,7 +38,7 @@ func (s *Store) AddRefused(ctx context.Context, policy string, refused []driver.
 		return struct{}{}, err
 	})
 	if err != nil {
-		return fmt.Errorf("ratekit: redis store: add refused of policy %q: %w", policy, err)
+		return fmt.Errorf("redisstore: add refused of policy %q: %w", policy, err)
 	}
 	return nil
 }
@@ -76,7 +76,7 @@ func (s *Store) TopRefused(ctx context.Context, policy string, n int) ([]driver.
 		return sum.Top(n), nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("ratekit: redis store: top refused of policy %q: %w", policy, err)
+		return nil, fmt.Errorf("redisstore: top refused of policy %q: %w", policy, err)
 	}
 	return top, nil
 }

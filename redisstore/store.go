@@ -249,7 +249,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		s.batch = newBatcher()
 	}
 	s.replies.track(client)
-	s.leases = &redislib.Leases{Name: "ratekit: redis store", Prefix: s.prefix, Cluster: s.cluster, Run: s.run, Flight: s.flight}
+	s.leases = &redislib.Leases{Name: "redisstore", Prefix: s.prefix, Cluster: s.cluster, Run: s.run, Flight: s.flight}
 	s.watch = newWatcher(s)
 	return s
 }
@@ -316,7 +316,7 @@ func (s *Store) Pass(ctx context.Context, q driver.Query) error {
 		return s.client.Publish(ctx, s.watch.channel, msg).Result()
 	})
 	if err != nil {
-		return fmt.Errorf("ratekit: redis store: pass: tell the other instances: %w", err)
+		return fmt.Errorf("redisstore: pass: tell the other instances: %w", err)
 	}
 	return nil
 }
@@ -324,24 +324,24 @@ func (s *Store) Pass(ctx context.Context, q driver.Query) error {
 // decide runs one operation of q, waiting for its answer until ctx ends.
 func (s *Store) decide(ctx context.Context, q *driver.Query, op byte, at int64) (driver.Result, error) {
 	if err := ctx.Err(); err != nil {
-		return driver.Result{}, fmt.Errorf("ratekit: redis store: %w", err)
+		return driver.Result{}, fmt.Errorf("redisstore: %w", err)
 	}
 	c := redislib.Get()
 	if err := c.Decision(s.prefix, q, op, at, s.wallNow(), s.cluster, s.watch.fleet.Of(q.Policy)); err != nil {
 		redislib.Put(c)
-		return driver.Result{}, fmt.Errorf("ratekit: redis store: %w", err)
+		return driver.Result{}, fmt.Errorf("redisstore: %w", err)
 	}
 	if err := s.run(ctx, c); err != nil {
 		// The caller gave up; the flight still owns c.
-		return driver.Result{}, fmt.Errorf("ratekit: redis store: %w", err)
+		return driver.Result{}, fmt.Errorf("redisstore: %w", s.replies.explain(err))
 	}
 	res, err := driver.Result{Allowed: c.Allowed, At: c.When, Rules: c.Rules, LockedFor: c.LockedFor, Challenged: c.Challenged}, c.Err
 	redislib.Put(c)
 	if errors.Is(err, redis.ErrClosed) {
-		return driver.Result{}, fmt.Errorf("ratekit: redis store: %w: %w", driver.ErrClosed, err)
+		return driver.Result{}, fmt.Errorf("redisstore: %w: %w", driver.ErrClosed, err)
 	}
 	if err != nil {
-		return driver.Result{}, fmt.Errorf("ratekit: redis store: %w", err)
+		return driver.Result{}, fmt.Errorf("redisstore: %w", err)
 	}
 	return res, nil
 }
@@ -400,7 +400,7 @@ func (s *Store) Reset(ctx context.Context, q driver.Query) error {
 		return struct{}{}, err
 	})
 	if err != nil {
-		return fmt.Errorf("ratekit: redis store: reset: %w", err)
+		return fmt.Errorf("redisstore: reset: %w", err)
 	}
 	return nil
 }

@@ -28,7 +28,7 @@ import (
 var goRedis = redissuite.Driver{
 	Name:      "redisstore",
 	Connect:   connect,
-	ErrPrefix: "ratekit: redis store: ",
+	ErrPrefix: "redisstore: ",
 	LazyDial:  true,
 	Redirects: true,
 	Redials:   true,

@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -18,9 +20,28 @@ import (
 // Redis that shares the starved CPU answers late but answers; a Redis that
 // does not answer sends nothing.
 type replies struct {
-	last  atomic.Int64 // unix nanoseconds of the latest read of a reply's bytes
-	mu    sync.Mutex
-	conns map[*trackedConn]struct{}
+	last    atomic.Int64                // unix nanoseconds of the latest read of a reply's bytes
+	dialErr atomic.Pointer[dialFailure] // the latest dial's failure; nil once a dial succeeds
+	mu      sync.Mutex
+	conns   map[*trackedConn]struct{}
+}
+
+// dialFailure is a dial of the client that failed, and when.
+type dialFailure struct {
+	err error
+	at  time.Time
+}
+
+// explain adds to err, a call's timeout, why the client could not send
+// it: its latest dial failed, within the last 10 seconds (go-redis dials
+// again and again in the background, and a call that waits for a
+// connection times out with no word of the refused connection).
+func (r *replies) explain(err error) error {
+	f := r.dialErr.Load()
+	if f == nil || time.Since(f.at) > 10*time.Second || !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("%w (the client cannot connect: %v)", err, f.err)
 }
 
 // hook is the go-redis hook that tracks the connections dialled.
@@ -32,8 +53,12 @@ func (h repliesHook) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := next(ctx, network, addr)
 		if err != nil {
+			if ctx.Err() == nil { // not a dial its caller gave up
+				h.r.dialErr.Store(&dialFailure{err: err, at: time.Now()})
+			}
 			return c, err
 		}
+		h.r.dialErr.Store(nil)
 		sc, ok := c.(syscall.Conn)
 		if !ok {
 			return c, nil // a TLS or other connection: not watched

@@ -58,7 +58,7 @@ func (s *Store) Invalidate(ctx context.Context, policy, key string) error {
 		return s.client.Publish(ctx, s.watch.channel, msg).Result()
 	})
 	if err != nil {
-		return fmt.Errorf("ratekit: redis store: invalidate: %w", err)
+		return fmt.Errorf("redisstore: invalidate: %w", err)
 	}
 	return nil
 }

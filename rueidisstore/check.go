@@ -55,9 +55,9 @@ func (s *Store) check(ctx context.Context) error {
 	nodes, err := redislib.Bounded(ctx, s.masters)
 	if err != nil {
 		if misconfigured(err) {
-			return fmt.Errorf("ratekit: rueidis store: cannot be used: %w: %w", driver.ErrMisconfigured, err)
+			return fmt.Errorf("rueidisstore: cannot be used: %w: %w", driver.ErrMisconfigured, err)
 		}
-		return fmt.Errorf("ratekit: rueidis store: check: %w", err)
+		return fmt.Errorf("rueidisstore: check: %w", err)
 	}
 	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
@@ -150,12 +150,12 @@ func (s *Store) checkNode(ctx context.Context, n node) error {
 	})
 	switch {
 	case err != nil && misconfigured(err):
-		return fmt.Errorf("ratekit: rueidis store: %s cannot be used: %w: %w", n.addr, driver.ErrMisconfigured, err)
+		return fmt.Errorf("rueidisstore: %s cannot be used: %w: %w", n.addr, driver.ErrMisconfigured, err)
 	case err != nil:
-		return fmt.Errorf("ratekit: rueidis store: check %s: %w", n.addr, err)
+		return fmt.Errorf("rueidisstore: check %s: %w", n.addr, err)
 	}
 	if err := e.Check(n.addr); err != nil {
-		return fmt.Errorf("ratekit: rueidis store: %w", err)
+		return fmt.Errorf("rueidisstore: %w", err)
 	}
 	return nil
 }

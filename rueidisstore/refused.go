@@ -44,7 +44,7 @@ func (s *Store) AddRefused(ctx context.Context, policy string, refused []driver.
 		return struct{}{}, err
 	})
 	if err != nil {
-		return fmt.Errorf("ratekit: rueidis store: add refused of policy %q: %w", policy, err)
+		return fmt.Errorf("rueidisstore: add refused of policy %q: %w", policy, err)
 	}
 	return nil
 }
@@ -80,7 +80,7 @@ func (s *Store) TopRefused(ctx context.Context, policy string, n int) ([]driver.
 		return sum.Top(n), nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("ratekit: rueidis store: top refused of policy %q: %w", policy, err)
+		return nil, fmt.Errorf("rueidisstore: top refused of policy %q: %w", policy, err)
 	}
 	return top, nil
 }

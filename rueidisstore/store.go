@@ -162,7 +162,7 @@ func New(client rueidis.Client, opts ...Option) *Store {
 	} else {
 		s.batch = newBatcher()
 	}
-	s.leases = &redislib.Leases{Name: "ratekit: rueidis store", Prefix: s.prefix, Cluster: s.cluster, Run: s.do, Flight: s.flight}
+	s.leases = &redislib.Leases{Name: "rueidisstore", Prefix: s.prefix, Cluster: s.cluster, Run: s.do, Flight: s.flight}
 	return s
 }
 
@@ -293,7 +293,7 @@ func (s *Store) Pass(ctx context.Context, q driver.Query) error {
 		return s.client.Do(ctx, s.client.B().Publish().Channel(s.channel).Message(msg).Build()).AsInt64()
 	})
 	if err != nil {
-		return fmt.Errorf("ratekit: rueidis store: pass: tell the other instances: %w", err)
+		return fmt.Errorf("rueidisstore: pass: tell the other instances: %w", err)
 	}
 	return nil
 }
@@ -301,16 +301,16 @@ func (s *Store) Pass(ctx context.Context, q driver.Query) error {
 // decide runs one operation of q, waiting for its answer until ctx ends.
 func (s *Store) decide(ctx context.Context, q *driver.Query, op byte, at int64) (driver.Result, error) {
 	if err := ctx.Err(); err != nil {
-		return driver.Result{}, fmt.Errorf("ratekit: rueidis store: %w", err)
+		return driver.Result{}, fmt.Errorf("rueidisstore: %w", err)
 	}
 	c := redislib.Get()
 	if err := c.Decision(s.prefix, q, op, at, s.wallNow(), s.cluster, s.fleet.Of(q.Policy)); err != nil {
 		redislib.Put(c)
-		return driver.Result{}, fmt.Errorf("ratekit: rueidis store: %w", err)
+		return driver.Result{}, fmt.Errorf("rueidisstore: %w", err)
 	}
 	if err := s.do(ctx, c); err != nil {
 		// The caller gave up; the flight still owns c.
-		return driver.Result{}, fmt.Errorf("ratekit: rueidis store: %w", err)
+		return driver.Result{}, fmt.Errorf("rueidisstore: %w", err)
 	}
 	res, err := driver.Result{Allowed: c.Allowed, At: c.When, Rules: c.Rules, LockedFor: c.LockedFor, Challenged: c.Challenged}, c.Err
 	redislib.Put(c)
@@ -319,10 +319,10 @@ func (s *Store) decide(ctx context.Context, q *driver.Query, op byte, at int64) 
 		// (rueidis dials again on every call), not ErrClosing: a call
 		// that fails once the store was closed is taken for the client's
 		// end too, so that the limiters stop retrying what they keep.
-		return driver.Result{}, fmt.Errorf("ratekit: rueidis store: %w: %w", driver.ErrClosed, err)
+		return driver.Result{}, fmt.Errorf("rueidisstore: %w: %w", driver.ErrClosed, err)
 	}
 	if err != nil {
-		return driver.Result{}, fmt.Errorf("ratekit: rueidis store: %w", err)
+		return driver.Result{}, fmt.Errorf("rueidisstore: %w", err)
 	}
 	return res, nil
 }
@@ -360,7 +360,7 @@ func (s *Store) Reset(ctx context.Context, q driver.Query) error {
 		return struct{}{}, nil
 	})
 	if err != nil {
-		return fmt.Errorf("ratekit: rueidis store: reset: %w", err)
+		return fmt.Errorf("rueidisstore: reset: %w", err)
 	}
 	return nil
 }

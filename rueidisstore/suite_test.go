@@ -21,7 +21,7 @@ import (
 var rueidisDriver = redissuite.Driver{
 	Name:           "rueidisstore",
 	Connect:        connect,
-	ErrPrefix:      "ratekit: rueidis store: ",
+	ErrPrefix:      "rueidisstore: ",
 	DropsAbandoned: true,
 }
 

@@ -38,7 +38,7 @@ func (s *Store) Invalidate(ctx context.Context, policy, key string) error {
 		return s.client.Do(ctx, s.client.B().Publish().Channel(s.channel).Message(msg).Build()).AsInt64()
 	})
 	if err != nil {
-		return fmt.Errorf("ratekit: rueidis store: invalidate: %w", err)
+		return fmt.Errorf("rueidisstore: invalidate: %w", err)
 	}
 	return nil
 }

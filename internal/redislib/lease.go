@@ -14,7 +14,7 @@ import (
 
 // Leases implements [driver.Leases] for a driver: its calls go through Run
 // (one call, waited for on the caller's context) and Flight (several in
-// one round trip). Name starts its errors ("ratekit: redis store").
+// one round trip). Name starts its errors ("redisstore").
 type Leases struct {
 	Name    string
 	Prefix  string

@@ -177,6 +177,34 @@ func testFallbackNotices(t *testing.T, drv Driver) {
 	}
 }
 
+// testFallbackEndWithoutTraffic: the end of an outage is noticed when
+// Redis answers again, not at the next decision that reaches it: with no
+// request at all after Redis restarts, the episode's end is reported
+// within a few seconds (the breaker's cool-down and a probe a second),
+// and what the failure policy admitted is counted in Redis by then.
+func testFallbackEndWithoutTraffic(t *testing.T, drv Driver) {
+	srv := redistest.Start(t)
+	obs := &testkit.Events{}
+	l := testkit.Limiter(t, drv.New(t, srv), core.Policy{Name: "quiet", Rules: []core.Rule{{Limit: 10, Window: time.Hour}}},
+		core.WithObserver(obs), core.WithTimeout(time.Second))
+	admitN(t, l, "k", 3, core.SourceStore)
+	srv.Stop()
+	admitN(t, l, "k", 4, core.SourceLocal)
+	srv.Restart()
+	restarted := time.Now()
+	testkit.WaitUntil(t, "the end of the outage reported", func() bool { return len(obs.Of(core.EventFallbackEnd)) == 1 })
+	t.Logf("the end of the outage reported %v after Redis restarted, with no request", time.Since(restarted).Round(time.Millisecond))
+	if took := time.Since(restarted); took > 5*time.Second {
+		t.Errorf("the end of the outage reported %v after Redis restarted, want within 5 s", took)
+	}
+	// The restart emptied Redis: what it holds is what the fallback
+	// admitted, told by the probe's answer.
+	testkit.WaitUntil(t, "the fallback's admissions counted in Redis", func() bool {
+		d, err := l.Peek(context.Background(), "k")
+		return err == nil && d.Source == core.SourceStore && d.Rules()[0].Used == 4
+	})
+}
+
 // waitStore waits until l decides by the store again.
 func waitStore(t *testing.T, l *core.Limiter) {
 	t.Helper()

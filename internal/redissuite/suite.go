@@ -96,7 +96,7 @@ type Driver struct {
 	// fails t when the client cannot be built.
 	Connect func(t testing.TB, conf Conf) (s Store, closeClient func())
 	// ErrPrefix starts every error of the driver's stores:
-	// "ratekit: redis store: ".
+	// "redisstore: ".
 	ErrPrefix string
 	// LazyDial reports that the client connects on first use, so that a
 	// store can be built on a server that refuses its connections (a
@@ -176,11 +176,13 @@ func Run(t *testing.T, drv Driver) {
 		{"HostileKeysOnRedis", testHostileKeysOnRedis},
 		{"HostileRandomKeyFlood", testHostileRandomKeyFlood},
 		{"HostileHugeCost", testHostileHugeCost},
+		{"HashAliases", testHashAliases},
 		// Faults and fallbacks (faults.go, fallback.go).
 		{"RedisScriptsAfterRestart", testRedisScriptsAfterRestart},
 		{"FailLocalShare", testFailLocalShare},
 		{"FailLocalRemembers", testFailLocalRemembers},
 		{"FallbackNotices", testFallbackNotices},
+		{"FallbackEndWithoutTraffic", testFallbackEndWithoutTraffic},
 		// Checks of the server (health.go).
 		{"RedisCheckPolicies", testRedisCheckPolicies},
 		{"LimiterCheck", testLimiterCheck},
