@@ -139,14 +139,16 @@ var errWrongType = errors.New("WRONGTYPE")
 func (s *Store) runLibrary(ctx context.Context, c redis.UniversalClient) error {
 	err := c.FCall(ctx, redislib.LogFunction, []string{}, "").Err()
 	if redis.HasErrorPrefix(err, "Function not found") {
-		if lerr := s.loadLibrary(ctx, c); lerr != nil {
-			return fmt.Errorf("FUNCTION LOAD: %w", lerr)
+		err = s.loadLibrary(ctx, c)
+		if err == nil {
+			err = c.FCall(ctx, redislib.LogFunction, []string{}, "").Err()
+		} else if !redis.HasErrorPrefix(err, "unknown command") && !redis.HasErrorPrefix(err, "NOPERM") {
+			return fmt.Errorf("FUNCTION LOAD: %w", err)
 		}
-		err = c.FCall(ctx, redislib.LogFunction, []string{}, "").Err()
 	}
 	if redis.HasErrorPrefix(err, "unknown command") || redis.HasErrorPrefix(err, "NOPERM") {
-		// Decisions run it as a script where FCALL is missing or not
-		// permitted.
+		// Decisions run it as a script where FCALL, or FUNCTION LOAD
+		// (an ACL of "+@all -function"), is missing or not permitted.
 		err = c.Eval(ctx, redislib.LogScript.Source, []string{}, "").Err()
 	}
 	if err != nil && !errors.Is(err, redis.Nil) {

@@ -205,14 +205,16 @@ func (s *Store) runLibrary(ctx context.Context, c rueidis.Client) error {
 	}
 	err := fcall()
 	if isRedis(err, redislib.NoFunction) {
-		if lerr := s.loadOn(ctx, c); lerr != nil {
-			return fmt.Errorf("FUNCTION LOAD: %w", lerr)
+		err = s.loadOn(ctx, c)
+		if err == nil {
+			err = fcall()
+		} else if !isRedis(err, redislib.UnknownCommand) && !isRedis(err, redislib.NoPermission) {
+			return fmt.Errorf("FUNCTION LOAD: %w", err)
 		}
-		err = fcall()
 	}
 	if isRedis(err, redislib.UnknownCommand) || isRedis(err, redislib.NoPermission) {
-		// Decisions run it as a script where FCALL is missing or not
-		// permitted.
+		// Decisions run it as a script where FCALL, or FUNCTION LOAD
+		// (an ACL of "+@all -function"), is missing or not permitted.
 		err = c.Do(ctx, c.B().Eval().Script(redislib.LogScript.Source).Numkeys(0).Arg("").Build()).Error()
 	}
 	if err != nil && !rueidis.IsRedisNil(err) {

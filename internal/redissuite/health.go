@@ -376,6 +376,28 @@ func testRedisCheckMisconfigured(t *testing.T, drv Driver) {
 			t.Fatalf("Check() on a Redis that fits = %v, want nil", err)
 		}
 	})
+	t.Run("ACL without FUNCTION", func(t *testing.T) {
+		// Scripts allowed, FUNCTION LOAD not: decisions run as scripts,
+		// so Check passes, and the limits hold.
+		srv := redistest.Start(t)
+		srv.Do(t, "ACL", "SETUSER", "scripts", "on", ">pw", "~*", "&*", "+@all", "-function")
+		store := drv.Open(t, on(srv, Conf{Username: "scripts", Password: "pw"}))
+		l := testkit.Limiter(t, store, core.Policy{Name: "acl", Rules: []core.Rule{{Limit: 5, Window: time.Minute}}}, core.WithTimeout(5*time.Second))
+		if err := l.Check(ctx); err != nil {
+			t.Fatalf("Check() with scripts allowed and FUNCTION not = %v, want nil", err)
+		}
+		for i := range 6 {
+			if d, err := l.Allow(ctx, "k"); err != nil || d.Source != core.SourceStore || d.Allowed != (i < 5) {
+				t.Errorf("Allow #%d = %+v, %v; want decided by the store, admitted for the first 5", i+1, d, err)
+			}
+		}
+		fl := testkit.Limiter(t, store, core.Policy{Name: "acl-leases", InFlight: 2}, core.WithTimeout(5*time.Second))
+		for i := range 3 {
+			if d, err := fl.Allow(ctx, "k"); err != nil || d.Source != core.SourceStore || d.Allowed != (i < 2) {
+				t.Errorf("leases: Allow #%d = %+v, %v; want decided by the store, admitted for the first 2", i+1, d, err)
+			}
+		}
+	})
 }
 
 // requirePass makes srv ask its new connections for a password.
