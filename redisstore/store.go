@@ -86,6 +86,11 @@ const defaultBatch = 64
 // keys refused most, summed over the instances ([driver.Refusals]). It is
 // safe for concurrent use. It does not close the client: the caller owns
 // it.
+//
+// An app calls [Store.Check], [Store.Close], [Store.Key] and
+// [Store.ReplicaWaits]; the other methods implement the driver contract
+// (package core/driver) for the limiters: Take, Peek, Refund, Reset and
+// the rest are not meant for an app.
 type Store struct {
 	leases    *redislib.Leases // driver.Leases, made once
 	client    redis.UniversalClient

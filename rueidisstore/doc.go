@@ -14,4 +14,12 @@
 // library on Redis 7, scripts before), atomic on the one slot of its key;
 // concurrent decisions share calls. See [Store] for what it keeps in
 // Redis, how it batches, and what a failing Redis costs.
+//
+// rueidis.NewClient dials at once, and returns no client while Redis is
+// down, where go-redis makes one without dialling: an app that must start
+// during an outage (its limiters deciding by their failure policy until
+// Redis answers) sets rueidis.ClientOption.ForceSingleClient on a single
+// server, which returns a client with the dial's error that connects
+// once Redis answers, or retries rueidis.NewClient at start on a Cluster
+// or Sentinel, or uses redisstore.
 package rueidisstore

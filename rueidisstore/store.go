@@ -77,6 +77,11 @@ const defaultBatch = 64
 // not close the client: the caller owns it. The store's goroutines (the
 // subscription, and the fleet's announcements) end with [Store.Close], or
 // when rueidis reports the client closed.
+//
+// An app calls [Store.Check], [Store.Close] and [Store.Key]; the other
+// methods implement the driver contract (package core/driver) for the
+// limiters: Take, Peek, Refund, Reset and the rest are not meant for an
+// app.
 type Store struct {
 	leases  *redislib.Leases // driver.Leases, made once
 	client  rueidis.Client
