@@ -24,21 +24,13 @@ const (
 	// so that limits may not hold, such as a Redis that can evict limiter
 	// keys ([ErrUnsafeEviction]). Event.Err holds why.
 	EventStoreCheck
-	// EventSkip reports a request a middleware let through without a
-	// decision of the policy: a skip predicate matched or the request had
-	// no key for it.
-	EventSkip
-	// EventKeyError reports a request whose key function failed, or whose
-	// cost was invalid; it was answered as a bad request (or as
-	// configured). Event.Err holds why.
-	EventKeyError
-	// EventDryRun reports a denial that a middleware in dry-run mode let
-	// through; Event.Decision holds it. The limiter reported the denial
-	// itself as an EventDecision.
-	EventDryRun
-	// EventBlock reports a request a middleware refused without a
-	// decision because a block rule matched it (403 Forbidden).
-	EventBlock
+	// The kinds of the middleware of package guard (every adapter's):
+	// guard.EventSkip, guard.EventKeyError, guard.EventDryRun and
+	// guard.EventBlock, which String names too.
+	eventSkip
+	eventKeyError
+	eventDryRun
+	eventBlock
 	// EventFallbackStart reports that the limiter began deciding by its
 	// failure policy because the store failed: once per episode, not per
 	// decision. Event.Err holds the failure that began it (nil when an
@@ -81,13 +73,13 @@ func (k EventKind) String() string {
 		return "breaker_close"
 	case EventStoreCheck:
 		return "store_check"
-	case EventSkip:
+	case eventSkip:
 		return "skip"
-	case EventKeyError:
+	case eventKeyError:
 		return "key_error"
-	case EventDryRun:
+	case eventDryRun:
 		return "dry_run"
-	case EventBlock:
+	case eventBlock:
 		return "block"
 	case EventFallbackStart:
 		return "fallback_start"
@@ -112,10 +104,11 @@ type Event struct {
 	Key string
 	// Cost is the units asked for.
 	Cost int64
-	// Decision is set for EventDecision and EventDryRun.
+	// Decision is set for EventDecision and guard.EventDryRun.
 	Decision Decision
-	// Err is set for EventStoreError, EventKeyError and EventStoreCheck,
-	// and for EventSkip when the request had no key.
+	// Err is set for EventStoreError, EventStoreCheck and
+	// guard.EventKeyError, and for guard.EventSkip when the request had no
+	// key.
 	Err error
 	// Latency is how long the store call took, for EventDecision and
 	// EventStoreError made by a store across the network (not a

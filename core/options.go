@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// DefaultTimeout bounds every store call unless [WithTimeout] sets another.
-const DefaultTimeout = 20 * time.Millisecond
+// defaultTimeout bounds every store call unless [WithTimeout] sets another.
+const defaultTimeout = 20 * time.Millisecond
 
 // FailurePolicy says how a [Limiter] decides when its store fails or times
 // out.
@@ -48,7 +48,7 @@ type options struct {
 	denyCacheSize int
 	breakerFails  int
 	breakerCool   time.Duration
-	tierFunc      TierFunc
+	tierFunc      func(ctx context.Context, key string) (string, error)
 	tiers         map[string][]Rule
 	tierCacheSize int
 	tierCacheTTL  time.Duration
@@ -60,7 +60,7 @@ type options struct {
 	noRefusals    bool // count no refusals (tests, benchmarks)
 }
 
-// WithTimeout bounds every store call; 20 ms ([DefaultTimeout]) by default.
+// WithTimeout bounds every store call; 20 ms by default.
 // It must be positive. The bound holds whatever the go-redis client's own
 // options are.
 //
@@ -143,7 +143,7 @@ func WithClock(clock func() time.Time) Option {
 // newOptions returns the options opts set, over the defaults, checked.
 func newOptions(policy string, opts []Option) (options, error) {
 	o := options{
-		timeout:       DefaultTimeout,
+		timeout:       defaultTimeout,
 		denyCacheSize: 10000,
 		breakerFails:  5,
 		breakerCool:   time.Second,
@@ -187,12 +187,9 @@ func WithLocalShare(share bool) Option {
 	return func(o *options) { o.wholeLimit = !share }
 }
 
-// TierFunc names the tier of a key, for example the plan of an API key
-// ("free", "pro"), looked up in the app's database. It gets the key as
-// the limiter got it, however long.
-type TierFunc func(ctx context.Context, key string) (tier string, err error)
-
-// WithTiers chooses the rules per key: resolve names a key's tier and
+// WithTiers chooses the rules per key: resolve names a key's tier, for
+// example the plan of an API key ("free", "pro") looked up in the app's
+// database, getting the key as the limiter got it, however long; and
 // tiers maps each tier to its rules, which must have the windows (and
 // calendar periods) of the policy's own Rules, with limits of their own
 // (free: 100 a minute and 1,000 a day; pro: 1,000 a minute and 100,000 a
@@ -215,7 +212,7 @@ type TierFunc func(ctx context.Context, key string) (tier string, err error)
 // request path on a miss, under the request's context. A lookup that
 // fails decides that request by the policy's own Rules and is not
 // cached: the next request asks again.
-func WithTiers(resolve TierFunc, tiers map[string][]Rule) Option {
+func WithTiers(resolve func(ctx context.Context, key string) (tier string, err error), tiers map[string][]Rule) Option {
 	return func(o *options) {
 		o.tierFunc = resolve
 		o.tiers = tiers

@@ -13,7 +13,7 @@ import (
 // tier's limiter among a limiter's tier limiters, -1 for the policy's
 // own rules.
 type tierSet struct {
-	resolve TierFunc
+	resolve func(ctx context.Context, key string) (string, error)
 	index   map[string]int // a tier's name to its index
 	cache   *lru.Cache[string, tierEntry]
 	ttl     time.Duration

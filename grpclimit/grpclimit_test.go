@@ -439,7 +439,7 @@ func TestDryRun(t *testing.T) {
 			t.Errorf("call %d: dry-run denial sent retry-after", i+1)
 		}
 	}
-	if dry := obs.Count(core.EventDryRun); dry != 2 {
+	if dry := obs.Count(guard.EventDryRun); dry != 2 {
 		t.Errorf("observer saw %d dry-run denials, want 2", dry)
 	}
 }

@@ -100,8 +100,8 @@ func TestChallengeAlso(t *testing.T) {
 	if !v.Proceed() || !v.DryRun || !v.Decision.Challenged {
 		t.Errorf("dry run: outcome %v, DryRun %v, decision %+v; want a challenge let through", v.Outcome, v.DryRun, v.Decision)
 	}
-	if obs.Count(core.EventDryRun) != 1 {
-		t.Errorf("dry run: %d EventDryRun, want 1", obs.Count(core.EventDryRun))
+	if obs.Count(guard.EventDryRun) != 1 {
+		t.Errorf("dry run: %d EventDryRun, want 1", obs.Count(guard.EventDryRun))
 	}
 }
 

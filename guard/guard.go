@@ -63,7 +63,7 @@ func WithSkip(f func(keyfunc.Request) bool) Option {
 // WithBlock sets a predicate for requests refused outright, before the
 // skip predicate and any decision: 403 Forbidden (gRPC: PermissionDenied),
 // no rate-limit headers, reported to the guard's observers as
-// [core.EventBlock]. A deny list of networks is keyfunc.InNetworks; of
+// [EventBlock]. A deny list of networks is keyfunc.InNetworks; of
 // keys, any lookup. None by default; dry-run mode does not let blocked
 // requests through.
 func WithBlock(f func(keyfunc.Request) bool) Option {
@@ -148,7 +148,7 @@ func WithKeyError(a KeyErrorAction) Option {
 
 // WithDryRun makes the guard decide and report but never block: denials,
 // challenges and FailClosed refusals are let through without rate-limit
-// headers and reported to the guard's observers as [core.EventDryRun]. Use it to tune
+// headers and reported to the guard's observers as [EventDryRun]. Use it to tune
 // limits safely in production. Bad requests are still refused. Off by
 // default.
 func WithDryRun(on bool) Option {
@@ -156,9 +156,9 @@ func WithDryRun(on bool) Option {
 }
 
 // WithObserver adds an observer of what only the guard knows: requests let
-// through without a decision ([core.EventSkip]), malformed keys and costs
-// ([core.EventKeyError]) and denials let through in dry-run mode
-// ([core.EventDryRun]). Decisions and store failures are the limiter's to
+// through without a decision ([EventSkip]), malformed keys and costs
+// ([EventKeyError]) and denials let through in dry-run mode
+// ([EventDryRun]). Decisions and store failures are the limiter's to
 // report ([core.WithObserver]): give one observer to both to see every
 // event once. Several observers are called in order.
 func WithObserver(obs core.Observer) Option {
@@ -373,18 +373,18 @@ func (g *Guard) prelude(ctx context.Context, v *Verdict, r keyfunc.Request) bool
 	switch {
 	case g.cfg.block != nil && g.cfg.block(r):
 		v.Outcome, v.Err = OutcomeBlocked, ErrBlocked
-		g.emit(ctx, &g.own, core.Event{Kind: core.EventBlock})
+		g.emit(ctx, &g.own, core.Event{Kind: EventBlock})
 		return false
 	case g.cfg.skip != nil && g.cfg.skip(r):
 		v.Outcome = OutcomeSkip
-		g.emit(ctx, &g.own, core.Event{Kind: core.EventSkip})
+		g.emit(ctx, &g.own, core.Event{Kind: EventSkip})
 		return false
 	}
 	v.Cost = 1
 	if g.cfg.cost != nil {
 		if v.Cost = g.cfg.cost(r); v.Cost < 1 {
 			v.Outcome, v.Err = OutcomeInvalid, errInvalidCost
-			g.emit(ctx, &g.own, core.Event{Kind: core.EventKeyError, Cost: v.Cost, Err: errInvalidCost})
+			g.emit(ctx, &g.own, core.Event{Kind: EventKeyError, Cost: v.Cost, Err: errInvalidCost})
 			return false
 		}
 	}
@@ -407,17 +407,17 @@ func (g *Guard) keyOf(ctx context.Context, v *Verdict, lim *limit, r keyfunc.Req
 		case NoKeyShared:
 			return SharedKey, true
 		case NoKeyReject:
-			g.refuse(ctx, v, lim, OutcomeInvalid, err, core.EventKeyError)
+			g.refuse(ctx, v, lim, OutcomeInvalid, err, EventKeyError)
 			return "", false
 		}
 		lim.keys.missed(ctx, lim.name)
-		g.emit(ctx, lim, core.Event{Kind: core.EventSkip, Err: err})
+		g.emit(ctx, lim, core.Event{Kind: EventSkip, Err: err})
 		return "", false // no key for this limit only
 	case g.cfg.keyErr == KeyErrorSkip:
-		g.emit(ctx, lim, core.Event{Kind: core.EventKeyError, Err: err})
+		g.emit(ctx, lim, core.Event{Kind: EventKeyError, Err: err})
 		return "", false
 	}
-	g.refuse(ctx, v, lim, OutcomeInvalid, err, core.EventKeyError)
+	g.refuse(ctx, v, lim, OutcomeInvalid, err, EventKeyError)
 	return "", false
 }
 
@@ -525,7 +525,7 @@ func (g *Guard) fail(ctx context.Context, v *Verdict, lim *limit, key string, er
 
 // letThrough lets a denial by lim through in dry-run mode, reporting it.
 func (g *Guard) letThrough(ctx context.Context, v *Verdict, lim *limit, key string, d core.Decision) {
-	g.emit(ctx, lim, core.Event{Kind: core.EventDryRun, Key: key, Cost: v.Cost, Decision: d})
+	g.emit(ctx, lim, core.Event{Kind: EventDryRun, Key: key, Cost: v.Cost, Decision: d})
 	if v.nheld == 0 && !v.DryRun {
 		v.Decision, v.Key, v.by = d, key, lim
 	}

@@ -329,7 +329,7 @@ func TestObserverLayers(t *testing.T) {
 			t.Fatalf("user %q: %v", u, v.Outcome)
 		}
 	}
-	for kind, want := range map[core.EventKind]int{core.EventDecision: 3, core.EventDryRun: 2, core.EventSkip: 1, core.EventKeyError: 1} {
+	for kind, want := range map[core.EventKind]int{core.EventDecision: 3, guard.EventDryRun: 2, guard.EventSkip: 1, guard.EventKeyError: 1} {
 		if got := obs.Count(kind); got != want {
 			t.Errorf("%v events = %d, want %d", kind, got, want)
 		}
@@ -563,7 +563,17 @@ func TestBlock(t *testing.T) {
 			t.Errorf("alice = %v, want skip", v.Outcome)
 		}
 	}
-	if n := obs.Count(core.EventBlock); n != 2 {
+	if n := obs.Count(guard.EventBlock); n != 2 {
 		t.Errorf("observer saw %d blocks, want 2", n)
+	}
+}
+
+// TestEventKindNames: the middleware's event kinds are named by
+// core.EventKind.String, as metrics and logs label them.
+func TestEventKindNames(t *testing.T) {
+	for k, want := range map[core.EventKind]string{guard.EventSkip: "skip", guard.EventKeyError: "key_error", guard.EventDryRun: "dry_run", guard.EventBlock: "block"} {
+		if got := k.String(); got != want {
+			t.Errorf("EventKind(%d).String() = %q, want %q", k, got, want)
+		}
 	}
 }

@@ -195,7 +195,7 @@ func TestInFlightDryRun(t *testing.T) {
 	if got := held(t, l, "192.0.2.1"); got != 0 {
 		t.Errorf("after both ended: %d in flight, want 0", got)
 	}
-	if lim.Count(core.EventDecision) != 2 || grd.Count(core.EventDryRun) != 1 {
-		t.Errorf("limiter saw %d decisions, guard %d dry-run events; want 2 and 1", lim.Count(core.EventDecision), grd.Count(core.EventDryRun))
+	if lim.Count(core.EventDecision) != 2 || grd.Count(guard.EventDryRun) != 1 {
+		t.Errorf("limiter saw %d decisions, guard %d dry-run events; want 2 and 1", lim.Count(core.EventDecision), grd.Count(guard.EventDryRun))
 	}
 }

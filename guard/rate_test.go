@@ -343,7 +343,7 @@ func TestLimitByObserver(t *testing.T) {
 	outcomes(g, httpReq("192.0.2.1:1", "", "X-API-Key", "k"), httpReq("192.0.2.1:1", ""))
 	mu.Lock()
 	defer mu.Unlock()
-	if want := []core.EventKind{core.EventDecision, core.EventSkip}; !slices.Equal(kinds, want) {
+	if want := []core.EventKind{core.EventDecision, guard.EventSkip}; !slices.Equal(kinds, want) {
 		t.Errorf("events %v, want %v", kinds, want)
 	}
 }

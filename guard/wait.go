@@ -45,7 +45,7 @@ import (
 //
 // Such a verdict holds no units: those taken are refunded. Under
 // [WithDryRun] Wait never waits: it decides once, and a request over the
-// limit goes on at once, reported as [core.EventDryRun]. The answer
+// limit goes on at once, reported as [EventDryRun]. The answer
 // options (headers, body) do not apply to outgoing requests, and the
 // options that cannot apply to them make [Guard.CheckOutbound] fail.
 func (g *Guard) Wait(ctx context.Context, r keyfunc.Request) Verdict {

@@ -78,8 +78,8 @@ func TestWait(t *testing.T) {
 			if tc.name == "past the deadline" && c.Err() != nil {
 				t.Errorf("Wait returned after the deadline, want at once")
 			}
-			if tc.name == "dry run" && (!v.DryRun || rec.Count(core.EventDryRun) != 1) {
-				t.Errorf("dry run: DryRun %v, %d dry-run events; want true, 1", v.DryRun, rec.Count(core.EventDryRun))
+			if tc.name == "dry run" && (!v.DryRun || rec.Count(guard.EventDryRun) != 1) {
+				t.Errorf("dry run: DryRun %v, %d dry-run events; want true, 1", v.DryRun, rec.Count(guard.EventDryRun))
 			}
 		})
 	}
@@ -139,7 +139,7 @@ func TestWaitBlock(t *testing.T) {
 	if got := used(t, l, "mallory"); got != 0 {
 		t.Errorf("a blocked request took %d units", got)
 	}
-	if n := obs.Count(core.EventBlock); n != 1 {
+	if n := obs.Count(guard.EventBlock); n != 1 {
 		t.Errorf("observer saw %d blocks, want 1", n)
 	}
 	if v := g.Wait(ctx, req().with("X-User", "alice")); v.Outcome != guard.OutcomeAllow {

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/guard"
 )
 
 // Attribute keys of the instruments.
@@ -119,7 +120,7 @@ func New(meter metric.Meter, opts ...Option) (*Observer, error) {
 func (o *Observer) Observe(ctx context.Context, e core.Event) {
 	a := o.attrs(e.Policy)
 	switch e.Kind {
-	case core.EventDryRun:
+	case guard.EventDryRun:
 		// A denial the middleware let through; the limiter counted it as
 		// a denial in ratekit.decisions.
 		o.dryRun.Add(ctx, 1, a.policy...)
@@ -162,11 +163,11 @@ func (o *Observer) Observe(ctx context.Context, e core.Event) {
 		o.breakerOpen.Record(ctx, 0, a.gaugePoint...)
 	case core.EventPass:
 		o.passes.Add(ctx, 1, a.policy...)
-	case core.EventSkip:
+	case guard.EventSkip:
 		o.skips.Add(ctx, 1, a.policy...)
-	case core.EventBlock:
+	case guard.EventBlock:
 		o.blocks.Add(ctx, 1, a.policy...)
-	case core.EventKeyError:
+	case guard.EventKeyError:
 		o.keyErrors.Add(ctx, 1, a.policy...)
 	}
 }

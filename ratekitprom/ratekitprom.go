@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/guard"
 )
 
 // DefaultNamespace is the prefix of every metric name unless
@@ -180,7 +181,7 @@ func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 func (o *Observer) Observe(_ context.Context, e core.Event) {
 	m := o.policy(e.Policy)
 	switch e.Kind {
-	case core.EventDryRun:
+	case guard.EventDryRun:
 		// A denial the middleware let through; the limiter counted it as
 		// a denial in decisions_total.
 		m.dryRun.Inc()
@@ -237,11 +238,11 @@ func (o *Observer) Observe(_ context.Context, e core.Event) {
 		}
 	case core.EventPass:
 		m.passes.Inc()
-	case core.EventSkip:
+	case guard.EventSkip:
 		m.skips.Inc()
-	case core.EventBlock:
+	case guard.EventBlock:
 		m.blocks.Inc()
-	case core.EventKeyError:
+	case guard.EventKeyError:
 		m.keyErrors.Inc()
 	}
 }

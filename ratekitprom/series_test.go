@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/ratekitprom"
 )
 
@@ -47,8 +48,8 @@ func exported(t *testing.T, opts ...ratekitprom.Option) map[string][]string {
 		{Kind: core.EventFallbackEnd, Fallbacks: 1},
 		{Kind: core.EventRulesDiffer, Err: errors.New("other configurations")},
 		{Kind: core.EventStoreCheck, Err: fmt.Errorf("check: %w", core.ErrMisconfigured)},
-		{Kind: core.EventSkip}, {Kind: core.EventBlock}, {Kind: core.EventKeyError}, {Kind: core.EventPass},
-		{Kind: core.EventDryRun, Decision: core.Decision{Source: core.SourceStore}},
+		{Kind: guard.EventSkip}, {Kind: guard.EventBlock}, {Kind: guard.EventKeyError}, {Kind: core.EventPass},
+		{Kind: guard.EventDryRun, Decision: core.Decision{Source: core.SourceStore}},
 	} {
 		e.Policy = "p"
 		obs.Observe(ctx, e)

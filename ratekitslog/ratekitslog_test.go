@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/testkit"
 )
 
@@ -104,8 +105,8 @@ func TestRateLimitedLog(t *testing.T) {
 			name: "decisions, skips and key errors are not logged",
 			steps: []step{
 				{0, core.Event{Kind: core.EventDecision, Policy: "login", Key: "k"}},
-				{0, core.Event{Kind: core.EventSkip, Policy: "login"}},
-				{0, core.Event{Kind: core.EventKeyError, Policy: "login", Err: errors.New("bad phone")}},
+				{0, core.Event{Kind: guard.EventSkip, Policy: "login"}},
+				{0, core.Event{Kind: guard.EventKeyError, Policy: "login", Err: errors.New("bad phone")}},
 			},
 		},
 		{

@@ -253,7 +253,7 @@ func (p *plans) set(ctx context.Context, key, plan string) error {
 	return p.table.put(ctx, key, plan)
 }
 
-// resolve is the limiter's core.TierFunc.
+// resolve names the tier of a key for the limiter (core.WithTiers).
 func (p *plans) resolve(ctx context.Context, key string) (string, error) {
 	p.lookups.Add(1)
 	plan, ok, err := p.plan(ctx, key)

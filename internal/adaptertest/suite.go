@@ -424,7 +424,7 @@ var cases = []testCase{
 		wantStatuses(t, "spoofed allow behind the client", statuses(t, base, from("10.1.2.3, 198.51.100.1"), 1), 429)
 		blocks := 0
 		for _, e := range obs.All() {
-			if e.Kind == core.EventBlock {
+			if e.Kind == guard.EventBlock {
 				blocks++
 			}
 		}
@@ -516,7 +516,7 @@ var cases = []testCase{
 		wantStatus(t, "bob", do(t, base, request{header: hdr("X-User", "bob")}), http.StatusOK)
 		skips := 0
 		for _, e := range obs.All() {
-			if e.Kind == core.EventSkip {
+			if e.Kind == guard.EventSkip {
 				skips++
 			}
 		}
@@ -549,7 +549,7 @@ var cases = []testCase{
 		wantHeaders(t, "bad phone", res, "Content-Type", textPlain, guard.HeaderLimit, "")
 		var keyErr error
 		for _, e := range obs.All() {
-			if e.Kind == core.EventKeyError {
+			if e.Kind == guard.EventKeyError {
 				keyErr = e.Err
 			}
 		}
@@ -681,7 +681,7 @@ var cases = []testCase{
 		}
 		dry := 0
 		for _, e := range obs.All() {
-			if e.Kind == core.EventDryRun {
+			if e.Kind == guard.EventDryRun {
 				dry++
 				if e.Decision.Allowed || e.Policy != "dry" {
 					t.Errorf("dry-run event %+v, want a denied decision of policy dry", e)

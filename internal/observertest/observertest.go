@@ -31,7 +31,7 @@ import (
 //     cool-down): three local fallbacks, two store errors, the breaker
 //     opening; whileOpen runs then; after the cool-down a store decision
 //     closes it;
-//   - one core.EventBlock for "login";
+//   - one guard.EventBlock for "login";
 //   - policy "ban" (1 a minute, Lockout of an hour): an admission, then
 //     two denials that each report a lockout;
 //   - policy "captcha" (3 a minute, Challenge 1, behind a guard): two
@@ -82,7 +82,7 @@ func Run(t *testing.T, obs core.Observer, whileOpen func()) {
 		t.Fatalf("flaky probe = %+v, %v; want a store decision", d, err)
 	}
 
-	obs.Observe(ctx, core.Event{Kind: core.EventBlock, Policy: "login"})
+	obs.Observe(ctx, core.Event{Kind: guard.EventBlock, Policy: "login"})
 
 	ban := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "ban",
 		Rules: []core.Rule{{Limit: 1, Window: time.Minute}}, Lockout: core.Lockout{For: time.Hour}}, core.WithObserver(obs))

@@ -444,7 +444,7 @@ func testBlocked(t *testing.T, h Harness) {
 		t.Errorf("blocked requests returned late, want at once")
 	}
 	holds(t, l, "mallory", 0, "after a blocked request")
-	if got := obs.Count(core.EventBlock); got != 2 {
+	if got := obs.Count(guard.EventBlock); got != 2 {
 		t.Errorf("the observer saw %d blocks, want 2", got)
 	}
 	arrived(t, srv, 1)
@@ -522,7 +522,7 @@ func testDryRun(t *testing.T, h Harness) {
 	l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("dry", testkit.PerHour(1)))
 	send := srv.Client(t, l, guard.WithKey(testkit.UserKey), guard.WithDryRun(true), guard.WithObserver(obs))
 	passes(t, ctx, send, 3, user("alice"), "request under dry run")
-	if got := obs.Count(core.EventDryRun); got != 2 {
+	if got := obs.Count(guard.EventDryRun); got != 2 {
 		t.Errorf("the observer saw %d dry-run events, want 2", got)
 	}
 	arrived(t, srv, 3)

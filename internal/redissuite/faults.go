@@ -113,7 +113,7 @@ func testRedisFaults(t *testing.T, drv Driver) {
 		instances = 2
 		hold      = 500 * time.Millisecond
 		cooldown  = 200 * time.Millisecond
-		timeout   = core.DefaultTimeout
+		timeout   = defaultTimeout
 	)
 	policies := []core.FailurePolicy{core.FailLocal, core.FailOpen, core.FailClosed}
 	var rows []faultRow

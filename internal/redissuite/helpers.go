@@ -34,6 +34,10 @@ import (
 // loaded 2-core machine under -race; the measured figures are logged.
 const latencyMargin = 80 * time.Millisecond
 
+// defaultTimeout is a limiter's store timeout when no core.WithTimeout
+// sets another.
+const defaultTimeout = 20 * time.Millisecond
+
 // checkLatencies fails t unless the median latency and three quarters of
 // them are within bound. Single outliers are scheduling stalls of a loaded
 // machine (seen: calls of 105 to 460 ms among dozens with both cores

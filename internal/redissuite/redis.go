@@ -883,7 +883,7 @@ func testRedisTimeoutWhilePaused(t *testing.T, drv Driver) {
 
 	srv.Pause(pause)
 	pausedAt := time.Now()
-	limit := core.DefaultTimeout + latencyMargin
+	limit := defaultTimeout + latencyMargin
 	check := func(l *core.Limiter, key string) (core.Decision, time.Duration) {
 		t.Helper()
 		start := time.Now()
@@ -918,8 +918,8 @@ func testRedisTimeoutWhilePaused(t *testing.T, drv Driver) {
 		t.Errorf("EventBreakerOpen count = %d, want 1", got)
 	}
 	for _, lat := range timedOut {
-		if lat < core.DefaultTimeout {
-			t.Errorf("a store call returned after %v while paused, before the %v timeout", lat, core.DefaultTimeout)
+		if lat < defaultTimeout {
+			t.Errorf("a store call returned after %v while paused, before the %v timeout", lat, defaultTimeout)
 		}
 	}
 
@@ -1042,7 +1042,7 @@ func testRedisDown(t *testing.T, drv Driver) {
 			if got := obs.count(core.EventBreakerOpen); got != 1 {
 				t.Errorf("EventBreakerOpen count = %d, want 1", got)
 			}
-			checkLatencies(t, "Redis down, breaker closed", failing, core.DefaultTimeout+latencyMargin)
+			checkLatencies(t, "Redis down, breaker closed", failing, defaultTimeout+latencyMargin)
 			// Near zero: no store call (the client sent no command).
 			checkLatencies(t, "Redis down, breaker open", open, 10*time.Millisecond)
 			t.Logf("Redis down, breaker closed: %s", durations(failing))

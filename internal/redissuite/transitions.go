@@ -374,9 +374,9 @@ func testRedisFrozenSaturatedApp(t *testing.T, drv Driver) {
 	got := p99(frozen, 2*time.Second, true)
 	stop()
 	t.Logf("p99 with the CPU saturated: %v with Redis answering, %v by the failure policy with Redis paused", busy, got)
-	bound, what := busy+10*core.DefaultTimeout+50*time.Millisecond, "ten timeouts"
+	bound, what := busy+10*defaultTimeout+50*time.Millisecond, "ten timeouts"
 	if !drv.Replies {
-		bound, what = busy+core.DefaultTimeout+time.Second+50*time.Millisecond, "a timeout and a second"
+		bound, what = busy+defaultTimeout+time.Second+50*time.Millisecond, "a timeout and a second"
 	}
 	if got > bound {
 		t.Errorf("p99 %v with Redis paused behind a saturated app, want at most %v: %s more than with Redis answering", got, bound, what)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/driver"
+	"github.com/ratekit/ratekit/guard"
 	"github.com/ratekit/ratekit/internal/testkit"
 	"github.com/ratekit/ratekit/keyfunc"
 )
@@ -118,7 +119,7 @@ func TestEvents(t *testing.T) {
 	for _, e := range []core.Event{
 		{Kind: core.EventDecision, Decision: core.Decision{Allowed: true}},
 		{Kind: core.EventDecision},
-		{Kind: core.EventSkip},
+		{Kind: guard.EventSkip},
 		{Kind: core.EventDecision},
 	} {
 		obs.Observe(ctx, e)
@@ -130,11 +131,11 @@ func TestEvents(t *testing.T) {
 		t.Errorf("Denials() = %d, want 2", got)
 	}
 	all := r.All()
-	if len(all) != 4 || all[2].Kind != core.EventSkip {
+	if len(all) != 4 || all[2].Kind != guard.EventSkip {
 		t.Fatalf("All() = %+v, want the 4 events in order", all)
 	}
-	all[0].Kind = core.EventSkip
-	if got := r.Count(core.EventSkip); got != 1 {
+	all[0].Kind = guard.EventSkip
+	if got := r.Count(guard.EventSkip); got != 1 {
 		t.Errorf("after changing All's result, Count(EventSkip) = %d, want 1: All returns a copy", got)
 	}
 }
