@@ -9,7 +9,7 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 # while Redis is paused, stopped or slowed, exactness with the app's CPU saturated. They hold
 # on a quiet machine only (a limiter rightly waits on while other processes starve its own),
 # so each package keeps them under one test named TestTimed (the Redis drivers run
-# internal/redissuite's RunTimed there): `make test` skips them, `make test-timing` runs
+# internal/test/redissuite's RunTimed there): `make test` skips them, `make test-timing` runs
 # them alone. NORACE are the timed cases measured without the race detector: under it, 32
 # timeouts falling due at once can slow the scheduler enough to be judged a starved process,
 # which waits on.

@@ -16,7 +16,7 @@ import (
 
 // redisServer is a redis-server process of the harness's own: a free
 // port of 127.0.0.1, no persistence, a temporary directory. The main
-// module's internal/redistest cannot be imported from this module, so
+// module's internal/test/redistest cannot be imported from this module, so
 // this is its small twin.
 type redisServer struct {
 	addr string

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
 // BenchmarkLimiterAllow measures one decision on the memory store, from

@@ -129,7 +129,7 @@ func TestSlidingBucketsRetryAfter(t *testing.T) {
 // counts until that whole bucket has left the window: 61 s later. A
 // denial then says 61 s (Retry-After: 61), the request is denied 1 µs
 // before and admitted at it; in the middle of the bucket the wait is
-// shorter. On the memory store (Redis: internal/redissuite's
+// shorter. On the memory store (Redis: internal/test/redissuite's
 // SlidingBucketsRetryAfterBound).
 func TestSlidingBucketsRetryAfterBound(t *testing.T) {
 	stores := map[string]func() core.Store{

@@ -8,7 +8,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/driver/drivertest"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
 // TestCalendarTiers: a tier carries its customer's time zone; tiers must
@@ -26,7 +26,7 @@ func TestCalendarTiers(t *testing.T) {
 	for _, store := range []struct {
 		name string
 		s    core.Store
-	}{{"memory", core.NewMemoryStore()}} { // Redis: internal/redissuite's CalendarTiers
+	}{{"memory", core.NewMemoryStore()}} { // Redis: internal/test/redissuite's CalendarTiers
 		t.Run(store.name, func(t *testing.T) {
 			l := testkit.Limiter(t, store.s, base, core.WithTiers(p.resolve, tiers), core.WithClock(clk.Now), core.WithTimeout(2*time.Second))
 			for _, tc := range []struct {
@@ -68,7 +68,7 @@ func TestCalendarTiers(t *testing.T) {
 // together they admit exactly the limit.
 func TestCalendarShards(t *testing.T) {
 	noon := drivertest.ZoneWithMidnightAt(time.Now().Truncate(time.Second).Add(12 * time.Hour))
-	// Redis: internal/redissuite's CalendarShards.
+	// Redis: internal/test/redissuite's CalendarShards.
 	for _, store := range []core.Store{core.NewMemoryStore()} {
 		l := testkit.Limiter(t, store, core.Policy{Name: "global", Shards: 4,
 			Rules: []core.Rule{{Limit: 1000, Window: time.Minute}, {Limit: 30, Calendar: core.Day, Location: noon}}},

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
 // outcomes counts what concurrent requests of one key got.
@@ -64,7 +64,7 @@ func TestChallengeFleet(t *testing.T) {
 		each       = 4
 	)
 	p := core.Policy{Name: "login-challenge", Rules: []core.Rule{{Limit: 5, Window: time.Hour, Challenge: 3}}}
-	// On Redis, two instances each on a store of its own: internal/redissuite's ChallengeFleet.
+	// On Redis, two instances each on a store of its own: internal/test/redissuite's ChallengeFleet.
 	for _, b := range []testkit.Backend{testkit.Memory} {
 		t.Run(b.Name, func(t *testing.T) {
 			obs := &testkit.Events{}

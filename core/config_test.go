@@ -11,7 +11,7 @@ import (
 )
 
 // TestConfigErrorsNameTheField extends the validation table of
-// internal/storetest (which every store runs) with the cases it does not
+// core/driver/drivertest (which every store runs) with the cases it does not
 // cover: each invalid configuration is an error at construction, wrapping
 // ErrInvalidPolicy, that names the field or option at fault.
 func TestConfigErrorsNameTheField(t *testing.T) {

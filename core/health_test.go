@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
 // TestLimiterCheck: Limiter.Check passes a MemoryStore, and reports
@@ -26,6 +26,6 @@ func TestLimiterCheck(t *testing.T) {
 			t.Errorf("EventStoreCheck.String() = %q", got)
 		}
 	})
-	// A store whose check fails: internal/redissuite's LimiterCheck, on a
+	// A store whose check fails: internal/test/redissuite's LimiterCheck, on a
 	// Redis that can evict limiter keys.
 }

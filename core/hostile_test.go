@@ -7,12 +7,12 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
 // TestHostileRandomKeyFlood: a flood of keys each seen once leaves memory
 // bounded: the MemoryStore sweeps keys whose window has passed as it is
-// used. (That every Redis key has a TTL is internal/redissuite's
+// used. (That every Redis key has a TTL is internal/test/redissuite's
 // HostileRandomKeyFlood.)
 //
 // The bounds follow from the sweep, not from how fast the machine runs

@@ -7,7 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
 // TestKeysCopied: a key handed to the Limiter may live in a buffer that

@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
 // backend is where the instances of an in-flight test keep their leases:
 // instance returns the store of one more app instance. (On Redis, each
-// with a client of its own: internal/redissuite.)
+// with a client of its own: internal/test/redissuite.)
 type backend struct {
 	name     string
 	instance func(t *testing.T) core.Store

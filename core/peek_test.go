@@ -7,12 +7,12 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
 // TestPeekIsNotADecision: a peek is not reported to observers as a
 // decision. (That a peek that meets a failing store does not count toward
-// the circuit breaker is internal/redissuite's PeekIsNotADecision, on a
+// the circuit breaker is internal/test/redissuite's PeekIsNotADecision, on a
 // stopped Redis.)
 func TestPeekIsNotADecision(t *testing.T) {
 	var decisions atomic.Int64

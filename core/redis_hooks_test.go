@@ -4,7 +4,7 @@ package core_test
 // engine's that only core's own tests have (export_test.go: a lease
 // renewal round now, the refusals flushed every 20 ms, a limiter that
 // counts no refusals), so it cannot run from a driver's package. Every
-// other Redis-backed test of the engine runs in internal/redissuite, on
+// other Redis-backed test of the engine runs in internal/test/redissuite, on
 // each driver; the wait tests on Redis, which need Limiter.Waiting and
 // AdmittedAt, run through testkit.Backends (wait_test.go).
 
@@ -20,8 +20,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/internal/redistest"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/redistest"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
 

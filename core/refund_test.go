@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
 // TestRefundOnce: a decision's units come back once, however often its
@@ -18,7 +18,7 @@ func TestRefundOnce(t *testing.T) {
 	for _, store := range []struct {
 		name string
 		s    core.Store
-	}{{"memory", core.NewMemoryStore()}} { // Redis: internal/redissuite's RefundOnce
+	}{{"memory", core.NewMemoryStore()}} { // Redis: internal/test/redissuite's RefundOnce
 		for _, alg := range []core.Algorithm{core.SlidingLog, core.SlidingBuckets} {
 			t.Run(store.name+"/"+alg.String(), func(t *testing.T) {
 				l := testkit.Limiter(t, store.s, core.Policy{Name: "refund-" + alg.String(), Algorithm: alg, Buckets: 10,

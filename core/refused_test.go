@@ -11,7 +11,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/internal/race"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
 // refuse asks l for key times times and fails t unless every answer is
@@ -54,7 +54,7 @@ func topRefused(t *testing.T, l *core.Limiter, n int) []core.RefusedKey {
 // once the second has added its counts, TopRefused on either returns the
 // exact sums, most refused first and ties in key order.
 func TestTopRefusedFleet(t *testing.T) {
-	// On Redis: internal/redissuite's TopRefusedFleet.
+	// On Redis: internal/test/redissuite's TopRefusedFleet.
 	for _, b := range []testkit.Backend{testkit.Memory} {
 		t.Run(b.Name, func(t *testing.T) {
 			ls := testkit.Fleet(t, 2, b, testkit.Policy("top-fleet", testkit.PerHour(1)))
@@ -99,7 +99,7 @@ func TestTopRefusedFleet(t *testing.T) {
 // store is down.
 func TestTopRefusedCounts(t *testing.T) {
 	ctx := context.Background()
-	// The shards and tiers on Redis: internal/redissuite's TopRefusedCounts.
+	// The shards and tiers on Redis: internal/test/redissuite's TopRefusedCounts.
 	t.Run("shards", func(t *testing.T) {
 		for _, b := range []testkit.Backend{testkit.Memory} {
 			t.Run(b.Name, func(t *testing.T) {
@@ -185,7 +185,7 @@ func TestTopRefusedCounts(t *testing.T) {
 
 // TestDeniedPathAllocs: counting refusals costs the denied path no
 // allocation: denials of the memory store, hot or spread over many keys
-// (a flood answered by Redis's deny cache: internal/redissuite).
+// (a flood answered by Redis's deny cache: internal/test/redissuite).
 func TestDeniedPathAllocs(t *testing.T) {
 	if testing.CoverMode() != "" || race.Enabled {
 		t.Skip("allocations are counted without coverage or the race detector")
@@ -201,7 +201,7 @@ func TestDeniedPathAllocs(t *testing.T) {
 		src   core.Source
 		keys  []string
 	}{
-		// On Redis: internal/redissuite's DeniedPathAllocs.
+		// On Redis: internal/test/redissuite's DeniedPathAllocs.
 		{"memory/hot", core.NewMemoryStore(), core.SourceStore, keys[:1]},
 		{"memory/spread", core.NewMemoryStore(), core.SourceStore, keys},
 	} {
@@ -250,7 +250,7 @@ func TestTopRefusedBound(t *testing.T) {
 		rounds  = 10_000
 		singles = 10 // per round: 100,000 in all
 	)
-	// On Redis, in parallel: internal/redissuite's TopRefusedBound.
+	// On Redis, in parallel: internal/test/redissuite's TopRefusedBound.
 	for _, tc := range []struct {
 		name  string
 		store core.Store

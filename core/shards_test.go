@@ -13,7 +13,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/driver"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
 // queryLog is a Store that records the keys and rules of the queries it
@@ -115,7 +115,7 @@ func TestShardsNeverOverAdmit(t *testing.T) {
 		store func(t *testing.T) core.Store
 	}{
 		{"memory", func(*testing.T) core.Store { return core.NewMemoryStore() }},
-		// Redis: internal/redissuite's ShardsNeverOverAdmit.
+		// Redis: internal/test/redissuite's ShardsNeverOverAdmit.
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := tc.store(t)

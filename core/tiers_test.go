@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
 // plans is an app's plan table that tests change under the limiter.
@@ -193,7 +193,7 @@ func TestTiersInvalid(t *testing.T) {
 func TestTiersUsageCarriesOver(t *testing.T) {
 	stores := map[string]func() core.Store{
 		"memory": func() core.Store { return core.NewMemoryStore() },
-		// Redis: internal/redissuite's TiersUsageCarriesOver.
+		// Redis: internal/test/redissuite's TiersUsageCarriesOver.
 	}
 	for sname, newStore := range stores {
 		for _, alg := range []core.Algorithm{core.SlidingLog, core.SlidingBuckets} {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
 // fill takes every unit of key's smallest limit on l.
@@ -214,7 +214,7 @@ func TestWaitNoStampede(t *testing.T) {
 		window  = 50 * time.Millisecond
 		callers = 40
 	)
-	// On Redis: internal/redissuite's WaitNoStampede.
+	// On Redis: internal/test/redissuite's WaitNoStampede.
 	for _, f := range []testkit.Backend{testkit.Memory} {
 		t.Run(f.Name, func(t *testing.T) {
 			t.Parallel()
@@ -431,7 +431,7 @@ func inWindow(at []int64, now, w int64) int {
 // bounds leave room for a loaded machine).
 func TestWaitInFlight(t *testing.T) {
 	p := core.Policy{Name: "wait-inflight", InFlight: 1}
-	// On Redis: internal/redissuite's WaitInFlight.
+	// On Redis: internal/test/redissuite's WaitInFlight.
 	for _, b := range []testkit.Backend{testkit.Memory} {
 		t.Run(b.Name, func(t *testing.T) {
 			ls := testkit.Fleet(t, 2, b, p)

@@ -8,7 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/ratekit/ratekit/echolimit"
-	"github.com/ratekit/ratekit/internal/adaptertest"
+	"github.com/ratekit/ratekit/internal/test/adaptertest"
 )
 
 // BenchmarkMiddleware compares an echo route without and with the

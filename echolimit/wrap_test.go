@@ -11,7 +11,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/echolimit"
 	"github.com/ratekit/ratekit/internal/race"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
 // TestWrapKeepsHandlers checks that the handler the middleware builds for

@@ -7,8 +7,8 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/ratekit/ratekit/fiberlimit"
-	"github.com/ratekit/ratekit/internal/adaptertest"
 	"github.com/ratekit/ratekit/internal/race"
+	"github.com/ratekit/ratekit/internal/test/adaptertest"
 )
 
 // TestAllowedAllocations: on the allowed path, with the default key and

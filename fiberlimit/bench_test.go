@@ -8,7 +8,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ratekit/ratekit/fiberlimit"
-	"github.com/ratekit/ratekit/internal/adaptertest"
+	"github.com/ratekit/ratekit/internal/test/adaptertest"
 )
 
 // BenchmarkMiddleware compares a trivial fiber route without and with the

@@ -12,7 +12,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/fiberlimit"
 	"github.com/ratekit/ratekit/guard"
-	"github.com/ratekit/ratekit/internal/adaptertest"
+	"github.com/ratekit/ratekit/internal/test/adaptertest"
 )
 
 // handler is the suite's handler; framework errors are returned as

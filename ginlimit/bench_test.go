@@ -8,7 +8,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/ratekit/ratekit/ginlimit"
-	"github.com/ratekit/ratekit/internal/adaptertest"
+	"github.com/ratekit/ratekit/internal/test/adaptertest"
 )
 
 // BenchmarkMiddleware compares a gin route without and with the

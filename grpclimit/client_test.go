@@ -18,7 +18,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/grpclimit"
 	"github.com/ratekit/ratekit/guard"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
 // partner is a stand-in for a partner's gRPC server: the test service on

@@ -15,7 +15,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/grpclimit"
 	"github.com/ratekit/ratekit/guard"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
 // holder keeps calls carrying x-hold metadata in the handler until it is

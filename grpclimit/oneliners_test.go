@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ratekit/ratekit/grpclimit"
-	"github.com/ratekit/ratekit/internal/adaptertest"
+	"github.com/ratekit/ratekit/internal/test/adaptertest"
 )
 
 // httpStatus is the HTTP status of the same answer as a gRPC code, as the

@@ -18,7 +18,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/grpclimit"
 	"github.com/ratekit/ratekit/guard"
-	"github.com/ratekit/ratekit/internal/outboundtest"
+	"github.com/ratekit/ratekit/internal/test/outboundtest"
 )
 
 // outboundPartner is the outbound suite's server over gRPC: a partner,

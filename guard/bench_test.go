@@ -9,7 +9,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
 // BenchmarkAdmitHTTP measures the pipeline of the HTTP adapters on the

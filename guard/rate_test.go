@@ -14,8 +14,8 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
-	"github.com/ratekit/ratekit/internal/redistest"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/redistest"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/redisstore"
 )

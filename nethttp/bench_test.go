@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/ratekit/ratekit/guard"
-	"github.com/ratekit/ratekit/internal/adaptertest"
+	"github.com/ratekit/ratekit/internal/test/adaptertest"
 	"github.com/ratekit/ratekit/nethttp"
 )
 

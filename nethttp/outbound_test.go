@@ -9,7 +9,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
-	"github.com/ratekit/ratekit/internal/outboundtest"
+	"github.com/ratekit/ratekit/internal/test/outboundtest"
 	"github.com/ratekit/ratekit/nethttp"
 )
 

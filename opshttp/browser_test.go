@@ -19,8 +19,8 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
-	"github.com/ratekit/ratekit/internal/redistest"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/redistest"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 	"github.com/ratekit/ratekit/keyfunc/personal"
 	"github.com/ratekit/ratekit/nethttp"
 	"github.com/ratekit/ratekit/opshttp"

@@ -13,7 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 	"github.com/ratekit/ratekit/opshttp"
 )
 

@@ -10,7 +10,7 @@ import (
 	_ "time/tzdata" // the tests' time zones, wherever they run
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 	"github.com/ratekit/ratekit/opshttp"
 )
 

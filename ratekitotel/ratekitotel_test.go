@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/internal/observertest"
+	"github.com/ratekit/ratekit/internal/test/observertest"
 	"github.com/ratekit/ratekit/ratekitotel"
 )
 

@@ -20,7 +20,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/driver"
-	"github.com/ratekit/ratekit/internal/observertest"
+	"github.com/ratekit/ratekit/internal/test/observertest"
 	"github.com/ratekit/ratekit/ratekitprom"
 )
 

@@ -7,7 +7,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/test/redistest"
 	"github.com/ratekit/ratekit/ratekittest"
 	"github.com/ratekit/ratekit/redisstore"
 	"github.com/ratekit/ratekit/rueidisstore"

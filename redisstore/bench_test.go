@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/internal/redistest"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/redistest"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
 

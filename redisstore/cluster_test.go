@@ -14,9 +14,9 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/internal/redissuite"
-	"github.com/ratekit/ratekit/internal/redistest"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/redissuite"
+	"github.com/ratekit/ratekit/internal/test/redistest"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/driver"
-	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/test/redistest"
 	"github.com/ratekit/ratekit/redisstore"
 )
 

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core/driver"
-	"github.com/ratekit/ratekit/core/driver/drivertest"
 	"github.com/ratekit/ratekit/internal/redislib"
-	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/test/redistest"
+	"github.com/ratekit/ratekit/internal/test/tryagain"
 )
 
 // TestRetrySendsOnlyTheRefused: a flight of a decision (FCALL of the
@@ -50,9 +50,9 @@ func TestRetrySendsOnlyTheRefused(t *testing.T) {
 	}
 }
 
-// TestSplitOnTryAgain: see drivertest.SplitOnTryAgain.
+// TestSplitOnTryAgain: see tryagain.Split.
 func TestSplitOnTryAgain(t *testing.T) {
 	c := redistest.StartCluster(t)
 	s := New(c.Client(t))
-	drivertest.SplitOnTryAgain(t, c, s, s.prefix, s.flight)
+	tryagain.Split(t, c, s, s.prefix, s.flight)
 }

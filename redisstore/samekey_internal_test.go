@@ -9,7 +9,7 @@ import (
 
 	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/internal/redislib"
-	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/test/redistest"
 )
 
 // TestSameKeyBatchMatchesSerial: decisions on one key sent together in

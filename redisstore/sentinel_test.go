@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/internal/redistest"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/redistest"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 )
 

@@ -14,8 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
-	"github.com/ratekit/ratekit/internal/redissuite"
-	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/test/redissuite"
+	"github.com/ratekit/ratekit/internal/test/redistest"
 	"github.com/ratekit/ratekit/redisstore"
 )
 

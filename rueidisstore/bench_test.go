@@ -5,8 +5,8 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/ratekit/ratekit/internal/redistest"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/redistest"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 	"github.com/ratekit/ratekit/rueidisstore"
 )
 

@@ -3,8 +3,8 @@ package rueidisstore_test
 import (
 	"testing"
 
-	"github.com/ratekit/ratekit/internal/redissuite"
-	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/test/redissuite"
+	"github.com/ratekit/ratekit/internal/test/redistest"
 )
 
 // TestClusterLiveMigration: see [redissuite.LiveMigration], on a store of

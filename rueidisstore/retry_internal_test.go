@@ -8,9 +8,9 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/ratekit/ratekit/core/driver"
-	"github.com/ratekit/ratekit/core/driver/drivertest"
 	"github.com/ratekit/ratekit/internal/redislib"
-	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/test/redistest"
+	"github.com/ratekit/ratekit/internal/test/tryagain"
 )
 
 // TestRetrySendsOnlyTheRefused: a flight of a decision (FCALL of the
@@ -53,7 +53,7 @@ func TestRetrySendsOnlyTheRefused(t *testing.T) {
 	}
 }
 
-// TestSplitOnTryAgain: see drivertest.SplitOnTryAgain.
+// TestSplitOnTryAgain: see tryagain.Split.
 func TestSplitOnTryAgain(t *testing.T) {
 	c := redistest.StartCluster(t)
 	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: c.Addrs()})
@@ -63,5 +63,5 @@ func TestSplitOnTryAgain(t *testing.T) {
 	t.Cleanup(client.Close)
 	s := New(client)
 	t.Cleanup(s.Close)
-	drivertest.SplitOnTryAgain(t, c, s, s.prefix, s.flight)
+	tryagain.Split(t, c, s, s.prefix, s.flight)
 }

@@ -16,8 +16,8 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/internal/redislib"
-	"github.com/ratekit/ratekit/internal/redistest"
-	"github.com/ratekit/ratekit/internal/testkit"
+	"github.com/ratekit/ratekit/internal/test/redistest"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 	"github.com/ratekit/ratekit/redisstore"
 	"github.com/ratekit/ratekit/rueidisstore"
 )

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/ratekit/ratekit/internal/redissuite"
+	"github.com/ratekit/ratekit/internal/test/redissuite"
 	"github.com/ratekit/ratekit/rueidisstore"
 )
 

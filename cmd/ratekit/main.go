@@ -86,7 +86,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/logging"
 
-	"github.com/ratekit/ratekit/internal/ratekitcli"
+	"github.com/ratekit/ratekit/cmd/ratekit/internal/cli"
 )
 
 func main() {
@@ -94,7 +94,7 @@ func main() {
 	// them once, in its own words.
 	redis.SetLogger(&logging.VoidLogger{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	code := ratekitcli.Run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	code := cli.Run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

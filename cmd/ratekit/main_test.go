@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/test/redistest"
 )
 
 // TestMain lets a test run the test binary as the ratekit command, to see

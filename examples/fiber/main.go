@@ -28,9 +28,9 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/examples/internal/exampleenv"
 	"github.com/ratekit/ratekit/fiberlimit"
 	"github.com/ratekit/ratekit/guard"
-	"github.com/ratekit/ratekit/internal/exampleenv"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 

@@ -27,9 +27,9 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/examples/internal/exampleenv"
 	"github.com/ratekit/ratekit/ginlimit"
 	"github.com/ratekit/ratekit/guard"
-	"github.com/ratekit/ratekit/internal/exampleenv"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 

@@ -66,9 +66,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/examples/internal/exampleenv"
 	"github.com/ratekit/ratekit/grpclimit"
 	"github.com/ratekit/ratekit/guard"
-	"github.com/ratekit/ratekit/internal/exampleenv"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 

@@ -113,9 +113,9 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/examples/internal/exampleenv"
 	"github.com/ratekit/ratekit/ginlimit"
 	"github.com/ratekit/ratekit/guard"
-	"github.com/ratekit/ratekit/internal/exampleenv"
 	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/keyfunc/personal"
 	"github.com/ratekit/ratekit/opshttp"

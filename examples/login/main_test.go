@@ -8,6 +8,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,8 +23,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/guard"
-	"github.com/ratekit/ratekit/internal/ratekitcli"
-	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/test/redistest"
 	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/keyfunc/personal"
 	"github.com/ratekit/ratekit/redisstore"
@@ -465,12 +467,18 @@ func TestSupportUnlocksEveryInstance(t *testing.T) {
 		}
 	}
 
+	bin := filepath.Join(t.TempDir(), "ratekit")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/ratekit").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/ratekit: %v\n%s", err, out)
+	}
 	ratekit := func(args ...string) string {
 		t.Helper()
-		env := map[string]string{"REDIS_URL": "redis://" + srv.Addr() + "/0", "RATEKIT_KEY_SECRET": secret}
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), "REDIS_URL=redis://"+srv.Addr()+"/0", "RATEKIT_KEY_SECRET="+secret)
 		var stdout, stderr strings.Builder
-		if code := ratekitcli.Run(context.Background(), args, func(k string) string { return env[k] }, &stdout, &stderr); code != 0 {
-			t.Fatalf("ratekit %q: exit %d\n%s%s", args, code, stdout.String(), stderr.String())
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("ratekit %q: %v\n%s%s", args, err, stdout.String(), stderr.String())
 		}
 		return stdout.String()
 	}

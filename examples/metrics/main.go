@@ -34,8 +34,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/examples/internal/exampleenv"
 	"github.com/ratekit/ratekit/guard"
-	"github.com/ratekit/ratekit/internal/exampleenv"
 	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/nethttp"
 	"github.com/ratekit/ratekit/opshttp"

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/test/redistest"
 	"github.com/ratekit/ratekit/keyfunc"
 	"github.com/ratekit/ratekit/redisstore"
 )

@@ -70,9 +70,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/examples/internal/exampleenv"
 	"github.com/ratekit/ratekit/fiberlimit"
 	"github.com/ratekit/ratekit/guard"
-	"github.com/ratekit/ratekit/internal/exampleenv"
 	"github.com/ratekit/ratekit/keyfunc"
 )
 

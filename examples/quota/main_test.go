@@ -17,7 +17,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/driver/drivertest"
 	"github.com/ratekit/ratekit/guard"
-	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/test/redistest"
 	"github.com/ratekit/ratekit/redisstore"
 )
 

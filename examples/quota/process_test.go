@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/test/redistest"
 )
 
 // serveEnv, when set, makes the test binary run the example's main

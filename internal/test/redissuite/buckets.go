@@ -1,0 +1,159 @@
+package redissuite
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/test/redistest"
+	"github.com/ratekit/ratekit/internal/test/testkit"
+)
+
+// testSlidingBucketsRetryAfterBound: under SlidingBuckets a denial waits
+// up to one bucket width longer than the window, never more. With 60
+// buckets of a 60 s window, a unit admitted at the start of a bucket
+// counts until that whole bucket has left the window: 61 s later. A
+// denial then says 61 s (Retry-After: 61), the request is denied 1 µs
+// before and admitted at it; in the middle of the bucket the wait is
+// shorter. On Redis (core's TestSlidingBucketsRetryAfterBound: on the
+// memory store).
+func testSlidingBucketsRetryAfterBound(t *testing.T, drv Driver) {
+	srv := redistest.Start(t)
+	stores := map[string]func() core.Store{
+		"redis": func() core.Store { return drv.New(t, srv) },
+	}
+	const window = time.Minute
+	for name, newStore := range stores {
+		t.Run(name, func(t *testing.T) {
+			clock := newTestClock() // on a whole second: a bucket start
+			l, err := core.NewLimiter(newStore(), core.Policy{
+				Name:      "bound-" + name,
+				Algorithm: core.SlidingBuckets, // 60 buckets of 1 s
+				Rules:     []core.Rule{{Limit: 2, Window: window}},
+			}, core.WithDenyCache(0), core.WithClock(clock.Now), core.WithTimeout(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
+				t.Fatalf("first unit: %+v, %v", d, err)
+			}
+			clock.Add(500 * time.Millisecond) // the middle of the bucket
+			if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
+				t.Fatalf("second unit: %+v, %v", d, err)
+			}
+			d, err := l.Allow(ctx, "k")
+			if err != nil || d.Allowed {
+				t.Fatalf("third unit: %+v, %v; want denied", d, err)
+			}
+			// The bucket [0 s, 1 s) counts until the window starts at 1 s:
+			// at 61 s, 60.5 s from now, although the second unit was
+			// admitted 0 s ago.
+			if want := window + time.Second - 500*time.Millisecond; d.RetryAfter != want {
+				t.Fatalf("RetryAfter in mid-bucket = %v, want %v", d.RetryAfter, want)
+			}
+			if d2, _ := l.Allow(ctx, "k2"); !d2.Allowed {
+				t.Fatal("k2 denied")
+			}
+			clock.Add(500 * time.Millisecond) // the start of the next bucket
+			for range 2 {
+				if d, err := l.Allow(ctx, "k3"); err != nil || !d.Allowed {
+					t.Fatalf("k3: %+v, %v", d, err)
+				}
+			}
+			d, err = l.Allow(ctx, "k3")
+			if err != nil || d.Allowed {
+				t.Fatalf("k3 third unit: %+v, %v; want denied", d, err)
+			}
+			if want := window + time.Second; d.RetryAfter != want {
+				t.Fatalf("RetryAfter at a bucket start = %v, want the bound %v (window + window/60)", d.RetryAfter, want)
+			}
+			clock.Add(d.RetryAfter - time.Microsecond)
+			if d, _ := l.Allow(ctx, "k3"); d.Allowed {
+				t.Fatal("admitted 1 µs before RetryAfter")
+			}
+			clock.Add(time.Microsecond)
+			if d, _ := l.Allow(ctx, "k3"); !d.Allowed {
+				t.Fatalf("denied at RetryAfter: %+v", d)
+			}
+		})
+	}
+}
+
+// testRedisBatchingExact drives 64 goroutines through one store, on one
+// hot key and on keys of two algorithms at once: decisions share script
+// calls (fewer calls than decisions), and every limit still holds
+// exactly. With WithBatching(1) each decision is a call of its own.
+func testRedisBatchingExact(t *testing.T, drv Driver) {
+	for _, batch := range []int{1, 64} {
+		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
+			srv := redistest.Start(t)
+			admin := srv.Client(t)
+			store := drv.Open(t, on(srv, Conf{Batching: batch}))
+			hot := testkit.Limiter(t, store, core.Policy{Name: "hot", Rules: []core.Rule{{Limit: 500, Window: time.Minute}}},
+				core.WithTimeout(5*time.Second), core.WithDenyCache(0))
+			log := testkit.Limiter(t, store, core.Policy{Name: "log", Rules: []core.Rule{{Limit: 3, Window: time.Minute}, {Limit: 5, Window: time.Hour}}},
+				core.WithTimeout(5*time.Second), core.WithDenyCache(0))
+			buckets := testkit.Limiter(t, store, core.Policy{Name: "buckets", Algorithm: core.SlidingBuckets,
+				Rules: []core.Rule{{Limit: 4, Window: time.Minute}}}, core.WithTimeout(5*time.Second), core.WithDenyCache(0))
+			// Load the library first: the first calls of a new server find
+			// it missing and are sent again.
+			if _, err := hot.Peek(context.Background(), "warm"); err != nil {
+				t.Fatal(err)
+			}
+			calls := commandCalls(t, admin, "fcall")
+			var hotOK, logOK, bucketsOK, fallbacks, decisions atomic.Int64
+			count := func(d core.Decision, err error, ok *atomic.Int64) {
+				decisions.Add(1)
+				switch {
+				case err != nil:
+					t.Error(err)
+				case d.Source.Fallback():
+					fallbacks.Add(1)
+				case d.Allowed:
+					ok.Add(1)
+				}
+			}
+			ctx := context.Background()
+			var wg sync.WaitGroup
+			for g := range 64 {
+				wg.Go(func() {
+					for i := range 12 {
+						d, err := hot.Allow(ctx, "hot")
+						count(d, err, &hotOK)
+						key := fmt.Sprintf("k%d", (g*12+i)%16)
+						d, err = log.Allow(ctx, key)
+						count(d, err, &logOK)
+						d, err = buckets.Allow(ctx, key)
+						count(d, err, &bucketsOK)
+					}
+				})
+			}
+			wg.Wait()
+			if n := fallbacks.Load(); n != 0 {
+				t.Fatalf("%d decisions fell back", n)
+			}
+			if got := hotOK.Load(); got != 500 {
+				t.Errorf("hot key: admitted %d of 768 with limit 500, want exactly 500", got)
+			}
+			if got := logOK.Load(); got != 16*3 {
+				t.Errorf("16 keys, SlidingLog 3 per minute: admitted %d, want %d", got, 16*3)
+			}
+			if got := bucketsOK.Load(); got != 16*4 {
+				t.Errorf("16 keys, SlidingBuckets 4 per minute: admitted %d, want %d", got, 16*4)
+			}
+			sent := commandCalls(t, admin, "fcall") - calls
+			t.Logf("%d decisions in %d script calls", decisions.Load(), sent)
+			switch {
+			case batch == 1 && sent != decisions.Load():
+				t.Errorf("WithBatching(1): %d script calls for %d decisions, want one each", sent, decisions.Load())
+			case batch > 1 && sent >= decisions.Load():
+				t.Errorf("%d script calls for %d concurrent decisions, want fewer (batched)", sent, decisions.Load())
+			}
+		})
+	}
+}

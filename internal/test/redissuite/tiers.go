@@ -1,0 +1,132 @@
+package redissuite
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/test/redistest"
+)
+
+// testTiersUsageCarriesOver: usage counted under one tier is seen by the
+// next, both ways, for both algorithms (and both stores: core's
+// TestTiersUsageCarriesOver has the memory store's): 200 units used as
+// pro, then free (a smaller daily limit) is full, and pro again sees the
+// 200 (issue: a downgrade then upgrade must not forget usage).
+func testTiersUsageCarriesOver(t *testing.T, drv Driver) {
+	srv := redistest.Start(t)
+	stores := map[string]func() core.Store{
+		"redis": func() core.Store { return drv.New(t, srv) },
+	}
+	for sname, newStore := range stores {
+		for _, alg := range []core.Algorithm{core.SlidingLog, core.SlidingBuckets} {
+			t.Run(sname+"/"+alg.String(), func(t *testing.T) {
+				p := &plans{tier: map[string]string{"k": "pro"}}
+				day := 24 * time.Hour
+				l, err := core.NewLimiter(newStore(), core.Policy{Name: "carry-" + alg.String(), Algorithm: alg,
+					Rules: []core.Rule{{Limit: 10, Window: time.Minute}, {Limit: 50, Window: day}}},
+					core.WithTiers(p.resolve, map[string][]core.Rule{
+						"free": {{Limit: 10, Window: time.Minute}, {Limit: 50, Window: day}},
+						"pro":  {{Limit: 1000, Window: time.Minute}, {Limit: 1000, Window: day}},
+					}), core.WithTierCache(0, 0), core.WithTimeout(5*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx := context.Background()
+				if d, err := l.AllowN(ctx, "k", 200); err != nil || !d.Allowed {
+					t.Fatalf("pro AllowN(200) = %+v, %v", d, err)
+				}
+				p.set("k", "free")
+				if d, err := l.Allow(ctx, "k"); err != nil || d.Allowed {
+					t.Errorf("free after 200 used as pro: Allow = %+v, %v; want denied (50 a day)", d, err)
+				}
+				p.set("k", "pro")
+				d, err := l.Peek(ctx, "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range d.Rules() {
+					if r.Used != 200 {
+						t.Errorf("pro again: rule %v used %d, want 200 (usage kept through the downgrade)", r.Window, r.Used)
+					}
+				}
+			})
+		}
+	}
+}
+
+// testRedisTierInvalidationAcrossInstances: two instances share a Redis
+// and cache tiers for an hour. A key's plan changes and one instance
+// calls InvalidateTier: the other applies the new plan at once (within a
+// pub/sub round trip), where before the call it kept the cached old one.
+func testRedisTierInvalidationAcrossInstances(t *testing.T, drv Driver) {
+	srv := redistest.Start(t)
+	p := &plans{tier: map[string]string{"k": "free"}}
+	newInstance := func() *core.Limiter {
+		l, err := core.NewLimiter(drv.New(t, srv), core.Policy{
+			Name:  "api",
+			Rules: []core.Rule{{Limit: 1, Window: time.Minute}},
+		}, core.WithTiers(p.resolve, map[string][]core.Rule{
+			"free": {{Limit: 3, Window: time.Minute}},
+			"pro":  {{Limit: 10, Window: time.Minute}},
+		}), core.WithTierCache(100, time.Hour), core.WithTimeout(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	a, b := newInstance(), newInstance()
+	ctx := context.Background()
+	// Each instance forgets its cached tiers when its subscription starts;
+	// wait for it: its deny cache answers only from then on.
+	for _, l := range []*core.Limiter{a, b} {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			d, err := l.Allow(ctx, "warm-up") // no tier: the policy's limit 1
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Source == core.SourceCache {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("an instance never subscribed to invalidations")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	for range 3 {
+		if d, err := a.Allow(ctx, "k"); err != nil || !d.Allowed {
+			t.Fatalf("A: free request = %+v, %v", d, err)
+		}
+	}
+	if d, err := b.Allow(ctx, "k"); err != nil || d.Allowed || d.Limit != 3 {
+		t.Fatalf("B: 4th free request = %+v, %v; want denied by the free limit 3", d, err)
+	}
+	p.set("k", "pro")
+	if d, _ := b.Peek(ctx, "k"); d.Limit != 3 {
+		t.Fatalf("B before the invalidation: Limit %d, want 3 (its cached tier)", d.Limit)
+	}
+	if err := a.InvalidateTier(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for {
+		d, err := b.Allow(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			if d.Limit != 10 || d.Remaining != 6 {
+				t.Errorf("B after the upgrade: %+v, want Limit 10, Remaining 6 (usage carried over)", d)
+			}
+			t.Logf("B applies the new tier %v after A's InvalidateTier", time.Since(start).Round(time.Millisecond))
+			break
+		}
+		if time.Since(start) > 2*time.Second {
+			t.Fatalf("B still applies the old tier 2 s after A's InvalidateTier: %+v", d)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
