@@ -1,6 +1,7 @@
 package memstore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -110,13 +111,7 @@ func sortRefused(counts map[string]int64) []driver.RefusedKey {
 		out = append(out, driver.RefusedKey{Key: k, Refusals: c})
 	}
 	slices.SortFunc(out, func(a, b driver.RefusedKey) int {
-		if a.Refusals != b.Refusals {
-			if a.Refusals > b.Refusals {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.Key, b.Key)
+		return cmp.Or(cmp.Compare(b.Refusals, a.Refusals), strings.Compare(a.Key, b.Key))
 	})
 	return out
 }

@@ -1,6 +1,7 @@
 package redislib
 
 import (
+	"cmp"
 	"slices"
 	"strconv"
 	"strings"
@@ -69,13 +70,7 @@ func (s RefusedSum) Top(n int) []driver.RefusedKey {
 		out = append(out, driver.RefusedKey{Key: k, Refusals: c})
 	}
 	slices.SortFunc(out, func(a, b driver.RefusedKey) int {
-		if a.Refusals != b.Refusals {
-			if a.Refusals > b.Refusals {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.Key, b.Key)
+		return cmp.Or(cmp.Compare(b.Refusals, a.Refusals), strings.Compare(a.Key, b.Key))
 	})
 	return out[:min(n, len(out))]
 }
