@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,25 +118,21 @@ func TestRedisClusterReplicas(t *testing.T) {
 		keys := redistest.KeysWhere(600, "f", func(slot int) bool { return slot < redistest.SlotCount/3 })
 		store := redisstore.New(e.rdb, redisstore.WithPrefix("fo"), redisstore.WithWaitReplicas(1, 500*time.Millisecond))
 		movedBefore := e.redirects.Moved.Load()
-		h := newHammer(t, store, keys)
+		h := redissuite.NewHammer(t, store, keys)
 		var (
 			r    int
 			took time.Duration
 		)
-		h.run(func() {
+		h.Run(func() {
 			start := time.Now()
 			r = e.c.For(t).Failover(0)
 			took = time.Since(start)
 		})
-		h.check()
+		h.Check()
 		waits, short := store.ReplicaWaits()
 		t.Logf("failover of master 0 to node %d in %v under load", r, took.Round(time.Millisecond))
 		t.Logf("load: %s; MOVED=%d; replica waits %d, short %d", h, e.redirects.Moved.Load()-movedBefore, waits, short)
-		var admitted int64
-		for i := range h.used {
-			admitted += h.stats[i].store.Load()
-		}
-		if h.fallbacks == 0 && waits != admitted {
+		if admitted := h.Admitted(); h.Fallbacks == 0 && waits != admitted {
 			t.Errorf("ReplicaWaits() waits = %d, want %d (one per admission)", waits, admitted)
 		}
 	})
@@ -212,158 +207,6 @@ func testClusterSpread(t *testing.T, e *clusterEnv) {
 			t.Errorf("Slot(%q) = %d, want %d, the slot of its hash tag %q", key, got, slot, u)
 		}
 	}
-}
-
-// hammer drives a limiter (limit 25 per minute, FailLocal, a generous
-// timeout) with goroutines that ask each key 2 x limit times, all at
-// once, then move on to the next key, while something happens to the
-// store. Its check demands that no decision errored, that the store never
-// admitted more than the limit for a key, and that the store's own count
-// of each key equals the admissions it answered (nothing lost or counted
-// twice by a redirected or retried call), unless that key saw fallbacks;
-// and that every key asked 2 x limit times with no fallback got exactly
-// limit admissions.
-type hammer struct {
-	t         *testing.T
-	l         *core.Limiter
-	keys      []string
-	stats     []keyStats
-	next      atomic.Int64
-	decisions atomic.Int64
-	errs      atomic.Int64
-	storeErrs atomic.Int64
-	bySource  [core.SourceClosed + 1]atomic.Int64
-
-	// Set by check.
-	used, exact int
-	fallbacks   int64
-}
-
-const (
-	hammerLimit      = 25
-	hammerPerKey     = 2 * hammerLimit
-	hammerGoroutines = 6
-)
-
-type keyStats struct {
-	attempts, store, local, fallbacks atomic.Int64
-}
-
-func newHammer(t *testing.T, store core.Store, keys []string) *hammer {
-	h := &hammer{t: t, keys: keys, stats: make([]keyStats, len(keys))}
-	h.l = testkit.Limiter(t, store, core.Policy{Name: "h", Rules: []core.Rule{{Limit: hammerLimit, Window: time.Minute}}},
-		core.WithTimeout(3*time.Second),
-		core.WithObserver(core.ObserverFunc(func(_ context.Context, ev core.Event) {
-			if ev.Kind == core.EventStoreError && h.storeErrs.Add(1) <= 3 {
-				t.Logf("store error: %v", ev.Err)
-			}
-		})))
-	return h
-}
-
-// run starts the load, runs during once the load is under way, keeps the
-// load up 300 ms more and stops it. It returns how many keys the load
-// started while during ran.
-func (h *hammer) run(during func()) int64 {
-	ctx := context.Background()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range hammerGoroutines {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				i := int((h.next.Add(1) - 1) / hammerPerKey)
-				if i >= len(h.keys) {
-					return
-				}
-				ks := &h.stats[i]
-				ks.attempts.Add(1)
-				d, err := h.l.Allow(ctx, h.keys[i])
-				h.decisions.Add(1)
-				if err != nil {
-					if h.errs.Add(1) <= 5 {
-						h.t.Errorf("Allow(%s): %v", h.keys[i], err)
-					}
-					continue
-				}
-				h.bySource[d.Source].Add(1)
-				if d.Source.Fallback() {
-					ks.fallbacks.Add(1)
-				}
-				if d.Allowed {
-					if d.Source == core.SourceStore {
-						ks.store.Add(1)
-					} else {
-						ks.local.Add(1)
-					}
-				}
-				// Pace the load so that the keys last.
-				time.Sleep(300 * time.Microsecond)
-			}
-		})
-	}
-	for h.next.Load() < 5*hammerPerKey {
-		time.Sleep(time.Millisecond)
-	}
-	before := h.next.Load() / hammerPerKey
-	during()
-	started := h.next.Load()/hammerPerKey - before
-	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	wg.Wait()
-	h.used = int(min(h.next.Load()/hammerPerKey+1, int64(len(h.keys))))
-	if h.used == len(h.keys) {
-		h.t.Fatalf("the load ran out of its %d keys too early: raise the key count", len(h.keys))
-	}
-	return started
-}
-
-func (h *hammer) check() {
-	t := h.t
-	t.Helper()
-	ctx := context.Background()
-	for i := range h.used {
-		ks := &h.stats[i]
-		if ks.attempts.Load() == 0 {
-			continue
-		}
-		fb := ks.fallbacks.Load()
-		h.fallbacks += fb
-		d, err := h.l.Peek(ctx, h.keys[i])
-		if err != nil || d.Source != core.SourceStore {
-			t.Fatalf("Peek(%s) after the load = %+v, %v; want a store decision", h.keys[i], d, err)
-		}
-		inStore, admitted := d.Rules()[0].Used, ks.store.Load()
-		switch {
-		case admitted > hammerLimit:
-			t.Errorf("key %s: the store admitted %d units, limit %d", h.keys[i], admitted, hammerLimit)
-		case inStore > hammerLimit:
-			t.Errorf("key %s: the store holds %d units, limit %d", h.keys[i], inStore, hammerLimit)
-		case fb == 0 && inStore != admitted:
-			t.Errorf("key %s: the store holds %d units, it admitted %d (no fallback)", h.keys[i], inStore, admitted)
-		case fb == 0 && ks.attempts.Load() == hammerPerKey && admitted != hammerLimit:
-			t.Errorf("key %s: %d attempts, %d admitted by the store, want exactly %d", h.keys[i], hammerPerKey, admitted, hammerLimit)
-		case ks.attempts.Load() == hammerPerKey && fb == 0:
-			h.exact++
-		}
-	}
-	if n := h.errs.Load(); n > 0 {
-		t.Errorf("%d decisions returned an error to the caller, want 0", n)
-	}
-}
-
-// String summarises the load for the log.
-func (h *hammer) String() string {
-	var srcs []string
-	for s := core.SourceStore; s <= core.SourceClosed; s++ {
-		srcs = append(srcs, fmt.Sprintf("%v=%d", s, h.bySource[s].Load()))
-	}
-	return fmt.Sprintf("%d decisions on %d keys (%s), %d errors; %d fell back (Source.Fallback), %d store errors; %d keys exactly at the limit",
-		h.decisions.Load(), h.used, strings.Join(srcs, " "), h.errs.Load(), h.fallbacks, h.storeErrs.Load(), h.exact)
 }
 
 // TestClusterLiveMigration: see [redissuite.LiveMigration]. The go-redis

@@ -143,12 +143,12 @@ func testClusterMigration(t *testing.T, e *clusterEnv) {
 
 	askBefore, movedBefore := e.redirects.Ask.Load(), e.redirects.Moved.Load()
 	var st redistest.MigrateStats
-	h := newHammer(t, e.store(t, "mig", 0), keys)
-	keysDuring := h.run(func() {
+	h := NewHammer(t, e.store(t, "mig", 0), keys)
+	keysDuring := h.Run(func() {
 		st = e.c.For(t).MigrateSlot(slot, from, to, redistest.MigrateBatch(25), redistest.MigratePause(10*time.Millisecond))
 	})
 	ask, moved := e.redirects.Ask.Load()-askBefore, e.redirects.Moved.Load()-movedBefore
-	h.check()
+	h.Check()
 	t.Logf("migration of slot %d (node %d -> %d): %d keys in %d batches in %v; %d limiter keys started during it",
 		slot, from, to, st.Keys, st.Batches, st.Duration.Round(time.Millisecond), keysDuring)
 	t.Logf("load: %s; redirects ASK=%d MOVED=%d", h, ask, moved)
@@ -169,16 +169,16 @@ func testClusterMigration(t *testing.T, e *clusterEnv) {
 	}
 }
 
-// hammer drives a limiter (limit 25 per minute, FailLocal, a generous
+// Hammer drives a limiter (limit 25 per minute, FailLocal, a generous
 // timeout) with goroutines that ask each key 2 x limit times, all at
 // once, then move on to the next key, while something happens to the
-// store. Its check demands that no decision errored, that the store never
+// store. Its Check demands that no decision errored, that the store never
 // admitted more than the limit for a key, and that the store's own count
 // of each key equals the admissions it answered (nothing lost or counted
 // twice by a redirected or retried call), unless that key saw fallbacks;
 // and that every key asked 2 x limit times with no fallback got exactly
 // limit admissions.
-type hammer struct {
+type Hammer struct {
 	t         *testing.T
 	l         *core.Limiter
 	keys      []string
@@ -189,9 +189,12 @@ type hammer struct {
 	storeErrs atomic.Int64
 	bySource  [core.SourceClosed + 1]atomic.Int64
 
-	// Set by check.
-	used, exact int
-	fallbacks   int64
+	// Set by Run: the keys the load used.
+	used int
+	// Set by Check: the keys admitted exactly to the limit, and the
+	// decisions by the failure policy.
+	exact     int
+	Fallbacks int64
 }
 
 const (
@@ -204,8 +207,8 @@ type keyStats struct {
 	attempts, store, local, fallbacks atomic.Int64
 }
 
-func newHammer(t *testing.T, store core.Store, keys []string) *hammer {
-	h := &hammer{t: t, keys: keys, stats: make([]keyStats, len(keys))}
+func NewHammer(t *testing.T, store core.Store, keys []string) *Hammer {
+	h := &Hammer{t: t, keys: keys, stats: make([]keyStats, len(keys))}
 	h.l = testkit.Limiter(t, store, core.Policy{Name: "h", Rules: []core.Rule{{Limit: hammerLimit, Window: time.Minute}}},
 		core.WithTimeout(3*time.Second),
 		core.WithObserver(core.ObserverFunc(func(_ context.Context, ev core.Event) {
@@ -216,10 +219,10 @@ func newHammer(t *testing.T, store core.Store, keys []string) *hammer {
 	return h
 }
 
-// run starts the load, runs during once the load is under way, keeps the
+// Run starts the load, runs during once the load is under way, keeps the
 // load up 300 ms more and stops it. It returns how many keys the load
 // started while during ran.
-func (h *hammer) run(during func()) int64 {
+func (h *Hammer) Run(during func()) int64 {
 	ctx := context.Background()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -277,7 +280,7 @@ func (h *hammer) run(during func()) int64 {
 	return started
 }
 
-func (h *hammer) check() {
+func (h *Hammer) Check() {
 	t := h.t
 	t.Helper()
 	ctx := context.Background()
@@ -287,7 +290,7 @@ func (h *hammer) check() {
 			continue
 		}
 		fb := ks.fallbacks.Load()
-		h.fallbacks += fb
+		h.Fallbacks += fb
 		d, err := h.l.Peek(ctx, h.keys[i])
 		if err != nil || d.Source != core.SourceStore {
 			t.Fatalf("Peek(%s) after the load = %+v, %v; want a store decision", h.keys[i], d, err)
@@ -311,14 +314,24 @@ func (h *hammer) check() {
 	}
 }
 
+// Admitted returns how many units the store admitted on the keys the
+// load used.
+func (h *Hammer) Admitted() int64 {
+	var n int64
+	for i := range h.used {
+		n += h.stats[i].store.Load()
+	}
+	return n
+}
+
 // String summarises the load for the log.
-func (h *hammer) String() string {
+func (h *Hammer) String() string {
 	var srcs []string
 	for s := core.SourceStore; s <= core.SourceClosed; s++ {
 		srcs = append(srcs, fmt.Sprintf("%v=%d", s, h.bySource[s].Load()))
 	}
 	return fmt.Sprintf("%d decisions on %d keys (%s), %d errors; %d fell back (Source.Fallback), %d store errors; %d keys exactly at the limit",
-		h.decisions.Load(), h.used, strings.Join(srcs, " "), h.errs.Load(), h.fallbacks, h.storeErrs.Load(), h.exact)
+		h.decisions.Load(), h.used, strings.Join(srcs, " "), h.errs.Load(), h.Fallbacks, h.storeErrs.Load(), h.exact)
 }
 
 // reshardKind is a kind of key ratekit keeps, for testClusterReshardKinds.
