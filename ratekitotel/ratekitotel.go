@@ -125,7 +125,7 @@ func (o *Observer) Observe(ctx context.Context, e core.Event) {
 		// a denial in ratekit.decisions.
 		o.dryRun.Add(ctx, 1, a.policy...)
 	case core.EventDecision:
-		o.decision(ctx, a, &e)
+		o.observeDecision(ctx, a, &e)
 	case core.EventStoreError:
 		o.storeErrors.Add(ctx, 1, a.policy...)
 		if e.Latency > 0 {
@@ -147,10 +147,10 @@ func (o *Observer) Observe(ctx context.Context, e core.Event) {
 	}
 }
 
-// decision records a decision event: the decision by outcome and source,
+// observeDecision records a decision event: the decision by outcome and source,
 // then what it also was (a lockout, a challenge, a deny-cache hit, a
 // fallback) or, from the store, how long the store took.
-func (o *Observer) decision(ctx context.Context, a *policyAttrs, e *core.Event) {
+func (o *Observer) observeDecision(ctx context.Context, a *policyAttrs, e *core.Event) {
 	d := &e.Decision
 	if d.Source > core.SourceClosed {
 		// A source this version does not know: build its attributes now.
