@@ -148,8 +148,7 @@ func (h *HTTPRequest) Body(limit int64) ([]byte, error) {
 	}
 	// Read until limit+1 bytes are held or the body ends.
 	err := h.fill(limit + 1 - int64(len(h.buf)))
-	if err == io.EOF {
-		h.eof = true
+	if h.eof {
 		h.r.Body = &replayBody{Reader: bytes.NewReader(h.buf), Closer: h.orig}
 	} else {
 		h.r.Body = &replayBody{Reader: io.MultiReader(bytes.NewReader(h.buf), h.orig), Closer: h.orig}
@@ -160,7 +159,7 @@ func (h *HTTPRequest) Body(limit int64) ([]byte, error) {
 		// http.MaxBytesReader in front cut the body short: too large all
 		// the same.
 		return nil, withReason(fmt.Errorf("ratekit: keyfunc: reading body: %w: %w", err, ErrBodyTooLarge), "request body too large")
-	case err != nil && err != io.EOF:
+	case err != nil:
 		return nil, fmt.Errorf("ratekit: keyfunc: reading body: %w", err)
 	case int64(len(h.buf)) > limit:
 		return nil, BodyTooLarge(limit)
@@ -185,9 +184,9 @@ func (h *HTTPRequest) open() bool {
 }
 
 // fill appends up to want more bytes of the original body to h.buf. It
-// stops at want bytes or at the first error (io.EOF at the end of the
-// body); a body that returns no bytes 100 times in a row without an error
-// fails with io.ErrNoProgress.
+// stops at want bytes, at the end of the body, which sets h.eof, or at the
+// first error, which it returns; a body that returns no bytes 100 times in
+// a row without an error fails with io.ErrNoProgress.
 func (h *HTTPRequest) fill(want int64) error {
 	var err error
 	for zero := 0; want > 0 && err == nil; {
@@ -207,6 +206,10 @@ func (h *HTTPRequest) fill(want int64) error {
 		} else if zero++; zero >= 100 && err == nil {
 			err = io.ErrNoProgress
 		}
+	}
+	if err == io.EOF {
+		h.eof = true
+		return nil
 	}
 	return err
 }
