@@ -274,35 +274,14 @@ func (p *Policy) minLimit() int64 {
 // Validate reports whether the policy can work. The error wraps
 // [ErrInvalidPolicy] and names the field at fault.
 func (p Policy) Validate() error {
-	if p.Name == "" {
-		return fmt.Errorf("ratekit: policy Name is empty: %w", ErrInvalidPolicy)
-	}
-	for i := 0; i < len(p.Name); i++ {
-		if c := p.Name[i]; c <= ' ' || c >= 0x7f || strings.IndexByte("{}\"\\", c) >= 0 {
-			return fmt.Errorf("ratekit: policy Name %q must be visible ASCII without braces, spaces, quotes or backslashes: %w",
-				p.Name, ErrInvalidPolicy)
-		}
-	}
-	if len(p.Name) > 64 {
-		return fmt.Errorf("ratekit: policy Name %q is longer than 64 bytes: %w", p.Name, ErrInvalidPolicy)
+	if err := p.validateName(); err != nil {
+		return err
 	}
 	if p.InFlight != 0 || p.LeaseTTL != 0 {
 		return p.validateInFlight()
 	}
-	if len(p.Rules) == 0 {
-		return fmt.Errorf("ratekit: policy %q has no Rules: %w", p.Name, ErrInvalidPolicy)
-	}
-	if len(p.Rules) > maxRules {
-		return fmt.Errorf("ratekit: policy %q has %d Rules, at most %d are allowed: %w", p.Name, len(p.Rules), maxRules, ErrInvalidPolicy)
-	}
-	if p.Algorithm != SlidingLog && p.Algorithm != SlidingBuckets {
-		return fmt.Errorf("ratekit: policy %q: unknown Algorithm %d: %w", p.Name, int(p.Algorithm), ErrInvalidPolicy)
-	}
-	if p.Buckets < 0 || p.Buckets > maxBuckets {
-		return fmt.Errorf("ratekit: policy %q Buckets is %d, must be within 0..%d: %w", p.Name, p.Buckets, maxBuckets, ErrInvalidPolicy)
-	}
-	if p.Shards < 0 || p.Shards > maxShards {
-		return fmt.Errorf("ratekit: policy %q Shards is %d, must be within 0..%d: %w", p.Name, p.Shards, maxShards, ErrInvalidPolicy)
+	if err := p.validateShape(); err != nil {
+		return err
 	}
 	if err := p.validateLockout(); err != nil {
 		return err
@@ -317,6 +296,45 @@ func (p Policy) Validate() error {
 		if err := p.validateRule(i); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// validateName checks the policy's Name: it becomes a key namespace and
+// a metrics label.
+func (p *Policy) validateName() error {
+	if p.Name == "" {
+		return fmt.Errorf("ratekit: policy Name is empty: %w", ErrInvalidPolicy)
+	}
+	for i := 0; i < len(p.Name); i++ {
+		if c := p.Name[i]; c <= ' ' || c >= 0x7f || strings.IndexByte("{}\"\\", c) >= 0 {
+			return fmt.Errorf("ratekit: policy Name %q must be visible ASCII without braces, spaces, quotes or backslashes: %w",
+				p.Name, ErrInvalidPolicy)
+		}
+	}
+	if len(p.Name) > 64 {
+		return fmt.Errorf("ratekit: policy Name %q is longer than 64 bytes: %w", p.Name, ErrInvalidPolicy)
+	}
+	return nil
+}
+
+// validateShape checks the fields of a rate policy that are not rules:
+// the number of Rules, Algorithm, Buckets and Shards.
+func (p *Policy) validateShape() error {
+	if len(p.Rules) == 0 {
+		return fmt.Errorf("ratekit: policy %q has no Rules: %w", p.Name, ErrInvalidPolicy)
+	}
+	if len(p.Rules) > maxRules {
+		return fmt.Errorf("ratekit: policy %q has %d Rules, at most %d are allowed: %w", p.Name, len(p.Rules), maxRules, ErrInvalidPolicy)
+	}
+	if p.Algorithm != SlidingLog && p.Algorithm != SlidingBuckets {
+		return fmt.Errorf("ratekit: policy %q: unknown Algorithm %d: %w", p.Name, int(p.Algorithm), ErrInvalidPolicy)
+	}
+	if p.Buckets < 0 || p.Buckets > maxBuckets {
+		return fmt.Errorf("ratekit: policy %q Buckets is %d, must be within 0..%d: %w", p.Name, p.Buckets, maxBuckets, ErrInvalidPolicy)
+	}
+	if p.Shards < 0 || p.Shards > maxShards {
+		return fmt.Errorf("ratekit: policy %q Shards is %d, must be within 0..%d: %w", p.Name, p.Shards, maxShards, ErrInvalidPolicy)
 	}
 	return nil
 }

@@ -143,19 +143,51 @@ func (h *HTTPRequest) Body(limit int64) ([]byte, error) {
 	if h.eof {
 		return h.buf[:len(h.buf):len(h.buf)], nil
 	}
-	if !h.read {
-		h.read = true
-		h.orig = h.r.Body
-		if h.orig == nil || h.orig == http.NoBody {
-			h.eof = true
-			return nil, nil
-		}
-		if n := h.r.ContentLength; n > 0 {
-			h.buf = make([]byte, 0, min(n+1, 1<<20)) // n <= limit: checked above
-		}
+	if !h.read && !h.open() {
+		return nil, nil
 	}
 	// Read until limit+1 bytes are held or the body ends.
-	want := limit + 1 - int64(len(h.buf))
+	err := h.fill(limit + 1 - int64(len(h.buf)))
+	if h.eof {
+		h.r.Body = &replayBody{Reader: bytes.NewReader(h.buf), Closer: h.orig}
+	} else {
+		h.r.Body = &replayBody{Reader: io.MultiReader(bytes.NewReader(h.buf), h.orig), Closer: h.orig}
+	}
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		// http.MaxBytesReader in front cut the body short: too large all
+		// the same.
+		return nil, withReason(fmt.Errorf("ratekit: keyfunc: reading body: %w: %w", err, ErrBodyTooLarge), "request body too large")
+	case err != nil:
+		return nil, fmt.Errorf("ratekit: keyfunc: reading body: %w", err)
+	case int64(len(h.buf)) > limit:
+		return nil, BodyTooLarge(limit)
+	}
+	return h.buf[:len(h.buf):len(h.buf)], nil
+}
+
+// open takes the original body on the first Body call. It reports false
+// when there is none to read (nil or http.NoBody), and sizes the buffer for
+// a declared length, which Body has checked against its limit.
+func (h *HTTPRequest) open() bool {
+	h.read = true
+	h.orig = h.r.Body
+	if h.orig == nil || h.orig == http.NoBody {
+		h.eof = true
+		return false
+	}
+	if n := h.r.ContentLength; n > 0 {
+		h.buf = make([]byte, 0, min(n+1, 1<<20)) // n <= limit: checked in Body
+	}
+	return true
+}
+
+// fill appends up to want more bytes of the original body to h.buf. It
+// stops at want bytes, at the end of the body, which sets h.eof, or at the
+// first error, which it returns; a body that returns no bytes 100 times in
+// a row without an error fails with io.ErrNoProgress.
+func (h *HTTPRequest) fill(want int64) error {
 	var err error
 	for zero := 0; want > 0 && err == nil; {
 		if len(h.buf) == cap(h.buf) {
@@ -177,22 +209,9 @@ func (h *HTTPRequest) Body(limit int64) ([]byte, error) {
 	}
 	if err == io.EOF {
 		h.eof = true
-		h.r.Body = &replayBody{Reader: bytes.NewReader(h.buf), Closer: h.orig}
-	} else {
-		h.r.Body = &replayBody{Reader: io.MultiReader(bytes.NewReader(h.buf), h.orig), Closer: h.orig}
+		return nil
 	}
-	var mbe *http.MaxBytesError
-	switch {
-	case errors.As(err, &mbe):
-		// http.MaxBytesReader in front cut the body short: too large all
-		// the same.
-		return nil, withReason(fmt.Errorf("ratekit: keyfunc: reading body: %w: %w", err, ErrBodyTooLarge), "request body too large")
-	case err != nil && err != io.EOF:
-		return nil, fmt.Errorf("ratekit: keyfunc: reading body: %w", err)
-	case int64(len(h.buf)) > limit:
-		return nil, BodyTooLarge(limit)
-	}
-	return h.buf[:len(h.buf):len(h.buf)], nil
+	return err
 }
 
 // replayBody is the body left for the handler: the bytes already read,

@@ -122,39 +122,29 @@ func wrap(w http.ResponseWriter) (http.ResponseWriter, *statusWriter) {
 	if _, ok := w.(http.Pusher); ok {
 		k |= canPush
 	}
-	switch k {
-	case canFlush:
-		return swF{s}, s
-	case canHijack:
-		return swH{s}, s
-	case canFlush | canHijack:
-		return swFH{s}, s
-	case canReadFrom:
-		return swR{s}, s
-	case canFlush | canReadFrom:
-		return swFR{s}, s
-	case canHijack | canReadFrom:
-		return swHR{s}, s
-	case canFlush | canHijack | canReadFrom:
-		return swFHR{s}, s
-	case canPush:
-		return swP{s}, s
-	case canFlush | canPush:
-		return swFP{s}, s
-	case canHijack | canPush:
-		return swHP{s}, s
-	case canFlush | canHijack | canPush:
-		return swFHP{s}, s
-	case canReadFrom | canPush:
-		return swRP{s}, s
-	case canFlush | canReadFrom | canPush:
-		return swFRP{s}, s
-	case canHijack | canReadFrom | canPush:
-		return swHRP{s}, s
-	case canFlush | canHijack | canReadFrom | canPush:
-		return swFHRP{s}, s
-	}
-	return s, s
+	return combinations[k](s), s
+}
+
+// combinations holds, for each set of optional interfaces (the can* bits),
+// the function that wraps a recorder in the combination with exactly
+// those.
+var combinations = [...]func(*statusWriter) http.ResponseWriter{
+	0:                                  func(s *statusWriter) http.ResponseWriter { return s },
+	canFlush:                           func(s *statusWriter) http.ResponseWriter { return swF{s} },
+	canHijack:                          func(s *statusWriter) http.ResponseWriter { return swH{s} },
+	canFlush | canHijack:               func(s *statusWriter) http.ResponseWriter { return swFH{s} },
+	canReadFrom:                        func(s *statusWriter) http.ResponseWriter { return swR{s} },
+	canFlush | canReadFrom:             func(s *statusWriter) http.ResponseWriter { return swFR{s} },
+	canHijack | canReadFrom:            func(s *statusWriter) http.ResponseWriter { return swHR{s} },
+	canFlush | canHijack | canReadFrom: func(s *statusWriter) http.ResponseWriter { return swFHR{s} },
+	canPush:                            func(s *statusWriter) http.ResponseWriter { return swP{s} },
+	canFlush | canPush:                 func(s *statusWriter) http.ResponseWriter { return swFP{s} },
+	canHijack | canPush:                func(s *statusWriter) http.ResponseWriter { return swHP{s} },
+	canFlush | canHijack | canPush:     func(s *statusWriter) http.ResponseWriter { return swFHP{s} },
+	canReadFrom | canPush:              func(s *statusWriter) http.ResponseWriter { return swRP{s} },
+	canFlush | canReadFrom | canPush:   func(s *statusWriter) http.ResponseWriter { return swFRP{s} },
+	canHijack | canReadFrom | canPush:  func(s *statusWriter) http.ResponseWriter { return swHRP{s} },
+	canFlush | canHijack | canReadFrom | canPush: func(s *statusWriter) http.ResponseWriter { return swFHRP{s} },
 }
 
 // The combinations: F http.Flusher (with FlushError for

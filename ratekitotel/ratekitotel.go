@@ -125,32 +125,7 @@ func (o *Observer) Observe(ctx context.Context, e core.Event) {
 		// a denial in ratekit.decisions.
 		o.dryRun.Add(ctx, 1, a.policy...)
 	case core.EventDecision:
-		d := &e.Decision
-		if d.Source > core.SourceClosed {
-			// A source this version does not know: build its attributes now.
-			o.decisions.Add(ctx, 1, metric.WithAttributes(AttrPolicy.String(e.Policy),
-				AttrOutcome.String(outcome(d.Allowed)), AttrSource.String(d.Source.String())))
-			return
-		}
-		allowed := 0
-		if d.Allowed {
-			allowed = 1
-		}
-		o.decisions.Add(ctx, 1, a.decisions[allowed][d.Source]...)
-		if d.Locked && !d.Allowed {
-			o.lockouts.Add(ctx, 1, a.policy...)
-		}
-		if d.Challenged {
-			o.challenges.Add(ctx, 1, a.policy...)
-		}
-		switch {
-		case d.Source == core.SourceCache:
-			o.cacheHits.Add(ctx, 1, a.policy...)
-		case d.Source.Fallback():
-			o.fallbacks.Add(ctx, 1, a.fallbacks[d.Source]...)
-		case d.Source == core.SourceStore && e.Latency > 0:
-			o.duration.Record(ctx, e.Latency.Seconds(), a.durOK...)
-		}
+		o.observeDecision(ctx, a, &e)
 	case core.EventStoreError:
 		o.storeErrors.Add(ctx, 1, a.policy...)
 		if e.Latency > 0 {
@@ -169,6 +144,38 @@ func (o *Observer) Observe(ctx context.Context, e core.Event) {
 		o.blocks.Add(ctx, 1, a.policy...)
 	case guard.EventKeyError:
 		o.keyErrors.Add(ctx, 1, a.policy...)
+	}
+}
+
+// observeDecision records a decision event: the decision by outcome and source,
+// then what it also was (a lockout, a challenge, a deny-cache hit, a
+// fallback) or, from the store, how long the store took.
+func (o *Observer) observeDecision(ctx context.Context, a *policyAttrs, e *core.Event) {
+	d := &e.Decision
+	if d.Source > core.SourceClosed {
+		// A source this version does not know: build its attributes now.
+		o.decisions.Add(ctx, 1, metric.WithAttributes(AttrPolicy.String(e.Policy),
+			AttrOutcome.String(outcome(d.Allowed)), AttrSource.String(d.Source.String())))
+		return
+	}
+	allowed := 0
+	if d.Allowed {
+		allowed = 1
+	}
+	o.decisions.Add(ctx, 1, a.decisions[allowed][d.Source]...)
+	if d.Locked && !d.Allowed {
+		o.lockouts.Add(ctx, 1, a.policy...)
+	}
+	if d.Challenged {
+		o.challenges.Add(ctx, 1, a.policy...)
+	}
+	switch {
+	case d.Source == core.SourceCache:
+		o.cacheHits.Add(ctx, 1, a.policy...)
+	case d.Source.Fallback():
+		o.fallbacks.Add(ctx, 1, a.fallbacks[d.Source]...)
+	case d.Source == core.SourceStore && e.Latency > 0:
+		o.duration.Record(ctx, e.Latency.Seconds(), a.durOK...)
 	}
 }
 

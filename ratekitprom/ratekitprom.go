@@ -186,30 +186,57 @@ func (o *Observer) Observe(_ context.Context, e core.Event) {
 		// a denial in decisions_total.
 		m.dryRun.Inc()
 	case core.EventDecision:
-		d := &e.Decision
-		if c := m.decision(d); c != nil {
+		o.observeDecision(m, &e)
+	case core.EventStoreError, core.EventBreakerOpen, core.EventBreakerClose,
+		core.EventFallbackStart, core.EventFallbackEnd, core.EventRulesDiffer, core.EventStoreCheck:
+		m.observeStore(&e)
+	case core.EventPass:
+		m.passes.Inc()
+	case guard.EventSkip:
+		m.skips.Inc()
+	case guard.EventBlock:
+		m.blocks.Inc()
+	case guard.EventKeyError:
+		m.keyErrors.Inc()
+	}
+}
+
+// observeDecision counts a decision event: the decision by outcome and source,
+// then what it also was (a lockout, a challenge, a deny-cache hit, a
+// fallback) or, from the store, how long the store took. A source this
+// version does not know gets its series now.
+func (o *Observer) observeDecision(m *policyMetrics, e *core.Event) {
+	d := &e.Decision
+	if c := m.decision(d); c != nil {
+		c.Inc()
+	} else {
+		o.decisions.WithLabelValues(e.Policy, outcome(d.Allowed), d.Source.String()).Inc()
+	}
+	if d.Locked && !d.Allowed {
+		m.lockouts.Inc()
+	}
+	if d.Challenged {
+		m.challenges.Inc()
+	}
+	switch {
+	case d.Source == core.SourceCache:
+		m.cacheHits.Inc()
+	case d.Source.Fallback():
+		if c := m.fallback(d.Source); c != nil {
 			c.Inc()
 		} else {
-			o.decisions.WithLabelValues(e.Policy, outcome(d.Allowed), d.Source.String()).Inc()
+			o.fallbacks.WithLabelValues(e.Policy, d.Source.String()).Inc()
 		}
-		if d.Locked && !d.Allowed {
-			m.lockouts.Inc()
-		}
-		if d.Challenged {
-			m.challenges.Inc()
-		}
-		switch {
-		case d.Source == core.SourceCache:
-			m.cacheHits.Inc()
-		case d.Source.Fallback():
-			if c := m.fallback(d.Source); c != nil {
-				c.Inc()
-			} else {
-				o.fallbacks.WithLabelValues(e.Policy, d.Source.String()).Inc()
-			}
-		case d.Source == core.SourceStore && e.Latency > 0:
-			m.latencyOK.Observe(e.Latency.Seconds())
-		}
+	case d.Source == core.SourceStore && e.Latency > 0:
+		m.latencyOK.Observe(e.Latency.Seconds())
+	}
+}
+
+// observeStore records an event about the policy's store: a failed call, the
+// circuit breaker, a fallback episode, other instances' configuration or
+// a failed store check.
+func (m *policyMetrics) observeStore(e *core.Event) {
+	switch e.Kind {
 	case core.EventStoreError:
 		m.storeErrors.Inc()
 		if e.Latency > 0 {
@@ -236,14 +263,6 @@ func (o *Observer) Observe(_ context.Context, e core.Event) {
 		} else {
 			m.otherChecks.Inc()
 		}
-	case core.EventPass:
-		m.passes.Inc()
-	case guard.EventSkip:
-		m.skips.Inc()
-	case guard.EventBlock:
-		m.blocks.Inc()
-	case guard.EventKeyError:
-		m.keyErrors.Inc()
 	}
 }
 

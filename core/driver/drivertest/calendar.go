@@ -40,14 +40,7 @@ func testCalendarPeriods(t *testing.T, s *suite) {
 	paris := Zone(t, "Europe/Paris")
 	havana := Zone(t, "America/Havana")
 	const day = 24 * time.Hour
-	for _, tc := range []struct {
-		name       string
-		cal        core.Calendar
-		loc        *time.Location
-		start, end time.Time     // a time in a period, and its end
-		length     time.Duration // the period's length
-		next       time.Duration // the next period's length
-	}{
+	for _, tc := range []calendarPeriod{
 		{"month of a leap February", core.Month, paris,
 			time.Date(2024, 2, 10, 9, 30, 0, 0, paris), time.Date(2024, 3, 1, 0, 0, 0, 0, paris), 29 * day, 31*day - time.Hour},
 		{"day of 23 hours", core.Day, paris,
@@ -68,60 +61,94 @@ func testCalendarPeriods(t *testing.T, s *suite) {
 					Rules:     []core.Rule{{Limit: 3, Window: time.Minute}, {Limit: 5, Calendar: tc.cal, Location: tc.loc}},
 					Algorithm: algo,
 				}, core.WithClock(clk.Now))
-				calendar := func(what string, d core.Decision, used int64, length time.Duration) {
-					t.Helper()
-					r := d.Rules()[1]
-					left := tc.end.Sub(clk.Now())
-					if r.Calendar != tc.cal || r.Used != used || r.Window != length || r.ResetAfter != left || r.Limit != 5 {
-						t.Errorf("%s: Rules[1] = %+v, want Calendar %v, Used %d, Window %v, ResetAfter %v", what, r, tc.cal, used, length, left)
-					}
-				}
-				d := allowN(t, l, "k", 2)
-				if !d.Allowed || d.Rule != 0 || d.Remaining != 1 {
-					t.Fatalf("AllowN(k, 2) = %s, want allowed, the minute rule binding with 1 left", show(d))
-				}
-				calendar("AllowN(k, 2)", d, 2, tc.length)
-
-				// Past the minute rule's window and its buckets.
-				clk.Add(2 * time.Minute)
-				d = allowN(t, l, "k", 3)
-				left := tc.end.Sub(clk.Now())
-				if !d.Allowed || d.Rule != 1 || d.Remaining != 0 || d.ResetAfter != left || d.Window != tc.length || d.Limit != 5 {
-					t.Fatalf("AllowN(k, 3) = %s Window %v, want allowed, the %v rule binding: Remaining 0, ResetAfter %v, Window %v",
-						show(d), d.Window, tc.cal, left, tc.length)
-				}
-				calendar("AllowN(k, 3)", d, 5, tc.length)
-
-				clk.Add(2 * time.Minute)
-				left = tc.end.Sub(clk.Now())
-				d = allow(t, l, "k")
-				if d.Allowed || d.Rule != 1 || d.RetryAfter != left || d.ResetAfter != left || d.Remaining != 0 {
-					t.Fatalf("Allow(k) over the %v's 5 = %s, want denied by Rules[1] until the period ends: RetryAfter %v", tc.cal, show(d), left)
-				}
-				if d.Rules()[0].RetryAfter != 0 || d.Rules()[0].Used != 0 {
-					t.Errorf("Allow(k) over the %v's 5: Rules[0] = %+v, want room", tc.cal, d.Rules()[0])
-				}
-				p := peek(t, l, "k")
-				if p.Allowed || p.RetryAfter != left {
-					t.Errorf("Peek(k) = %s, want denied, RetryAfter %v", show(p), left)
-				}
-				calendar("Peek(k)", p, 5, tc.length)
-
-				clk.Set(tc.end.Add(-time.Microsecond))
-				if d := allow(t, l, "k"); d.Allowed || d.RetryAfter != time.Microsecond {
-					t.Errorf("Allow(k) 1µs before the period ends = %s, want denied, RetryAfter 1µs", show(d))
-				}
-				clk.Set(tc.end)
-				d = allow(t, l, "k")
-				if !d.Allowed || d.Source != core.SourceStore {
-					t.Fatalf("Allow(k) as the next period begins = %s, want allowed by the store", show(d))
-				}
-				r := d.Rules()[1]
-				if r.Used != 1 || r.Window != tc.next || r.ResetAfter != tc.next {
-					t.Errorf("Allow(k) as the next period begins: Rules[1] = %+v, want Used 1, Window and ResetAfter %v", r, tc.next)
-				}
+				tc.fill(t, l, clk)
+				tc.full(t, l, clk)
+				tc.nextPeriod(t, l, clk)
 			})
 		})
+	}
+}
+
+// calendarPeriod is a case of testCalendarPeriods: a limiter of 3 a minute
+// and 5 per period of cal in loc, on a clock that starts in the period.
+type calendarPeriod struct {
+	name       string
+	cal        core.Calendar
+	loc        *time.Location
+	start, end time.Time     // a time in a period, and its end
+	length     time.Duration // the period's length
+	next       time.Duration // the next period's length
+}
+
+// checkRule checks the calendar rule's state in d: used units of a period
+// of length, which resets at the period's end.
+func (tc *calendarPeriod) checkRule(t *testing.T, clk *Clock, what string, d core.Decision, used int64, length time.Duration) {
+	t.Helper()
+	r := d.Rules()[1]
+	left := tc.end.Sub(clk.Now())
+	if r.Calendar != tc.cal || r.Used != used || r.Window != length || r.ResetAfter != left || r.Limit != 5 {
+		t.Errorf("%s: Rules[1] = %+v, want Calendar %v, Used %d, Window %v, ResetAfter %v", what, r, tc.cal, used, length, left)
+	}
+}
+
+// fill takes the period's 5 units: 2 that the minute rule binds, then 3
+// past the minute that the calendar rule binds.
+func (tc *calendarPeriod) fill(t *testing.T, l *core.Limiter, clk *Clock) {
+	t.Helper()
+	d := allowN(t, l, "k", 2)
+	if !d.Allowed || d.Rule != 0 || d.Remaining != 1 {
+		t.Fatalf("AllowN(k, 2) = %s, want allowed, the minute rule binding with 1 left", show(d))
+	}
+	tc.checkRule(t, clk, "AllowN(k, 2)", d, 2, tc.length)
+
+	// Past the minute rule's window and its buckets.
+	clk.Add(2 * time.Minute)
+	d = allowN(t, l, "k", 3)
+	left := tc.end.Sub(clk.Now())
+	if !d.Allowed || d.Rule != 1 || d.Remaining != 0 || d.ResetAfter != left || d.Window != tc.length || d.Limit != 5 {
+		t.Fatalf("AllowN(k, 3) = %s Window %v, want allowed, the %v rule binding: Remaining 0, ResetAfter %v, Window %v",
+			show(d), d.Window, tc.cal, left, tc.length)
+	}
+	tc.checkRule(t, clk, "AllowN(k, 3)", d, 5, tc.length)
+}
+
+// full checks that the full period denies, by the calendar rule, until
+// its last microsecond, and that a Peek says so too.
+func (tc *calendarPeriod) full(t *testing.T, l *core.Limiter, clk *Clock) {
+	t.Helper()
+	clk.Add(2 * time.Minute)
+	left := tc.end.Sub(clk.Now())
+	d := allow(t, l, "k")
+	if d.Allowed || d.Rule != 1 || d.RetryAfter != left || d.ResetAfter != left || d.Remaining != 0 {
+		t.Fatalf("Allow(k) over the %v's 5 = %s, want denied by Rules[1] until the period ends: RetryAfter %v", tc.cal, show(d), left)
+	}
+	if d.Rules()[0].RetryAfter != 0 || d.Rules()[0].Used != 0 {
+		t.Errorf("Allow(k) over the %v's 5: Rules[0] = %+v, want room", tc.cal, d.Rules()[0])
+	}
+	p := peek(t, l, "k")
+	if p.Allowed || p.RetryAfter != left {
+		t.Errorf("Peek(k) = %s, want denied, RetryAfter %v", show(p), left)
+	}
+	tc.checkRule(t, clk, "Peek(k)", p, 5, tc.length)
+
+	clk.Set(tc.end.Add(-time.Microsecond))
+	if d := allow(t, l, "k"); d.Allowed || d.RetryAfter != time.Microsecond {
+		t.Errorf("Allow(k) 1µs before the period ends = %s, want denied, RetryAfter 1µs", show(d))
+	}
+}
+
+// nextPeriod checks that the next period counts afresh from its first
+// microsecond, with its own length.
+func (tc *calendarPeriod) nextPeriod(t *testing.T, l *core.Limiter, clk *Clock) {
+	t.Helper()
+	clk.Set(tc.end)
+	d := allow(t, l, "k")
+	if !d.Allowed || d.Source != core.SourceStore {
+		t.Fatalf("Allow(k) as the next period begins = %s, want allowed by the store", show(d))
+	}
+	r := d.Rules()[1]
+	if r.Used != 1 || r.Window != tc.next || r.ResetAfter != tc.next {
+		t.Errorf("Allow(k) as the next period begins: Rules[1] = %+v, want Used 1, Window and ResetAfter %v", r, tc.next)
 	}
 }
 
@@ -172,34 +199,7 @@ func testCalendarBoundary(t *testing.T, s *suite) {
 			used := map[bool]int64{} // by "after the boundary"
 			before := 0
 			for i := 0; ; i++ {
-				var r driver.Result
-				var err error
-				if i%3 == 2 {
-					r, err = st.Peek(ctx(t), q)
-				} else {
-					r, err = st.Take(ctx(t), q)
-				}
-				if err != nil {
-					t.Fatalf("call %d: %v", i, err)
-				}
-				after := r.At >= b
-				end := b
-				if after {
-					end = b + 24*3600*1e6
-				}
-				left := time.Duration(end-r.At) * time.Microsecond
-				fits := used[after] < limit
-				rs := r.Rules.All()[0]
-				if r.Allowed != fits || rs.ResetAfter != left || rs.Window != 24*time.Hour || rs.Used != used[after]+boolInt(fits && i%3 != 2) {
-					t.Fatalf("call %d at %d (boundary %d): %+v, want Allowed %v, Used %d, Window 24h, ResetAfter %v",
-						i, r.At, b, r, fits, used[after]+boolInt(fits && i%3 != 2), left)
-				}
-				if !fits && rs.RetryAfter != left {
-					t.Fatalf("call %d at %d: RetryAfter %v, want %v: the end of the period by the store's clock", i, r.At, rs.RetryAfter, left)
-				}
-				if fits && i%3 != 2 {
-					used[after]++
-				}
+				after := boundaryCall(t, st, q, i, b, used)
 				if !after {
 					before++
 				}
@@ -211,6 +211,45 @@ func testCalendarBoundary(t *testing.T, s *suite) {
 			return before >= 6 // the old period was seen full
 		})
 	})
+}
+
+// boundaryCall makes call i of testCalendarBoundary to st, for q whose
+// day ends at b (Unix microseconds): a Peek every third call, else a Take.
+// It checks the call's result against used, the units taken in each
+// period so far (by "after the boundary"), counts the unit it took there,
+// and reports whether the store decided after the boundary.
+func boundaryCall(t *testing.T, st core.Store, q driver.Query, i int, b int64, used map[bool]int64) (after bool) {
+	t.Helper()
+	limit := q.Rules[0].Limit
+	var r driver.Result
+	var err error
+	if i%3 == 2 {
+		r, err = st.Peek(ctx(t), q)
+	} else {
+		r, err = st.Take(ctx(t), q)
+	}
+	if err != nil {
+		t.Fatalf("call %d: %v", i, err)
+	}
+	after = r.At >= b
+	end := b
+	if after {
+		end = b + 24*3600*1e6
+	}
+	left := time.Duration(end-r.At) * time.Microsecond
+	fits := used[after] < limit
+	rs := r.Rules.All()[0]
+	if r.Allowed != fits || rs.ResetAfter != left || rs.Window != 24*time.Hour || rs.Used != used[after]+boolInt(fits && i%3 != 2) {
+		t.Fatalf("call %d at %d (boundary %d): %+v, want Allowed %v, Used %d, Window 24h, ResetAfter %v",
+			i, r.At, b, r, fits, used[after]+boolInt(fits && i%3 != 2), left)
+	}
+	if !fits && rs.RetryAfter != left {
+		t.Fatalf("call %d at %d: RetryAfter %v, want %v: the end of the period by the store's clock", i, r.At, rs.RetryAfter, left)
+	}
+	if fits && i%3 != 2 {
+		used[after]++
+	}
+	return after
 }
 
 func boolInt(b bool) int64 {

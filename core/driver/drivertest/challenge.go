@@ -45,60 +45,16 @@ func testChallenge(t *testing.T, s *suite) {
 			Rules:     []core.Rule{{Limit: 5, Window: time.Minute, Challenge: 3}},
 			Algorithm: algo,
 		}, core.WithClock(clk.Now))
-		for i, remaining := range []int64{4, 3} {
-			if d := allow(t, l, "k"); !d.Allowed || d.Challenged || d.Remaining != remaining {
-				t.Fatalf("Allow(k) #%d = %s Challenged %v, want allowed, Remaining %d", i+1, show(d), d.Challenged, remaining)
-			}
-		}
-		for i := range 3 {
-			d := allow(t, l, "k")
-			wantChallenged(t, fmt.Sprintf("Allow(k) #3 without a pass, try %d", i+1), d, 0, 2)
-			if d.Remaining != 3 || d.Limit != 5 || d.Rule != 0 {
-				t.Fatalf("challenged Allow(k) = %s, want Rule 0, Limit 5, Remaining 3 (as before it)", show(d))
-			}
-		}
-		wantChallenged(t, "Peek(k)", peek(t, l, "k"), 0, 2)
-		if d := allowN(t, l, "other", 2); !d.Allowed {
-			t.Fatalf("AllowN(other, 2) = %s, want allowed (2 < Challenge 3)", show(d))
-		}
-		wantChallenged(t, "Allow(other) reaching the Challenge", allow(t, l, "other"), 0, 2)
+		challengeWithoutPass(t, l)
 
 		clk.Add(time.Second)
 		pass(t, l, "k")
-		if d := peek(t, l, "k"); !d.Allowed || d.Challenged {
-			t.Fatalf("Peek(k) after Pass = %s Challenged %v, want allowed", show(d), d.Challenged)
-		}
-		for i, remaining := range []int64{2, 1, 0} {
-			if d := allow(t, l, "k"); !d.Allowed || d.Challenged || d.Remaining != remaining {
-				t.Fatalf("Allow(k) #%d after Pass = %s Challenged %v, want allowed, Remaining %d", i+3, show(d), d.Challenged, remaining)
-			}
-		}
-		d := allow(t, l, "k")
-		if d.Allowed || d.Challenged || d.Locked || d.RetryAfter < 59*time.Second || d.RetryAfter > time.Minute {
-			t.Fatalf("Allow(k) #6 after Pass = %s Challenged %v, want denied by the limit, RetryAfter 59s (60s in 1s buckets)", show(d), d.Challenged)
-		}
-		if algo == core.SlidingLog && d.RetryAfter != 59*time.Second {
-			t.Fatalf("Allow(k) #6 after Pass = %s, want RetryAfter exactly 59s", show(d))
-		}
-		wantChallenged(t, "Allow(other) after k passed", allow(t, l, "other"), 0, 2)
+		challengeAfterPass(t, l, algo)
 
 		// A pass on a fresh key lasts the window from when it was given:
 		// units taken under it count on, but past its end the key is
 		// challenged again at its third unit.
-		pass(t, l, "w")
-		clk.Add(30 * time.Second)
-		for i := range 3 {
-			if d := allow(t, l, "w"); !d.Allowed {
-				t.Fatalf("Allow(w) #%d under a pass = %s, want allowed", i+1, show(d))
-			}
-		}
-		clk.Add(30*time.Second - time.Microsecond)
-		if d := peek(t, l, "w"); !d.Allowed || d.Rules()[0].Used != 3 {
-			t.Fatalf("Peek(w) 1µs before the pass ends = %s, want allowed, Used 3", show(d))
-		}
-		clk.Add(time.Microsecond)
-		wantChallenged(t, "Peek(w) when the pass ends", peek(t, l, "w"), 0, 3)
-		wantChallenged(t, "Allow(w) when the pass ends", allow(t, l, "w"), 0, 3)
+		challengePassEnds(t, l, clk)
 
 		// Once k's units and pass are gone, its third unit is challenged
 		// again.
@@ -110,6 +66,74 @@ func testChallenge(t *testing.T, s *suite) {
 		}
 		wantChallenged(t, "Allow(k) #3 after the pass ended", allow(t, l, "k"), 0, 2)
 	})
+}
+
+// challengeWithoutPass is testChallenge before a pass, on l of Limit 5
+// and Challenge 3: requests 1 and 2 of k are admitted, request 3 is
+// challenged (and again, recording nothing), a Peek reports the challenge,
+// and the key "other" is challenged at its own third unit.
+func challengeWithoutPass(t *testing.T, l *core.Limiter) {
+	t.Helper()
+	for i, remaining := range []int64{4, 3} {
+		if d := allow(t, l, "k"); !d.Allowed || d.Challenged || d.Remaining != remaining {
+			t.Fatalf("Allow(k) #%d = %s Challenged %v, want allowed, Remaining %d", i+1, show(d), d.Challenged, remaining)
+		}
+	}
+	for i := range 3 {
+		d := allow(t, l, "k")
+		wantChallenged(t, fmt.Sprintf("Allow(k) #3 without a pass, try %d", i+1), d, 0, 2)
+		if d.Remaining != 3 || d.Limit != 5 || d.Rule != 0 {
+			t.Fatalf("challenged Allow(k) = %s, want Rule 0, Limit 5, Remaining 3 (as before it)", show(d))
+		}
+	}
+	wantChallenged(t, "Peek(k)", peek(t, l, "k"), 0, 2)
+	if d := allowN(t, l, "other", 2); !d.Allowed {
+		t.Fatalf("AllowN(other, 2) = %s, want allowed (2 < Challenge 3)", show(d))
+	}
+	wantChallenged(t, "Allow(other) reaching the Challenge", allow(t, l, "other"), 0, 2)
+}
+
+// challengeAfterPass is testChallenge once k passed: requests 3 to 5 are
+// admitted and 6 is denied by the limit; "other" is still challenged.
+func challengeAfterPass(t *testing.T, l *core.Limiter, algo core.Algorithm) {
+	t.Helper()
+	if d := peek(t, l, "k"); !d.Allowed || d.Challenged {
+		t.Fatalf("Peek(k) after Pass = %s Challenged %v, want allowed", show(d), d.Challenged)
+	}
+	for i, remaining := range []int64{2, 1, 0} {
+		if d := allow(t, l, "k"); !d.Allowed || d.Challenged || d.Remaining != remaining {
+			t.Fatalf("Allow(k) #%d after Pass = %s Challenged %v, want allowed, Remaining %d", i+3, show(d), d.Challenged, remaining)
+		}
+	}
+	d := allow(t, l, "k")
+	if d.Allowed || d.Challenged || d.Locked || d.RetryAfter < 59*time.Second || d.RetryAfter > time.Minute {
+		t.Fatalf("Allow(k) #6 after Pass = %s Challenged %v, want denied by the limit, RetryAfter 59s (60s in 1s buckets)", show(d), d.Challenged)
+	}
+	if algo == core.SlidingLog && d.RetryAfter != 59*time.Second {
+		t.Fatalf("Allow(k) #6 after Pass = %s, want RetryAfter exactly 59s", show(d))
+	}
+	wantChallenged(t, "Allow(other) after k passed", allow(t, l, "other"), 0, 2)
+}
+
+// challengePassEnds is testChallenge's pass on the fresh key "w": it lasts
+// the window from when it was given, and the units taken under it count
+// on once it ends.
+func challengePassEnds(t *testing.T, l *core.Limiter, clk *Clock) {
+	t.Helper()
+	pass(t, l, "w")
+	clk.Add(30 * time.Second)
+	for i := range 3 {
+		if d := allow(t, l, "w"); !d.Allowed {
+			t.Fatalf("Allow(w) #%d under a pass = %s, want allowed", i+1, show(d))
+		}
+	}
+	clk.Add(30*time.Second - time.Microsecond)
+	if d := peek(t, l, "w"); !d.Allowed || d.Rules()[0].Used != 3 {
+		t.Fatalf("Peek(w) 1µs before the pass ends = %s, want allowed, Used 3", show(d))
+	}
+	clk.Add(time.Microsecond)
+	wantChallenged(t, "Peek(w) when the pass ends", peek(t, l, "w"), 0, 3)
+	wantChallenged(t, "Allow(w) when the pass ends", allow(t, l, "w"), 0, 3)
 }
 
 // testChallengeRules: a Challenge on one rule of several, the binding one

@@ -42,42 +42,13 @@ func testLockout(t *testing.T, s *suite) {
 			Algorithm: algo,
 			Lockout:   core.Lockout{For: time.Hour},
 		}, core.WithClock(clk.Now))
-		for i := range 3 {
-			if d := allow(t, l, "k"); !d.Allowed || d.Locked {
-				t.Fatalf("Allow(k) #%d = %s, want allowed", i+1, show(d))
-			}
-		}
-		d := allow(t, l, "k")
-		if d.Allowed || !d.Locked || d.RetryAfter != time.Hour || d.Remaining != 0 || d.ResetAfter != time.Hour {
-			t.Fatalf("Allow(k) #4 over 3 per minute = %s Locked %v, want denied and locked out, RetryAfter and ResetAfter %v, Remaining 0",
-				show(d), d.Locked, time.Hour)
-		}
-		if r := d.Rules()[0]; r.Used != 3 || r.RetryAfter <= 0 || r.RetryAfter > 2*time.Minute {
-			t.Errorf("Allow(k) #4: Rules[0] = %+v, want the rule's own state: Used 3, RetryAfter about the window", r)
-		}
-		if d := allow(t, l, "other"); !d.Allowed {
-			t.Errorf("Allow(other) while k is locked out = %s, want allowed", show(d))
-		}
+		lockoutBegins(t, l)
 
 		// Past the window (and its buckets) the rule has room, but the key
 		// stays locked out for any cost, and a denial during the lockout
 		// does not extend it.
 		clk.Add(5 * time.Minute)
-		for _, n := range []int64{1, 2, 1} {
-			d := allowN(t, l, "k", n)
-			if d.Allowed || !d.Locked || d.RetryAfter != 55*time.Minute || d.Remaining != 0 {
-				t.Fatalf("AllowN(k, %d) 5m into the lockout = %s Locked %v, want locked out, RetryAfter 55m, Remaining 0", n, show(d), d.Locked)
-			}
-			// A denial cached since the lockout began keeps the counts it
-			// saw; the store's answer shows the window as it is.
-			if r := d.Rules()[0]; d.Source == core.SourceStore && (r.Used != 0 || r.RetryAfter != 0) {
-				t.Errorf("AllowN(k, %d) 5m into the lockout: Rules[0] = %+v, want the empty window (Used 0, no RetryAfter)", n, r)
-			}
-		}
-		p := peek(t, l, "k")
-		if p.Allowed || !p.Locked || p.RetryAfter != 55*time.Minute || p.Rules()[0].Used != 0 {
-			t.Errorf("Peek(k) 5m into the lockout = %s Locked %v, Used %d; want locked out, RetryAfter 55m, Used 0", show(p), p.Locked, p.Rules()[0].Used)
-		}
+		lockoutHolds(t, l)
 
 		clk.Add(55*time.Minute - time.Microsecond)
 		if d := allow(t, l, "k"); d.Allowed || !d.Locked || d.RetryAfter != time.Microsecond {
@@ -88,6 +59,50 @@ func testLockout(t *testing.T, s *suite) {
 			t.Errorf("Allow(k) when the lockout ends = %s Locked %v, want allowed by the store, Remaining 2", show(d), d.Locked)
 		}
 	})
+}
+
+// lockoutBegins is the start of testLockout, on l of 3 a minute and an
+// hour's lockout: the denial of unit 4 locks k out for the hour, with the
+// rule's own state, and other keys are admitted.
+func lockoutBegins(t *testing.T, l *core.Limiter) {
+	t.Helper()
+	for i := range 3 {
+		if d := allow(t, l, "k"); !d.Allowed || d.Locked {
+			t.Fatalf("Allow(k) #%d = %s, want allowed", i+1, show(d))
+		}
+	}
+	d := allow(t, l, "k")
+	if d.Allowed || !d.Locked || d.RetryAfter != time.Hour || d.Remaining != 0 || d.ResetAfter != time.Hour {
+		t.Fatalf("Allow(k) #4 over 3 per minute = %s Locked %v, want denied and locked out, RetryAfter and ResetAfter %v, Remaining 0",
+			show(d), d.Locked, time.Hour)
+	}
+	if r := d.Rules()[0]; r.Used != 3 || r.RetryAfter <= 0 || r.RetryAfter > 2*time.Minute {
+		t.Errorf("Allow(k) #4: Rules[0] = %+v, want the rule's own state: Used 3, RetryAfter about the window", r)
+	}
+	if d := allow(t, l, "other"); !d.Allowed {
+		t.Errorf("Allow(other) while k is locked out = %s, want allowed", show(d))
+	}
+}
+
+// lockoutHolds is testLockout 5 minutes into the lockout: k stays locked
+// out for any cost, for the 55 minutes left, and Peek says so.
+func lockoutHolds(t *testing.T, l *core.Limiter) {
+	t.Helper()
+	for _, n := range []int64{1, 2, 1} {
+		d := allowN(t, l, "k", n)
+		if d.Allowed || !d.Locked || d.RetryAfter != 55*time.Minute || d.Remaining != 0 {
+			t.Fatalf("AllowN(k, %d) 5m into the lockout = %s Locked %v, want locked out, RetryAfter 55m, Remaining 0", n, show(d), d.Locked)
+		}
+		// A denial cached since the lockout began keeps the counts it
+		// saw; the store's answer shows the window as it is.
+		if r := d.Rules()[0]; d.Source == core.SourceStore && (r.Used != 0 || r.RetryAfter != 0) {
+			t.Errorf("AllowN(k, %d) 5m into the lockout: Rules[0] = %+v, want the empty window (Used 0, no RetryAfter)", n, r)
+		}
+	}
+	p := peek(t, l, "k")
+	if p.Allowed || !p.Locked || p.RetryAfter != 55*time.Minute || p.Rules()[0].Used != 0 {
+		t.Errorf("Peek(k) 5m into the lockout = %s Locked %v, Used %d; want locked out, RetryAfter 55m, Used 0", show(p), p.Locked, p.Rules()[0].Used)
+	}
 }
 
 // testLockoutGrowth: with Max above For, each repeat offence locks twice
@@ -239,6 +254,14 @@ func testLockoutPeekRefundReset(t *testing.T, s *suite) {
 			t.Fatalf("Allow(k) on A = %s Locked %v, want locked out for an hour", show(d), d.Locked)
 		}
 	}
+	lockoutRefundReset(t, a, b, first)
+}
+
+// lockoutRefundReset is the end of testLockoutPeekRefundReset, with k
+// locked out in the store that a and b share: refunding first, an old
+// unit, frees room, not the key; a's Reset lifts the lockout.
+func lockoutRefundReset(t *testing.T, a, b *core.Limiter, first core.Decision) {
+	t.Helper()
 	// Giving back an old unit frees room, not the key.
 	if err := first.Refund(ctx(t)); err != nil {
 		t.Fatal(err)

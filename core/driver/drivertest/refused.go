@@ -1,6 +1,7 @@
 package drivertest
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"strings"
@@ -23,6 +24,16 @@ func testRefusals(t *testing.T, s *suite) {
 		t.Fatalf("%T does not keep refusals (driver.Refusals)", store)
 	}
 	c := ctx(t)
+	checkRefusedSums(t, c, s, rs)
+	checkRefusedBound(t, c, s, rs)
+	checkRefusedLimiter(t, c, s, store)
+}
+
+// checkRefusedSums checks that additions of refusals to a policy sum per
+// key, and that TopRefused returns the n highest in order (ties in key
+// order) and nothing of another policy.
+func checkRefusedSums(t *testing.T, c context.Context, s *suite, rs driver.Refusals) {
+	t.Helper()
 	p, other := s.name(), s.name()
 	for _, add := range []struct {
 		policy string
@@ -50,8 +61,12 @@ func testRefusals(t *testing.T, s *suite) {
 	if got, err := rs.TopRefused(c, s.name(), 10); err != nil || len(got) != 0 {
 		t.Errorf("TopRefused of a policy that refused nothing = %v, %v; want none", got, err)
 	}
+}
 
-	// One addition of 1,500 keys: the minute keeps the 1,000 highest.
+// checkRefusedBound checks that a minute keeps its 1,000 highest keys,
+// from one addition of 1,500.
+func checkRefusedBound(t *testing.T, c context.Context, s *suite, rs driver.Refusals) {
+	t.Helper()
 	bound := s.name()
 	many := make([]driver.RefusedKey, 1500)
 	for i := range many {
@@ -68,8 +83,12 @@ func testRefusals(t *testing.T, s *suite) {
 		t.Errorf("TopRefused after 1,500 keys in a minute: %d keys, first %v, last %v; want the 1,000 highest, %v to %v",
 			len(got), got[:min(1, len(got))], got[max(0, len(got)-1):], many[1499], many[500])
 	}
+}
 
-	// Through a limiter: its denials, by key as stored.
+// checkRefusedLimiter checks that a limiter's denials on store reach its
+// TopRefused, by key as stored (bounded).
+func checkRefusedLimiter(t *testing.T, c context.Context, s *suite, store core.Store) {
+	t.Helper()
 	long := strings.Repeat("x", 300)
 	l, err := core.NewLimiter(store, core.Policy{Name: s.name(), Rules: []core.Rule{{Limit: 1, Window: time.Hour}}}, s.options()...)
 	if err != nil {

@@ -464,91 +464,116 @@ func testSameInstantUnits(t *testing.T, s *suite) {
 	}
 }
 
+// The rules of testMultiRuleBinding: 1 per bindShort and 3 per bindLong.
+const (
+	bindShort = 200 * time.Millisecond
+	bindLong  = time.Second
+)
+
 // testMultiRuleBinding checks 1/200ms + 3/1s: a denial names the rule
 // that binds, with that rule's RetryAfter.
 func testMultiRuleBinding(t *testing.T, s *suite) {
-	const (
-		short = 200 * time.Millisecond
-		long  = time.Second
-	)
-	l, _ := s.limiter(t, []core.Rule{{Limit: 1, Window: short}, {Limit: 3, Window: long}}, core.WithDenyCache(0))
+	l, _ := s.limiter(t, []core.Rule{{Limit: 1, Window: bindShort}, {Limit: 3, Window: bindLong}}, core.WithDenyCache(0))
 	retryTiming(t, func(key string) bool {
-		t1b := time.Now()
-		d := allow(t, l, key)
-		t1a := time.Now()
-		if !d.Allowed || d.Rule != 0 || d.Limit != 1 || d.Window != short || d.Remaining != 0 || d.Rules()[1].Remaining() != 2 {
-			t.Fatalf("Allow #1 = %s, want allowed, binding Rules[0] (1 per %v, Remaining 0), Rules[1] Remaining 2", show(d), short)
-		}
-
-		// Only the 200 ms rule is violated.
-		b := time.Now()
-		d = allow(t, l, key)
-		a := time.Now()
-		// The decisions were made within [t1b, t1a] and [b, a]: a stall
-		// anywhere in them may have put the second past the window.
-		if d.Allowed && a.Sub(t1b) >= short {
-			return false // stalled past the window: allowed rightly
-		}
-		if d.Allowed || d.Rule != 0 || d.Limit != 1 {
-			t.Fatalf("Allow #2 right after #1 = %s, want denied by Rules[0] (1 per %v)", show(d), short)
-		}
-		if d.Rules()[1].RetryAfter != 0 {
-			t.Errorf("Allow #2: Rules[1].RetryAfter = %v, want 0 (3 per %v has room)", d.Rules()[1].RetryAfter, long)
-		}
-		if lo, hi, ok := inBracket(d.RetryAfter, short, t1b, t1a, b, a); !ok {
-			t.Errorf("Allow #2: RetryAfter = %v, want in [%v, %v]", d.RetryAfter, lo, hi)
-		}
-
-		// Units 2 and 3, each as soon as the 200 ms rule allows.
-		time.Sleep(d.RetryAfter + 2*time.Millisecond)
-		var t3b, t3a time.Time
-		for i := 2; i <= 3; i++ {
-			t3b = time.Now()
-			d = allow(t, l, key)
-			t3a = time.Now()
-			if !d.Allowed {
-				t.Fatalf("Allow of unit %d after the %v rule freed = %s, want allowed", i, short, show(d))
-			}
-			if want := int64(3 - i); d.Rules()[1].Remaining() != want {
-				t.Errorf("Allow of unit %d: Rules[1] Remaining %d, want %d", i, d.Rules()[1].Remaining(), want)
-			}
-			if i == 2 {
-				time.Sleep(d.Rules()[0].ResetAfter + 2*time.Millisecond)
-			}
-		}
-
-		// Both rules are violated now: the 200 ms one by unit 3, the 1 s
-		// one by units 1-3. The one that frees last binds.
-		b = time.Now()
-		d = allow(t, l, key)
-		a = time.Now()
-		if d.Allowed && b.Sub(t3a) >= short {
+		t1b, t1a, retry, ok := bindFirst(t, l, key)
+		if !ok {
 			return false
 		}
-		if d.Allowed || d.Remaining != 0 {
-			t.Fatalf("Allow #4 = %s, want denied, Remaining 0", show(d))
-		}
-		r0, r1 := d.Rules()[0].RetryAfter, d.Rules()[1].RetryAfter
-		if lo, hi, ok := inBracket(r0, short, t3b, t3a, b, a); !ok {
-			t.Errorf("Allow #4: Rules[0].RetryAfter = %v, want in [%v, %v] (unit 3 leaving the %v window)", r0, lo, hi, short)
-		}
-		if lo, hi, ok := inBracket(r1, long, t1b, t1a, b, a); !ok {
-			t.Errorf("Allow #4: Rules[1].RetryAfter = %v, want in [%v, %v] (unit 1 leaving the %v window)", r1, lo, hi, long)
-		}
-		want := 0
-		if r1 > r0 {
-			want = 1
-		}
-		if d.Rule != want || d.RetryAfter != max(r0, r1) || d.Limit != d.Rules()[want].Limit || d.Window != d.Rules()[want].Window {
-			t.Errorf("Allow #4 = %s with Rules[0].RetryAfter %v, Rules[1].RetryAfter %v; want binding Rules[%d] and its RetryAfter", show(d), r0, r1, want)
-		}
-		// Unit 3 came 400 ms after unit 1 unless the machine stalled: the
-		// 1 s rule must be the one that binds then.
-		if t3a.Add(short).Before(t1b.Add(long)) && d.Rule != 1 {
-			t.Errorf("Allow #4 = %s, want denied by Rules[1] (3 per %v), which frees last", show(d), long)
-		}
-		return t3a.Add(short).Before(t1b.Add(long))
+		// Units 2 and 3, each as soon as the 200 ms rule allows.
+		time.Sleep(retry + 2*time.Millisecond)
+		t3b, t3a := bindRefill(t, l, key)
+		return bindBoth(t, l, key, t1b, t1a, t3b, t3a)
 	})
+}
+
+// bindFirst is the start of testMultiRuleBinding: unit 1, made between
+// t1b and t1a, then a unit that only the 200 ms rule denies, for retry. It
+// reports false when a stall put the second past the window.
+func bindFirst(t *testing.T, l *core.Limiter, key string) (t1b, t1a time.Time, retry time.Duration, ok bool) {
+	t.Helper()
+	t1b = time.Now()
+	d := allow(t, l, key)
+	t1a = time.Now()
+	if !d.Allowed || d.Rule != 0 || d.Limit != 1 || d.Window != bindShort || d.Remaining != 0 || d.Rules()[1].Remaining() != 2 {
+		t.Fatalf("Allow #1 = %s, want allowed, binding Rules[0] (1 per %v, Remaining 0), Rules[1] Remaining 2", show(d), bindShort)
+	}
+
+	// Only the 200 ms rule is violated.
+	b := time.Now()
+	d = allow(t, l, key)
+	a := time.Now()
+	// The decisions were made within [t1b, t1a] and [b, a]: a stall
+	// anywhere in them may have put the second past the window.
+	if d.Allowed && a.Sub(t1b) >= bindShort {
+		return t1b, t1a, 0, false // stalled past the window: allowed rightly
+	}
+	if d.Allowed || d.Rule != 0 || d.Limit != 1 {
+		t.Fatalf("Allow #2 right after #1 = %s, want denied by Rules[0] (1 per %v)", show(d), bindShort)
+	}
+	if d.Rules()[1].RetryAfter != 0 {
+		t.Errorf("Allow #2: Rules[1].RetryAfter = %v, want 0 (3 per %v has room)", d.Rules()[1].RetryAfter, bindLong)
+	}
+	if lo, hi, ok := inBracket(d.RetryAfter, bindShort, t1b, t1a, b, a); !ok {
+		t.Errorf("Allow #2: RetryAfter = %v, want in [%v, %v]", d.RetryAfter, lo, hi)
+	}
+	return t1b, t1a, d.RetryAfter, true
+}
+
+// bindRefill takes units 2 and 3 of testMultiRuleBinding, the 3rd once
+// the 200 ms rule frees, and returns when unit 3 was made.
+func bindRefill(t *testing.T, l *core.Limiter, key string) (t3b, t3a time.Time) {
+	t.Helper()
+	for i := 2; i <= 3; i++ {
+		t3b = time.Now()
+		d := allow(t, l, key)
+		t3a = time.Now()
+		if !d.Allowed {
+			t.Fatalf("Allow of unit %d after the %v rule freed = %s, want allowed", i, bindShort, show(d))
+		}
+		if want := int64(3 - i); d.Rules()[1].Remaining() != want {
+			t.Errorf("Allow of unit %d: Rules[1] Remaining %d, want %d", i, d.Rules()[1].Remaining(), want)
+		}
+		if i == 2 {
+			time.Sleep(d.Rules()[0].ResetAfter + 2*time.Millisecond)
+		}
+	}
+	return t3b, t3a
+}
+
+// bindBoth is the end of testMultiRuleBinding: both rules are violated
+// now, the 200 ms one by unit 3, the 1 s one by units 1-3, and the one
+// that frees last binds. It reports whether the timing held.
+func bindBoth(t *testing.T, l *core.Limiter, key string, t1b, t1a, t3b, t3a time.Time) bool {
+	t.Helper()
+	b := time.Now()
+	d := allow(t, l, key)
+	a := time.Now()
+	if d.Allowed && b.Sub(t3a) >= bindShort {
+		return false
+	}
+	if d.Allowed || d.Remaining != 0 {
+		t.Fatalf("Allow #4 = %s, want denied, Remaining 0", show(d))
+	}
+	r0, r1 := d.Rules()[0].RetryAfter, d.Rules()[1].RetryAfter
+	if lo, hi, ok := inBracket(r0, bindShort, t3b, t3a, b, a); !ok {
+		t.Errorf("Allow #4: Rules[0].RetryAfter = %v, want in [%v, %v] (unit 3 leaving the %v window)", r0, lo, hi, bindShort)
+	}
+	if lo, hi, ok := inBracket(r1, bindLong, t1b, t1a, b, a); !ok {
+		t.Errorf("Allow #4: Rules[1].RetryAfter = %v, want in [%v, %v] (unit 1 leaving the %v window)", r1, lo, hi, bindLong)
+	}
+	want := 0
+	if r1 > r0 {
+		want = 1
+	}
+	if d.Rule != want || d.RetryAfter != max(r0, r1) || d.Limit != d.Rules()[want].Limit || d.Window != d.Rules()[want].Window {
+		t.Errorf("Allow #4 = %s with Rules[0].RetryAfter %v, Rules[1].RetryAfter %v; want binding Rules[%d] and its RetryAfter", show(d), r0, r1, want)
+	}
+	// Unit 3 came 400 ms after unit 1 unless the machine stalled: the
+	// 1 s rule must be the one that binds then.
+	if t3a.Add(bindShort).Before(t1b.Add(bindLong)) && d.Rule != 1 {
+		t.Errorf("Allow #4 = %s, want denied by Rules[1] (3 per %v), which frees last", show(d), bindLong)
+	}
+	return t3a.Add(bindShort).Before(t1b.Add(bindLong))
 }
 
 // testMultiRuleStore checks the store's own answer for two rules: each
@@ -687,15 +712,19 @@ func testRetryAfterBracket(t *testing.T, s *suite) {
 	})
 }
 
+// remainingStep is a step of testRemaining: AllowN(k, n) and the decision
+// it must get.
+type remainingStep struct {
+	name          string
+	n             int64
+	wantAllowed   bool
+	wantRemaining int64
+}
+
 func testRemaining(t *testing.T, s *suite) {
 	const window = time.Minute
 	l, _ := s.limiter(t, []core.Rule{{Limit: 5, Window: window}}, core.WithDenyCache(0))
-	for _, tc := range []struct {
-		name          string
-		n             int64
-		wantAllowed   bool
-		wantRemaining int64
-	}{
+	for _, tc := range []remainingStep{
 		{"1st", 1, true, 4},
 		{"2nd", 1, true, 3},
 		{"3 more", 3, true, 0},
@@ -706,16 +735,7 @@ func testRemaining(t *testing.T, s *suite) {
 			t.Errorf("%s: AllowN(k, %d) = %s, want Allowed=%v Limit=5 Remaining=%d Source=store",
 				tc.name, tc.n, show(d), tc.wantAllowed, tc.wantRemaining)
 		}
-		switch {
-		case d.Allowed && d.ResetAfter != window:
-			// The newest unit was just admitted: the window is empty
-			// exactly one window from now.
-			t.Errorf("%s: ResetAfter = %v, want %v", tc.name, d.ResetAfter, window)
-		case !d.Allowed && (d.ResetAfter <= 0 || d.ResetAfter > window || d.RetryAfter <= 0 || d.RetryAfter > d.ResetAfter):
-			t.Errorf("%s: ResetAfter %v, RetryAfter %v; want 0 < RetryAfter <= ResetAfter <= %v", tc.name, d.ResetAfter, d.RetryAfter, window)
-		case d.Allowed && d.RetryAfter != 0:
-			t.Errorf("%s: RetryAfter = %v on an admission, want 0", tc.name, d.RetryAfter)
-		}
+		tc.checkTimes(t, d, window)
 		if len(d.Rules()) != 1 || d.Rules()[0].Limit != 5 || d.Rules()[0].Window != window {
 			t.Errorf("%s: Rules = %+v, want one state of 5 per %v", tc.name, d.Rules(), window)
 		}
@@ -724,6 +744,22 @@ func testRemaining(t *testing.T, s *suite) {
 	d := peek(t, l, "other")
 	if !d.Allowed || d.Remaining != 5 || d.ResetAfter != 0 || d.RetryAfter != 0 {
 		t.Errorf("Peek(other) = %s, want allowed, Remaining 5, ResetAfter 0", show(d))
+	}
+}
+
+// checkTimes checks the ResetAfter and RetryAfter of the step's decision d
+// on a rule of window.
+func (tc remainingStep) checkTimes(t *testing.T, d core.Decision, window time.Duration) {
+	t.Helper()
+	switch {
+	case d.Allowed && d.ResetAfter != window:
+		// The newest unit was just admitted: the window is empty
+		// exactly one window from now.
+		t.Errorf("%s: ResetAfter = %v, want %v", tc.name, d.ResetAfter, window)
+	case !d.Allowed && (d.ResetAfter <= 0 || d.ResetAfter > window || d.RetryAfter <= 0 || d.RetryAfter > d.ResetAfter):
+		t.Errorf("%s: ResetAfter %v, RetryAfter %v; want 0 < RetryAfter <= ResetAfter <= %v", tc.name, d.ResetAfter, d.RetryAfter, window)
+	case d.Allowed && d.RetryAfter != 0:
+		t.Errorf("%s: RetryAfter = %v on an admission, want 0", tc.name, d.RetryAfter)
 	}
 }
 
@@ -937,14 +973,7 @@ func testNextAfter(t *testing.T, s *suite) {
 	algorithms(t, func(t *testing.T, algo core.Algorithm) {
 		start := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 		clk := NewClock(start)
-		// leaves is when a unit admitted at a leaves window w, seen at now.
-		leaves := func(a time.Time, w time.Duration) time.Duration {
-			if algo == core.SlidingBuckets {
-				g := w.Microseconds() / 60
-				return time.Duration((a.UnixMicro()/g+1)*g+w.Microseconds()-clk.Now().UnixMicro()) * time.Microsecond
-			}
-			return a.Add(w).Sub(clk.Now())
-		}
+		leaves := unitLeaves(algo, clk)
 		minute, ten := time.Minute, 10*time.Second
 		l, _ := s.policyLimiter(t, core.Policy{Algorithm: algo, Rules: []core.Rule{{Limit: 100, Window: minute}}},
 			core.WithClock(clk.Now))
@@ -981,27 +1010,47 @@ func testNextAfter(t *testing.T, s *suite) {
 			t.Errorf("at 3 s: %s, NextAfter %v; want denied, RetryAfter and NextAfter %v", show(d), r.NextAfter, leaves(start, ten))
 		}
 
-		// A long window: a store that reads only part of it (the Lua
-		// reads a long log around its hints) still finds the oldest unit.
-		clk.Set(start)
-		long, _ := s.policyLimiter(t, core.Policy{Algorithm: algo, Rules: []core.Rule{{Limit: 1000, Window: minute}}},
-			core.WithClock(clk.Now))
-		for range 200 { // one unit every 100 ms, from 0 s to 19.9 s
-			allow(t, long, "k")
-			clk.Add(100 * time.Millisecond)
-		}
-		for _, tc := range []struct{ at, oldest time.Duration }{
-			{30 * time.Second, 0},
-			{60*time.Second + 50*time.Millisecond, 100 * time.Millisecond},
-			{75*time.Second + 20*time.Millisecond, 15100 * time.Millisecond},
-		} {
-			clk.Set(start.Add(tc.at))
-			if d := allow(t, long, "k"); d.Rules()[0].NextAfter != leaves(start.Add(tc.oldest), minute) {
-				t.Errorf("long window at %v: NextAfter %v, want %v (the unit of %v)", tc.at, d.Rules()[0].NextAfter,
-					leaves(start.Add(tc.oldest), minute), tc.oldest)
-			}
-		}
+		checkNextAfterLongWindow(t, s, algo, clk, start)
 	})
+}
+
+// unitLeaves returns leaves for algo: when a unit admitted at a leaves
+// window w, seen at clk's now.
+func unitLeaves(algo core.Algorithm, clk *Clock) func(a time.Time, w time.Duration) time.Duration {
+	return func(a time.Time, w time.Duration) time.Duration {
+		if algo == core.SlidingBuckets {
+			g := w.Microseconds() / 60
+			return time.Duration((a.UnixMicro()/g+1)*g+w.Microseconds()-clk.Now().UnixMicro()) * time.Microsecond
+		}
+		return a.Add(w).Sub(clk.Now())
+	}
+}
+
+// checkNextAfterLongWindow is testNextAfter's long window: a store that
+// reads only part of it (the Lua reads a long log around its hints) still
+// finds the oldest unit. It sets clk back to start first.
+func checkNextAfterLongWindow(t *testing.T, s *suite, algo core.Algorithm, clk *Clock, start time.Time) {
+	t.Helper()
+	leaves := unitLeaves(algo, clk)
+	minute := time.Minute
+	clk.Set(start)
+	long, _ := s.policyLimiter(t, core.Policy{Algorithm: algo, Rules: []core.Rule{{Limit: 1000, Window: minute}}},
+		core.WithClock(clk.Now))
+	for range 200 { // one unit every 100 ms, from 0 s to 19.9 s
+		allow(t, long, "k")
+		clk.Add(100 * time.Millisecond)
+	}
+	for _, tc := range []struct{ at, oldest time.Duration }{
+		{30 * time.Second, 0},
+		{60*time.Second + 50*time.Millisecond, 100 * time.Millisecond},
+		{75*time.Second + 20*time.Millisecond, 15100 * time.Millisecond},
+	} {
+		clk.Set(start.Add(tc.at))
+		if d := allow(t, long, "k"); d.Rules()[0].NextAfter != leaves(start.Add(tc.oldest), minute) {
+			t.Errorf("long window at %v: NextAfter %v, want %v (the unit of %v)", tc.at, d.Rules()[0].NextAfter,
+				leaves(start.Add(tc.oldest), minute), tc.oldest)
+		}
+	}
 }
 
 func testIsolation(t *testing.T, s *suite) {
@@ -1041,13 +1090,48 @@ func testValidation(t *testing.T, s *suite) {
 	for i := range many {
 		many[i] = core.Rule{Limit: int64(i + 1), Window: time.Duration(i+1) * time.Second}
 	}
-	for _, tc := range []struct {
-		name      string
-		store     core.Store
-		policy    core.Policy
-		opts      []core.Option
-		wantField string
-	}{
+	checkInvalidPolicies(t, st, ok, many)
+	checkValidEdges(t, st, ok, many[:16])
+
+	// A store called without a limiter refuses a period it cannot count.
+	q := driver.Query{Policy: s.name(), Key: "k", N: 1, Rules: []driver.Rule{{Limit: 1, Calendar: 9}}}
+	if _, err := st.Take(ctx(t), q); !errors.Is(err, driver.ErrInvalidQuery) {
+		t.Errorf("Take with Calendar 9 = %v, want driver.ErrInvalidQuery", err)
+	}
+
+	// The limiter keeps its own copy of the rules.
+	rules := []core.Rule{{Limit: 1, Window: time.Minute}}
+	l, err := core.NewLimiter(st, core.Policy{Name: s.name(), Rules: rules}, s.options()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules[0].Limit = 100
+	l.Policy().Rules[0].Limit = 100
+	if got := l.Policy().Rules[0].Limit; got != 1 {
+		t.Errorf("Policy().Rules[0].Limit after changing the caller's slices = %d, want 1", got)
+	}
+	allow(t, l, "k")
+	if d := allow(t, l, "k"); d.Allowed {
+		t.Errorf("Allow #2 with Limit 1 = %s, want denied", show(d))
+	}
+}
+
+// invalidPolicy is a case of checkInvalidPolicies: NewLimiter(store,
+// policy, opts...) fails with an error that names wantField.
+type invalidPolicy struct {
+	name      string
+	store     core.Store
+	policy    core.Policy
+	opts      []core.Option
+	wantField string
+}
+
+// checkInvalidPolicies checks that NewLimiter refuses each invalid policy
+// and option on st with ErrInvalidPolicy, naming the field at fault. ok is
+// a valid rule, many 17 rules.
+func checkInvalidPolicies(t *testing.T, st core.Store, ok, many []core.Rule) {
+	t.Helper()
+	for _, tc := range []invalidPolicy{
 		{"nil store", nil, core.Policy{Name: "p", Rules: ok}, nil, "store"},
 		{"empty name", st, core.Policy{Rules: ok}, nil, "Name"},
 		{"name with brace", st, core.Policy{Name: "a{b", Rules: ok}, nil, "Name"},
@@ -1098,9 +1182,12 @@ func testValidation(t *testing.T, s *suite) {
 			}
 		})
 	}
+}
 
-	// The edges that are valid.
-	sixteen := many[:16]
+// checkValidEdges checks that NewLimiter accepts the edges that are valid
+// on st. ok is a valid rule, sixteen 16 rules.
+func checkValidEdges(t *testing.T, st core.Store, ok, sixteen []core.Rule) {
+	t.Helper()
 	for _, p := range []core.Policy{
 		{Name: strings.Repeat("n", 64), Rules: ok},
 		{Name: "p", Rules: sixteen},
@@ -1115,28 +1202,6 @@ func testValidation(t *testing.T, s *suite) {
 		if _, err := core.NewLimiter(st, p); err != nil {
 			t.Errorf("NewLimiter(%+v) = %v, want a limiter", p, err)
 		}
-	}
-
-	// A store called without a limiter refuses a period it cannot count.
-	q := driver.Query{Policy: s.name(), Key: "k", N: 1, Rules: []driver.Rule{{Limit: 1, Calendar: 9}}}
-	if _, err := st.Take(ctx(t), q); !errors.Is(err, driver.ErrInvalidQuery) {
-		t.Errorf("Take with Calendar 9 = %v, want driver.ErrInvalidQuery", err)
-	}
-
-	// The limiter keeps its own copy of the rules.
-	rules := []core.Rule{{Limit: 1, Window: time.Minute}}
-	l, err := core.NewLimiter(st, core.Policy{Name: s.name(), Rules: rules}, s.options()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rules[0].Limit = 100
-	l.Policy().Rules[0].Limit = 100
-	if got := l.Policy().Rules[0].Limit; got != 1 {
-		t.Errorf("Policy().Rules[0].Limit after changing the caller's slices = %d, want 1", got)
-	}
-	allow(t, l, "k")
-	if d := allow(t, l, "k"); d.Allowed {
-		t.Errorf("Allow #2 with Limit 1 = %s, want denied", show(d))
 	}
 }
 
