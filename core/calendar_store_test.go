@@ -17,7 +17,7 @@ func TestCalendarTiers(t *testing.T) {
 	paris, tokyo := drivertest.Zone(t, "Europe/Paris"), drivertest.Zone(t, "Asia/Tokyo")
 	// 20:00 UTC on 31 January: 21:00 in Paris, already 1 February in Tokyo.
 	clk := drivertest.NewClock(time.Date(2024, 1, 31, 20, 0, 0, 0, time.UTC))
-	p := &plans{tier: map[string]string{"fr": "pro/Europe/Paris", "jp": "pro/Asia/Tokyo"}}
+	p := testkit.NewPlans(map[string]string{"fr": "pro/Europe/Paris", "jp": "pro/Asia/Tokyo"})
 	tiers := map[string][]core.Rule{
 		"pro/Europe/Paris": {{Limit: 100, Window: time.Second}, {Limit: 1000, Calendar: core.Month, Location: paris}},
 		"pro/Asia/Tokyo":   {{Limit: 100, Window: time.Second}, {Limit: 1000, Calendar: core.Month, Location: tokyo}},
@@ -28,7 +28,7 @@ func TestCalendarTiers(t *testing.T) {
 		s    core.Store
 	}{{"memory", core.NewMemoryStore()}} { // Redis: internal/test/redissuite's CalendarTiers
 		t.Run(store.name, func(t *testing.T) {
-			l := testkit.Limiter(t, store.s, base, core.WithTiers(p.resolve, tiers), core.WithClock(clk.Now), core.WithTimeout(2*time.Second))
+			l := testkit.Limiter(t, store.s, base, core.WithTiers(p.Resolve, tiers), core.WithClock(clk.Now), core.WithTimeout(2*time.Second))
 			for _, tc := range []struct {
 				key    string
 				limit  int64
@@ -57,7 +57,7 @@ func TestCalendarTiers(t *testing.T) {
 		"a day for the month":    {{Limit: 100, Window: time.Second}, {Limit: 1000, Calendar: core.Day}},
 		"no month":               {{Limit: 100, Window: time.Second}},
 	} {
-		_, err := core.NewLimiter(core.NewMemoryStore(), base, core.WithTiers(p.resolve, map[string][]core.Rule{"x": rules}))
+		_, err := core.NewLimiter(core.NewMemoryStore(), base, core.WithTiers(p.Resolve, map[string][]core.Rule{"x": rules}))
 		if err == nil || !strings.Contains(err.Error(), `tier "x"`) || !strings.Contains(err.Error(), "month") {
 			t.Errorf("NewLimiter with a tier of %s = %v, want an error naming the tier and the policy's periods", name, err)
 		}

@@ -146,14 +146,14 @@ func TestChallengeConfig(t *testing.T) {
 		t.Errorf("Pass with a canceled context = %v, want context.Canceled", err)
 	}
 
-	p := &plans{tier: map[string]string{"k": "free"}}
+	p := testkit.NewPlans(map[string]string{"k": "free"})
 	_, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "api", Rules: []core.Rule{{Limit: 5, Window: time.Hour, Challenge: 2}}},
-		core.WithTiers(p.resolve, map[string][]core.Rule{"pro": {{Limit: 50, Window: time.Hour}}}))
+		core.WithTiers(p.Resolve, map[string][]core.Rule{"pro": {{Limit: 50, Window: time.Hour}}}))
 	if !errors.Is(err, core.ErrInvalidPolicy) || !strings.Contains(err.Error(), `tier "pro"`) || !strings.Contains(err.Error(), "Challenge") {
 		t.Errorf("NewLimiter with a tier without a Challenge = %v, want ErrInvalidPolicy naming the tier and Challenge", err)
 	}
 	l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{Name: "api", Rules: []core.Rule{{Limit: 5, Window: time.Hour, Challenge: 2}}},
-		core.WithTiers(p.resolve, map[string][]core.Rule{
+		core.WithTiers(p.Resolve, map[string][]core.Rule{
 			"free": {{Limit: 3, Window: time.Hour, Challenge: 1}},
 			"pro":  {{Limit: 50, Window: time.Hour, Challenge: 40}},
 		}))
@@ -166,7 +166,7 @@ func TestChallengeConfig(t *testing.T) {
 	if err := l.Pass(ctx, "k"); err != nil {
 		t.Fatal(err)
 	}
-	p.set("k", "pro")
+	p.Set("k", "pro")
 	if err := l.InvalidateTier(ctx, "k"); err != nil {
 		t.Fatal(err)
 	}

@@ -180,7 +180,7 @@ func TestInFlightRefundOnce(t *testing.T) {
 	for _, b := range []backend{memoryBackend()} {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			obs := &eventLog{}
+			obs := &testkit.EventCounts{}
 			l := inFlight(t, b.instance(t), "once", 3, core.WithObserver(obs))
 			ctx := context.Background()
 			var ds []core.Decision
@@ -204,7 +204,7 @@ func TestInFlightRefundOnce(t *testing.T) {
 			if d, _ := l.Allow(ctx, "k"); d.Allowed {
 				t.Fatalf("with 3 held again: Allow = %+v, want denied", d)
 			}
-			if got := obs.count(core.EventDecision); got != 5 {
+			if got := obs.Count(core.EventDecision); got != 5 {
 				t.Errorf("observer saw %d decisions for 5 Allow calls (and peeks, which are not decisions), want 5", got)
 			}
 		})

@@ -109,7 +109,7 @@ func testCalendarTiers(t *testing.T, drv Driver) {
 	paris, tokyo := drivertest.Zone(t, "Europe/Paris"), drivertest.Zone(t, "Asia/Tokyo")
 	// 20:00 UTC on 31 January: 21:00 in Paris, already 1 February in Tokyo.
 	clk := drivertest.NewClock(time.Date(2024, 1, 31, 20, 0, 0, 0, time.UTC))
-	p := &plans{tier: map[string]string{"fr": "pro/Europe/Paris", "jp": "pro/Asia/Tokyo"}}
+	p := testkit.NewPlans(map[string]string{"fr": "pro/Europe/Paris", "jp": "pro/Asia/Tokyo"})
 	tiers := map[string][]core.Rule{
 		"pro/Europe/Paris": {{Limit: 100, Window: time.Second}, {Limit: 1000, Calendar: core.Month, Location: paris}},
 		"pro/Asia/Tokyo":   {{Limit: 100, Window: time.Second}, {Limit: 1000, Calendar: core.Month, Location: tokyo}},
@@ -120,7 +120,7 @@ func testCalendarTiers(t *testing.T, drv Driver) {
 		s    core.Store
 	}{{"redis", drv.New(t, redistest.Start(t))}} {
 		t.Run(store.name, func(t *testing.T) {
-			l := testkit.Limiter(t, store.s, base, core.WithTiers(p.resolve, tiers), core.WithClock(clk.Now), core.WithTimeout(2*time.Second))
+			l := testkit.Limiter(t, store.s, base, core.WithTiers(p.Resolve, tiers), core.WithClock(clk.Now), core.WithTimeout(2*time.Second))
 			for _, tc := range []struct {
 				key    string
 				limit  int64

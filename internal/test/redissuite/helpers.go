@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/driver"
@@ -234,79 +233,9 @@ func hammerRedis(t *testing.T, drv Driver, srv *redistest.Server, p core.Policy,
 	return allowed.Load()
 }
 
-// verifyNoLeaks fails t if goroutines other than those ignored are still
-// running after a few seconds. go-redis ends its dialing goroutines some
-// time after Close (one sleeps 1 s between dial probes), so it waits
-// instead of ignoring them.
-func verifyNoLeaks(t *testing.T, opts ...goleak.Option) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := goleak.Find(opts...)
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("goroutines leaked: %v", err)
-			return
-		}
-	}
-}
-
-// eventLog is an Observer that counts events by kind; safe for concurrent
-// use.
-type eventLog struct {
-	mu     sync.Mutex
-	counts map[core.EventKind]int
-	errs   []error
-}
-
-func (o *eventLog) Observe(_ context.Context, e core.Event) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.counts == nil {
-		o.counts = make(map[core.EventKind]int)
-	}
-	o.counts[e.Kind]++
-	if e.Err != nil {
-		o.errs = append(o.errs, e.Err)
-	}
-}
-
-// count returns how many events of kind were seen.
-func (o *eventLog) count(kind core.EventKind) int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.counts[kind]
-}
-
 // newTestClock returns a clock tests move by hand.
 func newTestClock() *drivertest.Clock {
 	return drivertest.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
-}
-
-// plans is an app's plan table that tests change under the limiter.
-type plans struct {
-	mu    sync.Mutex
-	tier  map[string]string
-	calls int
-}
-
-func (p *plans) resolve(_ context.Context, key string) (string, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.calls++
-	t, ok := p.tier[key]
-	if !ok {
-		return "", errors.New("unknown key")
-	}
-	return t, nil
-}
-
-func (p *plans) set(key, tier string) {
-	p.mu.Lock()
-	p.tier[key] = tier
-	p.mu.Unlock()
 }
 
 // fleetBackend is a fleet backend of one new server whose instances each

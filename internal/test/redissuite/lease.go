@@ -155,24 +155,6 @@ func checkExact(t *testing.T, b backend, name string) {
 	}
 }
 
-// clockAt returns a settable clock starting an hour behind the real one,
-// so that Redis keeps the keys it writes for the whole test whatever the
-// test steps it to (a key lives until its leases expire in the clock's
-// time).
-func clockAt() (now func() time.Time, step func(time.Duration)) {
-	var mu sync.Mutex
-	t := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
-	return func() time.Time {
-			mu.Lock()
-			defer mu.Unlock()
-			return t
-		}, func(d time.Duration) {
-			mu.Lock()
-			t = t.Add(d)
-			mu.Unlock()
-		}
-}
-
 // testInFlightDeadInstance: the leases of an instance that dies
 // mid-request (its Redis client gone, so no renewal and no release) come
 // back exactly LeaseTTL after they were last renewed, on one Redis and on
@@ -187,8 +169,8 @@ func testInFlightDeadInstance(t *testing.T, drv Driver) {
 				k   = 3
 				ttl = 2 * time.Second
 			)
-			now, step := clockAt()
-			obs := &eventLog{}
+			now, step := testkit.PastClock()
+			obs := &testkit.EventCounts{}
 			p := core.Policy{Name: "dead-" + b.name, InFlight: k, LeaseTTL: ttl}
 			deadStore := b.instance(t)
 			dead := testkit.Limiter(t, deadStore, p, core.WithClock(now), core.WithTimeout(5*time.Second), core.WithObserver(obs))
@@ -232,7 +214,7 @@ func testInFlightDeadInstance(t *testing.T, drv Driver) {
 // it frees the unit at once, and the goroutine ends.
 func testInFlightRenewalTicker(t *testing.T, drv Driver) {
 	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { verifyNoLeaks(t, ignore) })
+	t.Cleanup(func() { testkit.VerifyNoLeaks(t, ignore) })
 	srv := redistest.Start(t)
 	const ttl = time.Second
 	p := core.Policy{Name: "ticker", InFlight: 1, LeaseTTL: ttl}
@@ -273,7 +255,7 @@ func testInFlightRefundOnce(t *testing.T, drv Driver) {
 	for _, b := range []backend{redisBackend(t, drv)} {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			obs := &eventLog{}
+			obs := &testkit.EventCounts{}
 			l := inFlight(t, b.instance(t), "once", 3, core.WithObserver(obs))
 			ctx := context.Background()
 			var ds []core.Decision
@@ -297,7 +279,7 @@ func testInFlightRefundOnce(t *testing.T, drv Driver) {
 			if d, _ := l.Allow(ctx, "k"); d.Allowed {
 				t.Fatalf("with 3 held again: Allow = %+v, want denied", d)
 			}
-			if got := obs.count(core.EventDecision); got != 5 {
+			if got := obs.Count(core.EventDecision); got != 5 {
 				t.Errorf("observer saw %d decisions for 5 Allow calls (and peeks, which are not decisions), want 5", got)
 			}
 		})
@@ -388,7 +370,7 @@ func testInFlightReleaseRetried(t *testing.T, drv Driver) {
 	srv := redistest.Start(t)
 	proxy := redistest.NewProxy(t, srv.Addr())
 	p := core.Policy{Name: "retry", InFlight: 1, LeaseTTL: 3 * time.Second}
-	obs := &eventLog{}
+	obs := &testkit.EventCounts{}
 	a := testkit.Limiter(t, drv.Open(t, Conf{Addrs: []string{proxy.Addr()}, NoRetry: true}), p,
 		core.WithTimeout(time.Second), core.WithObserver(obs))
 	b := inFlight(t, drv.New(t, srv), "retry", 1)
@@ -401,7 +383,7 @@ func testInFlightReleaseRetried(t *testing.T, drv Driver) {
 	if err := d.Refund(ctx); err == nil {
 		t.Fatal("Refund with the connection dropping: nil error, want the store's")
 	}
-	if got := obs.count(core.EventStoreError); got != 1 {
+	if got := obs.Count(core.EventStoreError); got != 1 {
 		t.Errorf("store errors after the failed release: %d, want 1", got)
 	}
 	if got, _ := b.Allow(ctx, "k"); got.Allowed {
@@ -481,7 +463,7 @@ func testInFlightBreakerAndTimeout(t *testing.T, drv Driver) {
 		timeout = 50 * time.Millisecond
 		ttl     = 6 * time.Second // a renewal round every 2 s
 	)
-	obs := &eventLog{}
+	obs := &testkit.EventCounts{}
 	l := testkit.Limiter(t, drv.New(t, srv), core.Policy{Name: "paused", InFlight: 2, LeaseTTL: ttl},
 		core.WithTimeout(timeout), core.WithObserver(obs), core.WithLocalShare(false))
 	ctx := context.Background()
@@ -504,10 +486,10 @@ func testInFlightBreakerAndTimeout(t *testing.T, drv Driver) {
 		}
 		ds = append(ds, d)
 	}
-	if got := obs.count(core.EventStoreError); got != 5 {
+	if got := obs.Count(core.EventStoreError); got != 5 {
 		t.Errorf("store errors = %d, want 5 (then the breaker answers)", got)
 	}
-	if got := obs.count(core.EventBreakerOpen); got != 1 {
+	if got := obs.Count(core.EventBreakerOpen); got != 1 {
 		t.Errorf("breaker opened %d times, want 1", got)
 	}
 	for i := range ds {

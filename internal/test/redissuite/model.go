@@ -143,7 +143,7 @@ func testRefundFailureReported(t *testing.T, drv Driver) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	proxy := redistest.NewProxy(t, srv.Addr())
-	obs := &eventLog{}
+	obs := &testkit.EventCounts{}
 	l := testkit.Limiter(t, drv.Open(t, Conf{Addrs: []string{proxy.Addr()}, NoRetry: true}),
 		core.Policy{Name: "refund-fail", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}},
 		core.WithTimeout(time.Second), core.WithObserver(obs))
@@ -156,7 +156,7 @@ func testRefundFailureReported(t *testing.T, drv Driver) {
 	if err := d.Refund(ctx); err == nil {
 		t.Fatal("Refund with the connection dropping: nil error, want the store's")
 	}
-	if got := obs.count(core.EventStoreError); got != 1 {
+	if got := obs.Count(core.EventStoreError); got != 1 {
 		t.Errorf("store errors after the failed refund: %d, want 1", got)
 	}
 	proxy.SetDropping(false)
