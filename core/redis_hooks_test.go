@@ -100,18 +100,18 @@ func TestTopRefusedBackground(t *testing.T) {
 	opts := []core.Option{core.WithTimeout(testkit.StoreTimeout), core.WithRefusedEvery(20 * time.Millisecond)}
 	a := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, opts...)
 	b := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, opts...)
-	admit(t, b, "mallory")
-	refuse(t, b, "mallory", 25)
+	testkit.Admit(t, b, "mallory")
+	testkit.Refuse(t, b, "mallory", 25)
 	want := []core.RefusedKey{{Key: "mallory", Refusals: 25}}
 	testkit.WaitUntil(t, "instance a sees instance b's refusals", func() bool {
-		return reflect.DeepEqual(topRefused(t, a, 5), want)
+		return reflect.DeepEqual(testkit.TopRefused(t, a, 5), want)
 	})
 	// And again, after a pause: the next refusal arms the next flush.
 	time.Sleep(50 * time.Millisecond)
-	refuse(t, b, "mallory", 5)
+	testkit.Refuse(t, b, "mallory", 5)
 	want[0].Refusals = 30
 	testkit.WaitUntil(t, "instance a sees the later refusals", func() bool {
-		return reflect.DeepEqual(topRefused(t, a, 5), want)
+		return reflect.DeepEqual(testkit.TopRefused(t, a, 5), want)
 	})
 }
 
