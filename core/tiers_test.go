@@ -166,45 +166,8 @@ func TestTiersInvalid(t *testing.T) {
 // pro, then free (a smaller daily limit) is full, and pro again sees the
 // 200 (issue: a downgrade then upgrade must not forget usage).
 func TestTiersUsageCarriesOver(t *testing.T) {
-	stores := map[string]func() core.Store{
-		"memory": func() core.Store { return core.NewMemoryStore() },
-		// Redis: internal/test/redissuite's TiersUsageCarriesOver.
-	}
-	for sname, newStore := range stores {
-		for _, alg := range []core.Algorithm{core.SlidingLog, core.SlidingBuckets} {
-			t.Run(sname+"/"+alg.String(), func(t *testing.T) {
-				p := testkit.NewPlans(map[string]string{"k": "pro"})
-				day := 24 * time.Hour
-				l, err := core.NewLimiter(newStore(), core.Policy{Name: "carry-" + alg.String(), Algorithm: alg,
-					Rules: []core.Rule{{Limit: 10, Window: time.Minute}, {Limit: 50, Window: day}}},
-					core.WithTiers(p.Resolve, map[string][]core.Rule{
-						"free": {{Limit: 10, Window: time.Minute}, {Limit: 50, Window: day}},
-						"pro":  {{Limit: 1000, Window: time.Minute}, {Limit: 1000, Window: day}},
-					}), core.WithTierCache(0, 0), core.WithTimeout(5*time.Second))
-				if err != nil {
-					t.Fatal(err)
-				}
-				ctx := context.Background()
-				if d, err := l.AllowN(ctx, "k", 200); err != nil || !d.Allowed {
-					t.Fatalf("pro AllowN(200) = %+v, %v", d, err)
-				}
-				p.Set("k", "free")
-				if d, err := l.Allow(ctx, "k"); err != nil || d.Allowed {
-					t.Errorf("free after 200 used as pro: Allow = %+v, %v; want denied (50 a day)", d, err)
-				}
-				p.Set("k", "pro")
-				d, err := l.Peek(ctx, "k")
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, r := range d.Rules() {
-					if r.Used != 200 {
-						t.Errorf("pro again: rule %v used %d, want 200 (usage kept through the downgrade)", r.Window, r.Used)
-					}
-				}
-			})
-		}
-	}
+	// Redis: internal/test/redissuite's TiersUsageCarriesOver.
+	testkit.TiersUsageCarriesOver(t, testkit.Memory)
 }
 
 // TestTierLookupFailureNotCached: a lookup that fails (here, a caller that

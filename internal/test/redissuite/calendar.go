@@ -106,67 +106,11 @@ func periodFields(vals map[string]string) map[string]string {
 // (The memory store's, and that tiers must keep the policy's periods, are
 // core's TestCalendarTiers.)
 func testCalendarTiers(t *testing.T, drv Driver) {
-	paris, tokyo := drivertest.Zone(t, "Europe/Paris"), drivertest.Zone(t, "Asia/Tokyo")
-	// 20:00 UTC on 31 January: 21:00 in Paris, already 1 February in Tokyo.
-	clk := drivertest.NewClock(time.Date(2024, 1, 31, 20, 0, 0, 0, time.UTC))
-	p := testkit.NewPlans(map[string]string{"fr": "pro/Europe/Paris", "jp": "pro/Asia/Tokyo"})
-	tiers := map[string][]core.Rule{
-		"pro/Europe/Paris": {{Limit: 100, Window: time.Second}, {Limit: 1000, Calendar: core.Month, Location: paris}},
-		"pro/Asia/Tokyo":   {{Limit: 100, Window: time.Second}, {Limit: 1000, Calendar: core.Month, Location: tokyo}},
-	}
-	base := core.Policy{Name: "api", Rules: []core.Rule{{Limit: 10, Window: time.Second}, {Limit: 100, Calendar: core.Month}}}
-	for _, store := range []struct {
-		name string
-		s    core.Store
-	}{{"redis", drv.New(t, redistest.Start(t))}} {
-		t.Run(store.name, func(t *testing.T) {
-			l := testkit.Limiter(t, store.s, base, core.WithTiers(p.Resolve, tiers), core.WithClock(clk.Now), core.WithTimeout(2*time.Second))
-			for _, tc := range []struct {
-				key    string
-				limit  int64
-				window time.Duration
-				reset  time.Duration
-			}{
-				{"fr", 1000, 31 * 24 * time.Hour, 3 * time.Hour},   // January in Paris ends at 23:00 UTC
-				{"jp", 1000, 29 * 24 * time.Hour, 691 * time.Hour}, // February 2024 in Tokyo ends on 29 February, 15:00 UTC
-				{"other", 100, 31 * 24 * time.Hour, 4 * time.Hour}, // the policy's own: January in UTC
-			} {
-				d, err := l.Allow(context.Background(), tc.key)
-				if err != nil || !d.Allowed {
-					t.Fatalf("Allow(%s) = %+v, %v", tc.key, d, err)
-				}
-				r := d.Rules()[1]
-				if r.Limit != tc.limit || r.Window != tc.window || r.ResetAfter != tc.reset || r.Used != 1 {
-					t.Errorf("Allow(%s): Rules[1] = %+v, want Limit %d, Window %v, ResetAfter %v, Used 1", tc.key, r, tc.limit, tc.window, tc.reset)
-				}
-			}
-		})
-	}
-
+	b := fleetBackend(drv)
+	t.Run(b.Name, func(t *testing.T) { testkit.CalendarTiers(t, b) })
 }
 
 // testCalendarShards: each shard holds its share of a calendar rule, and
 // together they admit exactly the limit, on Redis (core's
 // TestCalendarShards: on the memory store).
-func testCalendarShards(t *testing.T, drv Driver) {
-	srv := redistest.Start(t)
-	noon := drivertest.ZoneWithMidnightAt(time.Now().Truncate(time.Second).Add(12 * time.Hour))
-	for _, store := range []core.Store{drv.New(t, srv)} {
-		l := testkit.Limiter(t, store, core.Policy{Name: "global", Shards: 4,
-			Rules: []core.Rule{{Limit: 1000, Window: time.Minute}, {Limit: 30, Calendar: core.Day, Location: noon}}},
-			core.WithTimeout(2*time.Second))
-		allowed := 0
-		for range 60 {
-			d, err := l.Allow(context.Background(), "all")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d.Allowed {
-				allowed++
-			}
-		}
-		if allowed != 30 {
-			t.Errorf("%T: 60 Allow with 30 a day over 4 shards: %d allowed, want 30", store, allowed)
-		}
-	}
-}
+func testCalendarShards(t *testing.T, drv Driver) { testkit.CalendarShards(t, fleetBackend(drv)) }
