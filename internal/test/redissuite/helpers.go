@@ -250,3 +250,16 @@ func fleetBackend(drv Driver) testkit.Backend {
 		return stores
 	}, core.WithTimeout(testkit.StoreTimeout))
 }
+
+// clusterFleetBackend is a fleet backend of one new Cluster whose
+// instances each have a Cluster store of drv of their own.
+func clusterFleetBackend(drv Driver) testkit.Backend {
+	return testkit.NewBackend("cluster", func(t testing.TB, n int) []core.Store {
+		c := redistest.StartCluster(t)
+		stores := make([]core.Store, n)
+		for i := range stores {
+			stores[i] = drv.Open(t, onCluster(c, Conf{}))
+		}
+		return stores
+	}, core.WithTimeout(testkit.StoreTimeout))
+}

@@ -2,7 +2,6 @@ package redissuite
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -60,98 +59,17 @@ func closeClient(t *testing.T, s core.Store) {
 	kill.(func())()
 }
 
-// inFlight returns a limiter of an InFlight policy, with a timeout long
-// enough that a loaded machine never makes it fall back.
-func inFlight(t *testing.T, s core.Store, name string, k int64, opts ...core.Option) *core.Limiter {
-	t.Helper()
-	return testkit.Limiter(t, s, core.Policy{Name: name, InFlight: k}, append([]core.Option{core.WithTimeout(5 * time.Second)}, opts...)...)
-}
-
-func wantHeld(t *testing.T, l *core.Limiter, key string, want int64) {
-	t.Helper()
-	d, err := l.Peek(context.Background(), key)
-	if err != nil {
-		t.Fatalf("Peek(%q): %v", key, err)
-	}
-	if rs := d.Rules(); len(rs) != 1 || rs[0].Used != want || d.Remaining != d.Limit-want {
-		t.Errorf("Peek(%q) = %+v %+v, want %d units held", key, d, rs, want)
-	}
-}
-
 // testInFlightExact: instances × goroutines asking for one key never have
 // more than K requests in flight, measured inside the "handler" (between
 // the admission and its refund); they do reach K; and every lease is
 // released at the end.
 func testInFlightExact(t *testing.T, drv Driver) {
 	t.Parallel()
-	for _, mk := range []func(*testing.T, Driver) backend{redisBackend, clusterBackend} {
-		b := mk(t, drv)
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range []testkit.Backend{fleetBackend(drv), clusterFleetBackend(drv)} {
+		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			checkExact(t, b, "exact-"+b.name)
+			testkit.InFlightExact(t, b)
 		})
-	}
-}
-
-func checkExact(t *testing.T, b backend, name string) {
-	const (
-		k         = 4
-		instances = 3
-		workers   = 12 // per instance
-		rounds    = 25 // per worker
-	)
-	ctx := context.Background()
-	ls := make([]*core.Limiter, instances)
-	for i := range ls {
-		ls[i] = inFlight(t, b.instance(t), name, k)
-	}
-	var (
-		cur, peak          atomic.Int64
-		admitted, fallback atomic.Int64
-		wg                 sync.WaitGroup
-	)
-	for i := range instances * workers {
-		l := ls[i%instances]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range rounds {
-				d, err := l.Allow(ctx, "tenant")
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if d.Source != core.SourceStore {
-					fallback.Add(1)
-				}
-				if !d.Allowed {
-					if d.RetryAfter != time.Second {
-						t.Errorf("denial RetryAfter = %v, want the 1s hint", d.RetryAfter)
-					}
-					continue
-				}
-				admitted.Add(1)
-				n := cur.Add(1)
-				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
-				}
-				time.Sleep(time.Millisecond) // the handler
-				cur.Add(-1)
-				if err := d.Refund(ctx); err != nil {
-					t.Error(err)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if n := fallback.Load(); n > 0 {
-		t.Fatalf("%d decisions fell back: the store did not answer within the timeout", n)
-	}
-	if p := peak.Load(); p != k {
-		t.Errorf("%d instances × %d goroutines: at most %d requests in flight at once, want exactly %d", instances, workers, p, k)
-	}
-	t.Logf("%s: %d of %d requests admitted, at most %d in flight", b.name, admitted.Load(), instances*workers*rounds, peak.Load())
-	for _, l := range ls {
-		wantHeld(t, l, "tenant", 0)
 	}
 }
 
@@ -252,67 +170,22 @@ func testInFlightRenewalTicker(t *testing.T, drv Driver) {
 // frees another.
 func testInFlightRefundOnce(t *testing.T, drv Driver) {
 	t.Parallel()
-	for _, b := range []backend{redisBackend(t, drv)} {
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			obs := &testkit.EventCounts{}
-			l := inFlight(t, b.instance(t), "once", 3, core.WithObserver(obs))
-			ctx := context.Background()
-			var ds []core.Decision
-			for i := range 3 {
-				d, err := l.Allow(ctx, "k")
-				if err != nil || !d.Allowed {
-					t.Fatalf("Allow #%d = %+v, %v", i+1, d, err)
-				}
-				ds = append(ds, d)
-			}
-			cp := ds[0]
-			for _, d := range []*core.Decision{&ds[0], &ds[0], &cp} {
-				if err := d.Refund(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
-			wantHeld(t, l, "k", 2)
-			if d, _ := l.Allow(ctx, "k"); !d.Allowed {
-				t.Fatalf("after one release: Allow = %+v, want admitted", d)
-			}
-			if d, _ := l.Allow(ctx, "k"); d.Allowed {
-				t.Fatalf("with 3 held again: Allow = %+v, want denied", d)
-			}
-			if got := obs.Count(core.EventDecision); got != 5 {
-				t.Errorf("observer saw %d decisions for 5 Allow calls (and peeks, which are not decisions), want 5", got)
-			}
-		})
-	}
+	b := fleetBackend(drv)
+	t.Run(b.Name, func(t *testing.T) {
+		t.Parallel()
+		testkit.InFlightRefundOnce(t, b)
+	})
 }
 
 // testInFlightCost: a request of cost n holds n units, all released at
 // once; a cost above the limit is invalid.
 func testInFlightCost(t *testing.T, drv Driver) {
 	t.Parallel()
-	for _, b := range []backend{redisBackend(t, drv)} {
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			l := inFlight(t, b.instance(t), "cost", 5)
-			ctx := context.Background()
-			big, err := l.AllowN(ctx, "k", 4)
-			if err != nil || !big.Allowed || big.Remaining != 1 {
-				t.Fatalf("AllowN(4) = %+v, %v; want admitted, 1 remaining", big, err)
-			}
-			if d, _ := l.AllowN(ctx, "k", 2); d.Allowed || d.Remaining != 1 {
-				t.Fatalf("AllowN(2) with 4 of 5 held = %+v, want denied", d)
-			}
-			if err := big.Refund(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if d, _ := l.AllowN(ctx, "k", 5); !d.Allowed || d.Remaining != 0 {
-				t.Fatalf("AllowN(5) after the release = %+v, want admitted, none remaining", d)
-			}
-			if _, err := l.AllowN(ctx, "k", 6); !errors.Is(err, core.ErrInvalidCost) {
-				t.Errorf("AllowN(6) over InFlight 5: err = %v, want ErrInvalidCost", err)
-			}
-		})
-	}
+	b := fleetBackend(drv)
+	t.Run(b.Name, func(t *testing.T) {
+		t.Parallel()
+		testkit.InFlightCost(t, b)
+	})
 }
 
 // testInFlightRedisLayout: the leases of a key are one sorted set in the
@@ -373,7 +246,7 @@ func testInFlightReleaseRetried(t *testing.T, drv Driver) {
 	obs := &testkit.EventCounts{}
 	a := testkit.Limiter(t, drv.Open(t, Conf{Addrs: []string{proxy.Addr()}, NoRetry: true}), p,
 		core.WithTimeout(time.Second), core.WithObserver(obs))
-	b := inFlight(t, drv.New(t, srv), "retry", 1)
+	b := testkit.InFlight(t, drv.New(t, srv), "retry", 1)
 	ctx := context.Background()
 	d, _ := a.Allow(ctx, "k")
 	if !d.Allowed {
