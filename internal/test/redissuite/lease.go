@@ -17,48 +17,6 @@ import (
 	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
-// backend is where the instances of an in-flight test keep their leases:
-// instance returns the store of one more app instance (on Redis, with a
-// client of its own).
-type backend struct {
-	name     string
-	instance func(t *testing.T) core.Store
-}
-
-func redisBackend(t *testing.T, drv Driver) backend {
-	srv := redistest.Start(t)
-	return backend{"redis", func(t *testing.T) core.Store { return storeOn(t, drv, on(srv, Conf{})) }}
-}
-
-func clusterBackend(t *testing.T, drv Driver) backend {
-	c := redistest.StartCluster(t)
-	return backend{"cluster", func(t *testing.T) core.Store { return storeOn(t, drv, onCluster(c, Conf{})) }}
-}
-
-// kills holds the function that closes the client of every store storeOn
-// made, by store.
-var kills sync.Map
-
-// storeOn returns a store of drv built as conf says, whose client
-// closeClient closes.
-func storeOn(t *testing.T, drv Driver, conf Conf) core.Store {
-	s, kill := drv.Connect(t, conf)
-	kills.Store(s, kill)
-	t.Cleanup(func() { kills.Delete(s) })
-	return s
-}
-
-// closeClient closes the client of a store built by a backend: the
-// instance is gone.
-func closeClient(t *testing.T, s core.Store) {
-	t.Helper()
-	kill, ok := kills.Load(s)
-	if !ok {
-		t.Fatalf("store %T was not made by storeOn", s)
-	}
-	kill.(func())()
-}
-
 // testInFlightExact: instances × goroutines asking for one key never have
 // more than K requests in flight, measured inside the "handler" (between
 // the admission and its refund); they do reach K; and every lease is
@@ -79,8 +37,13 @@ func testInFlightExact(t *testing.T, drv Driver) {
 // a Cluster.
 func testInFlightDeadInstance(t *testing.T, drv Driver) {
 	t.Parallel()
-	for _, mk := range []func(*testing.T, Driver) backend{redisBackend, clusterBackend} {
-		b := mk(t, drv)
+	for _, b := range []struct {
+		name string
+		conf func(t *testing.T) Conf // where the instances connect
+	}{
+		{"redis", func(t *testing.T) Conf { return on(redistest.Start(t), Conf{}) }},
+		{"cluster", func(t *testing.T) Conf { return onCluster(redistest.StartCluster(t), Conf{}) }},
+	} {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			const (
@@ -90,9 +53,10 @@ func testInFlightDeadInstance(t *testing.T, drv Driver) {
 			now, step := testkit.PastClock()
 			obs := &testkit.EventCounts{}
 			p := core.Policy{Name: "dead-" + b.name, InFlight: k, LeaseTTL: ttl}
-			deadStore := b.instance(t)
+			conf := b.conf(t)
+			deadStore, closeClient := drv.Connect(t, conf)
 			dead := testkit.Limiter(t, deadStore, p, core.WithClock(now), core.WithTimeout(5*time.Second), core.WithObserver(obs))
-			alive := testkit.Limiter(t, b.instance(t), p, core.WithClock(now), core.WithTimeout(5*time.Second))
+			alive := testkit.Limiter(t, drv.Open(t, conf), p, core.WithClock(now), core.WithTimeout(5*time.Second))
 			ctx := context.Background()
 			var held []core.Decision
 			for i := range k {
@@ -103,7 +67,7 @@ func testInFlightDeadInstance(t *testing.T, drv Driver) {
 				held = append(held, d)
 			}
 			// The instance dies with its requests in flight.
-			closeClient(t, deadStore)
+			closeClient()
 			t.Cleanup(func() {
 				// Its releases fail; the limiter gives them up after ttl.
 				for i := range held {
