@@ -133,5 +133,5 @@ func TestSlidingBucketsRetryAfter(t *testing.T) {
 // shorter. On the memory store (Redis: internal/test/redissuite's
 // SlidingBucketsRetryAfterBound).
 func TestSlidingBucketsRetryAfterBound(t *testing.T) {
-	t.Run(testkit.Memory.Name, func(t *testing.T) { testkit.SlidingBucketsRetryAfterBound(t, testkit.Memory) })
+	testkit.SlidingBucketsRetryAfterBound(t, testkit.Memory)
 }

@@ -15,7 +15,7 @@ import (
 // keep the policy's periods, with limits and locations of their own.
 func TestCalendarTiers(t *testing.T) {
 	// Redis: internal/test/redissuite's CalendarTiers.
-	t.Run(testkit.Memory.Name, func(t *testing.T) { testkit.CalendarTiers(t, testkit.Memory) })
+	testkit.CalendarTiers(t, testkit.Memory)
 
 	// A tier must keep the policy's periods.
 	p := testkit.NewPlans(nil) // the tiers fail validation: no key is resolved

@@ -20,7 +20,7 @@ import (
 // counts for both.
 func TestChallengeFleet(t *testing.T) {
 	// On Redis, two instances each on a store of its own: internal/test/redissuite's ChallengeFleet.
-	t.Run(testkit.Memory.Name, func(t *testing.T) { testkit.ChallengeFleet(t, testkit.Memory) })
+	testkit.ChallengeFleet(t, testkit.Memory)
 }
 
 // TestChallengeConfig: Pass on a policy without a Challenge, tiers that

@@ -67,10 +67,7 @@ func TestInFlightValidation(t *testing.T) {
 func TestInFlightExact(t *testing.T) {
 	t.Parallel()
 	// On Redis and on a Cluster: internal/test/redissuite's InFlightExact.
-	t.Run(testkit.Memory.Name, func(t *testing.T) {
-		t.Parallel()
-		testkit.InFlightExact(t, testkit.Memory)
-	})
+	testkit.InFlightExact(t, testkit.Memory)
 }
 
 // TestInFlightRefundOnce: a lease is released once, however often its
@@ -79,10 +76,7 @@ func TestInFlightExact(t *testing.T) {
 func TestInFlightRefundOnce(t *testing.T) {
 	t.Parallel()
 	// On Redis: internal/test/redissuite's InFlightRefundOnce.
-	t.Run(testkit.Memory.Name, func(t *testing.T) {
-		t.Parallel()
-		testkit.InFlightRefundOnce(t, testkit.Memory)
-	})
+	testkit.InFlightRefundOnce(t, testkit.Memory)
 }
 
 // TestInFlightCost: a request of cost n holds n units, all released at
@@ -90,10 +84,7 @@ func TestInFlightRefundOnce(t *testing.T) {
 func TestInFlightCost(t *testing.T) {
 	t.Parallel()
 	// On Redis: internal/test/redissuite's InFlightCost.
-	t.Run(testkit.Memory.Name, func(t *testing.T) {
-		t.Parallel()
-		testkit.InFlightCost(t, testkit.Memory)
-	})
+	testkit.InFlightCost(t, testkit.Memory)
 }
 
 // TestInFlightAllowAll: a concurrency limit and a rate limit decided

@@ -18,7 +18,7 @@ import (
 // exact sums, most refused first and ties in key order.
 func TestTopRefusedFleet(t *testing.T) {
 	// On Redis: internal/test/redissuite's TopRefusedFleet.
-	t.Run(testkit.Memory.Name, func(t *testing.T) { testkit.TopRefusedFleet(t, testkit.Memory) })
+	testkit.TopRefusedFleet(t, testkit.Memory)
 }
 
 // TestTopRefusedCounts: what counts as a refusal. Every denial counts,
@@ -29,12 +29,8 @@ func TestTopRefusedFleet(t *testing.T) {
 func TestTopRefusedCounts(t *testing.T) {
 	ctx := context.Background()
 	// The shards and tiers on Redis: internal/test/redissuite's TopRefusedCounts.
-	t.Run("shards", func(t *testing.T) {
-		t.Run(testkit.Memory.Name, func(t *testing.T) { testkit.TopRefusedShards(t, testkit.Memory) })
-	})
-	t.Run("tiers", func(t *testing.T) {
-		t.Run(testkit.Memory.Name, func(t *testing.T) { testkit.TopRefusedTiers(t, testkit.Memory) })
-	})
+	t.Run("shards", func(t *testing.T) { testkit.TopRefusedShards(t, testkit.Memory) })
+	t.Run("tiers", func(t *testing.T) { testkit.TopRefusedTiers(t, testkit.Memory) })
 	t.Run("long key", func(t *testing.T) {
 		long := strings.Repeat("k", 500)
 		l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("top-long", testkit.PerHour(1)))

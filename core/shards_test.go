@@ -103,7 +103,7 @@ func TestShardsShares(t *testing.T) {
 // concurrently admit exactly the limit between them.
 func TestShardsNeverOverAdmit(t *testing.T) {
 	// Redis: internal/test/redissuite's ShardsNeverOverAdmit.
-	t.Run(testkit.Memory.Name, func(t *testing.T) { testkit.ShardsNeverOverAdmit(t, testkit.Memory) })
+	testkit.ShardsNeverOverAdmit(t, testkit.Memory)
 }
 
 // TestShardsPrecision measures the trade-off on a memory store with a

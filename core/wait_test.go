@@ -210,7 +210,7 @@ func TestWaitInOrder(t *testing.T) {
 // freed unit: only the first in line asks.
 func TestWaitNoStampede(t *testing.T) {
 	// On Redis: internal/test/redissuite's WaitNoStampede.
-	t.Run(testkit.Memory.Name, func(t *testing.T) { testkit.WaitNoStampede(t, testkit.Memory) })
+	testkit.WaitNoStampede(t, testkit.Memory)
 }
 
 // admission is one admission of a fleet run.
@@ -388,5 +388,5 @@ func inWindow(at []int64, now, w int64) int {
 // bounds leave room for a loaded machine).
 func TestWaitInFlight(t *testing.T) {
 	// On Redis: internal/test/redissuite's WaitInFlight.
-	t.Run(testkit.Memory.Name, func(t *testing.T) { testkit.WaitInFlight(t, testkit.Memory) })
+	testkit.WaitInFlight(t, testkit.Memory)
 }

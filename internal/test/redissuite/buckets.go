@@ -13,19 +13,6 @@ import (
 	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
-// testSlidingBucketsRetryAfterBound: under SlidingBuckets a denial waits
-// up to one bucket width longer than the window, never more. With 60
-// buckets of a 60 s window, a unit admitted at the start of a bucket
-// counts until that whole bucket has left the window: 61 s later. A
-// denial then says 61 s (Retry-After: 61), the request is denied 1 µs
-// before and admitted at it; in the middle of the bucket the wait is
-// shorter. On Redis (core's TestSlidingBucketsRetryAfterBound: on the
-// memory store).
-func testSlidingBucketsRetryAfterBound(t *testing.T, drv Driver) {
-	b := fleetBackend(drv)
-	t.Run(b.Name, func(t *testing.T) { testkit.SlidingBucketsRetryAfterBound(t, b) })
-}
-
 // testRedisBatchingExact drives 64 goroutines through one store, on one
 // hot key and on keys of two algorithms at once: decisions share script
 // calls (fewer calls than decisions), and every limit still holds

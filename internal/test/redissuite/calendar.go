@@ -101,16 +101,3 @@ func periodFields(vals map[string]string) map[string]string {
 	}
 	return out
 }
-
-// testCalendarTiers: a tier carries its customer's time zone, on Redis.
-// (The memory store's, and that tiers must keep the policy's periods, are
-// core's TestCalendarTiers.)
-func testCalendarTiers(t *testing.T, drv Driver) {
-	b := fleetBackend(drv)
-	t.Run(b.Name, func(t *testing.T) { testkit.CalendarTiers(t, b) })
-}
-
-// testCalendarShards: each shard holds its share of a calendar rule, and
-// together they admit exactly the limit, on Redis (core's
-// TestCalendarShards: on the memory store).
-func testCalendarShards(t *testing.T, drv Driver) { testkit.CalendarShards(t, fleetBackend(drv)) }

@@ -11,19 +11,6 @@ import (
 	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
-// testChallengeFleet: Limit 5 and Challenge 3 on two instances sharing a
-// store (Redis; core's TestChallengeFleet: on memory, the one limiter of
-// a process). Requests 1 and
-// 2 are admitted; then 8 goroutines × 4 requests over both instances are
-// all challenged and record nothing; after a pass on one instance the same
-// flood admits exactly 3 (the 3rd to 5th units) and denies every other
-// one, none challenged; Reset on one instance clears the pass and the
-// counts for both.
-func testChallengeFleet(t *testing.T, drv Driver) {
-	b := fleetBackend(drv)
-	t.Run(b.Name, func(t *testing.T) { testkit.ChallengeFleet(t, b) })
-}
-
 // testChallengeFailLocal: while Redis is down, the local fallback store
 // challenges too, from the admissions and the pass it mirrored.
 func testChallengeFailLocal(t *testing.T, drv Driver) {

@@ -134,22 +134,14 @@ func testInFlightRenewalTicker(t *testing.T, drv Driver) {
 // frees another.
 func testInFlightRefundOnce(t *testing.T, drv Driver) {
 	t.Parallel()
-	b := fleetBackend(drv)
-	t.Run(b.Name, func(t *testing.T) {
-		t.Parallel()
-		testkit.InFlightRefundOnce(t, b)
-	})
+	testkit.InFlightRefundOnce(t, fleetBackend(drv))
 }
 
 // testInFlightCost: a request of cost n holds n units, all released at
 // once; a cost above the limit is invalid.
 func testInFlightCost(t *testing.T, drv Driver) {
 	t.Parallel()
-	b := fleetBackend(drv)
-	t.Run(b.Name, func(t *testing.T) {
-		t.Parallel()
-		testkit.InFlightCost(t, b)
-	})
+	testkit.InFlightCost(t, fleetBackend(drv))
 }
 
 // testInFlightRedisLayout: the leases of a key are one sorted set in the

@@ -100,12 +100,6 @@ func same(t *testing.T, i int, what string, r, m core.Decision, err1, err2 error
 	}
 }
 
-// testRefundOnce: a decision's units come back once, however often its
-// Refund is called, for both algorithms; and a refund gives back only
-// the units of its own decision, not those of another admitted at the
-// same time.
-func testRefundOnce(t *testing.T, drv Driver) { testkit.RefundOnce(t, fleetBackend(drv)) }
-
 // testRefundFailureReported: a refund whose store call fails returns the
 // error (and reports it), for a rate limit's units as for a lease; it
 // used to be lost when the connection broke.

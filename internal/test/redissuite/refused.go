@@ -13,27 +13,13 @@ import (
 	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
-// testTopRefusedFleet: two instances on one store refuse different counts
-// of several keys, most of them answered by their deny caches on Redis;
-// once the second has added its counts, TopRefused on either returns the
-// exact sums, most refused first and ties in key order.
-func testTopRefusedFleet(t *testing.T, drv Driver) {
-	b := fleetBackend(drv)
-	t.Run(b.Name, func(t *testing.T) { testkit.TopRefusedFleet(t, b) })
-}
-
 // testTopRefusedCounts: what counts as a refusal, on Redis: every denial
 // counts, under the key as the app gave it (without a shard's suffix),
 // whichever tier decided it. (The rest, and the memory store's, are
 // core's TestTopRefusedCounts.)
 func testTopRefusedCounts(t *testing.T, drv Driver) {
-	b := fleetBackend(drv)
-	t.Run("shards", func(t *testing.T) {
-		t.Run(b.Name, func(t *testing.T) { testkit.TopRefusedShards(t, b) })
-	})
-	t.Run("tiers", func(t *testing.T) {
-		t.Run(b.Name, func(t *testing.T) { testkit.TopRefusedTiers(t, b) })
-	})
+	t.Run("shards", func(t *testing.T) { testkit.TopRefusedShards(t, fleetBackend(drv)) })
+	t.Run("tiers", func(t *testing.T) { testkit.TopRefusedTiers(t, fleetBackend(drv)) })
 }
 
 // testDeniedPathAllocs: counting refusals costs the denied path no

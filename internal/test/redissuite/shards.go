@@ -13,14 +13,6 @@ import (
 	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
-// testShardsNeverOverAdmit: app instances flooding one sharded key
-// concurrently admit exactly the limit between them, on Redis (core's
-// TestShardsNeverOverAdmit: on the memory store).
-func testShardsNeverOverAdmit(t *testing.T, drv Driver) {
-	b := fleetBackend(drv)
-	t.Run(b.Name, func(t *testing.T) { testkit.ShardsNeverOverAdmit(t, b) })
-}
-
 // testShardsRedisKeys: on Redis each shard is a key of its own, with a
 // TTL, whose hash tag puts it in a slot of its own, so a hot key spreads
 // over the masters of a cluster.

@@ -10,15 +10,6 @@ import (
 	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
-// testTiersUsageCarriesOver: usage counted under one tier is seen by the
-// next, both ways, for both algorithms (and both stores: core's
-// TestTiersUsageCarriesOver has the memory store's): 200 units used as
-// pro, then free (a smaller daily limit) is full, and pro again sees the
-// 200 (issue: a downgrade then upgrade must not forget usage).
-func testTiersUsageCarriesOver(t *testing.T, drv Driver) {
-	testkit.TiersUsageCarriesOver(t, fleetBackend(drv))
-}
-
 // testRedisTierInvalidationAcrossInstances: two instances share a Redis
 // and cache tiers for an hour. A key's plan changes and one instance
 // calls InvalidateTier: the other applies the new plan at once (within a

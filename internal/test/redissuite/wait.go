@@ -13,24 +13,6 @@ import (
 	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
-// testWaitNoStampede: many callers waiting for one key on one instance
-// make about one store decision per admission, not one per caller per
-// freed unit: only the first in line asks.
-func testWaitNoStampede(t *testing.T, drv Driver) {
-	b := fleetBackend(drv)
-	t.Run(b.Name, func(t *testing.T) { testkit.WaitNoStampede(t, b) })
-}
-
-// testWaitInFlight: a concurrency slot has no known wait: a waiter is
-// not refused for its deadline on the strength of the 1 s hint, wakes as
-// soon as this instance releases a lease, and sees one released on
-// another instance within a poll: well before the hint either way (the
-// bounds leave room for a loaded machine).
-func testWaitInFlight(t *testing.T, drv Driver) {
-	b := fleetBackend(drv)
-	t.Run(b.Name, func(t *testing.T) { testkit.WaitInFlight(t, b) })
-}
-
 // testWaitFailClosed: a FailClosed refusal is waited out until the store
 // answers again, and fails fast when the limiter will not try the store
 // again before the deadline; FailOpen admits at once.

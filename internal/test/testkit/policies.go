@@ -175,13 +175,12 @@ func CalendarTiers(t *testing.T, b Backend) {
 }
 
 // TiersUsageCarriesOver checks on b that usage counted under one tier is
-// seen by the next, both ways, for both algorithms (subtests
-// "<b.Name>/<algorithm>"): 200 units used as pro, then free (a smaller
+// seen by the next, both ways, for both algorithms (a subtest each): 200 units used as pro, then free (a smaller
 // daily limit) is full, and pro again sees the 200 (issue: a downgrade
 // then upgrade must not forget usage).
 func TiersUsageCarriesOver(t *testing.T, b Backend) {
 	for _, alg := range []core.Algorithm{core.SlidingLog, core.SlidingBuckets} {
-		t.Run(b.Name+"/"+alg.String(), func(t *testing.T) {
+		t.Run(alg.String(), func(t *testing.T) {
 			p := NewPlans(map[string]string{"k": "pro"})
 			day := 24 * time.Hour
 			l := Fleet(t, 1, b, core.Policy{Name: "carry-" + alg.String(), Algorithm: alg,
@@ -213,13 +212,12 @@ func TiersUsageCarriesOver(t *testing.T, b Backend) {
 }
 
 // RefundOnce checks on b that a decision's units come back once, however
-// often its Refund is called, for both algorithms (subtests
-// "<b.Name>/<algorithm>"); and that a refund gives back only the units of
+// often its Refund is called, for both algorithms (a subtest each); and that a refund gives back only the units of
 // its own decision, not those of another admitted at the same time.
 func RefundOnce(t *testing.T, b Backend) {
 	ctx := context.Background()
 	for _, alg := range []core.Algorithm{core.SlidingLog, core.SlidingBuckets} {
-		t.Run(b.Name+"/"+alg.String(), func(t *testing.T) {
+		t.Run(alg.String(), func(t *testing.T) {
 			l := Fleet(t, 1, b, core.Policy{Name: "refund-" + alg.String(), Algorithm: alg, Buckets: 10,
 				Rules: []core.Rule{{Limit: 5, Window: time.Minute}}}, core.WithTimeout(5*time.Second))[0]
 			var ds []core.Decision
