@@ -224,8 +224,8 @@ type admission struct {
 // fleetRun is what TestWaitFleet measures on one store.
 type fleetRun struct {
 	adm   []admission
-	asked int64 // decisions the limiters made
-	fall  int64 // fallback decisions
+	asked int // decisions the limiters made
+	fall  int // fallback decisions
 }
 
 // TestWaitFleet: instances x goroutines call Wait in a loop on one key of
@@ -245,18 +245,10 @@ func TestWaitFleet(t *testing.T) {
 	)
 	for _, f := range testkit.Backends() {
 		t.Run(f.Name, func(t *testing.T) {
-			var asked, fall atomic.Int64
-			obs := core.ObserverFunc(func(_ context.Context, e core.Event) {
-				if e.Kind == core.EventDecision {
-					asked.Add(1)
-					if e.Decision.Source.Fallback() {
-						fall.Add(1)
-					}
-				}
-			})
+			obs := &testkit.EventCounts{}
 			ls := testkit.Fleet(t, instances, f, core.Policy{Name: "provider", Rules: []core.Rule{{Limit: limit, Window: window}}}, core.WithObserver(obs))
 			r := runFleet(t, ls, goroutines, run)
-			r.asked, r.fall = asked.Load(), fall.Load()
+			r.asked, r.fall = obs.Count(core.EventDecision), obs.Fallbacks()
 			checkFleet(t, r, limit, window, instances*goroutines)
 		})
 	}

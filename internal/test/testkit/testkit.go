@@ -191,9 +191,10 @@ func (r *Events) count(match func(core.Event) bool) int {
 // memory per decision (where [Events] keeps every event). It is safe for
 // concurrent use; the zero value is ready.
 type EventCounts struct {
-	mu     sync.Mutex
-	counts map[core.EventKind]int
-	errs   []error
+	mu        sync.Mutex
+	counts    map[core.EventKind]int
+	fallbacks int
+	errs      []error
 }
 
 // Observe implements core.Observer.
@@ -204,6 +205,9 @@ func (o *EventCounts) Observe(_ context.Context, e core.Event) {
 		o.counts = make(map[core.EventKind]int)
 	}
 	o.counts[e.Kind]++
+	if e.Kind == core.EventDecision && e.Decision.Source.Fallback() {
+		o.fallbacks++
+	}
 	if e.Err != nil {
 		o.errs = append(o.errs, e.Err)
 	}
@@ -214,6 +218,14 @@ func (o *EventCounts) Count(kind core.EventKind) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.counts[kind]
+}
+
+// Fallbacks returns how many decisions the failure policy made (the
+// local store's, FailOpen's or FailClosed's) rather than the store.
+func (o *EventCounts) Fallbacks() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.fallbacks
 }
 
 // Errs returns a copy of the errors the events seen so far carried, in

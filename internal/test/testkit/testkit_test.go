@@ -147,14 +147,18 @@ func TestEventCounts(t *testing.T) {
 	ctx := context.Background()
 	down := errors.New("down")
 	for _, e := range []core.Event{
-		{Kind: core.EventDecision},
+		{Kind: core.EventDecision, Decision: core.Decision{Source: core.SourceStore}},
 		{Kind: core.EventStoreError, Err: down},
-		{Kind: core.EventDecision},
+		{Kind: core.EventDecision, Decision: core.Decision{Source: core.SourceLocal}},
+		{Kind: core.EventDecision, Decision: core.Decision{Source: core.SourceCache}},
 	} {
 		obs.Observe(ctx, e)
 	}
-	if got := c.Count(core.EventDecision); got != 2 {
-		t.Errorf("Count(EventDecision) = %d, want 2", got)
+	if got := c.Count(core.EventDecision); got != 3 {
+		t.Errorf("Count(EventDecision) = %d, want 3", got)
+	}
+	if got := c.Fallbacks(); got != 1 {
+		t.Errorf("Fallbacks() = %d, want 1 (the local store's decision)", got)
 	}
 	if got := c.Count(core.EventBreakerOpen); got != 0 {
 		t.Errorf("Count(EventBreakerOpen) = %d, want 0", got)

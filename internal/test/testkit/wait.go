@@ -3,7 +3,6 @@ package testkit
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,15 +18,7 @@ func WaitNoStampede(t *testing.T, b Backend) {
 		window  = 50 * time.Millisecond
 		callers = 40
 	)
-	var decisions, fallbacks atomic.Int64
-	obs := core.ObserverFunc(func(_ context.Context, e core.Event) {
-		if e.Kind == core.EventDecision {
-			decisions.Add(1)
-			if e.Decision.Source.Fallback() {
-				fallbacks.Add(1)
-			}
-		}
-	})
+	obs := &EventCounts{}
 	l := Fleet(t, 1, b, core.Policy{Name: "stampede", Rules: []core.Rule{{Limit: limit, Window: window}}}, core.WithObserver(obs))[0]
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -45,13 +36,13 @@ func WaitNoStampede(t *testing.T, b Backend) {
 	// costs the first in line its admission and about one denial.
 	// Were every caller to ask each time a unit frees, that would be
 	// about callers/2 decisions per admission.
-	got, bound := decisions.Load(), int64(callers+3*callers)
+	got, bound := obs.Count(core.EventDecision), callers+3*callers
 	t.Logf("%d callers, %d decisions (%.1f per admission; at most %d allowed)", callers, got, float64(got)/callers, bound)
 	if got > bound {
 		t.Errorf("%d decisions for %d admissions, want at most %d: waiters stampede the store", got, callers, bound)
 	}
-	if fallbacks.Load() != 0 {
-		t.Errorf("%d fallback decisions, want 0", fallbacks.Load())
+	if n := obs.Fallbacks(); n != 0 {
+		t.Errorf("%d fallback decisions, want 0", n)
 	}
 }
 
