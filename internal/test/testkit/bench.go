@@ -38,10 +38,20 @@ func BenchAllow(b *testing.B, store core.Store) {
 			fallbacks.Add(1)
 		}
 	}
+	serialParallel(b, allow)
+	if n := fallbacks.Load(); n > 0 {
+		b.Errorf("%d decisions fell back: the store did not answer within the timeout", n)
+	}
+}
+
+// serialParallel measures op(i) for i counting up, from one goroutine
+// ("serial") and from GOMAXPROCS goroutines ("parallel"), each of these
+// counting from an offset of its own so that they spread over the keys.
+func serialParallel(b *testing.B, op func(i uint64)) {
 	b.Run("serial", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := uint64(0); b.Loop(); i++ {
-			allow(i)
+			op(i)
 		}
 	})
 	b.Run("parallel", func(b *testing.B) {
@@ -50,14 +60,11 @@ func BenchAllow(b *testing.B, store core.Store) {
 		b.RunParallel(func(pb *testing.PB) {
 			i := next.Add(1) * 7919
 			for pb.Next() {
-				allow(i)
+				op(i)
 				i++
 			}
 		})
 	})
-	if n := fallbacks.Load(); n > 0 {
-		b.Errorf("%d decisions fell back: the store did not answer within the timeout", n)
-	}
 }
 
 // BenchChallenge measures the decisions of a policy with a Challenge
@@ -145,23 +152,7 @@ func BenchInFlight(b *testing.B, store core.Store) {
 			b.Fatal(err)
 		}
 	}
-	b.Run("serial", func(b *testing.B) {
-		b.ReportAllocs()
-		for i := uint64(0); b.Loop(); i++ {
-			cycle(i)
-		}
-	})
-	b.Run("parallel", func(b *testing.B) {
-		b.ReportAllocs()
-		var next atomic.Uint64
-		b.RunParallel(func(pb *testing.PB) {
-			i := next.Add(1) * 7919
-			for pb.Next() {
-				cycle(i)
-				i++
-			}
-		})
-	})
+	serialParallel(b, cycle)
 	if n := bad.Load(); n > 0 {
 		b.Errorf("%d acquires were denied or fell back", n)
 	}
