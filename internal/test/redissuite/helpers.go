@@ -238,6 +238,32 @@ func newTestClock() *drivertest.Clock {
 	return drivertest.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 }
 
+// failRefund returns a limiter of p on a client of srv through a proxy,
+// a client that sends no command twice, and that proxy: the limiter
+// admitted "k", then the proxy dropped the connection, and the refund of
+// that admission failed with the store's error, which the observers heard
+// of once. The proxy is still dropping.
+func failRefund(t *testing.T, drv Driver, srv *redistest.Server, p core.Policy) (*core.Limiter, *redistest.Proxy) {
+	t.Helper()
+	proxy := redistest.NewProxy(t, srv.Addr())
+	obs := &testkit.EventCounts{}
+	l := testkit.Limiter(t, drv.Open(t, Conf{Addrs: []string{proxy.Addr()}, NoRetry: true}), p,
+		core.WithTimeout(time.Second), core.WithObserver(obs))
+	ctx := context.Background()
+	d, _ := l.Allow(ctx, "k")
+	if !d.Allowed {
+		t.Fatalf("Allow = %+v", d)
+	}
+	proxy.SetDropping(true)
+	if err := d.Refund(ctx); err == nil {
+		t.Fatal("Refund with the connection dropping: nil error, want the store's")
+	}
+	if got := obs.Count(core.EventStoreError); got != 1 {
+		t.Errorf("store errors after the failed refund: %d, want 1", got)
+	}
+	return l, proxy
+}
+
 // fleetBackend is a fleet backend of one new server whose instances each
 // have a store of drv of their own (testkit.Redis, on any driver).
 func fleetBackend(drv Driver) testkit.Backend {

@@ -105,24 +105,8 @@ func same(t *testing.T, i int, what string, r, m core.Decision, err1, err2 error
 // used to be lost when the connection broke.
 func testRefundFailureReported(t *testing.T, drv Driver) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	proxy := redistest.NewProxy(t, srv.Addr())
-	obs := &testkit.EventCounts{}
-	l := testkit.Limiter(t, drv.Open(t, Conf{Addrs: []string{proxy.Addr()}, NoRetry: true}),
-		core.Policy{Name: "refund-fail", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}},
-		core.WithTimeout(time.Second), core.WithObserver(obs))
+	l, proxy := failRefund(t, drv, redistest.Start(t), core.Policy{Name: "refund-fail", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}})
 	ctx := context.Background()
-	d, _ := l.Allow(ctx, "k")
-	if !d.Allowed {
-		t.Fatalf("Allow = %+v", d)
-	}
-	proxy.SetDropping(true)
-	if err := d.Refund(ctx); err == nil {
-		t.Fatal("Refund with the connection dropping: nil error, want the store's")
-	}
-	if got := obs.Count(core.EventStoreError); got != 1 {
-		t.Errorf("store errors after the failed refund: %d, want 1", got)
-	}
 	proxy.SetDropping(false)
 	// A client that sends no command twice (rueidis) fails the first
 	// call on a connection the proxy closed, and dials again for the
