@@ -22,11 +22,7 @@ import (
 func BenchAllow(b *testing.B, store core.Store) {
 	const nkeys = 4096
 	keys := BenchKeys(nkeys)
-	l, err := core.NewLimiter(store, core.Policy{Name: "bench", Rules: []core.Rule{{Limit: 1000, Window: time.Second}}},
-		core.WithTimeout(time.Second))
-	if err != nil {
-		b.Fatal(err)
-	}
+	l := Limiter(b, store, Policy("bench", core.Rule{Limit: 1000, Window: time.Second}), core.WithTimeout(time.Second))
 	ctx := context.Background()
 	var fallbacks atomic.Int64
 	allow := func(i uint64) {
@@ -91,11 +87,8 @@ func BenchChallenge(b *testing.B, newStore func(b *testing.B) core.Store) {
 		{"passed", 1, true, func(d core.Decision) bool { return d.Allowed }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			l, err := core.NewLimiter(newStore(b), core.Policy{Name: "bench-" + bc.name,
-				Rules: []core.Rule{{Limit: limit, Window: time.Minute, Challenge: bc.challenge}}}, core.WithTimeout(time.Second))
-			if err != nil {
-				b.Fatal(err)
-			}
+			l := Limiter(b, newStore(b), Policy("bench-"+bc.name, core.Rule{Limit: limit, Window: time.Minute, Challenge: bc.challenge}),
+				core.WithTimeout(time.Second))
 			if bc.pass {
 				for _, k := range keys {
 					if err := l.Pass(ctx, k); err != nil {
@@ -134,10 +127,7 @@ func BenchKeys(n int) []string {
 func BenchInFlight(b *testing.B, store core.Store) {
 	const nkeys = 4096
 	keys := BenchKeys(nkeys)
-	l, err := core.NewLimiter(store, core.Policy{Name: "bench-inflight", InFlight: 1000}, core.WithTimeout(time.Second))
-	if err != nil {
-		b.Fatal(err)
-	}
+	l := Limiter(b, store, core.Policy{Name: "bench-inflight", InFlight: 1000}, core.WithTimeout(time.Second))
 	ctx := context.Background()
 	var bad atomic.Int64
 	cycle := func(i uint64) {
@@ -168,11 +158,7 @@ func BenchCluster(b *testing.B, store core.Store, masters int) {
 		goroutines = 64
 	)
 	keys := BenchKeys(nkeys)
-	l, err := core.NewLimiter(store, core.Policy{Name: "bench", Rules: []core.Rule{{Limit: 1000, Window: time.Second}}},
-		core.WithTimeout(time.Second))
-	if err != nil {
-		b.Fatal(err)
-	}
+	l := Limiter(b, store, Policy("bench", core.Rule{Limit: 1000, Window: time.Second}), core.WithTimeout(time.Second))
 	ctx := context.Background()
 	for _, k := range keys { // connections to every master, and the slot map
 		if _, err := l.Peek(ctx, k); err != nil {
