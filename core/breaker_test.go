@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/driver"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
 // Modes of a faultyStore.
@@ -57,40 +58,13 @@ func (s *faultyStore) Peek(ctx context.Context, q driver.Query) (driver.Result, 
 	return s.Store.Peek(ctx, q)
 }
 
-// eventLog is an Observer that counts events by kind; safe for concurrent
-// use.
-type eventLog struct {
-	mu     sync.Mutex
-	counts map[core.EventKind]int
-	errs   []error
-}
-
-func (o *eventLog) Observe(_ context.Context, e core.Event) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.counts == nil {
-		o.counts = make(map[core.EventKind]int)
-	}
-	o.counts[e.Kind]++
-	if e.Err != nil {
-		o.errs = append(o.errs, e.Err)
-	}
-}
-
-// count returns how many events of kind were seen.
-func (o *eventLog) count(kind core.EventKind) int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.counts[kind]
-}
-
 func TestBreakerOpensSkipsStoreAndCloses(t *testing.T) {
 	const (
 		threshold = 3
 		cooldown  = 50 * time.Millisecond
 	)
 	store := newFaultyStore()
-	obs := &eventLog{}
+	obs := &testkit.EventCounts{}
 	l, err := core.NewLimiter(store, core.Policy{Name: "p", Rules: []core.Rule{{Limit: 100, Window: time.Minute}}},
 		core.WithBreaker(threshold, cooldown), core.WithObserver(obs))
 	if err != nil {
@@ -107,10 +81,10 @@ func TestBreakerOpensSkipsStoreAndCloses(t *testing.T) {
 	if got := store.calls.Load(); got != threshold {
 		t.Errorf("store calls with the store failing = %d, want %d (none once the breaker opened)", got, threshold)
 	}
-	if got := obs.count(core.EventStoreError); got != threshold {
+	if got := obs.Count(core.EventStoreError); got != threshold {
 		t.Errorf("EventStoreError count = %d, want %d", got, threshold)
 	}
-	if got := obs.count(core.EventBreakerOpen); got != 1 {
+	if got := obs.Count(core.EventBreakerOpen); got != 1 {
 		t.Errorf("EventBreakerOpen count = %d, want 1", got)
 	}
 
@@ -133,10 +107,10 @@ func TestBreakerOpensSkipsStoreAndCloses(t *testing.T) {
 			t.Fatalf("Allow #%d after the store recovered = %+v, want Source store", i+1, d)
 		}
 	}
-	if got := obs.count(core.EventBreakerClose); got != 1 {
+	if got := obs.Count(core.EventBreakerClose); got != 1 {
 		t.Errorf("EventBreakerClose count = %d, want 1", got)
 	}
-	for _, err := range obs.errs {
+	for _, err := range obs.Errs() {
 		if !errors.Is(err, errStoreDown) {
 			t.Errorf("observed error %v, want it to wrap the store's error", err)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
 // TestSlidingBucketsPrecision drives random traffic through a
@@ -132,63 +133,5 @@ func TestSlidingBucketsRetryAfter(t *testing.T) {
 // shorter. On the memory store (Redis: internal/test/redissuite's
 // SlidingBucketsRetryAfterBound).
 func TestSlidingBucketsRetryAfterBound(t *testing.T) {
-	stores := map[string]func() core.Store{
-		"memory": func() core.Store { return core.NewMemoryStore() },
-	}
-	const window = time.Minute
-	for name, newStore := range stores {
-		t.Run(name, func(t *testing.T) {
-			clock := newTestClock() // on a whole second: a bucket start
-			l, err := core.NewLimiter(newStore(), core.Policy{
-				Name:      "bound-" + name,
-				Algorithm: core.SlidingBuckets, // 60 buckets of 1 s
-				Rules:     []core.Rule{{Limit: 2, Window: window}},
-			}, core.WithDenyCache(0), core.WithClock(clock.Now), core.WithTimeout(5*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx := context.Background()
-			if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
-				t.Fatalf("first unit: %+v, %v", d, err)
-			}
-			clock.Add(500 * time.Millisecond) // the middle of the bucket
-			if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
-				t.Fatalf("second unit: %+v, %v", d, err)
-			}
-			d, err := l.Allow(ctx, "k")
-			if err != nil || d.Allowed {
-				t.Fatalf("third unit: %+v, %v; want denied", d, err)
-			}
-			// The bucket [0 s, 1 s) counts until the window starts at 1 s:
-			// at 61 s, 60.5 s from now, although the second unit was
-			// admitted 0 s ago.
-			if want := window + time.Second - 500*time.Millisecond; d.RetryAfter != want {
-				t.Fatalf("RetryAfter in mid-bucket = %v, want %v", d.RetryAfter, want)
-			}
-			if d2, _ := l.Allow(ctx, "k2"); !d2.Allowed {
-				t.Fatal("k2 denied")
-			}
-			clock.Add(500 * time.Millisecond) // the start of the next bucket
-			for range 2 {
-				if d, err := l.Allow(ctx, "k3"); err != nil || !d.Allowed {
-					t.Fatalf("k3: %+v, %v", d, err)
-				}
-			}
-			d, err = l.Allow(ctx, "k3")
-			if err != nil || d.Allowed {
-				t.Fatalf("k3 third unit: %+v, %v; want denied", d, err)
-			}
-			if want := window + time.Second; d.RetryAfter != want {
-				t.Fatalf("RetryAfter at a bucket start = %v, want the bound %v (window + window/60)", d.RetryAfter, want)
-			}
-			clock.Add(d.RetryAfter - time.Microsecond)
-			if d, _ := l.Allow(ctx, "k3"); d.Allowed {
-				t.Fatal("admitted 1 µs before RetryAfter")
-			}
-			clock.Add(time.Microsecond)
-			if d, _ := l.Allow(ctx, "k3"); !d.Allowed {
-				t.Fatalf("denied at RetryAfter: %+v", d)
-			}
-		})
-	}
+	testkit.SlidingBucketsRetryAfterBound(t, testkit.Memory)
 }

@@ -14,50 +14,18 @@ import (
 // TestCalendarTiers: a tier carries its customer's time zone; tiers must
 // keep the policy's periods, with limits and locations of their own.
 func TestCalendarTiers(t *testing.T) {
-	paris, tokyo := drivertest.Zone(t, "Europe/Paris"), drivertest.Zone(t, "Asia/Tokyo")
-	// 20:00 UTC on 31 January: 21:00 in Paris, already 1 February in Tokyo.
-	clk := drivertest.NewClock(time.Date(2024, 1, 31, 20, 0, 0, 0, time.UTC))
-	p := &plans{tier: map[string]string{"fr": "pro/Europe/Paris", "jp": "pro/Asia/Tokyo"}}
-	tiers := map[string][]core.Rule{
-		"pro/Europe/Paris": {{Limit: 100, Window: time.Second}, {Limit: 1000, Calendar: core.Month, Location: paris}},
-		"pro/Asia/Tokyo":   {{Limit: 100, Window: time.Second}, {Limit: 1000, Calendar: core.Month, Location: tokyo}},
-	}
-	base := core.Policy{Name: "api", Rules: []core.Rule{{Limit: 10, Window: time.Second}, {Limit: 100, Calendar: core.Month}}}
-	for _, store := range []struct {
-		name string
-		s    core.Store
-	}{{"memory", core.NewMemoryStore()}} { // Redis: internal/test/redissuite's CalendarTiers
-		t.Run(store.name, func(t *testing.T) {
-			l := testkit.Limiter(t, store.s, base, core.WithTiers(p.resolve, tiers), core.WithClock(clk.Now), core.WithTimeout(2*time.Second))
-			for _, tc := range []struct {
-				key    string
-				limit  int64
-				window time.Duration
-				reset  time.Duration
-			}{
-				{"fr", 1000, 31 * 24 * time.Hour, 3 * time.Hour},   // January in Paris ends at 23:00 UTC
-				{"jp", 1000, 29 * 24 * time.Hour, 691 * time.Hour}, // February 2024 in Tokyo ends on 29 February, 15:00 UTC
-				{"other", 100, 31 * 24 * time.Hour, 4 * time.Hour}, // the policy's own: January in UTC
-			} {
-				d, err := l.Allow(context.Background(), tc.key)
-				if err != nil || !d.Allowed {
-					t.Fatalf("Allow(%s) = %+v, %v", tc.key, d, err)
-				}
-				r := d.Rules()[1]
-				if r.Limit != tc.limit || r.Window != tc.window || r.ResetAfter != tc.reset || r.Used != 1 {
-					t.Errorf("Allow(%s): Rules[1] = %+v, want Limit %d, Window %v, ResetAfter %v, Used 1", tc.key, r, tc.limit, tc.window, tc.reset)
-				}
-			}
-		})
-	}
+	// Redis: internal/test/redissuite's CalendarTiers.
+	testkit.CalendarTiers(t, testkit.Memory)
 
 	// A tier must keep the policy's periods.
+	p := testkit.NewPlans(nil) // the tiers fail validation: no key is resolved
+	base := core.Policy{Name: "api", Rules: []core.Rule{{Limit: 10, Window: time.Second}, {Limit: 100, Calendar: core.Month}}}
 	for name, rules := range map[string][]core.Rule{
 		"a window for the month": {{Limit: 100, Window: time.Second}, {Limit: 1000, Window: 720 * time.Hour}},
 		"a day for the month":    {{Limit: 100, Window: time.Second}, {Limit: 1000, Calendar: core.Day}},
 		"no month":               {{Limit: 100, Window: time.Second}},
 	} {
-		_, err := core.NewLimiter(core.NewMemoryStore(), base, core.WithTiers(p.resolve, map[string][]core.Rule{"x": rules}))
+		_, err := core.NewLimiter(core.NewMemoryStore(), base, core.WithTiers(p.Resolve, map[string][]core.Rule{"x": rules}))
 		if err == nil || !strings.Contains(err.Error(), `tier "x"`) || !strings.Contains(err.Error(), "month") {
 			t.Errorf("NewLimiter with a tier of %s = %v, want an error naming the tier and the policy's periods", name, err)
 		}
@@ -67,26 +35,8 @@ func TestCalendarTiers(t *testing.T) {
 // TestCalendarShards: each shard holds its share of a calendar rule, and
 // together they admit exactly the limit.
 func TestCalendarShards(t *testing.T) {
-	noon := drivertest.ZoneWithMidnightAt(time.Now().Truncate(time.Second).Add(12 * time.Hour))
 	// Redis: internal/test/redissuite's CalendarShards.
-	for _, store := range []core.Store{core.NewMemoryStore()} {
-		l := testkit.Limiter(t, store, core.Policy{Name: "global", Shards: 4,
-			Rules: []core.Rule{{Limit: 1000, Window: time.Minute}, {Limit: 30, Calendar: core.Day, Location: noon}}},
-			core.WithTimeout(2*time.Second))
-		allowed := 0
-		for range 60 {
-			d, err := l.Allow(context.Background(), "all")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d.Allowed {
-				allowed++
-			}
-		}
-		if allowed != 30 {
-			t.Errorf("%T: 60 Allow with 30 a day over 4 shards: %d allowed, want 30", store, allowed)
-		}
-	}
+	testkit.CalendarShards(t, testkit.Memory)
 }
 
 // TestCalendarFailurePolicyWindow: when the store fails, a FailOpen or

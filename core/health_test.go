@@ -14,12 +14,12 @@ import (
 func TestLimiterCheck(t *testing.T) {
 	p := core.Policy{Name: "check", Rules: []core.Rule{{Limit: 1, Window: time.Minute}}}
 	t.Run("memory", func(t *testing.T) {
-		obs := &eventLog{}
+		obs := &testkit.EventCounts{}
 		l := testkit.Limiter(t, core.NewMemoryStore(), p, core.WithObserver(obs))
 		if err := l.Check(context.Background()); err != nil {
 			t.Errorf("Check() on a MemoryStore = %v, want nil", err)
 		}
-		if got := obs.count(core.EventStoreCheck); got != 0 {
+		if got := obs.Count(core.EventStoreCheck); got != 0 {
 			t.Errorf("EventStoreCheck count = %d, want 0", got)
 		}
 		if got := core.EventStoreCheck.String(); got != "store_check" {

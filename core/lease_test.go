@@ -4,45 +4,12 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/test/testkit"
 )
-
-// backend is where the instances of an in-flight test keep their leases:
-// instance returns the store of one more app instance. (On Redis, each
-// with a client of its own: internal/test/redissuite.)
-type backend struct {
-	name     string
-	instance func(t *testing.T) core.Store
-}
-
-func memoryBackend() backend {
-	s := core.NewMemoryStore()
-	return backend{"memory", func(*testing.T) core.Store { return s }}
-}
-
-// inFlight returns a limiter of an InFlight policy, with a timeout long
-// enough that a loaded machine never makes it fall back.
-func inFlight(t *testing.T, s core.Store, name string, k int64, opts ...core.Option) *core.Limiter {
-	t.Helper()
-	return testkit.Limiter(t, s, core.Policy{Name: name, InFlight: k}, append([]core.Option{core.WithTimeout(5 * time.Second)}, opts...)...)
-}
-
-func wantHeld(t *testing.T, l *core.Limiter, key string, want int64) {
-	t.Helper()
-	d, err := l.Peek(context.Background(), key)
-	if err != nil {
-		t.Fatalf("Peek(%q): %v", key, err)
-	}
-	if rs := d.Rules(); len(rs) != 1 || rs[0].Used != want || d.Remaining != d.Limit-want {
-		t.Errorf("Peek(%q) = %+v %+v, want %d units held", key, d, rs, want)
-	}
-}
 
 func TestInFlightValidation(t *testing.T) {
 	t.Parallel()
@@ -99,77 +66,8 @@ func TestInFlightValidation(t *testing.T) {
 // released at the end.
 func TestInFlightExact(t *testing.T) {
 	t.Parallel()
-	for _, mk := range []func(*testing.T) backend{
-		func(*testing.T) backend { return memoryBackend() },
-	} {
-		b := mk(t)
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			checkExact(t, b, "exact-"+b.name)
-		})
-	}
-}
-
-func checkExact(t *testing.T, b backend, name string) {
-	const (
-		k         = 4
-		instances = 3
-		workers   = 12 // per instance
-		rounds    = 25 // per worker
-	)
-	ctx := context.Background()
-	ls := make([]*core.Limiter, instances)
-	for i := range ls {
-		ls[i] = inFlight(t, b.instance(t), name, k)
-	}
-	var (
-		cur, peak          atomic.Int64
-		admitted, fallback atomic.Int64
-		wg                 sync.WaitGroup
-	)
-	for i := range instances * workers {
-		l := ls[i%instances]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range rounds {
-				d, err := l.Allow(ctx, "tenant")
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if d.Source != core.SourceStore {
-					fallback.Add(1)
-				}
-				if !d.Allowed {
-					if d.RetryAfter != time.Second {
-						t.Errorf("denial RetryAfter = %v, want the 1s hint", d.RetryAfter)
-					}
-					continue
-				}
-				admitted.Add(1)
-				n := cur.Add(1)
-				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
-				}
-				time.Sleep(time.Millisecond) // the handler
-				cur.Add(-1)
-				if err := d.Refund(ctx); err != nil {
-					t.Error(err)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if n := fallback.Load(); n > 0 {
-		t.Fatalf("%d decisions fell back: the store did not answer within the timeout", n)
-	}
-	if p := peak.Load(); p != k {
-		t.Errorf("%d instances × %d goroutines: at most %d requests in flight at once, want exactly %d", instances, workers, p, k)
-	}
-	t.Logf("%s: %d of %d requests admitted, at most %d in flight", b.name, admitted.Load(), instances*workers*rounds, peak.Load())
-	for _, l := range ls {
-		wantHeld(t, l, "tenant", 0)
-	}
+	// On Redis and on a Cluster: internal/test/redissuite's InFlightExact.
+	testkit.InFlightExact(t, testkit.Memory)
 }
 
 // TestInFlightRefundOnce: a lease is released once, however often its
@@ -177,67 +75,16 @@ func checkExact(t *testing.T, b backend, name string) {
 // frees another.
 func TestInFlightRefundOnce(t *testing.T) {
 	t.Parallel()
-	for _, b := range []backend{memoryBackend()} {
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			obs := &eventLog{}
-			l := inFlight(t, b.instance(t), "once", 3, core.WithObserver(obs))
-			ctx := context.Background()
-			var ds []core.Decision
-			for i := range 3 {
-				d, err := l.Allow(ctx, "k")
-				if err != nil || !d.Allowed {
-					t.Fatalf("Allow #%d = %+v, %v", i+1, d, err)
-				}
-				ds = append(ds, d)
-			}
-			cp := ds[0]
-			for _, d := range []*core.Decision{&ds[0], &ds[0], &cp} {
-				if err := d.Refund(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
-			wantHeld(t, l, "k", 2)
-			if d, _ := l.Allow(ctx, "k"); !d.Allowed {
-				t.Fatalf("after one release: Allow = %+v, want admitted", d)
-			}
-			if d, _ := l.Allow(ctx, "k"); d.Allowed {
-				t.Fatalf("with 3 held again: Allow = %+v, want denied", d)
-			}
-			if got := obs.count(core.EventDecision); got != 5 {
-				t.Errorf("observer saw %d decisions for 5 Allow calls (and peeks, which are not decisions), want 5", got)
-			}
-		})
-	}
+	// On Redis: internal/test/redissuite's InFlightRefundOnce.
+	testkit.InFlightRefundOnce(t, testkit.Memory)
 }
 
 // TestInFlightCost: a request of cost n holds n units, all released at
 // once; a cost above the limit is invalid.
 func TestInFlightCost(t *testing.T) {
 	t.Parallel()
-	for _, b := range []backend{memoryBackend()} {
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			l := inFlight(t, b.instance(t), "cost", 5)
-			ctx := context.Background()
-			big, err := l.AllowN(ctx, "k", 4)
-			if err != nil || !big.Allowed || big.Remaining != 1 {
-				t.Fatalf("AllowN(4) = %+v, %v; want admitted, 1 remaining", big, err)
-			}
-			if d, _ := l.AllowN(ctx, "k", 2); d.Allowed || d.Remaining != 1 {
-				t.Fatalf("AllowN(2) with 4 of 5 held = %+v, want denied", d)
-			}
-			if err := big.Refund(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if d, _ := l.AllowN(ctx, "k", 5); !d.Allowed || d.Remaining != 0 {
-				t.Fatalf("AllowN(5) after the release = %+v, want admitted, none remaining", d)
-			}
-			if _, err := l.AllowN(ctx, "k", 6); !errors.Is(err, core.ErrInvalidCost) {
-				t.Errorf("AllowN(6) over InFlight 5: err = %v, want ErrInvalidCost", err)
-			}
-		})
-	}
+	// On Redis: internal/test/redissuite's InFlightCost.
+	testkit.InFlightCost(t, testkit.Memory)
 }
 
 // TestInFlightAllowAll: a concurrency limit and a rate limit decided
@@ -245,7 +92,7 @@ func TestInFlightCost(t *testing.T) {
 func TestInFlightAllowAll(t *testing.T) {
 	t.Parallel()
 	store := core.NewMemoryStore()
-	conc := inFlight(t, store, "conc", 1)
+	conc := testkit.InFlight(t, store, "conc", 1)
 	rate := testkit.Limiter(t, store, core.Policy{Name: "rate", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}})
 	ctx := context.Background()
 	claims := []core.Claim{{Limiter: conc, Key: "k"}, {Limiter: rate, Key: "k"}}
@@ -263,5 +110,5 @@ func TestInFlightAllowAll(t *testing.T) {
 	if err != nil || len(ds) != 2 || ds[1].Allowed {
 		t.Fatalf("AllowAll with the rate spent = %+v, %v; want the rate limit's denial", ds, err)
 	}
-	wantHeld(t, conc, "k", 0)
+	testkit.WantHeld(t, conc, "k", 0)
 }

@@ -6,17 +6,18 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
 // TestLockoutTiers: the policy's lockout holds in every tier, and a key
 // locked out stays so when its tier changes.
 func TestLockoutTiers(t *testing.T) {
-	p := &plans{tier: map[string]string{"k": "free"}}
+	p := testkit.NewPlans(map[string]string{"k": "free"})
 	l, err := core.NewLimiter(core.NewMemoryStore(), core.Policy{
 		Name:    "api",
 		Rules:   []core.Rule{{Limit: 1, Window: time.Minute}},
 		Lockout: core.Lockout{For: time.Hour},
-	}, core.WithTiers(p.resolve, map[string][]core.Rule{
+	}, core.WithTiers(p.Resolve, map[string][]core.Rule{
 		"free": {{Limit: 2, Window: time.Minute}},
 		"pro":  {{Limit: 100, Window: time.Minute}},
 	}))
@@ -32,7 +33,7 @@ func TestLockoutTiers(t *testing.T) {
 	if d, _ := l.Allow(ctx, "k"); !d.Locked {
 		t.Fatalf("Allow(k) #3 in free (2 a minute) = %+v, want locked out", d)
 	}
-	p.set("k", "pro")
+	p.Set("k", "pro")
 	if err := l.InvalidateTier(ctx, "k"); err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 	"context"
 	"reflect"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,7 +30,7 @@ func TestInFlightRenewal(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	const ttl = 10 * time.Second
-	now, step := clockAt()
+	now, step := testkit.PastClock()
 	p := core.Policy{Name: "renew", InFlight: 1, LeaseTTL: ttl}
 	a := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, core.WithClock(now), core.WithTimeout(5*time.Second))
 	b := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, core.WithClock(now), core.WithTimeout(5*time.Second))
@@ -65,7 +64,7 @@ func TestInFlightRenewal(t *testing.T) {
 func TestInFlightLostLease(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	obs := &eventLog{}
+	obs := &testkit.EventCounts{}
 	l := testkit.Limiter(t, redisstore.New(srv.Client(t)), core.Policy{Name: "lost", InFlight: 1},
 		core.WithTimeout(5*time.Second), core.WithObserver(obs))
 	ctx := context.Background()
@@ -77,14 +76,12 @@ func TestInFlightLostLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	core.RenewLeases(l, ctx)
-	obs.mu.Lock()
-	errs := append([]error(nil), obs.errs...)
-	obs.mu.Unlock()
+	errs := obs.Errs()
 	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "lease lost") {
 		t.Fatalf("observer errors after the renewal of a reset lease: %v, want one lost lease", errs)
 	}
 	core.RenewLeases(l, ctx)
-	if got := obs.count(core.EventStoreError); got != 1 {
+	if got := obs.Count(core.EventStoreError); got != 1 {
 		t.Errorf("store errors after a second renewal: %d, want still 1 (a lost lease is reported once)", got)
 	}
 	if err := d.Refund(ctx); err != nil {
@@ -97,24 +94,24 @@ func TestInFlightLostLease(t *testing.T) {
 // it has.
 func TestTopRefusedBackground(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { verifyNoLeaks(t, ignore) })
+	t.Cleanup(func() { testkit.VerifyNoLeaks(t, ignore) })
 	srv := redistest.Start(t)
 	p := testkit.Policy("top-background", testkit.PerHour(1))
 	opts := []core.Option{core.WithTimeout(testkit.StoreTimeout), core.WithRefusedEvery(20 * time.Millisecond)}
 	a := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, opts...)
 	b := testkit.Limiter(t, redisstore.New(srv.Client(t)), p, opts...)
-	admit(t, b, "mallory")
-	refuse(t, b, "mallory", 25)
+	testkit.Admit(t, b, "mallory")
+	testkit.Refuse(t, b, "mallory", 25)
 	want := []core.RefusedKey{{Key: "mallory", Refusals: 25}}
 	testkit.WaitUntil(t, "instance a sees instance b's refusals", func() bool {
-		return reflect.DeepEqual(topRefused(t, a, 5), want)
+		return reflect.DeepEqual(testkit.TopRefused(t, a, 5), want)
 	})
 	// And again, after a pause: the next refusal arms the next flush.
 	time.Sleep(50 * time.Millisecond)
-	refuse(t, b, "mallory", 5)
+	testkit.Refuse(t, b, "mallory", 5)
 	want[0].Refusals = 30
 	testkit.WaitUntil(t, "instance a sees the later refusals", func() bool {
-		return reflect.DeepEqual(topRefused(t, a, 5), want)
+		return reflect.DeepEqual(testkit.TopRefused(t, a, 5), want)
 	})
 }
 
@@ -185,41 +182,4 @@ func benchDenied(b *testing.B, newStore func(testing.TB) core.Store, src core.So
 			}
 		})
 	}
-}
-
-// verifyNoLeaks fails t if goroutines other than those ignored are still
-// running after a few seconds. go-redis ends its dialing goroutines some
-// time after Close (one sleeps 1 s between dial probes), so it waits
-// instead of ignoring them.
-func verifyNoLeaks(t *testing.T, opts ...goleak.Option) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := goleak.Find(opts...)
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("goroutines leaked: %v", err)
-			return
-		}
-	}
-}
-
-// clockAt returns a settable clock starting an hour behind the real one,
-// so that Redis keeps the keys it writes for the whole test whatever the
-// test steps it to (a key lives until its leases expire in the clock's
-// time).
-func clockAt() (now func() time.Time, step func(time.Duration)) {
-	var mu sync.Mutex
-	t := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
-	return func() time.Time {
-			mu.Lock()
-			defer mu.Unlock()
-			return t
-		}, func(d time.Duration) {
-			mu.Lock()
-			t = t.Add(d)
-			mu.Unlock()
-		}
 }

@@ -5,49 +5,12 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/driver"
-	"github.com/ratekit/ratekit/internal/race"
 	"github.com/ratekit/ratekit/internal/test/testkit"
 )
-
-// refuse asks l for key times times and fails t unless every answer is
-// a denial of the store or of the deny cache; it returns how many came
-// from the cache.
-func refuse(t *testing.T, l *core.Limiter, key string, times int) (cached int) {
-	t.Helper()
-	for range times {
-		d, err := l.Allow(context.Background(), key)
-		if err != nil || d.Allowed || d.Source.Fallback() {
-			t.Fatalf("Allow(%q) = %+v, %v; want a denial of the store or its cache", key, d, err)
-		}
-		if d.Source == core.SourceCache {
-			cached++
-		}
-	}
-	return cached
-}
-
-// admit asks l for key once and fails t unless it is admitted.
-func admit(t *testing.T, l *core.Limiter, key string) {
-	t.Helper()
-	if d, err := l.Allow(context.Background(), key); err != nil || !d.Allowed {
-		t.Fatalf("Allow(%q) = %+v, %v; want admitted", key, d, err)
-	}
-}
-
-// topRefused returns l.TopRefused(n), failing t on an error.
-func topRefused(t *testing.T, l *core.Limiter, n int) []core.RefusedKey {
-	t.Helper()
-	top, err := l.TopRefused(context.Background(), n)
-	if err != nil {
-		t.Fatalf("TopRefused(%d): %v", n, err)
-	}
-	return top
-}
 
 // TestTopRefusedFleet: two instances on one store refuse different counts
 // of several keys, most of them answered by their deny caches on Redis;
@@ -55,41 +18,7 @@ func topRefused(t *testing.T, l *core.Limiter, n int) []core.RefusedKey {
 // exact sums, most refused first and ties in key order.
 func TestTopRefusedFleet(t *testing.T) {
 	// On Redis: internal/test/redissuite's TopRefusedFleet.
-	for _, b := range []testkit.Backend{testkit.Memory} {
-		t.Run(b.Name, func(t *testing.T) {
-			ls := testkit.Fleet(t, 2, b, testkit.Policy("top-fleet", testkit.PerHour(1)))
-			a, bb := ls[0], ls[1]
-			refusals := []struct {
-				key  string
-				a, b int
-			}{{"alice", 5, 4}, {"bob", 1, 7}, {"carol", 3, 3}, {"dave", 0, 6}, {"erin", 2, 0}}
-			cached := 0
-			for _, r := range refusals {
-				admit(t, a, r.key)
-				cached += refuse(t, a, r.key, r.a)
-				cached += refuse(t, bb, r.key, r.b)
-			}
-			if b.Name != "memory" && cached == 0 {
-				t.Fatal("no denial came from a deny cache: the test does not cover the cache's count")
-			}
-			if err := core.FlushRefused(context.Background(), bb); err != nil {
-				t.Fatal(err)
-			}
-			want := []core.RefusedKey{{Key: "alice", Refusals: 9}, {Key: "bob", Refusals: 8}, {Key: "carol", Refusals: 6},
-				{Key: "dave", Refusals: 6}, {Key: "erin", Refusals: 2}}
-			for i, l := range ls {
-				if got := topRefused(t, l, 10); !reflect.DeepEqual(got, want) {
-					t.Errorf("instance %d: TopRefused(10) = %v, want %v", i, got, want)
-				}
-			}
-			if got := topRefused(t, bb, 3); !reflect.DeepEqual(got, want[:3]) {
-				t.Errorf("TopRefused(3) = %v, want %v", got, want[:3])
-			}
-			if got := topRefused(t, a, 0); got != nil {
-				t.Errorf("TopRefused(0) = %v, want nothing", got)
-			}
-		})
-	}
+	testkit.TopRefusedFleet(t, testkit.Memory)
 }
 
 // TestTopRefusedCounts: what counts as a refusal. Every denial counts,
@@ -100,53 +29,15 @@ func TestTopRefusedFleet(t *testing.T) {
 func TestTopRefusedCounts(t *testing.T) {
 	ctx := context.Background()
 	// The shards and tiers on Redis: internal/test/redissuite's TopRefusedCounts.
-	t.Run("shards", func(t *testing.T) {
-		for _, b := range []testkit.Backend{testkit.Memory} {
-			t.Run(b.Name, func(t *testing.T) {
-				p := testkit.Policy("top-shards", testkit.PerHour(4))
-				p.Shards = 4
-				l := testkit.Fleet(t, 1, b, p)[0]
-				for range 4 {
-					admit(t, l, "hot")
-				}
-				refuse(t, l, "hot", 8)
-				want := []core.RefusedKey{{Key: "hot", Refusals: 8}}
-				if got := topRefused(t, l, 5); !reflect.DeepEqual(got, want) {
-					t.Errorf("TopRefused = %v, want %v", got, want)
-				}
-			})
-		}
-	})
-	t.Run("tiers", func(t *testing.T) {
-		for _, b := range []testkit.Backend{testkit.Memory} {
-			t.Run(b.Name, func(t *testing.T) {
-				tiers := map[string][]core.Rule{"pro": {testkit.PerHour(2)}}
-				resolve := func(_ context.Context, key string) (string, error) {
-					if strings.HasPrefix(key, "pro-") {
-						return "pro", nil
-					}
-					return "", nil
-				}
-				l := testkit.Fleet(t, 1, b, testkit.Policy("top-tiers", testkit.PerHour(1)), core.WithTiers(resolve, tiers))[0]
-				admit(t, l, "free-1")
-				refuse(t, l, "free-1", 2)
-				admit(t, l, "pro-1")
-				admit(t, l, "pro-1")
-				refuse(t, l, "pro-1", 3)
-				want := []core.RefusedKey{{Key: "pro-1", Refusals: 3}, {Key: "free-1", Refusals: 2}}
-				if got := topRefused(t, l, 5); !reflect.DeepEqual(got, want) {
-					t.Errorf("TopRefused = %v, want %v", got, want)
-				}
-			})
-		}
-	})
+	t.Run("shards", func(t *testing.T) { testkit.TopRefusedShards(t, testkit.Memory) })
+	t.Run("tiers", func(t *testing.T) { testkit.TopRefusedTiers(t, testkit.Memory) })
 	t.Run("long key", func(t *testing.T) {
 		long := strings.Repeat("k", 500)
 		l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("top-long", testkit.PerHour(1)))
-		admit(t, l, long)
-		refuse(t, l, long, 2)
+		testkit.Admit(t, l, long)
+		testkit.Refuse(t, l, long, 2)
 		want := []core.RefusedKey{{Key: driver.BoundKey(long), Refusals: 2}}
-		if got := topRefused(t, l, 5); !reflect.DeepEqual(got, want) {
+		if got := testkit.TopRefused(t, l, 5); !reflect.DeepEqual(got, want) {
 			t.Errorf("TopRefused = %v, want %v", got, want)
 		}
 	})
@@ -162,10 +53,10 @@ func TestTopRefusedCounts(t *testing.T) {
 			}
 		}
 		// The store keeps no refusals: each limiter reports its own.
-		if got, want := topRefused(t, local, 5), []core.RefusedKey{{Key: "k", Refusals: 2}}; !reflect.DeepEqual(got, want) {
+		if got, want := testkit.TopRefused(t, local, 5), []core.RefusedKey{{Key: "k", Refusals: 2}}; !reflect.DeepEqual(got, want) {
 			t.Errorf("FailLocal: TopRefused = %v, want %v", got, want)
 		}
-		if got := topRefused(t, closed, 5); len(got) != 0 {
+		if got := testkit.TopRefused(t, closed, 5); len(got) != 0 {
 			t.Errorf("FailClosed: TopRefused = %v, want nothing", got)
 		}
 	})
@@ -175,8 +66,8 @@ func TestTopRefusedCounts(t *testing.T) {
 		if err != nil || !d.Allowed {
 			t.Fatalf("Allow = %+v, %v", d, err)
 		}
-		refuse(t, l, "download", 2)
-		if got, want := topRefused(t, l, 5), []core.RefusedKey{{Key: "download", Refusals: 2}}; !reflect.DeepEqual(got, want) {
+		testkit.Refuse(t, l, "download", 2)
+		if got, want := testkit.TopRefused(t, l, 5), []core.RefusedKey{{Key: "download", Refusals: 2}}; !reflect.DeepEqual(got, want) {
 			t.Errorf("TopRefused = %v, want %v", got, want)
 		}
 		_ = d.Refund(ctx)
@@ -187,56 +78,8 @@ func TestTopRefusedCounts(t *testing.T) {
 // allocation: denials of the memory store, hot or spread over many keys
 // (a flood answered by Redis's deny cache: internal/test/redissuite).
 func TestDeniedPathAllocs(t *testing.T) {
-	if testing.CoverMode() != "" || race.Enabled {
-		t.Skip("allocations are counted without coverage or the race detector")
-	}
-	ctx := context.Background()
-	keys := make([]string, 1000)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("user-%d", i)
-	}
-	for _, tc := range []struct {
-		name  string
-		store core.Store
-		src   core.Source
-		keys  []string
-	}{
-		// On Redis: internal/test/redissuite's DeniedPathAllocs.
-		{"memory/hot", core.NewMemoryStore(), core.SourceStore, keys[:1]},
-		{"memory/spread", core.NewMemoryStore(), core.SourceStore, keys},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			l := testkit.Limiter(t, tc.store, testkit.Policy("allocs-"+strings.ReplaceAll(tc.name, "/", "-"), testkit.PerHour(1)), core.WithTimeout(testkit.StoreTimeout))
-			for _, k := range tc.keys {
-				admit(t, l, k)
-				refuse(t, l, k, 1)
-			}
-			refused := int64(1) // each key's, so far
-			if tc.src == core.SourceCache {
-				testkit.WaitUntil(t, "the deny cache answers", func() bool {
-					d, _ := l.Allow(ctx, tc.keys[0])
-					refused++
-					return d.Source == core.SourceCache
-				})
-			}
-			i := 0
-			allocs := testing.AllocsPerRun(10_000, func() {
-				d, err := l.Allow(ctx, tc.keys[i%len(tc.keys)])
-				i++
-				if err != nil || d.Allowed || d.Source != tc.src {
-					t.Fatalf("Allow = %+v, %v; want a denial, Source %v", d, err, tc.src)
-				}
-			})
-			if allocs != 0 {
-				t.Errorf("%v allocations per denial, want 0", allocs)
-			}
-			// One more run than asked for: AllocsPerRun warms up.
-			want := []core.RefusedKey{{Key: tc.keys[0], Refusals: refused + 10_001}}
-			if top := topRefused(t, l, 1); len(tc.keys) == 1 && !reflect.DeepEqual(top, want) {
-				t.Errorf("TopRefused(1) = %v after the flood, want %v", top, want)
-			}
-		})
-	}
+	// On Redis: internal/test/redissuite's DeniedPathAllocs.
+	testkit.DeniedPathAllocs(t, testkit.Memory, core.SourceStore)
 }
 
 // TestTopRefusedBound: a flood of 100,000 distinct refused keys, each
@@ -245,80 +88,30 @@ func TestDeniedPathAllocs(t *testing.T) {
 // the store never keeps more than 1,000 keys a minute, and the ten heavy
 // keys still come first with their exact counts.
 func TestTopRefusedBound(t *testing.T) {
-	const (
-		heavy   = 10
-		rounds  = 10_000
-		singles = 10 // per round: 100,000 in all
-	)
 	// On Redis, in parallel: internal/test/redissuite's TopRefusedBound.
-	for _, tc := range []struct {
-		name  string
-		store core.Store
-	}{
-		{"memory", core.NewMemoryStore()},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			policy := "top-bound-" + tc.name
-			l := testkit.Limiter(t, tc.store, testkit.Policy(policy, testkit.PerHour(1)), core.WithTimeout(testkit.StoreTimeout))
-			ctx := context.Background()
-			var denied [heavy]atomic.Int64
-			// Heavy key i is asked for in every (i+1)th round, first of the
-			// round; the first ask is admitted.
-			wantHeavy := make([]core.RefusedKey, heavy)
-			for i := range wantHeavy {
-				wantHeavy[i] = core.RefusedKey{Key: fmt.Sprintf("heavy-%d", i), Refusals: int64((rounds+i)/(i+1)) - 1}
+	t.Run(testkit.Memory.Name, func(t *testing.T) {
+		l := testkit.Limiter(t, core.NewMemoryStore(), testkit.Policy("top-bound-memory", testkit.PerHour(1)), core.WithTimeout(testkit.StoreTimeout))
+		rf := testkit.NewRefusedFlood(l)
+		checkSketch := func() {
+			if n, most := core.RefusedCounted(l); n > most || most > 256 {
+				t.Fatalf("the sketch counts %d keys of at most %d; want at most 256", n, most)
 			}
-			round := func(r int) {
-				for i := range heavy {
-					if r%(i+1) == 0 {
-						d, err := l.Allow(ctx, wantHeavy[i].Key)
-						if err != nil {
-							t.Error(err)
-						}
-						if !d.Allowed {
-							denied[i].Add(1)
-						}
-					}
-				}
-				for j := range singles {
-					key := fmt.Sprintf("single-%d-%d", r, j)
-					for range 2 { // admitted, then refused
-						if _, err := l.Allow(ctx, key); err != nil {
-							t.Error(err)
-						}
-					}
+		}
+		// Flushed every 500 rounds (5,000 single keys), as the timer
+		// would every 5 s at 1,000 refusals a second.
+		const every = 500
+		ctx := context.Background()
+		for r := range testkit.FloodRounds {
+			rf.Round(t, r)
+			if r%every == every-1 {
+				checkSketch()
+				if err := core.FlushRefused(ctx, l); err != nil {
+					t.Fatal(err)
 				}
 			}
-			checkSketch := func() {
-				if n, most := core.RefusedCounted(l); n > most || most > 256 {
-					t.Fatalf("the sketch counts %d keys of at most %d; want at most 256", n, most)
-				}
-			}
-			// Flushed every 500 rounds (5,000 single keys), as the timer
-			// would every 5 s at 1,000 refusals a second.
-			const every = 500
-			for r := range rounds {
-				round(r)
-				if r%every == every-1 {
-					checkSketch()
-					if err := core.FlushRefused(ctx, l); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-			for i := range heavy {
-				if n := denied[i].Load(); n != wantHeavy[i].Refusals {
-					t.Fatalf("%s denied %d times, want %d", wantHeavy[i].Key, n, wantHeavy[i].Refusals)
-				}
-			}
-			all := topRefused(t, l, 1_000_000)
-			// 1,000 keys a minute; the run may span a few minutes.
-			if len(all) > 3*1000 {
-				t.Errorf("TopRefused returned %d keys after the flood; want at most 1,000 a minute", len(all))
-			}
-			if got := all[:min(heavy, len(all))]; !reflect.DeepEqual(got, wantHeavy) {
-				t.Errorf("the top %d after the flood = %v\nwant %v", heavy, got, wantHeavy)
-			}
-		})
-	}
+		}
+		if got := rf.Top(t); !reflect.DeepEqual(got, rf.Heavy) {
+			t.Errorf("the top %d after the flood = %v\nwant %v", len(rf.Heavy), got, rf.Heavy)
+		}
+	})
 }

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,57 +102,8 @@ func TestShardsShares(t *testing.T) {
 // TestShardsNeverOverAdmit: app instances flooding one sharded key
 // concurrently admit exactly the limit between them.
 func TestShardsNeverOverAdmit(t *testing.T) {
-	const (
-		limit      = 100
-		shards     = 8
-		instances  = 3
-		goroutines = 16
-		each       = 20
-	)
-	for _, tc := range []struct {
-		name  string
-		store func(t *testing.T) core.Store
-	}{
-		{"memory", func(*testing.T) core.Store { return core.NewMemoryStore() }},
-		// Redis: internal/test/redissuite's ShardsNeverOverAdmit.
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			st := tc.store(t)
-			p := core.Policy{Name: "sharded", Rules: []core.Rule{{Limit: limit, Window: time.Minute}}, Shards: shards}
-			var allowed, fallbacks atomic.Int64
-			var wg sync.WaitGroup
-			for range instances {
-				// A generous timeout: a fallback would decide locally.
-				l := testkit.Limiter(t, st, p, core.WithTimeout(5*time.Second))
-				for range goroutines {
-					wg.Go(func() {
-						for range each {
-							d, err := l.Allow(context.Background(), "hot")
-							if err != nil {
-								t.Errorf("Allow(hot): %v", err)
-								return
-							}
-							if d.Source.Fallback() {
-								fallbacks.Add(1)
-							}
-							if d.Allowed {
-								allowed.Add(1)
-							}
-						}
-					})
-				}
-			}
-			wg.Wait()
-			if got := fallbacks.Load(); got != 0 {
-				t.Errorf("%d fallback decisions, want 0", got)
-			}
-			// 960 requests, 120 per shard: every shard fills, none
-			// overflows.
-			if got := allowed.Load(); got != limit {
-				t.Errorf("%d requests on a key with Limit %d in %d shards: %d allowed, want exactly %d", instances*goroutines*each, limit, shards, got, limit)
-			}
-		})
-	}
+	// Redis: internal/test/redissuite's ShardsNeverOverAdmit.
+	testkit.ShardsNeverOverAdmit(t, testkit.Memory)
 }
 
 // TestShardsPrecision measures the trade-off on a memory store with a

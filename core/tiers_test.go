@@ -3,7 +3,6 @@ package core_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,33 +10,9 @@ import (
 	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
-// plans is an app's plan table that tests change under the limiter.
-type plans struct {
-	mu    sync.Mutex
-	tier  map[string]string
-	calls int
-}
-
-func (p *plans) resolve(_ context.Context, key string) (string, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.calls++
-	t, ok := p.tier[key]
-	if !ok {
-		return "", errors.New("unknown key")
-	}
-	return t, nil
-}
-
-func (p *plans) set(key, tier string) {
-	p.mu.Lock()
-	p.tier[key] = tier
-	p.mu.Unlock()
-}
-
-func newTiered(t *testing.T, p *plans, opts ...core.Option) *core.Limiter {
+func newTiered(t *testing.T, p *testkit.Plans, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	opts = append(opts, core.WithTiers(p.resolve, map[string][]core.Rule{
+	opts = append(opts, core.WithTiers(p.Resolve, map[string][]core.Rule{
 		"free": {{Limit: 3, Window: time.Minute}},
 		"pro":  {{Limit: 10, Window: time.Minute}},
 	}))
@@ -52,7 +27,7 @@ func newTiered(t *testing.T, p *plans, opts ...core.Option) *core.Limiter {
 }
 
 func TestTiersLimitPerKey(t *testing.T) {
-	p := &plans{tier: map[string]string{"k-free": "free", "k-pro": "pro"}}
+	p := testkit.NewPlans(map[string]string{"k-free": "free", "k-pro": "pro"})
 	l := newTiered(t, p)
 	ctx := context.Background()
 	tests := []struct {
@@ -83,7 +58,7 @@ func TestTiersLimitPerKey(t *testing.T) {
 }
 
 func TestTiersUpgradeTakesEffectAtOnce(t *testing.T) {
-	p := &plans{tier: map[string]string{"k": "free"}}
+	p := testkit.NewPlans(map[string]string{"k": "free"})
 	l := newTiered(t, p)
 	ctx := context.Background()
 	for range 3 {
@@ -97,7 +72,7 @@ func TestTiersUpgradeTakesEffectAtOnce(t *testing.T) {
 			t.Fatalf("4th free request admitted: %+v", d)
 		}
 	}
-	p.set("k", "pro")
+	p.Set("k", "pro")
 	if err := l.InvalidateTier(ctx, "k"); err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +87,7 @@ func TestTiersUpgradeTakesEffectAtOnce(t *testing.T) {
 }
 
 func TestTiersCache(t *testing.T) {
-	p := &plans{tier: map[string]string{"k": "pro"}}
+	p := testkit.NewPlans(map[string]string{"k": "pro"})
 	l := newTiered(t, p, core.WithTierCache(10, time.Hour))
 	ctx := context.Background()
 	for range 5 {
@@ -120,10 +95,10 @@ func TestTiersCache(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if p.calls != 1 {
-		t.Errorf("resolve called %d times for 5 requests, want 1 (cached)", p.calls)
+	if n := p.Calls(); n != 1 {
+		t.Errorf("resolve called %d times for 5 requests, want 1 (cached)", n)
 	}
-	p.set("k", "free")
+	p.Set("k", "free")
 	if d, _ := l.Peek(ctx, "k"); d.Limit != 10 {
 		t.Errorf("cached tier: Peek Limit = %d, want 10 until invalidated", d.Limit)
 	}
@@ -136,7 +111,7 @@ func TestTiersCache(t *testing.T) {
 }
 
 func TestTiersRefundAndReset(t *testing.T) {
-	p := &plans{tier: map[string]string{"k": "free"}}
+	p := testkit.NewPlans(map[string]string{"k": "free"})
 	l := newTiered(t, p)
 	ctx := context.Background()
 	d, _ := l.Allow(ctx, "k")
@@ -191,45 +166,8 @@ func TestTiersInvalid(t *testing.T) {
 // pro, then free (a smaller daily limit) is full, and pro again sees the
 // 200 (issue: a downgrade then upgrade must not forget usage).
 func TestTiersUsageCarriesOver(t *testing.T) {
-	stores := map[string]func() core.Store{
-		"memory": func() core.Store { return core.NewMemoryStore() },
-		// Redis: internal/test/redissuite's TiersUsageCarriesOver.
-	}
-	for sname, newStore := range stores {
-		for _, alg := range []core.Algorithm{core.SlidingLog, core.SlidingBuckets} {
-			t.Run(sname+"/"+alg.String(), func(t *testing.T) {
-				p := &plans{tier: map[string]string{"k": "pro"}}
-				day := 24 * time.Hour
-				l, err := core.NewLimiter(newStore(), core.Policy{Name: "carry-" + alg.String(), Algorithm: alg,
-					Rules: []core.Rule{{Limit: 10, Window: time.Minute}, {Limit: 50, Window: day}}},
-					core.WithTiers(p.resolve, map[string][]core.Rule{
-						"free": {{Limit: 10, Window: time.Minute}, {Limit: 50, Window: day}},
-						"pro":  {{Limit: 1000, Window: time.Minute}, {Limit: 1000, Window: day}},
-					}), core.WithTierCache(0, 0), core.WithTimeout(5*time.Second))
-				if err != nil {
-					t.Fatal(err)
-				}
-				ctx := context.Background()
-				if d, err := l.AllowN(ctx, "k", 200); err != nil || !d.Allowed {
-					t.Fatalf("pro AllowN(200) = %+v, %v", d, err)
-				}
-				p.set("k", "free")
-				if d, err := l.Allow(ctx, "k"); err != nil || d.Allowed {
-					t.Errorf("free after 200 used as pro: Allow = %+v, %v; want denied (50 a day)", d, err)
-				}
-				p.set("k", "pro")
-				d, err := l.Peek(ctx, "k")
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, r := range d.Rules() {
-					if r.Used != 200 {
-						t.Errorf("pro again: rule %v used %d, want 200 (usage kept through the downgrade)", r.Window, r.Used)
-					}
-				}
-			})
-		}
-	}
+	// Redis: internal/test/redissuite's TiersUsageCarriesOver.
+	testkit.TiersUsageCarriesOver(t, testkit.Memory)
 }
 
 // TestTierLookupFailureNotCached: a lookup that fails (here, a caller that

@@ -84,6 +84,79 @@ func keysInSlot(slot, n int, prefix string) []string {
 	return redistest.KeysWhere(n, prefix, func(s int) bool { return s == slot })
 }
 
+// fillSlot adds n keys that are not a limiter's to the slot of tag:
+// they give a migration of the slot its length.
+func fillSlot(t *testing.T, rdb *redis.ClusterClient, tag string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	pipe := rdb.Pipeline()
+	for i := range n {
+		pipe.Set(ctx, fmt.Sprintf("{%s}:fill:%d", tag, i), i, 0)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatalf("filling slot %d: %v", redistest.Slot(tag), err)
+	}
+}
+
+// tagKeys returns n keys of a limiter, "<tag>}<i>", all in the slot of
+// tag: a store keeps one at <prefix>:<policy>:{<tag>}<i>}, whose hash tag
+// is tag.
+func tagKeys(tag string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s}%d", tag, i)
+	}
+	return keys
+}
+
+// migrateUnderLoad has goroutines decide keys on l while slot migrates:
+// goroutine g asks for each key of its own run of len(keys)/goroutines
+// keys in turn, perKey times, with pause after each decision, and passes
+// each decision of keys[i] to seen. Once every goroutine is under way,
+// slot moves from master from to master to of c (batches of 25 keys,
+// 10 ms apart); the load goes on 300 ms more, then stops. A decision
+// that errs fails t, and so does a goroutine that runs out of keys
+// before the end.
+func migrateUnderLoad(t *testing.T, c *redistest.Cluster, l *core.Limiter, keys []string, goroutines, perKey int, pause time.Duration,
+	slot, from, to int, seen func(i int, d core.Decision)) redistest.MigrateStats {
+	t.Helper()
+	ctx := context.Background()
+	perG := len(keys) / goroutines
+	var (
+		stop    atomic.Bool
+		started atomic.Int64 // goroutines past their first key
+		wg      sync.WaitGroup
+	)
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := g * perG; i < (g+1)*perG; i++ {
+				if i == g*perG+1 {
+					started.Add(1)
+				}
+				for range perKey {
+					if stop.Load() {
+						return
+					}
+					d, err := l.Allow(ctx, keys[i])
+					if err != nil {
+						t.Errorf("Allow(%s): %v", keys[i], err)
+						return
+					}
+					seen(i, d)
+					time.Sleep(pause)
+				}
+			}
+			t.Errorf("goroutine %d ran out of its %d keys before the migration ended", g, perG)
+		})
+	}
+	testkit.WaitUntil(t, "every goroutine is under way", func() bool { return started.Load() == int64(goroutines) })
+	st := c.For(t).MigrateSlot(slot, from, to, redistest.MigrateBatch(25), redistest.MigratePause(10*time.Millisecond))
+	time.Sleep(300 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+	return st
+}
+
 // testClusterReset: Reset deletes the SlidingLog log and the
 // SlidingBuckets HASH of a key in one DEL, which a cluster accepts only
 // when both are in one slot. The hash tag puts them there, also for keys
@@ -126,20 +199,11 @@ func testClusterReset(t *testing.T, e *clusterEnv) {
 // changed owner); so does rueidis.
 func testClusterMigration(t *testing.T, e *clusterEnv) {
 	const fillers = 3000
-	ctx := context.Background()
 	slot := redistest.Slot("migration")
 	from := e.c.For(t).SlotOwner(slot)
 	to := (from + 1) % 3
 	keys := keysInSlot(slot, 600, "m")
-
-	// Keys that are not the limiter's give the migration its length.
-	pipe := e.rdb.Pipeline()
-	for i := range fillers {
-		pipe.Set(ctx, fmt.Sprintf("{%s}:fill:%d", keys[0], i), i, 0)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		t.Fatalf("filling slot %d: %v", slot, err)
-	}
+	fillSlot(t, e.rdb, keys[0], fillers)
 
 	askBefore, movedBefore := e.redirects.Ask.Load(), e.redirects.Moved.Load()
 	var st redistest.MigrateStats
@@ -752,23 +816,12 @@ func testClusterBatchMigration(t *testing.T, e *clusterEnv) {
 		perG       = 400
 	)
 	ctx := context.Background()
-	// Keys "<tag>}<i>": the store's key <prefix>:<policy>:{<tag>}<i>} has
-	// the hash tag <tag>, so they all live in its slot.
 	tag := "batch-migration-" + drv.Name
 	slot := redistest.Slot(tag)
 	from := e.c.For(t).SlotOwner(slot)
 	to := (from + 1) % 3
-	keys := make([]string, goroutines*perG)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("%s}%d", tag, i)
-	}
-	pipe := e.rdb.Pipeline()
-	for i := range fillers {
-		pipe.Set(ctx, fmt.Sprintf("{%s}:fill:%d", tag, i), i, 0)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		t.Fatalf("filling slot %d: %v", slot, err)
-	}
+	keys := tagKeys(tag, goroutines*perG)
+	fillSlot(t, e.rdb, tag, fillers)
 	store := e.store(t, "bm-"+drv.Name, 0)
 	if rk := store.Key("b", keys[1]); redistest.Slot(rk) != slot {
 		t.Fatalf("the store keeps %q in slot %d, want %d, the slot of %q", keys[1], redistest.Slot(rk), slot, tag)
@@ -778,44 +831,16 @@ func testClusterBatchMigration(t *testing.T, e *clusterEnv) {
 		core.WithTimeout(testkit.StoreTimeout), core.WithDenyCache(0), core.WithObserver(&ev))
 	type counts struct{ asked, store, other atomic.Int64 }
 	stats := make([]counts, len(keys))
-	var (
-		stop    atomic.Bool
-		started atomic.Int64 // goroutines past their first key
-		wg      sync.WaitGroup
-	)
 	tryBefore := e.redirects.TryAgain.Load()
-	for g := range goroutines {
-		wg.Go(func() {
-			for i := g * perG; i < (g+1)*perG; i++ {
-				if i == g*perG+1 {
-					started.Add(1)
-				}
-				for range perKey {
-					if stop.Load() {
-						return
-					}
-					d, err := l.Allow(ctx, keys[i])
-					if err != nil {
-						t.Errorf("Allow(%s): %v", keys[i], err)
-						return
-					}
-					stats[i].asked.Add(1)
-					switch {
-					case d.Allowed && d.Source == core.SourceStore:
-						stats[i].store.Add(1)
-					case d.Allowed:
-						stats[i].other.Add(1)
-					}
-				}
-			}
-			t.Errorf("goroutine %d ran out of its %d keys before the migration ended", g, perG)
-		})
-	}
-	testkit.WaitUntil(t, "every goroutine is under way", func() bool { return started.Load() == goroutines })
-	st := e.c.For(t).MigrateSlot(slot, from, to, redistest.MigrateBatch(25), redistest.MigratePause(10*time.Millisecond))
-	time.Sleep(300 * time.Millisecond)
-	stop.Store(true)
-	wg.Wait()
+	st := migrateUnderLoad(t, e.c, l, keys, goroutines, perKey, 0, slot, from, to, func(i int, d core.Decision) {
+		stats[i].asked.Add(1)
+		switch {
+		case d.Allowed && d.Source == core.SourceStore:
+			stats[i].store.Add(1)
+		case d.Allowed:
+			stats[i].other.Add(1)
+		}
+	})
 
 	decided, full := int64(0), 0
 	for i := range keys {

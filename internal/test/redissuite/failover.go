@@ -2,7 +2,6 @@ package redissuite
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -58,22 +57,11 @@ func LiveMigration(t *testing.T, c *redistest.Cluster, store ClusterStore, tag s
 		perG       = 2000
 	)
 	ctx := context.Background()
-	// Keys "<tag>}<i>": the store's key <prefix>:<policy>:{<tag>}<i>} has
-	// the hash tag <tag>, so they all live in its slot.
 	slot := redistest.Slot(tag)
 	from := c.SlotOwner(slot)
 	to := (from + 1) % 3
-	fill := c.Client(t).Pipeline()
-	for i := range fillers {
-		fill.Set(ctx, fmt.Sprintf("{%s}:fill:%d", tag, i), i, 0)
-	}
-	if _, err := fill.Exec(ctx); err != nil {
-		t.Fatalf("filling slot %d: %v", slot, err)
-	}
-	keys := make([]string, goroutines*perG)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("%s}%d", tag, i)
-	}
+	fillSlot(t, c.Client(t), tag, fillers)
+	keys := tagKeys(tag, goroutines*perG)
 	if mixed {
 		// The master's slots, as formed, but the migrating one.
 		lo, hi := from*redistest.SlotCount/3, (from+1)*redistest.SlotCount/3-1
@@ -91,41 +79,12 @@ func LiveMigration(t *testing.T, c *redistest.Cluster, store ClusterStore, tag s
 	l := testkit.Limiter(t, store, policy, core.WithTimeout(testkit.StoreTimeout), core.WithObserver(&src))
 	asked := make([]atomic.Int64, len(keys))
 	admitted := make([]atomic.Int64, len(keys))
-	var (
-		stop    atomic.Bool
-		started atomic.Int64 // goroutines past their first key
-		wg      sync.WaitGroup
-	)
-	for g := range goroutines {
-		wg.Go(func() {
-			for i := g * perG; i < (g+1)*perG; i++ {
-				if i == g*perG+1 {
-					started.Add(1)
-				}
-				for range perKey {
-					if stop.Load() {
-						return
-					}
-					d, err := l.Allow(ctx, keys[i])
-					if err != nil {
-						t.Errorf("Allow(%s): %v", keys[i], err)
-						return
-					}
-					asked[i].Add(1)
-					if d.Allowed {
-						admitted[i].Add(1)
-					}
-					time.Sleep(500 * time.Microsecond)
-				}
-			}
-			t.Errorf("goroutine %d ran out of its %d keys before the migration ended", g, perG)
-		})
-	}
-	testkit.WaitUntil(t, "every goroutine is under way", func() bool { return started.Load() == goroutines })
-	st := c.MigrateSlot(slot, from, to, redistest.MigrateBatch(25), redistest.MigratePause(10*time.Millisecond))
-	time.Sleep(300 * time.Millisecond)
-	stop.Store(true)
-	wg.Wait()
+	st := migrateUnderLoad(t, c, l, keys, goroutines, perKey, 500*time.Microsecond, slot, from, to, func(i int, d core.Decision) {
+		asked[i].Add(1)
+		if d.Allowed {
+			admitted[i].Add(1)
+		}
+	})
 
 	wrong, full, held := 0, 0, 0
 	for i := range keys {

@@ -141,7 +141,7 @@ type faultParams struct {
 // instance is one app instance of a fault run.
 type instance struct {
 	l     *core.Limiter
-	obs   *eventLog
+	obs   *testkit.EventCounts
 	calls []call
 	// recovered is when this instance first got a decision from the
 	// store after the fault ended (unix nanoseconds); 0 until then.
@@ -162,7 +162,7 @@ func runFault(t *testing.T, drv Driver, fk faultKind, fp core.FailurePolicy, prm
 	for i := range insts {
 		// Default client options (go-redis ignores context deadlines): the
 		// store enforces the timeout itself.
-		obs := &eventLog{}
+		obs := &testkit.EventCounts{}
 		insts[i] = &instance{obs: obs, l: testkit.Limiter(t, drv.Open(t, Conf{Addrs: []string{addr}}), p,
 			core.WithFailurePolicy(fp), core.WithBreaker(5, prm.cooldown), core.WithObserver(obs), core.WithTimeout(prm.timeout))}
 	}
@@ -222,11 +222,11 @@ func runFault(t *testing.T, drv Driver, fk faultKind, fp core.FailurePolicy, prm
 						c.key = "hot"
 					}
 				}
-				errs := in.obs.count(core.EventStoreError)
+				errs := in.obs.Count(core.EventStoreError)
 				start := time.Now()
 				c.d, c.err = in.l.Allow(ctx, c.key)
 				c.lat = time.Since(start)
-				c.storeErrs = in.obs.count(core.EventStoreError) - errs
+				c.storeErrs = in.obs.Count(core.EventStoreError) - errs
 				if healedAt.Load() != 0 && in.recovered.Load() == 0 && c.err == nil && c.d.Source == core.SourceStore {
 					in.recovered.Store(time.Now().UnixNano())
 				}
@@ -261,7 +261,7 @@ func runFault(t *testing.T, drv Driver, fk faultKind, fp core.FailurePolicy, prm
 	row := faultRow{fault: fk.name, policy: fp.String()}
 	var baseline []time.Duration
 	for i, in := range insts {
-		row.breakerOpens += in.obs.count(core.EventBreakerOpen)
+		row.breakerOpens += in.obs.Count(core.EventBreakerOpen)
 		if r := in.recovered.Load(); r == 0 {
 			t.Errorf("instance %d: no decision from Redis within %v after the fault ended", i, recoverBy.Sub(healed))
 		} else {
@@ -499,7 +499,7 @@ func testRedisScriptsAfterRestart(t *testing.T, drv Driver) {
 	}
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	obs := &eventLog{}
+	obs := &testkit.EventCounts{}
 	opts := []core.Option{core.WithObserver(obs), core.WithTimeout(2 * time.Second)}
 	rules := []core.Rule{{Limit: 10, Window: time.Minute}}
 	logL := testkit.Limiter(t, drv.New(t, srv), core.Policy{Name: "restart-log", Rules: rules}, opts...)
@@ -531,7 +531,7 @@ func testRedisScriptsAfterRestart(t *testing.T, drv Driver) {
 				t.Fatalf("before the restart = %+v, %v; want a decision of the store", d, err)
 			}
 			srv.Restart()
-			errs := obs.count(core.EventStoreError)
+			errs := obs.Count(core.EventStoreError)
 			d, err := tc.do()
 			if err != nil {
 				t.Fatalf("after the restart: %v", err)
@@ -539,7 +539,7 @@ func testRedisScriptsAfterRestart(t *testing.T, drv Driver) {
 			if d.Source != core.SourceStore || !d.Allowed {
 				t.Errorf("after the restart = %+v, want admitted by the store", d)
 			}
-			if got := obs.count(core.EventStoreError) - errs; got != 0 {
+			if got := obs.Count(core.EventStoreError) - errs; got != 0 {
 				t.Errorf("%d store errors after the restart, want 0 (reload is transparent)", got)
 			}
 			// commandstats start from zero on the restarted server.

@@ -139,7 +139,7 @@ func testLimiterCheck(t *testing.T, drv Driver) {
 	} {
 		t.Run(tc.policy, func(t *testing.T) {
 			srv := redistest.Start(t, redistest.WithArgs("--maxmemory-policy", tc.policy))
-			obs := &eventLog{}
+			obs := &testkit.EventCounts{}
 			var kinds []core.EventKind
 			rec := core.ObserverFunc(func(_ context.Context, e core.Event) {
 				kinds = append(kinds, e.Kind)
@@ -156,11 +156,11 @@ func testLimiterCheck(t *testing.T, drv Driver) {
 			if tc.unsafe {
 				want = 1
 			}
-			if got := obs.count(core.EventStoreCheck); got != want {
+			if got := obs.Count(core.EventStoreCheck); got != want {
 				t.Errorf("EventStoreCheck count = %d, want %d (events %v)", got, want, kinds)
 			}
-			if tc.unsafe && (len(obs.errs) != 1 || !errors.Is(obs.errs[0], redislib.ErrUnsafeEviction)) {
-				t.Errorf("observed errors %v, want the ErrUnsafeEviction", obs.errs)
+			if errs := obs.Errs(); tc.unsafe && (len(errs) != 1 || !errors.Is(errs[0], redislib.ErrUnsafeEviction)) {
+				t.Errorf("observed errors %v, want the ErrUnsafeEviction", errs)
 			}
 			if got := core.EventStoreCheck.String(); got != "store_check" {
 				t.Errorf("EventStoreCheck.String() = %q", got)

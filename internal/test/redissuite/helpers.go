@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/driver"
@@ -234,79 +233,35 @@ func hammerRedis(t *testing.T, drv Driver, srv *redistest.Server, p core.Policy,
 	return allowed.Load()
 }
 
-// verifyNoLeaks fails t if goroutines other than those ignored are still
-// running after a few seconds. go-redis ends its dialing goroutines some
-// time after Close (one sleeps 1 s between dial probes), so it waits
-// instead of ignoring them.
-func verifyNoLeaks(t *testing.T, opts ...goleak.Option) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := goleak.Find(opts...)
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("goroutines leaked: %v", err)
-			return
-		}
-	}
-}
-
-// eventLog is an Observer that counts events by kind; safe for concurrent
-// use.
-type eventLog struct {
-	mu     sync.Mutex
-	counts map[core.EventKind]int
-	errs   []error
-}
-
-func (o *eventLog) Observe(_ context.Context, e core.Event) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.counts == nil {
-		o.counts = make(map[core.EventKind]int)
-	}
-	o.counts[e.Kind]++
-	if e.Err != nil {
-		o.errs = append(o.errs, e.Err)
-	}
-}
-
-// count returns how many events of kind were seen.
-func (o *eventLog) count(kind core.EventKind) int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.counts[kind]
-}
-
 // newTestClock returns a clock tests move by hand.
 func newTestClock() *drivertest.Clock {
 	return drivertest.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 }
 
-// plans is an app's plan table that tests change under the limiter.
-type plans struct {
-	mu    sync.Mutex
-	tier  map[string]string
-	calls int
-}
-
-func (p *plans) resolve(_ context.Context, key string) (string, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.calls++
-	t, ok := p.tier[key]
-	if !ok {
-		return "", errors.New("unknown key")
+// failRefund returns a limiter of p on a client of srv through a proxy,
+// a client that sends no command twice, and that proxy: the limiter
+// admitted "k", then the proxy dropped the connection, and the refund of
+// that admission failed with the store's error, which the observers heard
+// of once. The proxy is still dropping.
+func failRefund(t *testing.T, drv Driver, srv *redistest.Server, p core.Policy) (*core.Limiter, *redistest.Proxy) {
+	t.Helper()
+	proxy := redistest.NewProxy(t, srv.Addr())
+	obs := &testkit.EventCounts{}
+	l := testkit.Limiter(t, drv.Open(t, Conf{Addrs: []string{proxy.Addr()}, NoRetry: true}), p,
+		core.WithTimeout(time.Second), core.WithObserver(obs))
+	ctx := context.Background()
+	d, _ := l.Allow(ctx, "k")
+	if !d.Allowed {
+		t.Fatalf("Allow = %+v", d)
 	}
-	return t, nil
-}
-
-func (p *plans) set(key, tier string) {
-	p.mu.Lock()
-	p.tier[key] = tier
-	p.mu.Unlock()
+	proxy.SetDropping(true)
+	if err := d.Refund(ctx); err == nil {
+		t.Fatal("Refund with the connection dropping: nil error, want the store's")
+	}
+	if got := obs.Count(core.EventStoreError); got != 1 {
+		t.Errorf("store errors after the failed refund: %d, want 1", got)
+	}
+	return l, proxy
 }
 
 // fleetBackend is a fleet backend of one new server whose instances each
@@ -317,6 +272,19 @@ func fleetBackend(drv Driver) testkit.Backend {
 		stores := make([]core.Store, n)
 		for i := range stores {
 			stores[i] = drv.New(t, srv)
+		}
+		return stores
+	}, core.WithTimeout(testkit.StoreTimeout))
+}
+
+// clusterFleetBackend is a fleet backend of one new Cluster whose
+// instances each have a Cluster store of drv of their own.
+func clusterFleetBackend(drv Driver) testkit.Backend {
+	return testkit.NewBackend("cluster", func(t testing.TB, n int) []core.Store {
+		c := redistest.StartCluster(t)
+		stores := make([]core.Store, n)
+		for i := range stores {
+			stores[i] = drv.Open(t, onCluster(c, Conf{}))
 		}
 		return stores
 	}, core.WithTimeout(testkit.StoreTimeout))

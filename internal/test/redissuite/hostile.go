@@ -39,10 +39,6 @@ func testHostileKeysOnRedis(t *testing.T, drv Driver) {
 	}
 }
 
-// testHashAliases: the hash of a long key sent as a key of its own is
-// not that key, across instances (testkit.HashAliases).
-func testHashAliases(t *testing.T, drv Driver) { testkit.HashAliases(t, fleetBackend(drv)) }
-
 // testHostileRandomKeyFlood: a flood of keys each seen once leaves memory
 // bounded: every Redis key has a TTL. (That the MemoryStore sweeps keys
 // whose window has passed is core's TestHostileRandomKeyFlood.)

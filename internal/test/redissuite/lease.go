@@ -2,7 +2,6 @@ package redissuite
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -18,159 +17,18 @@ import (
 	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
-// backend is where the instances of an in-flight test keep their leases:
-// instance returns the store of one more app instance (on Redis, with a
-// client of its own).
-type backend struct {
-	name     string
-	instance func(t *testing.T) core.Store
-}
-
-func redisBackend(t *testing.T, drv Driver) backend {
-	srv := redistest.Start(t)
-	return backend{"redis", func(t *testing.T) core.Store { return storeOn(t, drv, on(srv, Conf{})) }}
-}
-
-func clusterBackend(t *testing.T, drv Driver) backend {
-	c := redistest.StartCluster(t)
-	return backend{"cluster", func(t *testing.T) core.Store { return storeOn(t, drv, onCluster(c, Conf{})) }}
-}
-
-// kills holds the function that closes the client of every store storeOn
-// made, by store.
-var kills sync.Map
-
-// storeOn returns a store of drv built as conf says, whose client
-// closeClient closes.
-func storeOn(t *testing.T, drv Driver, conf Conf) core.Store {
-	s, kill := drv.Connect(t, conf)
-	kills.Store(s, kill)
-	t.Cleanup(func() { kills.Delete(s) })
-	return s
-}
-
-// closeClient closes the client of a store built by a backend: the
-// instance is gone.
-func closeClient(t *testing.T, s core.Store) {
-	t.Helper()
-	kill, ok := kills.Load(s)
-	if !ok {
-		t.Fatalf("store %T was not made by storeOn", s)
-	}
-	kill.(func())()
-}
-
-// inFlight returns a limiter of an InFlight policy, with a timeout long
-// enough that a loaded machine never makes it fall back.
-func inFlight(t *testing.T, s core.Store, name string, k int64, opts ...core.Option) *core.Limiter {
-	t.Helper()
-	return testkit.Limiter(t, s, core.Policy{Name: name, InFlight: k}, append([]core.Option{core.WithTimeout(5 * time.Second)}, opts...)...)
-}
-
-func wantHeld(t *testing.T, l *core.Limiter, key string, want int64) {
-	t.Helper()
-	d, err := l.Peek(context.Background(), key)
-	if err != nil {
-		t.Fatalf("Peek(%q): %v", key, err)
-	}
-	if rs := d.Rules(); len(rs) != 1 || rs[0].Used != want || d.Remaining != d.Limit-want {
-		t.Errorf("Peek(%q) = %+v %+v, want %d units held", key, d, rs, want)
-	}
-}
-
 // testInFlightExact: instances × goroutines asking for one key never have
 // more than K requests in flight, measured inside the "handler" (between
 // the admission and its refund); they do reach K; and every lease is
 // released at the end.
 func testInFlightExact(t *testing.T, drv Driver) {
 	t.Parallel()
-	for _, mk := range []func(*testing.T, Driver) backend{redisBackend, clusterBackend} {
-		b := mk(t, drv)
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range []testkit.Backend{fleetBackend(drv), clusterFleetBackend(drv)} {
+		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			checkExact(t, b, "exact-"+b.name)
+			testkit.InFlightExact(t, b)
 		})
 	}
-}
-
-func checkExact(t *testing.T, b backend, name string) {
-	const (
-		k         = 4
-		instances = 3
-		workers   = 12 // per instance
-		rounds    = 25 // per worker
-	)
-	ctx := context.Background()
-	ls := make([]*core.Limiter, instances)
-	for i := range ls {
-		ls[i] = inFlight(t, b.instance(t), name, k)
-	}
-	var (
-		cur, peak          atomic.Int64
-		admitted, fallback atomic.Int64
-		wg                 sync.WaitGroup
-	)
-	for i := range instances * workers {
-		l := ls[i%instances]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range rounds {
-				d, err := l.Allow(ctx, "tenant")
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if d.Source != core.SourceStore {
-					fallback.Add(1)
-				}
-				if !d.Allowed {
-					if d.RetryAfter != time.Second {
-						t.Errorf("denial RetryAfter = %v, want the 1s hint", d.RetryAfter)
-					}
-					continue
-				}
-				admitted.Add(1)
-				n := cur.Add(1)
-				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
-				}
-				time.Sleep(time.Millisecond) // the handler
-				cur.Add(-1)
-				if err := d.Refund(ctx); err != nil {
-					t.Error(err)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if n := fallback.Load(); n > 0 {
-		t.Fatalf("%d decisions fell back: the store did not answer within the timeout", n)
-	}
-	if p := peak.Load(); p != k {
-		t.Errorf("%d instances × %d goroutines: at most %d requests in flight at once, want exactly %d", instances, workers, p, k)
-	}
-	t.Logf("%s: %d of %d requests admitted, at most %d in flight", b.name, admitted.Load(), instances*workers*rounds, peak.Load())
-	for _, l := range ls {
-		wantHeld(t, l, "tenant", 0)
-	}
-}
-
-// clockAt returns a settable clock starting an hour behind the real one,
-// so that Redis keeps the keys it writes for the whole test whatever the
-// test steps it to (a key lives until its leases expire in the clock's
-// time).
-func clockAt() (now func() time.Time, step func(time.Duration)) {
-	var mu sync.Mutex
-	t := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
-	return func() time.Time {
-			mu.Lock()
-			defer mu.Unlock()
-			return t
-		}, func(d time.Duration) {
-			mu.Lock()
-			t = t.Add(d)
-			mu.Unlock()
-		}
 }
 
 // testInFlightDeadInstance: the leases of an instance that dies
@@ -179,20 +37,26 @@ func clockAt() (now func() time.Time, step func(time.Duration)) {
 // a Cluster.
 func testInFlightDeadInstance(t *testing.T, drv Driver) {
 	t.Parallel()
-	for _, mk := range []func(*testing.T, Driver) backend{redisBackend, clusterBackend} {
-		b := mk(t, drv)
+	for _, b := range []struct {
+		name string
+		conf func(t *testing.T) Conf // where the instances connect
+	}{
+		{"redis", func(t *testing.T) Conf { return on(redistest.Start(t), Conf{}) }},
+		{"cluster", func(t *testing.T) Conf { return onCluster(redistest.StartCluster(t), Conf{}) }},
+	} {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			const (
 				k   = 3
 				ttl = 2 * time.Second
 			)
-			now, step := clockAt()
-			obs := &eventLog{}
+			now, step := testkit.PastClock()
+			obs := &testkit.EventCounts{}
 			p := core.Policy{Name: "dead-" + b.name, InFlight: k, LeaseTTL: ttl}
-			deadStore := b.instance(t)
+			conf := b.conf(t)
+			deadStore, closeClient := drv.Connect(t, conf)
 			dead := testkit.Limiter(t, deadStore, p, core.WithClock(now), core.WithTimeout(5*time.Second), core.WithObserver(obs))
-			alive := testkit.Limiter(t, b.instance(t), p, core.WithClock(now), core.WithTimeout(5*time.Second))
+			alive := testkit.Limiter(t, drv.Open(t, conf), p, core.WithClock(now), core.WithTimeout(5*time.Second))
 			ctx := context.Background()
 			var held []core.Decision
 			for i := range k {
@@ -203,7 +67,7 @@ func testInFlightDeadInstance(t *testing.T, drv Driver) {
 				held = append(held, d)
 			}
 			// The instance dies with its requests in flight.
-			closeClient(t, deadStore)
+			closeClient()
 			t.Cleanup(func() {
 				// Its releases fail; the limiter gives them up after ttl.
 				for i := range held {
@@ -232,7 +96,7 @@ func testInFlightDeadInstance(t *testing.T, drv Driver) {
 // it frees the unit at once, and the goroutine ends.
 func testInFlightRenewalTicker(t *testing.T, drv Driver) {
 	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { verifyNoLeaks(t, ignore) })
+	t.Cleanup(func() { testkit.VerifyNoLeaks(t, ignore) })
 	srv := redistest.Start(t)
 	const ttl = time.Second
 	p := core.Policy{Name: "ticker", InFlight: 1, LeaseTTL: ttl}
@@ -270,67 +134,14 @@ func testInFlightRenewalTicker(t *testing.T, drv Driver) {
 // frees another.
 func testInFlightRefundOnce(t *testing.T, drv Driver) {
 	t.Parallel()
-	for _, b := range []backend{redisBackend(t, drv)} {
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			obs := &eventLog{}
-			l := inFlight(t, b.instance(t), "once", 3, core.WithObserver(obs))
-			ctx := context.Background()
-			var ds []core.Decision
-			for i := range 3 {
-				d, err := l.Allow(ctx, "k")
-				if err != nil || !d.Allowed {
-					t.Fatalf("Allow #%d = %+v, %v", i+1, d, err)
-				}
-				ds = append(ds, d)
-			}
-			cp := ds[0]
-			for _, d := range []*core.Decision{&ds[0], &ds[0], &cp} {
-				if err := d.Refund(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
-			wantHeld(t, l, "k", 2)
-			if d, _ := l.Allow(ctx, "k"); !d.Allowed {
-				t.Fatalf("after one release: Allow = %+v, want admitted", d)
-			}
-			if d, _ := l.Allow(ctx, "k"); d.Allowed {
-				t.Fatalf("with 3 held again: Allow = %+v, want denied", d)
-			}
-			if got := obs.count(core.EventDecision); got != 5 {
-				t.Errorf("observer saw %d decisions for 5 Allow calls (and peeks, which are not decisions), want 5", got)
-			}
-		})
-	}
+	testkit.InFlightRefundOnce(t, fleetBackend(drv))
 }
 
 // testInFlightCost: a request of cost n holds n units, all released at
 // once; a cost above the limit is invalid.
 func testInFlightCost(t *testing.T, drv Driver) {
 	t.Parallel()
-	for _, b := range []backend{redisBackend(t, drv)} {
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			l := inFlight(t, b.instance(t), "cost", 5)
-			ctx := context.Background()
-			big, err := l.AllowN(ctx, "k", 4)
-			if err != nil || !big.Allowed || big.Remaining != 1 {
-				t.Fatalf("AllowN(4) = %+v, %v; want admitted, 1 remaining", big, err)
-			}
-			if d, _ := l.AllowN(ctx, "k", 2); d.Allowed || d.Remaining != 1 {
-				t.Fatalf("AllowN(2) with 4 of 5 held = %+v, want denied", d)
-			}
-			if err := big.Refund(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if d, _ := l.AllowN(ctx, "k", 5); !d.Allowed || d.Remaining != 0 {
-				t.Fatalf("AllowN(5) after the release = %+v, want admitted, none remaining", d)
-			}
-			if _, err := l.AllowN(ctx, "k", 6); !errors.Is(err, core.ErrInvalidCost) {
-				t.Errorf("AllowN(6) over InFlight 5: err = %v, want ErrInvalidCost", err)
-			}
-		})
-	}
+	testkit.InFlightCost(t, fleetBackend(drv))
 }
 
 // testInFlightRedisLayout: the leases of a key are one sorted set in the
@@ -386,24 +197,9 @@ func testInFlightRedisLayout(t *testing.T, drv Driver) {
 func testInFlightReleaseRetried(t *testing.T, drv Driver) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	proxy := redistest.NewProxy(t, srv.Addr())
-	p := core.Policy{Name: "retry", InFlight: 1, LeaseTTL: 3 * time.Second}
-	obs := &eventLog{}
-	a := testkit.Limiter(t, drv.Open(t, Conf{Addrs: []string{proxy.Addr()}, NoRetry: true}), p,
-		core.WithTimeout(time.Second), core.WithObserver(obs))
-	b := inFlight(t, drv.New(t, srv), "retry", 1)
+	_, proxy := failRefund(t, drv, srv, core.Policy{Name: "retry", InFlight: 1, LeaseTTL: 3 * time.Second})
+	b := testkit.InFlight(t, drv.New(t, srv), "retry", 1)
 	ctx := context.Background()
-	d, _ := a.Allow(ctx, "k")
-	if !d.Allowed {
-		t.Fatalf("Allow = %+v", d)
-	}
-	proxy.SetDropping(true)
-	if err := d.Refund(ctx); err == nil {
-		t.Fatal("Refund with the connection dropping: nil error, want the store's")
-	}
-	if got := obs.count(core.EventStoreError); got != 1 {
-		t.Errorf("store errors after the failed release: %d, want 1", got)
-	}
 	if got, _ := b.Allow(ctx, "k"); got.Allowed {
 		t.Fatalf("after the failed release: Allow = %+v, want denied (the lease is still in Redis)", got)
 	}
@@ -481,7 +277,7 @@ func testInFlightBreakerAndTimeout(t *testing.T, drv Driver) {
 		timeout = 50 * time.Millisecond
 		ttl     = 6 * time.Second // a renewal round every 2 s
 	)
-	obs := &eventLog{}
+	obs := &testkit.EventCounts{}
 	l := testkit.Limiter(t, drv.New(t, srv), core.Policy{Name: "paused", InFlight: 2, LeaseTTL: ttl},
 		core.WithTimeout(timeout), core.WithObserver(obs), core.WithLocalShare(false))
 	ctx := context.Background()
@@ -504,10 +300,10 @@ func testInFlightBreakerAndTimeout(t *testing.T, drv Driver) {
 		}
 		ds = append(ds, d)
 	}
-	if got := obs.count(core.EventStoreError); got != 5 {
+	if got := obs.Count(core.EventStoreError); got != 5 {
 		t.Errorf("store errors = %d, want 5 (then the breaker answers)", got)
 	}
-	if got := obs.count(core.EventBreakerOpen); got != 1 {
+	if got := obs.Count(core.EventBreakerOpen); got != 1 {
 		t.Errorf("breaker opened %d times, want 1", got)
 	}
 	for i := range ds {

@@ -80,11 +80,11 @@ func testRedisSaturatedApp(t *testing.T, drv Driver) {
 			var (
 				ls     [2]*core.Limiter
 				stores [2]Store
-				events [2]*eventLog
+				events [2]*testkit.EventCounts
 			)
 			for i := range ls {
 				stores[i] = drv.Open(t, on(srv, tc.conf))
-				events[i] = &eventLog{}
+				events[i] = &testkit.EventCounts{}
 				ls[i] = testkit.Limiter(t, stores[i], p, core.WithObserver(events[i]))
 				warmLimiter(t, ls[i])
 			}
@@ -94,7 +94,7 @@ func testRedisSaturatedApp(t *testing.T, drv Driver) {
 			burst(t, ls[:], "warm", accounts*guesses)
 			var errsBefore [2]int
 			for i, e := range events {
-				errsBefore[i] = e.count(core.EventStoreError)
+				errsBefore[i] = e.Count(core.EventStoreError)
 			}
 			stop := spin(tc.spinners)
 			var (
@@ -142,8 +142,8 @@ func testRedisSaturatedApp(t *testing.T, drv Driver) {
 				t.Errorf("%d of %d decisions made by the failure policy while Redis was healthy", f, accounts*guesses)
 			}
 			for i, e := range events {
-				if n := e.count(core.EventStoreError) - errsBefore[i]; n > 0 {
-					t.Errorf("instance %d: %d store errors while Redis was healthy, the first: %v", i, n, e.errs[errsBefore[i]])
+				if n := e.Count(core.EventStoreError) - errsBefore[i]; n > 0 {
+					t.Errorf("instance %d: %d store errors while Redis was healthy, the first: %v", i, n, e.Errs()[errsBefore[i]])
 				}
 			}
 		})

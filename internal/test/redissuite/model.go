@@ -100,65 +100,13 @@ func same(t *testing.T, i int, what string, r, m core.Decision, err1, err2 error
 	}
 }
 
-// testRefundOnce: a decision's units come back once, however often its
-// Refund is called, for both algorithms; and a refund gives back only
-// the units of its own decision, not those of another admitted at the
-// same time.
-func testRefundOnce(t *testing.T, drv Driver) {
-	srv := redistest.Start(t)
-	ctx := context.Background()
-	for _, store := range []struct {
-		name string
-		s    core.Store
-	}{{"redis", drv.New(t, srv)}} {
-		for _, alg := range []core.Algorithm{core.SlidingLog, core.SlidingBuckets} {
-			t.Run(store.name+"/"+alg.String(), func(t *testing.T) {
-				l := testkit.Limiter(t, store.s, core.Policy{Name: "refund-" + alg.String(), Algorithm: alg, Buckets: 10,
-					Rules: []core.Rule{{Limit: 5, Window: time.Minute}}}, core.WithTimeout(5*time.Second))
-				var ds []core.Decision
-				for i := range 3 {
-					d, err := l.Allow(ctx, "k")
-					if err != nil || !d.Allowed {
-						t.Fatalf("Allow #%d = %+v, %v", i, d, err)
-					}
-					ds = append(ds, d)
-				}
-				for range 2 {
-					if err := ds[2].Refund(ctx); err != nil {
-						t.Fatalf("Refund: %v", err)
-					}
-				}
-				if d, _ := l.Peek(ctx, "k"); d.Remaining != 3 {
-					t.Errorf("after refunding one decision twice: Remaining = %d, want 3", d.Remaining)
-				}
-			})
-		}
-	}
-}
-
 // testRefundFailureReported: a refund whose store call fails returns the
 // error (and reports it), for a rate limit's units as for a lease; it
 // used to be lost when the connection broke.
 func testRefundFailureReported(t *testing.T, drv Driver) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	proxy := redistest.NewProxy(t, srv.Addr())
-	obs := &eventLog{}
-	l := testkit.Limiter(t, drv.Open(t, Conf{Addrs: []string{proxy.Addr()}, NoRetry: true}),
-		core.Policy{Name: "refund-fail", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}},
-		core.WithTimeout(time.Second), core.WithObserver(obs))
+	l, proxy := failRefund(t, drv, redistest.Start(t), core.Policy{Name: "refund-fail", Rules: []core.Rule{{Limit: 2, Window: time.Hour}}})
 	ctx := context.Background()
-	d, _ := l.Allow(ctx, "k")
-	if !d.Allowed {
-		t.Fatalf("Allow = %+v", d)
-	}
-	proxy.SetDropping(true)
-	if err := d.Refund(ctx); err == nil {
-		t.Fatal("Refund with the connection dropping: nil error, want the store's")
-	}
-	if got := obs.count(core.EventStoreError); got != 1 {
-		t.Errorf("store errors after the failed refund: %d, want 1", got)
-	}
 	proxy.SetDropping(false)
 	// A client that sends no command twice (rueidis) fails the first
 	// call on a connection the proxy closed, and dials again for the

@@ -870,7 +870,7 @@ func testRedisTimeoutWhilePaused(t *testing.T, drv Driver) {
 	srv := redistest.Start(t)
 	store := drv.New(t, srv) // default options
 	warm(t, store)
-	obs := &eventLog{}
+	obs := &testkit.EventCounts{}
 	p := core.Policy{Name: "paused", Rules: []core.Rule{{Limit: 3, Window: time.Minute}}}
 	withBreaker := testkit.Limiter(t, store, p, core.WithObserver(obs))
 	noBreaker := testkit.Limiter(t, store, core.Policy{Name: "paused-nb", Rules: p.Rules}, core.WithBreaker(0, 0))
@@ -911,10 +911,10 @@ func testRedisTimeoutWhilePaused(t *testing.T, drv Driver) {
 			open = append(open, lat)
 		}
 	}
-	if got := obs.count(core.EventStoreError); got != 5 {
+	if got := obs.Count(core.EventStoreError); got != 5 {
 		t.Errorf("EventStoreError count = %d, want 5", got)
 	}
-	if got := obs.count(core.EventBreakerOpen); got != 1 {
+	if got := obs.Count(core.EventBreakerOpen); got != 1 {
 		t.Errorf("EventBreakerOpen count = %d, want 1", got)
 	}
 	for _, lat := range timedOut {
@@ -1000,11 +1000,11 @@ func testRedisDown(t *testing.T, drv Driver) {
 			// Registered first, so it runs last: after the client is
 			// closed and the server stopped.
 			ignore := goleak.IgnoreCurrent()
-			t.Cleanup(func() { verifyNoLeaks(t, ignore) })
+			t.Cleanup(func() { testkit.VerifyNoLeaks(t, ignore) })
 
 			srv := redistest.Start(t)
 			var sent atomic.Int64 // the commands the store's client sends
-			obs := &eventLog{}
+			obs := &testkit.EventCounts{}
 			store := drv.Open(t, on(srv, Conf{Commands: &sent}))
 			warm(t, store)
 			l := testkit.Limiter(t, store, core.Policy{Name: "down", Rules: []core.Rule{{Limit: limit, Window: time.Minute}}},
@@ -1036,10 +1036,10 @@ func testRedisDown(t *testing.T, drv Driver) {
 					t.Errorf("Allow(k) #%d with the breaker open sent %d commands, want none", i+1, got)
 				}
 			}
-			if got := obs.count(core.EventStoreError); got != 5 {
+			if got := obs.Count(core.EventStoreError); got != 5 {
 				t.Errorf("EventStoreError count = %d, want 5", got)
 			}
-			if got := obs.count(core.EventBreakerOpen); got != 1 {
+			if got := obs.Count(core.EventBreakerOpen); got != 1 {
 				t.Errorf("EventBreakerOpen count = %d, want 1", got)
 			}
 			checkLatencies(t, "Redis down, breaker closed", failing, defaultTimeout+latencyMargin)
@@ -1066,7 +1066,7 @@ func testRedisDown(t *testing.T, drv Driver) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			t.Logf("decisions from Redis again %v after the restart (cool-down %v)", time.Since(restarted), cooldown)
-			if got := obs.count(core.EventBreakerClose); got != 1 {
+			if got := obs.Count(core.EventBreakerClose); got != 1 {
 				t.Errorf("EventBreakerClose count = %d, want 1", got)
 			}
 			for i := range limit {

@@ -32,6 +32,7 @@ import (
 
 	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/internal/test/redistest"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
 // Store is what the suite needs of a store: every capability of a store
@@ -176,7 +177,7 @@ func Run(t *testing.T, drv Driver) {
 		{"HostileKeysOnRedis", testHostileKeysOnRedis},
 		{"HostileRandomKeyFlood", testHostileRandomKeyFlood},
 		{"HostileHugeCost", testHostileHugeCost},
-		{"HashAliases", testHashAliases},
+		{"HashAliases", onRedis(testkit.HashAliases)},
 		// Faults and fallbacks (faults.go, fallback.go).
 		{"RedisScriptsAfterRestart", testRedisScriptsAfterRestart},
 		{"FailLocalShare", testFailLocalShare},
@@ -197,26 +198,26 @@ func Run(t *testing.T, drv Driver) {
 		{"InFlightRedisLayout", testInFlightRedisLayout},
 		{"InFlightStoreDown", testInFlightStoreDown},
 		{"LeasesAcrossInstances", testLeasesAcrossInstances},
-		{"WaitNoStampede", testWaitNoStampede},
+		{"WaitNoStampede", onRedis(testkit.WaitNoStampede)},
 		{"WaitFailClosed", testWaitFailClosed},
-		{"TiersUsageCarriesOver", testTiersUsageCarriesOver},
+		{"TiersUsageCarriesOver", onRedis(testkit.TiersUsageCarriesOver)},
 		{"RedisTierInvalidationAcrossInstances", testRedisTierInvalidationAcrossInstances},
-		{"ShardsNeverOverAdmit", testShardsNeverOverAdmit},
+		{"ShardsNeverOverAdmit", onRedis(testkit.ShardsNeverOverAdmit)},
 		{"ShardsRedisKeys", testShardsRedisKeys},
 		{"RedisLockoutAcrossInstances", testRedisLockoutAcrossInstances},
 		{"RedisLockoutKeys", testRedisLockoutKeys},
 		{"LockoutFailLocal", testLockoutFailLocal},
 		{"RedisCalendarExactness", testRedisCalendarExactness},
 		{"RedisCalendarKeyBounded", testRedisCalendarKeyBounded},
-		{"CalendarTiers", testCalendarTiers},
-		{"CalendarShards", testCalendarShards},
-		{"SlidingBucketsRetryAfterBound", testSlidingBucketsRetryAfterBound},
-		{"ChallengeFleet", testChallengeFleet},
+		{"CalendarTiers", onRedis(testkit.CalendarTiers)},
+		{"CalendarShards", onRedis(testkit.CalendarShards)},
+		{"SlidingBucketsRetryAfterBound", onRedis(testkit.SlidingBucketsRetryAfterBound)},
+		{"ChallengeFleet", onRedis(testkit.ChallengeFleet)},
 		{"ChallengeFailLocal", testChallengeFailLocal},
 		{"ChallengeResetReachesFallback", testChallengeResetReachesFallback},
-		{"RefundOnce", testRefundOnce},
+		{"RefundOnce", onRedis(testkit.RefundOnce)},
 		{"RefundFailureReported", testRefundFailureReported},
-		{"TopRefusedFleet", testTopRefusedFleet},
+		{"TopRefusedFleet", onRedis(testkit.TopRefusedFleet)},
 		{"TopRefusedCounts", testTopRefusedCounts},
 		{"TopRefusedBound", testTopRefusedBound},
 		{"DeniedPathAllocs", testDeniedPathAllocs},
@@ -263,8 +264,16 @@ func RunTimed(t *testing.T, drv Driver) {
 		{"RedisLargeLog", testRedisLargeLog},
 		{"RedisCheckFails", testRedisCheckFails},
 		{"InFlightReleaseRetried", testInFlightReleaseRetried},
-		{"WaitInFlight", testWaitInFlight},
+		{"WaitInFlight", onRedis(testkit.WaitInFlight)},
 	})
+}
+
+// onRedis is the case of a scenario that must hold on every store,
+// written once in internal/test/testkit (core's tests run it on the
+// memory store): here on a new server, each instance of the fleet on a
+// store of the driver of its own.
+func onRedis(scenario func(*testing.T, testkit.Backend)) func(*testing.T, Driver) {
+	return func(t *testing.T, drv Driver) { scenario(t, fleetBackend(drv)) }
 }
 
 func run(t *testing.T, drv Driver, cases []suiteCase) {

@@ -7,54 +7,8 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/test/redistest"
+	"github.com/ratekit/ratekit/internal/test/testkit"
 )
-
-// testTiersUsageCarriesOver: usage counted under one tier is seen by the
-// next, both ways, for both algorithms (and both stores: core's
-// TestTiersUsageCarriesOver has the memory store's): 200 units used as
-// pro, then free (a smaller daily limit) is full, and pro again sees the
-// 200 (issue: a downgrade then upgrade must not forget usage).
-func testTiersUsageCarriesOver(t *testing.T, drv Driver) {
-	srv := redistest.Start(t)
-	stores := map[string]func() core.Store{
-		"redis": func() core.Store { return drv.New(t, srv) },
-	}
-	for sname, newStore := range stores {
-		for _, alg := range []core.Algorithm{core.SlidingLog, core.SlidingBuckets} {
-			t.Run(sname+"/"+alg.String(), func(t *testing.T) {
-				p := &plans{tier: map[string]string{"k": "pro"}}
-				day := 24 * time.Hour
-				l, err := core.NewLimiter(newStore(), core.Policy{Name: "carry-" + alg.String(), Algorithm: alg,
-					Rules: []core.Rule{{Limit: 10, Window: time.Minute}, {Limit: 50, Window: day}}},
-					core.WithTiers(p.resolve, map[string][]core.Rule{
-						"free": {{Limit: 10, Window: time.Minute}, {Limit: 50, Window: day}},
-						"pro":  {{Limit: 1000, Window: time.Minute}, {Limit: 1000, Window: day}},
-					}), core.WithTierCache(0, 0), core.WithTimeout(5*time.Second))
-				if err != nil {
-					t.Fatal(err)
-				}
-				ctx := context.Background()
-				if d, err := l.AllowN(ctx, "k", 200); err != nil || !d.Allowed {
-					t.Fatalf("pro AllowN(200) = %+v, %v", d, err)
-				}
-				p.set("k", "free")
-				if d, err := l.Allow(ctx, "k"); err != nil || d.Allowed {
-					t.Errorf("free after 200 used as pro: Allow = %+v, %v; want denied (50 a day)", d, err)
-				}
-				p.set("k", "pro")
-				d, err := l.Peek(ctx, "k")
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, r := range d.Rules() {
-					if r.Used != 200 {
-						t.Errorf("pro again: rule %v used %d, want 200 (usage kept through the downgrade)", r.Window, r.Used)
-					}
-				}
-			})
-		}
-	}
-}
 
 // testRedisTierInvalidationAcrossInstances: two instances share a Redis
 // and cache tiers for an hour. A key's plan changes and one instance
@@ -62,12 +16,12 @@ func testTiersUsageCarriesOver(t *testing.T, drv Driver) {
 // pub/sub round trip), where before the call it kept the cached old one.
 func testRedisTierInvalidationAcrossInstances(t *testing.T, drv Driver) {
 	srv := redistest.Start(t)
-	p := &plans{tier: map[string]string{"k": "free"}}
+	p := testkit.NewPlans(map[string]string{"k": "free"})
 	newInstance := func() *core.Limiter {
 		l, err := core.NewLimiter(drv.New(t, srv), core.Policy{
 			Name:  "api",
 			Rules: []core.Rule{{Limit: 1, Window: time.Minute}},
-		}, core.WithTiers(p.resolve, map[string][]core.Rule{
+		}, core.WithTiers(p.Resolve, map[string][]core.Rule{
 			"free": {{Limit: 3, Window: time.Minute}},
 			"pro":  {{Limit: 10, Window: time.Minute}},
 		}), core.WithTierCache(100, time.Hour), core.WithTimeout(5*time.Second))
@@ -104,7 +58,7 @@ func testRedisTierInvalidationAcrossInstances(t *testing.T, drv Driver) {
 	if d, err := b.Allow(ctx, "k"); err != nil || d.Allowed || d.Limit != 3 {
 		t.Fatalf("B: 4th free request = %+v, %v; want denied by the free limit 3", d, err)
 	}
-	p.set("k", "pro")
+	p.Set("k", "pro")
 	if d, _ := b.Peek(ctx, "k"); d.Limit != 3 {
 		t.Fatalf("B before the invalidation: Limit %d, want 3 (its cached tier)", d.Limit)
 	}

@@ -22,11 +22,7 @@ import (
 func BenchAllow(b *testing.B, store core.Store) {
 	const nkeys = 4096
 	keys := BenchKeys(nkeys)
-	l, err := core.NewLimiter(store, core.Policy{Name: "bench", Rules: []core.Rule{{Limit: 1000, Window: time.Second}}},
-		core.WithTimeout(time.Second))
-	if err != nil {
-		b.Fatal(err)
-	}
+	l := Limiter(b, store, Policy("bench", core.Rule{Limit: 1000, Window: time.Second}), core.WithTimeout(time.Second))
 	ctx := context.Background()
 	var fallbacks atomic.Int64
 	allow := func(i uint64) {
@@ -38,10 +34,20 @@ func BenchAllow(b *testing.B, store core.Store) {
 			fallbacks.Add(1)
 		}
 	}
+	serialParallel(b, allow)
+	if n := fallbacks.Load(); n > 0 {
+		b.Errorf("%d decisions fell back: the store did not answer within the timeout", n)
+	}
+}
+
+// serialParallel measures op(i) for i counting up, from one goroutine
+// ("serial") and from GOMAXPROCS goroutines ("parallel"), each of these
+// counting from an offset of its own so that they spread over the keys.
+func serialParallel(b *testing.B, op func(i uint64)) {
 	b.Run("serial", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := uint64(0); b.Loop(); i++ {
-			allow(i)
+			op(i)
 		}
 	})
 	b.Run("parallel", func(b *testing.B) {
@@ -50,14 +56,11 @@ func BenchAllow(b *testing.B, store core.Store) {
 		b.RunParallel(func(pb *testing.PB) {
 			i := next.Add(1) * 7919
 			for pb.Next() {
-				allow(i)
+				op(i)
 				i++
 			}
 		})
 	})
-	if n := fallbacks.Load(); n > 0 {
-		b.Errorf("%d decisions fell back: the store did not answer within the timeout", n)
-	}
 }
 
 // BenchChallenge measures the decisions of a policy with a Challenge
@@ -84,11 +87,8 @@ func BenchChallenge(b *testing.B, newStore func(b *testing.B) core.Store) {
 		{"passed", 1, true, func(d core.Decision) bool { return d.Allowed }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			l, err := core.NewLimiter(newStore(b), core.Policy{Name: "bench-" + bc.name,
-				Rules: []core.Rule{{Limit: limit, Window: time.Minute, Challenge: bc.challenge}}}, core.WithTimeout(time.Second))
-			if err != nil {
-				b.Fatal(err)
-			}
+			l := Limiter(b, newStore(b), Policy("bench-"+bc.name, core.Rule{Limit: limit, Window: time.Minute, Challenge: bc.challenge}),
+				core.WithTimeout(time.Second))
 			if bc.pass {
 				for _, k := range keys {
 					if err := l.Pass(ctx, k); err != nil {
@@ -127,10 +127,7 @@ func BenchKeys(n int) []string {
 func BenchInFlight(b *testing.B, store core.Store) {
 	const nkeys = 4096
 	keys := BenchKeys(nkeys)
-	l, err := core.NewLimiter(store, core.Policy{Name: "bench-inflight", InFlight: 1000}, core.WithTimeout(time.Second))
-	if err != nil {
-		b.Fatal(err)
-	}
+	l := Limiter(b, store, core.Policy{Name: "bench-inflight", InFlight: 1000}, core.WithTimeout(time.Second))
 	ctx := context.Background()
 	var bad atomic.Int64
 	cycle := func(i uint64) {
@@ -145,23 +142,7 @@ func BenchInFlight(b *testing.B, store core.Store) {
 			b.Fatal(err)
 		}
 	}
-	b.Run("serial", func(b *testing.B) {
-		b.ReportAllocs()
-		for i := uint64(0); b.Loop(); i++ {
-			cycle(i)
-		}
-	})
-	b.Run("parallel", func(b *testing.B) {
-		b.ReportAllocs()
-		var next atomic.Uint64
-		b.RunParallel(func(pb *testing.PB) {
-			i := next.Add(1) * 7919
-			for pb.Next() {
-				cycle(i)
-				i++
-			}
-		})
-	})
+	serialParallel(b, cycle)
 	if n := bad.Load(); n > 0 {
 		b.Errorf("%d acquires were denied or fell back", n)
 	}
@@ -177,11 +158,7 @@ func BenchCluster(b *testing.B, store core.Store, masters int) {
 		goroutines = 64
 	)
 	keys := BenchKeys(nkeys)
-	l, err := core.NewLimiter(store, core.Policy{Name: "bench", Rules: []core.Rule{{Limit: 1000, Window: time.Second}}},
-		core.WithTimeout(time.Second))
-	if err != nil {
-		b.Fatal(err)
-	}
+	l := Limiter(b, store, Policy("bench", core.Rule{Limit: 1000, Window: time.Second}), core.WithTimeout(time.Second))
 	ctx := context.Background()
 	for _, k := range keys { // connections to every master, and the slot map
 		if _, err := l.Peek(ctx, k); err != nil {

@@ -1,10 +1,14 @@
 // Package testkit builds what ratekit's tests share: a limiter that fails
 // the test instead of returning an error ([Limiter]), a fleet of app
 // instances on one shared limit on each backend ([Fleet], [Backends]), an
-// observer that keeps the events it sees ([Events]), a store that is
-// down ([FailingStore]), a key function by
-// user ([UserKey]), and a poll for a condition another goroutine makes
-// true ([WaitUntil]).
+// observer that keeps the events it sees ([Events]) and one that counts
+// them ([EventCounts]), a store that is down ([FailingStore]), a key
+// function by user ([UserKey]), an app's plan table for tiers ([Plans]),
+// a clock to step ([PastClock]), a poll for a condition another goroutine
+// makes true ([WaitUntil]), a check for leaked goroutines
+// ([VerifyNoLeaks]), and the scenarios that must hold on every store,
+// each a function of the [Backend] it runs on (core's tests call it on
+// the memory store, internal/test/redissuite on each Redis driver).
 //
 // A second store driver joins every fleet test by one more entry in
 // [Backends].
@@ -17,6 +21,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/driver"
@@ -180,6 +186,56 @@ func (r *Events) count(match func(core.Event) bool) int {
 	return n
 }
 
+// EventCounts is a core.Observer that counts the events it sees by kind
+// and keeps only their errors, so that a long run under load costs no
+// memory per decision (where [Events] keeps every event). It is safe for
+// concurrent use; the zero value is ready.
+type EventCounts struct {
+	mu        sync.Mutex
+	counts    map[core.EventKind]int
+	fallbacks int
+	errs      []error
+}
+
+// Observe implements core.Observer.
+func (o *EventCounts) Observe(_ context.Context, e core.Event) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.counts == nil {
+		o.counts = make(map[core.EventKind]int)
+	}
+	o.counts[e.Kind]++
+	if e.Kind == core.EventDecision && e.Decision.Source.Fallback() {
+		o.fallbacks++
+	}
+	if e.Err != nil {
+		o.errs = append(o.errs, e.Err)
+	}
+}
+
+// Count returns how many events of kind were seen.
+func (o *EventCounts) Count(kind core.EventKind) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.counts[kind]
+}
+
+// Fallbacks returns how many decisions the failure policy made (the
+// local store's, FailOpen's or FailClosed's) rather than the store.
+func (o *EventCounts) Fallbacks() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.fallbacks
+}
+
+// Errs returns a copy of the errors the events seen so far carried, in
+// order.
+func (o *EventCounts) Errs() []error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]error(nil), o.errs...)
+}
+
 // FailingStore is a core.Store that is down: every call fails with Err.
 type FailingStore struct{ Err error }
 
@@ -228,6 +284,82 @@ func WaitUntil(t testing.TB, what string, cond func() bool) {
 	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting until %s", what)
+		}
+	}
+}
+
+// Plans is an app's plan table, which tests change under a limiter:
+// its Resolve is the tier resolver of core.WithTiers. It is safe for
+// concurrent use.
+type Plans struct {
+	mu    sync.Mutex
+	tier  map[string]string
+	calls int
+}
+
+// NewPlans returns the plan table of the tier of each key in tiers.
+func NewPlans(tiers map[string]string) *Plans { return &Plans{tier: tiers} }
+
+// Resolve returns key's tier, and an error for a key without one.
+func (p *Plans) Resolve(_ context.Context, key string) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls++
+	t, ok := p.tier[key]
+	if !ok {
+		return "", errors.New("unknown key")
+	}
+	return t, nil
+}
+
+// Set moves key to tier.
+func (p *Plans) Set(key, tier string) {
+	p.mu.Lock()
+	p.tier[key] = tier
+	p.mu.Unlock()
+}
+
+// Calls returns how many times Resolve was called.
+func (p *Plans) Calls() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls
+}
+
+// PastClock returns a clock that tests set (now, and step to move it)
+// starting an hour behind the real one and on a whole millisecond, so
+// that Redis keeps the keys a test writes for the whole test whatever the
+// test steps the clock to (a lease's key lives until its leases expire in
+// the clock's time).
+func PastClock() (now func() time.Time, step func(time.Duration)) {
+	var mu sync.Mutex
+	t := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	return func() time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			return t
+		}, func(d time.Duration) {
+			mu.Lock()
+			t = t.Add(d)
+			mu.Unlock()
+		}
+}
+
+// VerifyNoLeaks fails t if goroutines other than those opts ignore are
+// still running after a few seconds. go-redis ends its dialing goroutines
+// some time after Close (one sleeps 1 s between dial probes), so it waits
+// instead of ignoring them.
+func VerifyNoLeaks(t testing.TB, opts ...goleak.Option) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := goleak.Find(opts...)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("goroutines leaked: %v", err)
+			return
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/driver"
@@ -137,6 +138,68 @@ func TestEvents(t *testing.T) {
 	all[0].Kind = guard.EventSkip
 	if got := r.Count(guard.EventSkip); got != 1 {
 		t.Errorf("after changing All's result, Count(EventSkip) = %d, want 1: All returns a copy", got)
+	}
+}
+
+func TestEventCounts(t *testing.T) {
+	var c testkit.EventCounts
+	obs := core.Observer(&c)
+	ctx := context.Background()
+	down := errors.New("down")
+	for _, e := range []core.Event{
+		{Kind: core.EventDecision, Decision: core.Decision{Source: core.SourceStore}},
+		{Kind: core.EventStoreError, Err: down},
+		{Kind: core.EventDecision, Decision: core.Decision{Source: core.SourceLocal}},
+		{Kind: core.EventDecision, Decision: core.Decision{Source: core.SourceCache}},
+	} {
+		obs.Observe(ctx, e)
+	}
+	if got := c.Count(core.EventDecision); got != 3 {
+		t.Errorf("Count(EventDecision) = %d, want 3", got)
+	}
+	if got := c.Fallbacks(); got != 1 {
+		t.Errorf("Fallbacks() = %d, want 1 (the local store's decision)", got)
+	}
+	if got := c.Count(core.EventBreakerOpen); got != 0 {
+		t.Errorf("Count(EventBreakerOpen) = %d, want 0", got)
+	}
+	errs := c.Errs()
+	if len(errs) != 1 || !errors.Is(errs[0], down) {
+		t.Fatalf("Errs() = %v, want [%v]", errs, down)
+	}
+	errs[0] = nil
+	if got := c.Errs(); got[0] == nil {
+		t.Error("after changing Errs's result, Errs()[0] = nil: Errs returns a copy")
+	}
+}
+
+func TestPlans(t *testing.T) {
+	p := testkit.NewPlans(map[string]string{"k": "free"})
+	ctx := context.Background()
+	if tier, err := p.Resolve(ctx, "k"); tier != "free" || err != nil {
+		t.Errorf("Resolve(k) = %q, %v; want free", tier, err)
+	}
+	p.Set("k", "pro")
+	if tier, err := p.Resolve(ctx, "k"); tier != "pro" || err != nil {
+		t.Errorf("Resolve(k) after Set(k, pro) = %q, %v; want pro", tier, err)
+	}
+	if _, err := p.Resolve(ctx, "other"); err == nil {
+		t.Error("Resolve(other) = nil error, want one for a key without a plan")
+	}
+	if got := p.Calls(); got != 3 {
+		t.Errorf("Calls() = %d, want 3", got)
+	}
+}
+
+func TestPastClock(t *testing.T) {
+	now, step := testkit.PastClock()
+	start := now()
+	if ago := time.Since(start); ago < time.Hour || ago > time.Hour+time.Minute || start.Truncate(time.Millisecond) != start {
+		t.Errorf("PastClock starts %v ago at %v, want an hour ago on a whole millisecond", ago, start)
+	}
+	step(time.Microsecond)
+	if got := now().Sub(start); got != time.Microsecond {
+		t.Errorf("after step(1µs) the clock moved %v, want 1µs", got)
 	}
 }
 
