@@ -56,11 +56,6 @@ const (
 	refusedEvery = 5 * time.Second
 	// refusedTimeout bounds a flush, and each store call of TopRefused.
 	refusedTimeout = 2 * time.Second
-	// refusedKeep is the most keys a store keeps per policy and minute,
-	// refusedMinutes the minutes TopRefused sums: the current one and
-	// the five before it.
-	refusedKeep    = 1000
-	refusedMinutes = 6
 )
 
 // refusals counts the refusals of a limiter and of its tiers' limiters.

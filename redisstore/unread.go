@@ -41,7 +41,7 @@ func (r *replies) explain(err error) error {
 	if f == nil || time.Since(f.at) > 10*time.Second || !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	return fmt.Errorf("%w (the client cannot connect: %v)", err, f.err)
+	return fmt.Errorf("%w (the client cannot connect: %w)", err, f.err)
 }
 
 // hook is the go-redis hook that tracks the connections dialled.

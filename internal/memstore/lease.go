@@ -117,7 +117,7 @@ func (m *Leases) Take(key string, owner, seq, n, limit int64) (used int64, ok bo
 	return k.used, true
 }
 
-// release removes lease id from key; nothing if it is gone.
+// Release removes lease id from key; nothing if it is gone.
 func (m *Leases) Release(key string, owner, seq int64) {
 	id := leaseID{owner, seq}
 	st := m.stripe(key)
@@ -136,7 +136,7 @@ func (m *Leases) Release(key string, owner, seq int64) {
 	}
 }
 
-// count returns the units held for key.
+// Count returns the units held for key.
 func (m *Leases) Count(key string) int64 {
 	st := m.stripe(key)
 	st.mu.Lock()
@@ -159,7 +159,7 @@ func (m *Leases) has(key string, id leaseID) bool {
 	return false
 }
 
-// forget drops every lease of key.
+// Forget drops every lease of key.
 func (m *Leases) Forget(key string) {
 	st := m.stripe(key)
 	st.mu.Lock()

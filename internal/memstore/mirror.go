@@ -6,7 +6,7 @@ import (
 	"github.com/ratekit/ratekit/core/driver"
 )
 
-// record adds q.N units to q.Key's windows and calendar periods at the
+// Record adds q.N units to q.Key's windows and calendar periods at the
 // store's time, whatever the rules say, and returns that time: the units
 // a shared store admitted, mirrored in a limiter's fallback store so that
 // a fallback starts from them. The store admitted them within the rules,
@@ -65,7 +65,7 @@ func (p *Policy) Record(q *driver.Query) int64 {
 	return now
 }
 
-// lockFor locks q.Key out for d from now, unless it is locked out longer
+// LockFor locks q.Key out for d from now, unless it is locked out longer
 // already: a lockout a shared store reported, mirrored in a limiter's
 // fallback store.
 func (p *Policy) LockFor(q *driver.Query, d time.Duration) {
@@ -84,7 +84,7 @@ func (p *Policy) LockFor(q *driver.Query, d time.Duration) {
 	p.store.shed(now)
 }
 
-// lift lifts key's lockout and forgets its pass, if it has them: what
+// Lift lifts key's lockout and forgets its pass, if it has them: what
 // an instance's fallback store mirrored of a key reset or refunded
 // elsewhere. Forgetting a pass can only challenge more.
 func (p *Policy) Lift(key string) {

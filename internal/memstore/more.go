@@ -113,7 +113,7 @@ func (s *Store) Pass(ctx context.Context, q driver.Query) error {
 	return nil
 }
 
-// pass records that q.Key passed a challenge at q.Now, or at the store's
+// Pass records that q.Key passed a challenge at q.Now, or at the store's
 // time (see [driver.Challenges]).
 func (p *Policy) Pass(q *driver.Query) {
 	now := q.Now

@@ -38,6 +38,8 @@ type refusalMinute struct {
 	counts map[string]int64
 }
 
+// NewRefusalLog returns an empty log on the clock now (µs since the Unix
+// epoch).
 func NewRefusalLog(now func() int64) *RefusalLog {
 	return &RefusalLog{now: now, by: make(map[string]*[driver.RefusedMinutes]refusalMinute)}
 }

@@ -457,7 +457,7 @@ func (s *Store) Refund(ctx context.Context, q driver.Query, at int64) error {
 	return nil
 }
 
-// refund gives back q.N units recorded at time at, unless the key was
+// Refund gives back q.N units recorded at time at, unless the key was
 // reset (or forgotten) since: its units then went with it.
 func (p *Policy) Refund(q *driver.Query, at int64) {
 	sh, h := p.shard(q.Key)

@@ -1,4 +1,4 @@
-// Package storetest is the behavioural suite every [core.Store] passes, in
+// Package drivertest is the behavioural suite every [core.Store] passes, in
 // the spirit of testing/fstest.TestFS: [Run] drives a store through
 // [core.NewLimiter] (and directly where the store's own answer is the
 // point) and checks exact admission under concurrency, multi-rule binding,

@@ -271,6 +271,7 @@ type keyStats struct {
 	attempts, store, local, fallbacks atomic.Int64
 }
 
+// NewHammer returns a Hammer of keys on store, not started (Run).
 func NewHammer(t *testing.T, store core.Store, keys []string) *Hammer {
 	h := &Hammer{t: t, keys: keys, stats: make([]keyStats, len(keys))}
 	h.l = testkit.Limiter(t, store, core.Policy{Name: "h", Rules: []core.Rule{{Limit: hammerLimit, Window: time.Minute}}},
@@ -344,6 +345,7 @@ func (h *Hammer) Run(during func()) int64 {
 	return started
 }
 
+// Check fails t where the load broke a bound (see Hammer).
 func (h *Hammer) Check() {
 	t := h.t
 	t.Helper()

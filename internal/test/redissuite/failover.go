@@ -35,7 +35,7 @@ func (s *sources) Observe(_ context.Context, e core.Event) {
 	}
 }
 
-// LiveMigration: 16 goroutines decide distinct keys (limit 5 a minute,
+// LiveMigration has 16 goroutines decide distinct keys (limit 5 a minute,
 // each key asked 10 times, a decision every half millisecond) through
 // store, batching on, while the slot of the keys migrates live with 3,000
 // other keys; mixed, half of the goroutines decide keys of the master's

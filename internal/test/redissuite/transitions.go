@@ -484,13 +484,14 @@ func (d *diffEvents) Observe(_ context.Context, e core.Event) {
 	}
 }
 
-func (d *diffEvents) last() (error, int) {
+// last returns how many events came, and the latest one's error.
+func (d *diffEvents) last() (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(d.errs) == 0 {
-		return nil, 0
+		return 0, nil
 	}
-	return d.errs[len(d.errs)-1], len(d.errs)
+	return len(d.errs), d.errs[len(d.errs)-1]
 }
 
 // FleetRulesDiffer: two instances that use one policy name with
@@ -521,7 +522,7 @@ func testFleetRulesDiffer(t *testing.T, drv Driver) {
 		t.Errorf("Check() of a policy every instance configures alike = %v, want nil", err)
 	}
 	for name, ev := range map[string]*diffEvents{"a": &evA, "b": &evB} {
-		if err, n := ev.last(); err == nil || n == 0 {
+		if n, err := ev.last(); err == nil || n == 0 {
 			t.Errorf("%s: EventRulesDiffer %v (%d events), want one with an error", name, err, n)
 		}
 	}
@@ -529,7 +530,7 @@ func testFleetRulesDiffer(t *testing.T, drv Driver) {
 	// B's instance goes: A hears that every instance agrees again.
 	storeB.Close()
 	testkit.WaitUntil(t, "A hears that the instances agree", func() bool {
-		err, n := evA.last()
+		n, err := evA.last()
 		return n >= 2 && err == nil
 	})
 	if err := a.Check(ctx); err != nil {

@@ -258,7 +258,7 @@ func (a *Agent) Try(r Request) (Answer, error) {
 		return Answer{}, fmt.Errorf("write: %w", err)
 	}
 	if !a.out.Scan() {
-		return Answer{}, fmt.Errorf("no answer: %v", a.out.Err())
+		return Answer{}, fmt.Errorf("no answer: %w", a.out.Err())
 	}
 	var ans Answer
 	if err := json.Unmarshal(a.out.Bytes(), &ans); err != nil {

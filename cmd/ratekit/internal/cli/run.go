@@ -1,4 +1,4 @@
-// Package ratekitcli is the ratekit command (see cmd/ratekit for its
+// Package cli is the ratekit command (see cmd/ratekit for its
 // documentation) as a function, so that tests anywhere in the module can
 // run it in-process, as support staff would run the command.
 package cli
