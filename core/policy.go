@@ -356,6 +356,12 @@ func (p *Policy) validateRule(i int) error {
 	if r.Calendar != 0 {
 		return p.validateCalendar(i)
 	}
+	return p.validateSliding(i)
+}
+
+// validateSliding checks sliding rule i.
+func (p *Policy) validateSliding(i int) error {
+	r := p.Rules[i]
 	if r.Location != nil {
 		return fmt.Errorf("ratekit: policy %q Rules[%d].Location is set but Calendar is not: a sliding window has no time zone: %w",
 			p.Name, i, ErrInvalidPolicy)

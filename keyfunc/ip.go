@@ -454,19 +454,7 @@ func parseNode(s string, forwarded bool) (netip.Addr, bool) {
 	case s == "":
 		return netip.Addr{}, false
 	case s[0] == '[':
-		end := strings.IndexByte(s, ']')
-		if end < 0 {
-			return netip.Addr{}, false
-		}
-		host = s[1:end]
-		if rest := s[end+1:]; rest != "" && (rest[0] != ':' || !validPort(rest[1:], forwarded)) {
-			return netip.Addr{}, false
-		}
-		a, err := netip.ParseAddr(host)
-		if err != nil || !a.Is6() {
-			return netip.Addr{}, false
-		}
-		return a.WithZone("").Unmap(), true
+		return parseBracketed(s, forwarded)
 	}
 	i := strings.IndexByte(s, ':')
 	switch {
@@ -492,6 +480,23 @@ func parseNode(s string, forwarded bool) (netip.Addr, bool) {
 		return netip.Addr{}, false
 	}
 	return a, true
+}
+
+// parseBracketed is parseNode of s in brackets: an IPv6 address,
+// "[2001:db8::1]" with an optional port.
+func parseBracketed(s string, forwarded bool) (netip.Addr, bool) {
+	end := strings.IndexByte(s, ']')
+	if end < 0 {
+		return netip.Addr{}, false
+	}
+	if rest := s[end+1:]; rest != "" && (rest[0] != ':' || !validPort(rest[1:], forwarded)) {
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(s[1:end])
+	if err != nil || !a.Is6() {
+		return netip.Addr{}, false
+	}
+	return a.WithZone("").Unmap(), true
 }
 
 // ipv4Host returns the host part of s, an IPv4 address with an optional

@@ -600,30 +600,43 @@ func testMultiRuleStore(t *testing.T, s *suite) {
 	if !r1.Allowed || r1.Rules.All()[0].Used != 2 || r1.Rules.All()[1].Used != 2 {
 		t.Fatalf("Take(a, 2) = %+v, want allowed, Used 2 in both rules", r1)
 	}
-	r := take("b", 1)
-	if r.Allowed {
-		t.Fatalf("Take(b, 1) = %+v, want denied by Rules[0]", r)
-	}
-	if want := time.Duration(r1.At+w1.Microseconds()-r.At) * time.Microsecond; r.Rules.All()[0].RetryAfter != want {
-		t.Errorf("Take(b, 1): Rules[0].RetryAfter = %v, want %v", r.Rules.All()[0].RetryAfter, want)
-	}
-	if r.Rules.All()[1].RetryAfter != 0 || r.Rules.All()[1].Used != 2 {
-		t.Errorf("Take(b, 1): Rules[1] = %+v, want room (RetryAfter 0, Used 2)", r.Rules.All()[1])
-	}
+	multiRuleFirstBinds(t, take("b", 1), r1.At, w1)
 	// 2 units violate both rules: Rules[1] needs 1 of a's units gone too.
-	r = take("c", 2)
-	if r.Allowed || r.Rules.All()[0].RetryAfter <= 0 || r.Rules.All()[1].RetryAfter <= 0 {
-		t.Fatalf("Take(c, 2) = %+v, want denied by both rules", r)
-	}
-	if want := time.Duration(r1.At+w2.Microseconds()-r.At) * time.Microsecond; r.Rules.All()[1].RetryAfter != want {
-		t.Errorf("Take(c, 2): Rules[1].RetryAfter = %v, want %v", r.Rules.All()[1].RetryAfter, want)
-	}
+	multiRuleBothBind(t, take("c", 2), r1.At, w2)
 	p, err := st.Peek(ctx(t), q)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p.Rules.All()[0].Used != 2 || p.Rules.All()[1].Used != 2 {
 		t.Errorf("Peek after denials = %+v, want Used 2 in both rules (denials record nothing)", p)
+	}
+}
+
+// multiRuleFirstBinds checks r, the answer to Take(b, 1) after 2 units
+// taken at at: denied by Rules[0] (of window w1) alone.
+func multiRuleFirstBinds(t *testing.T, r driver.Result, at int64, w1 time.Duration) {
+	t.Helper()
+	if r.Allowed {
+		t.Fatalf("Take(b, 1) = %+v, want denied by Rules[0]", r)
+	}
+	if want := time.Duration(at+w1.Microseconds()-r.At) * time.Microsecond; r.Rules.All()[0].RetryAfter != want {
+		t.Errorf("Take(b, 1): Rules[0].RetryAfter = %v, want %v", r.Rules.All()[0].RetryAfter, want)
+	}
+	if r.Rules.All()[1].RetryAfter != 0 || r.Rules.All()[1].Used != 2 {
+		t.Errorf("Take(b, 1): Rules[1] = %+v, want room (RetryAfter 0, Used 2)", r.Rules.All()[1])
+	}
+}
+
+// multiRuleBothBind checks r, the answer to Take(c, 2) after 2 units
+// taken at at: denied by both rules, Rules[1] (of window w2) until a's
+// units leave it.
+func multiRuleBothBind(t *testing.T, r driver.Result, at int64, w2 time.Duration) {
+	t.Helper()
+	if r.Allowed || r.Rules.All()[0].RetryAfter <= 0 || r.Rules.All()[1].RetryAfter <= 0 {
+		t.Fatalf("Take(c, 2) = %+v, want denied by both rules", r)
+	}
+	if want := time.Duration(at+w2.Microseconds()-r.At) * time.Microsecond; r.Rules.All()[1].RetryAfter != want {
+		t.Errorf("Take(c, 2): Rules[1].RetryAfter = %v, want %v", r.Rules.All()[1].RetryAfter, want)
 	}
 }
 
