@@ -43,11 +43,18 @@ func functions(ctx context.Context, args []string, getenv func(string) string, s
 		}
 		return nil
 	}
-	var (
-		mu      sync.Mutex
-		libs    []string
-		members []string
-	)
+	libs, members, err := listLibraries(ctx, cn.rdb)
+	if err != nil {
+		return err
+	}
+	printLibraries(stdout, libs, members)
+	return nil
+}
+
+// listLibraries returns the function libraries of ratekit on every master
+// of rdb, sorted, and the live announcements of their fleet keys.
+func listLibraries(ctx context.Context, rdb redis.UniversalClient) (libs, members []string, err error) {
+	var mu sync.Mutex
 	list := func(ctx context.Context, node *redis.Client) error {
 		ls, err := node.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: "ratekit_*"}).Result()
 		if err != nil {
@@ -76,16 +83,19 @@ func functions(ctx context.Context, args []string, getenv func(string) string, s
 		members = append(members, ms...)
 		return it.Err()
 	}
-	switch r := cn.rdb.(type) {
+	switch r := rdb.(type) {
 	case *redis.ClusterClient:
 		err = r.ForEachMaster(ctx, list)
 	case *redis.Client:
 		err = list(ctx, r)
 	}
-	if err != nil {
-		return err
-	}
 	slices.Sort(libs)
+	return libs, members, err
+}
+
+// printLibraries writes a line per library: whose it is, and how many
+// live announcements run it, or that none does.
+func printLibraries(stdout io.Writer, libs, members []string) {
 	unused := redislib.Unused(libs, members)
 	runs := map[string]int{}
 	for _, m := range members {
@@ -106,5 +116,4 @@ func functions(ctx context.Context, args []string, getenv func(string) string, s
 	if len(libs) == 0 {
 		fmt.Fprintln(stdout, "no library of ratekit is loaded")
 	}
-	return nil
 }
