@@ -29,9 +29,47 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
+	l := newLimiterOf(store, policy, o)
+	if hasChallenge(policy.Rules) {
+		if l.passes, err = challengesOf(store, policy.Name); err != nil {
+			return nil, err
+		}
+	}
+	_, local := store.(driver.Local)
+	l.sharing(store, o, local)
+	if policy.InFlight > 0 {
+		return l, l.inFlight(o, local)
+	}
+	inv, _ := store.(driver.Invalidator)
+	l.rates(store, o, local, inv != nil)
+	if rec, ok := store.(driver.Recorder); ok && !local {
+		l.replays(rec)
+	}
+	if o.tierFunc != nil || o.tiers != nil {
+		if l.tiers, l.tiered, err = newTiers(store, policy, o, opts); err != nil {
+			return nil, err
+		}
+	}
+	l.countRefusals()
+	if inv != nil && !local && l.hears() {
+		inv.Watch(policy.Name, l.invalidate)
+	}
+	return l, nil
+}
+
+// hears reports whether l keeps something the other instances'
+// invalidations change: a deny cache, a fallback store, replays, cached
+// tiers.
+func (l *Limiter) hears() bool {
+	return l.deny != nil || l.local != nil || l.replay != nil || l.tiers != nil && l.tiers.cache != nil
+}
+
+// newLimiterOf returns the limiter of policy (a copy of its rules) on
+// store, with options o, before its modes and capabilities are wired in.
+func newLimiterOf(store Store, policy Policy, o options) *Limiter {
 	policy.Rules = append([]Rule(nil), policy.Rules...)
 	rules := driverRules(policy.Rules)
-	l := &Limiter{
+	return &Limiter{
 		rules:      rules,
 		store:      store,
 		policy:     policy,
@@ -44,45 +82,32 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		clock:      o.clock,
 		wholeLimit: o.wholeLimit,
 	}
-	if hasChallenge(policy.Rules) {
-		if l.passes, err = challengesOf(store, policy.Name); err != nil {
-			return nil, err
-		}
-	}
+}
+
+// sharing wires in what l keeps beside its store: the breakers, the
+// refusals counted, FailLocal's fallback store and the fleet, on a store
+// shared by instances (not local).
+func (l *Limiter) sharing(store Store, o options, local bool) {
 	l.breakers.init(store, o)
 	l.replies, _ = store.(driver.Replies)
 	if !o.tier && !o.noRefusals {
-		l.refused = newRefusals(policy, store, o.refusedEvery)
+		l.refused = newRefusals(l.policy, store, o.refusedEvery)
 	}
-	_, local := store.(driver.Local)
 	if !local && o.failure == FailLocal {
 		l.local = NewMemoryStore(WithMaxKeys(fallbackMaxKeys))
-		l.fb = memstore.PolicyOf(l.local, policy.Name)
+		l.fb = memstore.PolicyOf(l.local, l.policy.Name)
 	}
 	if f, ok := store.(driver.Fleet); ok && !local && !o.tier {
 		l.join(f, o)
 	}
-	if policy.InFlight > 0 {
-		return l, l.inFlight(o, local)
+}
+
+// replays makes l record in rec what its failure policy admits.
+func (l *Limiter) replays(rec driver.Recorder) {
+	l.replay = newReplays(l, rec)
+	if !hasCalendar(l.policy.Rules) {
+		l.longest = slidingWindow(l.policy.Rules)
 	}
-	inv, _ := store.(driver.Invalidator)
-	l.rates(store, o, local, inv != nil)
-	if rec, ok := store.(driver.Recorder); ok && !local {
-		l.replay = newReplays(l, rec)
-		if !hasCalendar(policy.Rules) {
-			l.longest = slidingWindow(policy.Rules)
-		}
-	}
-	if o.tierFunc != nil || o.tiers != nil {
-		if l.tiers, l.tiered, err = newTiers(store, policy, o, opts); err != nil {
-			return nil, err
-		}
-	}
-	l.countRefusals()
-	if inv != nil && !local && (l.deny != nil || l.local != nil || l.replay != nil || l.tiers != nil && l.tiers.cache != nil) {
-		inv.Watch(policy.Name, l.invalidate)
-	}
-	return l, nil
 }
 
 // rates makes l decide rates: in place on its own MemoryStore, through
