@@ -19,7 +19,7 @@ NORACE := ^TestTimed$$/^(RedisSaturatedApp|RedisFrozenSaturatedApp|RedisTimeoutW
 
 # CORE_PKGS are the engine and what it stands on, for the inner loop: no adapter, no Redis
 # driver, no operations page.
-CORE_PKGS := ./core/... ./keyfunc/... ./guard/... ./internal/memstore/... ./internal/test/testkit/...
+CORE_PKGS := ./core/... ./keyfunc/... ./guard/... ./internal/test/testkit/...
 
 ## run: the quickstart example server on the in-memory store (REDIS_URL switches to Redis)
 run:

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core/driver"
-	"github.com/ratekit/ratekit/internal/memstore"
+	"github.com/ratekit/ratekit/core/internal/memstore"
 )
 
 // MaxKeyLen is driver.MaxKeyLen, for the black-box tests.

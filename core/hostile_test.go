@@ -39,7 +39,7 @@ func TestHostileRandomKeyFlood(t *testing.T) {
 		step   = 10 * time.Microsecond
 		live   = int(window / step) // keys within their window at any moment
 		flood  = 50000
-		shards = 64 // of a policy (internal/memstore)
+		shards = 64 // of a policy (core/internal/memstore)
 		sweep  = 32 // keys a shard looks at every 16 of its decisions
 		round  = 64 // keys of a shard one round of the store looks at
 	)

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core/driver"
-	"github.com/ratekit/ratekit/internal/memstore"
+	"github.com/ratekit/ratekit/core/internal/memstore"
 )
 
 // Concurrency limits (Policy.InFlight): every admission takes a lease of

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core/driver"
-	"github.com/ratekit/ratekit/internal/memstore"
+	"github.com/ratekit/ratekit/core/internal/memstore"
 )
 
 // Limiter decides whether requests of one [Policy] are admitted, key by

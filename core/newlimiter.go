@@ -7,7 +7,7 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/ratekit/ratekit/core/driver"
-	"github.com/ratekit/ratekit/internal/memstore"
+	"github.com/ratekit/ratekit/core/internal/memstore"
 )
 
 // fallbackMaxKeys bounds the local store of FailLocal.

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core/driver"
-	"github.com/ratekit/ratekit/internal/memstore"
+	"github.com/ratekit/ratekit/core/internal/memstore"
 )
 
 // Who is being limited: every limiter counts the requests it refuses, key

@@ -2,7 +2,7 @@ package core
 
 import (
 	"github.com/ratekit/ratekit/core/driver"
-	"github.com/ratekit/ratekit/internal/memstore"
+	"github.com/ratekit/ratekit/core/internal/memstore"
 )
 
 // Store keeps the windows of a [Limiter]: [MemoryStore] in this process,

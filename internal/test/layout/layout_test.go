@@ -3,7 +3,7 @@
 // internal/peeraddr, which writes their peers' net.Addr in one allocation
 // and depends on nothing of ratekit), guard on core and keyfunc, core on
 // its driver contract (core/driver, the standard library only) and the
-// memory store (internal/memstore), the Redis drivers on the contract and
+// memory store (core/internal/memstore), the Redis drivers on the contract and
 // internal/redislib and never on the engine, each on its own client only,
 // the test kit ratekittest on core alone, and keyfunc on nothing of
 // ratekit; none of them on heavy libraries nor, but the drivers, on a
@@ -48,8 +48,8 @@ func TestDependencies(t *testing.T) {
 		banned []string
 	}{
 		{"core/driver", nil, []string{"net/http", goRedis, rueidis}},
-		{"internal/memstore", []string{"core/driver"}, []string{"net/http", goRedis, rueidis}},
-		{"core", []string{"core/driver", "internal/memstore"}, []string{"net/http", "github.com/nyaruka/phonenumbers", "google.golang.org/protobuf", "golang.org/x/text", goRedis, rueidis}},
+		{"core/internal/memstore", []string{"core/driver"}, []string{"net/http", goRedis, rueidis}},
+		{"core", []string{"core/driver", "core/internal/memstore"}, []string{"net/http", "github.com/nyaruka/phonenumbers", "google.golang.org/protobuf", "golang.org/x/text", goRedis, rueidis}},
 		{"keyfunc", nil, []string{"github.com/nyaruka/phonenumbers", "google.golang.org/protobuf", "golang.org/x/text", goRedis, rueidis}},
 		// The drivers know the contract, never the engine.
 		{"internal/redislib", []string{"core/driver"}, []string{"net/http", goRedis, rueidis}},
@@ -88,7 +88,7 @@ func TestDependencies(t *testing.T) {
 // engine returns the packages a user of core links (core, its driver
 // contract and the memory store) and pkgs.
 func engine(pkgs ...string) []string {
-	return append([]string{"core", "core/driver", "internal/memstore"}, pkgs...)
+	return append([]string{"core", "core/driver", "core/internal/memstore"}, pkgs...)
 }
 
 // TestDriverContractStandardOnly: the driver contract imports only the
@@ -176,7 +176,7 @@ func TestGoRedisOnlyBinary(t *testing.T) {
 // TestFloors: the library never stands on what stands on it. No library
 // package (public, or internal but for the test harnesses under
 // internal/test) links a test harness, an example's support or the
-// command's body; the library's internals (internal/memstore,
+// command's body; the library's internals (core/internal/memstore,
 // internal/redislib, internal/peeraddr, internal/race) link no public
 // package but the driver contract.
 func TestFloors(t *testing.T) {
@@ -185,7 +185,7 @@ func TestFloors(t *testing.T) {
 		t.Fatalf("go list: %v", err)
 	}
 	above := []string{module + "/internal/test/", module + "/examples/", module + "/cmd/"}
-	internals := map[string]bool{"internal/memstore": true, "internal/redislib": true, "internal/peeraddr": true, "internal/race": true}
+	internals := map[string]bool{"core/internal/memstore": true, "internal/redislib": true, "internal/peeraddr": true, "internal/race": true}
 	library := 0
 	for _, pkg := range strings.Fields(string(out)) {
 		rel := strings.TrimPrefix(pkg, module+"/")
