@@ -75,62 +75,72 @@ func readHeld(ctx context.Context, rdb redis.UniversalClient, base string) (held
 		return h, err
 	}
 	h.now = t.UnixMicro()
-	var (
-		log        *redis.StringCmd
-		logTTL     *redis.DurationCmd
-		buckets, m *redis.MapStringStringCmd
-		bTTL, mTTL *redis.DurationCmd
-		cal        *redis.MapStringStringCmd
-		lock       *redis.StringCmd
-		leases     *redis.IntCmd
-	)
+	var r heldReplies
 	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		log, logTTL = p.Get(ctx, base), p.PTTL(ctx, base)
-		buckets, bTTL = p.HGetAll(ctx, base+redislib.BucketsSuffix), p.PTTL(ctx, base+redislib.BucketsSuffix)
-		m, mTTL = p.HGetAll(ctx, base+redislib.MoreSuffix), p.PTTL(ctx, base+redislib.MoreSuffix)
-		cal = p.HGetAll(ctx, base+redislib.CalendarSuffix)
-		lock = p.Get(ctx, base+redislib.LockoutSuffix)
-		leases = p.ZCount(ctx, base+redislib.LeaseSuffix, "("+strconv.FormatInt(h.now, 10), "+inf")
+		r.log, r.logTTL = p.Get(ctx, base), p.PTTL(ctx, base)
+		r.buckets, r.bTTL = p.HGetAll(ctx, base+redislib.BucketsSuffix), p.PTTL(ctx, base+redislib.BucketsSuffix)
+		r.m, r.mTTL = p.HGetAll(ctx, base+redislib.MoreSuffix), p.PTTL(ctx, base+redislib.MoreSuffix)
+		r.cal = p.HGetAll(ctx, base+redislib.CalendarSuffix)
+		r.lock = p.Get(ctx, base+redislib.LockoutSuffix)
+		r.leases = p.ZCount(ctx, base+redislib.LeaseSuffix, "("+strconv.FormatInt(h.now, 10), "+inf")
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return h, err
 	}
-	var wrongType error
-	if v, err := log.Bytes(); err == nil {
-		if h.log, err = parseLog(v); err != nil {
-			wrongType = fmt.Errorf("%s: %w", base, err)
-		}
-		h.logTTL = logTTL.Val()
-	}
-	for f, v := range buckets.Val() {
-		if err := h.addBucket(f, v); err != nil {
-			wrongType = fmt.Errorf("%s:b: %w", base, err)
-		}
-		h.bucketsTTL = bTTL.Val()
-	}
-	for f, v := range cal.Val() {
-		if err := h.addPeriod(f, v); err != nil {
-			wrongType = fmt.Errorf("%s:c: %w", base, err)
-		}
-	}
-	if v, err := lock.Bytes(); err == nil {
-		if err := h.setLock(v, 16); err != nil {
-			wrongType = fmt.Errorf("%s:l: %w", base, err)
-		}
-	}
-	for f, v := range m.Val() {
-		h.hashed = true
-		if err := h.addMore(f, v, mTTL.Val()); err != nil {
-			wrongType = fmt.Errorf("%s:m: %w", base, err)
-		}
-	}
+	wrongType := h.read(&r, base)
 	sort.Slice(h.buckets, func(i, j int) bool {
 		return h.buckets[i].index*h.buckets[i].width < h.buckets[j].index*h.buckets[j].width
 	})
 	sort.Slice(h.periods, func(i, j int) bool { return h.periods[i].start < h.periods[j].start })
-	h.leases = leases.Val()
+	h.leases = r.leases.Val()
 	return h, wrongType
+}
+
+// heldReplies are the replies of readHeld's pipeline.
+type heldReplies struct {
+	log        *redis.StringCmd
+	logTTL     *redis.DurationCmd
+	buckets, m *redis.MapStringStringCmd
+	bTTL, mTTL *redis.DurationCmd
+	cal        *redis.MapStringStringCmd
+	lock       *redis.StringCmd
+	leases     *redis.IntCmd
+}
+
+// read fills h from r, the replies for the keys of base; it returns an
+// error naming a key whose value it could not read, and reads the rest.
+func (h *held) read(r *heldReplies, base string) error {
+	var wrongType error
+	if v, err := r.log.Bytes(); err == nil {
+		if h.log, err = parseLog(v); err != nil {
+			wrongType = fmt.Errorf("%s: %w", base, err)
+		}
+		h.logTTL = r.logTTL.Val()
+	}
+	for f, v := range r.buckets.Val() {
+		if err := h.addBucket(f, v); err != nil {
+			wrongType = fmt.Errorf("%s:b: %w", base, err)
+		}
+		h.bucketsTTL = r.bTTL.Val()
+	}
+	for f, v := range r.cal.Val() {
+		if err := h.addPeriod(f, v); err != nil {
+			wrongType = fmt.Errorf("%s:c: %w", base, err)
+		}
+	}
+	if v, err := r.lock.Bytes(); err == nil {
+		if err := h.setLock(v, 16); err != nil {
+			wrongType = fmt.Errorf("%s:l: %w", base, err)
+		}
+	}
+	for f, v := range r.m.Val() {
+		h.hashed = true
+		if err := h.addMore(f, v, r.mTTL.Val()); err != nil {
+			wrongType = fmt.Errorf("%s:m: %w", base, err)
+		}
+	}
+	return wrongType
 }
 
 // addMore reads field f of a policy's one hash (see redis.lua): the

@@ -515,38 +515,22 @@ type target struct {
 // itself, or the key derived from it. It warns on stderr when a
 // pseudonym is derived with personal's default secret.
 func (k *keyFlags) targets(args []string, getenv func(string) string, stderr io.Writer, cmd string) (kind string, out []target, err error) {
-	switch {
-	case k.account && k.phone:
-		return "", nil, fmt.Errorf("%w: -account and -phone exclude each other", errUsage)
-	case k.region != "" && !k.phone:
-		return "", nil, fmt.Errorf("%w: -region needs -phone", errUsage)
-	case k.cleartext && !k.account && !k.phone:
-		return "", nil, fmt.Errorf("%w: -cleartext needs -account or -phone", errUsage)
-	case !k.account && !k.phone:
+	if err := k.check(); err != nil {
+		return "", nil, err
+	}
+	if !k.account && !k.phone {
 		for _, a := range args {
 			out = append(out, target{a, a})
 		}
 		return "key", out, nil
 	}
-	opts := []personal.Option{personal.Cleartext(k.cleartext)}
-	if !k.cleartext {
-		secret, err := k.secret(getenv)
-		if err != nil {
-			return "", nil, err
-		}
-		if secret == nil {
-			fmt.Fprintf(stderr, "ratekit %s: %s is not set: using personal's default secret, right only for an app that sets no personal.Secret\n", cmd, secretEnv)
-		}
-		opts = append(opts, personal.Secret(secret))
+	opts, err := k.options(getenv, stderr, cmd)
+	if err != nil {
+		return "", nil, err
 	}
 	derive, kind := personal.AccountKey, "account"
 	if k.phone {
 		derive, kind = personal.PhoneKey, "phone"
-		region := strings.ToUpper(k.region)
-		if region != "" && !phonenumbers.GetSupportedRegions()[region] {
-			return "", nil, fmt.Errorf("%w: -region: unknown region %q", errUsage, k.region)
-		}
-		opts = append(opts, personal.DefaultRegion(region))
 	}
 	for _, a := range args {
 		key, err := derive(a, opts...)
@@ -560,6 +544,43 @@ func (k *keyFlags) targets(args []string, getenv func(string) string, stderr io.
 		out = append(out, target{a, key})
 	}
 	return kind, out, nil
+}
+
+// check refuses key flags that do not go together.
+func (k *keyFlags) check() error {
+	switch {
+	case k.account && k.phone:
+		return fmt.Errorf("%w: -account and -phone exclude each other", errUsage)
+	case k.region != "" && !k.phone:
+		return fmt.Errorf("%w: -region needs -phone", errUsage)
+	case k.cleartext && !k.account && !k.phone:
+		return fmt.Errorf("%w: -cleartext needs -account or -phone", errUsage)
+	}
+	return nil
+}
+
+// options returns the personal options that derive a stored key as the
+// app does: cleartext or the secret, and with -phone the region.
+func (k *keyFlags) options(getenv func(string) string, stderr io.Writer, cmd string) ([]personal.Option, error) {
+	opts := []personal.Option{personal.Cleartext(k.cleartext)}
+	if !k.cleartext {
+		secret, err := k.secret(getenv)
+		if err != nil {
+			return nil, err
+		}
+		if secret == nil {
+			fmt.Fprintf(stderr, "ratekit %s: %s is not set: using personal's default secret, right only for an app that sets no personal.Secret\n", cmd, secretEnv)
+		}
+		opts = append(opts, personal.Secret(secret))
+	}
+	if k.phone {
+		region := strings.ToUpper(k.region)
+		if region != "" && !phonenumbers.GetSupportedRegions()[region] {
+			return nil, fmt.Errorf("%w: -region: unknown region %q", errUsage, k.region)
+		}
+		opts = append(opts, personal.DefaultRegion(region))
+	}
+	return opts, nil
 }
 
 // secret returns the secret of RATEKIT_KEY_SECRET, nil when it is not
@@ -624,20 +645,45 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 		return err
 	}
 	defer done()
-	store := redisstore.New(cn.rdb, redisstore.WithPrefix(c.prefix))
-	base := redisKeys(store, p.Name, t.key, p.Shards)[0] // shard 0
-	h, err := readHeld(ctx, cn.rdb, base)
+	v, err := look(ctx, cn, c.prefix, p, t, *algo == "")
 	if err != nil {
 		return fmt.Errorf("redis at %s: %w", cn.addr, err)
 	}
-	if *algo == "" && len(h.buckets) > 0 && len(h.log) == 0 {
+	v.kind = kind
+	if *asJSON {
+		if err := printJSON(stdout, v.p, t.key, v.redisKey, v.d, v.h, v.locked, v.until); err != nil {
+			return err
+		}
+	} else {
+		v.print(stdout)
+	}
+	if v.h.empty() {
+		return &notFound{
+			what: fmt.Sprintf("nothing found for %s under policy %s (Redis key %s, in %s)", t.describe(kind), p.Name, v.redisKey, c.redis),
+			hint: c.notFoundHint(kind, []target{t}, getenv(secretEnv) != ""),
+		}
+	}
+	return nil
+}
+
+// look reads what Redis holds for the key of t under p (shard 0) and, with
+// rules, decides what a request of one unit would get now. guess takes the
+// algorithm from what Redis holds.
+func look(ctx context.Context, cn *conn, prefix string, p core.Policy, t target, guess bool) (*peeked, error) {
+	store := redisstore.New(cn.rdb, redisstore.WithPrefix(prefix))
+	base := redisKeys(store, p.Name, t.key, p.Shards)[0] // shard 0
+	h, err := readHeld(ctx, cn.rdb, base)
+	if err != nil {
+		return nil, err
+	}
+	if guess && len(h.buckets) > 0 && len(h.log) == 0 {
 		p.Algorithm = core.SlidingBuckets
 	}
-	v := peeked{p: p, kind: kind, t: t, h: &h, redisKey: base}
+	v := &peeked{p: p, t: t, h: &h, redisKey: base}
 	v.locked, v.lockedFor = h.locked()
 	if len(p.Rules) > 0 {
 		if err := v.decide(ctx, store); err != nil {
-			return fmt.Errorf("redis at %s: %w", cn.addr, err)
+			return nil, err
 		}
 	}
 	if v.locked {
@@ -649,20 +695,7 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 	case v.p.Algorithm == core.SlidingBuckets:
 		v.redisKey += ":b"
 	}
-	if *asJSON {
-		if err := printJSON(stdout, v.p, t.key, v.redisKey, v.d, &h, v.locked, v.until); err != nil {
-			return err
-		}
-	} else {
-		v.print(stdout)
-	}
-	if h.empty() {
-		return &notFound{
-			what: fmt.Sprintf("nothing found for %s under policy %s (Redis key %s, in %s)", t.describe(kind), p.Name, v.redisKey, c.redis),
-			hint: c.notFoundHint(kind, []target{t}, getenv(secretEnv) != ""),
-		}
-	}
-	return nil
+	return v, nil
 }
 
 // peekPolicy returns the policy that peek's flags describe, or a usage
@@ -867,17 +900,9 @@ func reset(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *policy == "" {
-		return fmt.Errorf("%w: -policy is required", errUsage)
-	}
-	if fs.NArg() == 0 {
-		return fmt.Errorf("%w: reset takes one or more keys", errUsage)
-	}
-	// Reset does not depend on the rules; any valid rule names the
-	// policy (with shards, one with room for every shard).
-	p := core.Policy{Name: *policy, Rules: []core.Rule{{Limit: int64(max(*shards, 1)), Window: time.Second}}, Shards: *shards}
-	if err := p.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
+	p, err := resetPolicy(*policy, *shards, fs.NArg())
+	if err != nil {
+		return err
 	}
 	kind, targets, err := kf.targets(fs.Args(), getenv, stderr, c.cmd)
 	if err != nil {
@@ -888,55 +913,89 @@ func reset(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	defer done()
-	store := redisstore.New(cn.rdb, redisstore.WithPrefix(c.prefix))
-	l, _, err := limiter(store, p)
-	if err != nil {
+	r := resetter{p: p, cn: cn, stdout: stdout, stderr: stderr, kind: kind}
+	r.store = redisstore.New(cn.rdb, redisstore.WithPrefix(c.prefix))
+	if r.l, _, err = limiter(r.store, p); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	var missing []target
 	for _, t := range targets {
-		keys := redisKeys(store, p.Name, t.key, p.Shards)
-		n, err := count(ctx, cn.rdb, keys...)
-		if err == nil {
-			err = l.Reset(ctx, t.key)
-		}
+		n, err := r.reset(ctx, t)
 		if err != nil {
-			return fmt.Errorf("redis at %s: %w", cn.addr, err)
+			return err
 		}
-		name := strconv.Quote(t.key)
-		if kind != "key" {
-			name = fmt.Sprintf("%s %q (stored key %q)", kind, t.arg, t.key)
-		}
-		switch n {
-		case 0:
+		if n == 0 {
 			missing = append(missing, t)
-			fmt.Fprintf(stdout, "reset %s %s: not found, nothing deleted\n", p.Name, name)
-		case 1:
-			fmt.Fprintf(stdout, "reset %s %s: deleted 1 Redis key\n", p.Name, name)
-		default:
-			fmt.Fprintf(stdout, "reset %s %s: deleted %d Redis keys\n", p.Name, name, n)
-		}
-		if n == 0 && p.Shards <= 1 {
-			// The policy may have shards that -shards did not name.
-			shard0 := redisKeys(store, p.Name, t.key, 2)[0]
-			if m, err := count(ctx, cn.rdb, shard0); err == nil && m > 0 {
-				fmt.Fprintf(stderr, "ratekit reset: %s exists: the policy has Shards; reset again with -shards N\n", shard0)
-			}
 		}
 	}
-	switch {
-	case len(missing) == 1 && len(targets) == 1:
-		return &notFound{
-			what: fmt.Sprintf("nothing found for %s under policy %s, nothing deleted (in %s)", missing[0].describe(kind), p.Name, c.redis),
-			hint: c.notFoundHint(kind, missing, getenv(secretEnv) != ""),
-		}
-	case len(missing) > 0:
-		return &notFound{
-			what: fmt.Sprintf("nothing found for %d of the %d keys under policy %s (in %s)", len(missing), len(targets), p.Name, c.redis),
-			hint: c.notFoundHint(kind, missing, getenv(secretEnv) != ""),
+	if len(missing) == 0 {
+		return nil
+	}
+	what := fmt.Sprintf("nothing found for %d of the %d keys under policy %s (in %s)", len(missing), len(targets), p.Name, c.redis)
+	if len(targets) == 1 {
+		what = fmt.Sprintf("nothing found for %s under policy %s, nothing deleted (in %s)", missing[0].describe(kind), p.Name, c.redis)
+	}
+	return &notFound{what: what, hint: c.notFoundHint(kind, missing, getenv(secretEnv) != "")}
+}
+
+// resetPolicy returns the policy reset works on: reset does not depend on
+// the rules, so any valid rule names the policy (with shards, one with
+// room for every shard). nkeys is the number of KEY arguments.
+func resetPolicy(name string, shards, nkeys int) (core.Policy, error) {
+	if name == "" {
+		return core.Policy{}, fmt.Errorf("%w: -policy is required", errUsage)
+	}
+	if nkeys == 0 {
+		return core.Policy{}, fmt.Errorf("%w: reset takes one or more keys", errUsage)
+	}
+	p := core.Policy{Name: name, Rules: []core.Rule{{Limit: int64(max(shards, 1)), Window: time.Second}}, Shards: shards}
+	if err := p.Validate(); err != nil {
+		return core.Policy{}, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return p, nil
+}
+
+// resetter resets keys of one policy and says what it deleted.
+type resetter struct {
+	p              core.Policy
+	cn             *conn
+	store          *redisstore.Store
+	l              *core.Limiter
+	stdout, stderr io.Writer
+	kind           string
+}
+
+// reset resets t's key and prints how many Redis keys it deleted, which
+// it returns.
+func (r *resetter) reset(ctx context.Context, t target) (int64, error) {
+	keys := redisKeys(r.store, r.p.Name, t.key, r.p.Shards)
+	n, err := count(ctx, r.cn.rdb, keys...)
+	if err == nil {
+		err = r.l.Reset(ctx, t.key)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("redis at %s: %w", r.cn.addr, err)
+	}
+	name := strconv.Quote(t.key)
+	if r.kind != "key" {
+		name = fmt.Sprintf("%s %q (stored key %q)", r.kind, t.arg, t.key)
+	}
+	switch n {
+	case 0:
+		fmt.Fprintf(r.stdout, "reset %s %s: not found, nothing deleted\n", r.p.Name, name)
+	case 1:
+		fmt.Fprintf(r.stdout, "reset %s %s: deleted 1 Redis key\n", r.p.Name, name)
+	default:
+		fmt.Fprintf(r.stdout, "reset %s %s: deleted %d Redis keys\n", r.p.Name, name, n)
+	}
+	if n == 0 && r.p.Shards <= 1 {
+		// The policy may have shards that -shards did not name.
+		shard0 := redisKeys(r.store, r.p.Name, t.key, 2)[0]
+		if m, err := count(ctx, r.cn.rdb, shard0); err == nil && m > 0 {
+			fmt.Fprintf(r.stderr, "ratekit reset: %s exists: the policy has Shards; reset again with -shards N\n", shard0)
 		}
 	}
-	return nil
+	return n, nil
 }
 
 // describe names t for a message: `key "alice"`, or `account "Alice"
@@ -1045,82 +1104,107 @@ func policies(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer done()
-	found := map[string]*[len(columns)]int{}
-	scanned, earlier := 0, 0
-	var mu sync.Mutex // the masters of a Cluster are scanned at once
-	scan := func(ctx context.Context, node redis.Cmdable) error {
-		iter := node.Scan(ctx, 0, escapeGlob(c.prefix)+":*", 1000).Iterator()
-		for iter.Next(ctx) {
-			mu.Lock()
-			if scanned >= *maxKeys {
-				mu.Unlock()
-				return nil
-			}
-			scanned++
-			if name, kind, ok := parseKey(c.prefix, iter.Val()); ok {
-				n := found[name]
-				if n == nil {
-					n = new([len(columns)]int)
-					found[name] = n
-				}
-				n[keyKinds[kind].column]++
-				if keyKinds[kind].earlier {
-					earlier++
-				}
-			}
-			mu.Unlock()
-		}
-		return iter.Err()
-	}
+	cs := &census{prefix: c.prefix, max: *maxKeys, found: map[string]*[len(columns)]int{}}
 	if cn.cluster != nil {
 		// Every master holds its slots' keys; replicas hold copies.
 		err = cn.cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-			if err := scan(ctx, node); err != nil {
+			if err := cs.scan(ctx, node); err != nil {
 				return fmt.Errorf("node %s: %w", node.Options().Addr, err)
 			}
 			return nil
 		})
 	} else {
-		err = scan(ctx, cn.rdb)
+		err = cs.scan(ctx, cn.rdb)
 	}
 	if err != nil {
 		return fmt.Errorf("redis at %s: %w", cn.addr, err)
 	}
-	names := make([]string, 0, len(found))
-	for name := range found {
+	if cs.print(stdout) > 0 {
+		return nil
+	}
+	why := []string{fmt.Sprintf("is %q the app's key prefix (redisstore.WithPrefix)? Give it with -prefix", c.prefix)}
+	if c.doubt != "" {
+		why = append([]string{c.doubt}, why...)
+	}
+	return &notFound{
+		what: fmt.Sprintf("no policy found: no key under the prefix %q (in %s)", c.prefix, c.redis),
+		hint: "hint: " + strings.Join(why, "; "),
+	}
+}
+
+// census counts the Redis keys of every policy under a prefix, by kind,
+// scanning at most max keys; the masters of a Cluster are scanned at once.
+type census struct {
+	prefix string
+	max    int
+
+	mu               sync.Mutex
+	found            map[string]*[len(columns)]int
+	scanned, earlier int
+}
+
+// scan counts the keys of node.
+func (cs *census) scan(ctx context.Context, node redis.Cmdable) error {
+	iter := node.Scan(ctx, 0, escapeGlob(cs.prefix)+":*", 1000).Iterator()
+	for iter.Next(ctx) {
+		if !cs.add(iter.Val()) {
+			return nil
+		}
+	}
+	return iter.Err()
+}
+
+// add counts key; it reports false once max keys were scanned.
+func (cs *census) add(key string) bool {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.scanned >= cs.max {
+		return false
+	}
+	cs.scanned++
+	name, kind, ok := parseKey(cs.prefix, key)
+	if !ok {
+		return true
+	}
+	n := cs.found[name]
+	if n == nil {
+		n = new([len(columns)]int)
+		cs.found[name] = n
+	}
+	n[keyKinds[kind].column]++
+	if keyKinds[kind].earlier {
+		cs.earlier++
+	}
+	return true
+}
+
+// print writes the table, and returns the number of policies in it.
+func (cs *census) print(w io.Writer) int {
+	names := make([]string, 0, len(cs.found))
+	for name := range cs.found {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	fmt.Fprintf(stdout, "%-24s", "POLICY")
+	fmt.Fprintf(w, "%-24s", "POLICY")
 	for _, c := range columns {
-		fmt.Fprintf(stdout, " %12s", c)
+		fmt.Fprintf(w, " %12s", c)
 	}
-	fmt.Fprintln(stdout)
+	fmt.Fprintln(w)
 	for _, name := range names {
-		fmt.Fprintf(stdout, "%-24s", name)
-		for _, n := range found[name] {
-			fmt.Fprintf(stdout, " %12d", n)
+		fmt.Fprintf(w, "%-24s", name)
+		for _, n := range cs.found[name] {
+			fmt.Fprintf(w, " %12d", n)
 		}
-		fmt.Fprintln(stdout)
+		fmt.Fprintln(w)
 	}
-	if earlier > 0 {
-		fmt.Fprintf(stdout, "(%s of LOCKOUT+CAL in the layout of earlier versions, a lockout or calendar counts "+
-			"apart from the key's hash: its next decision moves them in)\n", plural(int64(earlier), "key"))
+	if cs.earlier > 0 {
+		fmt.Fprintf(w, "(%s of LOCKOUT+CAL in the layout of earlier versions, a lockout or calendar counts "+
+			"apart from the key's hash: its next decision moves them in)\n", plural(int64(cs.earlier), "key"))
 	}
-	if scanned >= *maxKeys {
-		fmt.Fprintf(stdout, "(stopped after %d keys: counts are partial; raise -max)\n", scanned)
+	if cs.scanned >= cs.max {
+		fmt.Fprintf(w, "(stopped after %d keys: counts are partial; raise -max)\n", cs.scanned)
 	}
-	if len(names) == 0 {
-		why := []string{fmt.Sprintf("is %q the app's key prefix (redisstore.WithPrefix)? Give it with -prefix", c.prefix)}
-		if c.doubt != "" {
-			why = append([]string{c.doubt}, why...)
-		}
-		return &notFound{
-			what: fmt.Sprintf("no policy found: no key under the prefix %q (in %s)", c.prefix, c.redis),
-			hint: "hint: " + strings.Join(why, "; "),
-		}
-	}
-	return nil
+	return len(names)
 }
 
 // columns are the columns of policies' table: the Redis keys of each kind.
