@@ -191,49 +191,59 @@ func (f *Fleet) Leave() []*FleetPolicy {
 // newest every member reads, no newer than Formats) and the differing
 // configurations, reported to p's Differ when they changed.
 func (p *FleetPolicy) Heard(members []string) {
-	keep, window := p.keep, p.window
-	widths := slices.Clone(p.widths)
-	format := int64(Formats)
-	var others []string
+	h := heard{keep: p.keep, window: p.window, widths: slices.Clone(p.widths), format: Formats}
 	for _, m := range members {
-		parts := strings.SplitN(m, "|", 7)
-		if len(parts) < 5 {
-			format = FormatFirst // v0.1.0: the first format, and nothing more
-			continue
-		}
-		if f, err := strconv.ParseInt(parts[1], 10, 32); err == nil {
-			format = min(format, max(FormatFirst, f))
-		}
-		if k, err := strconv.ParseInt(parts[2], 10, 64); err == nil {
-			keep = max(keep, k)
-		}
-		if w, err := strconv.ParseInt(parts[3], 10, 64); err == nil {
-			window = max(window, w)
-		}
-		if c := parts[4]; c != p.config && !slices.Contains(others, c) {
-			others = append(others, c)
-		}
-		if len(parts) >= 6 && parts[5] != "" {
-			for _, f := range strings.Split(parts[5], ",") {
-				if g, err := strconv.ParseInt(f, 10, 64); err == nil && g > 0 && !slices.Contains(widths, g) && len(widths) < maxWidths {
-					widths = append(widths, g)
-				}
-			}
-		}
+		h.add(m, p.config)
 	}
 	p.count.Store(int64(max(1, len(members))))
-	p.fleetK.Store(keep)
-	p.fleetW.Store(window)
-	p.fleetG.Store(&widths)
-	p.format.Store(int32(format))
-	slices.Sort(others)
-	joined := strings.Join(others, ",")
+	p.fleetK.Store(h.keep)
+	p.fleetW.Store(h.window)
+	p.fleetG.Store(&h.widths)
+	p.format.Store(int32(h.format))
+	slices.Sort(h.others)
+	joined := strings.Join(h.others, ",")
 	p.mu.Lock()
 	changed := joined != p.differs
 	p.differs = joined
 	p.mu.Unlock()
 	if changed && p.differ != nil {
-		p.differ(others)
+		p.differ(h.others)
+	}
+}
+
+// heard is what Heard gathers of a fleet's members.
+type heard struct {
+	keep, window, format int64
+	widths               []int64
+	others               []string // configurations other than this instance's
+}
+
+// add takes one member's announcement; config is this instance's.
+func (h *heard) add(m, config string) {
+	parts := strings.SplitN(m, "|", 7)
+	if len(parts) < 5 {
+		h.format = FormatFirst // v0.1.0: the first format, and nothing more
+		return
+	}
+	if f, err := strconv.ParseInt(parts[1], 10, 32); err == nil {
+		h.format = min(h.format, max(FormatFirst, f))
+	}
+	if k, err := strconv.ParseInt(parts[2], 10, 64); err == nil {
+		h.keep = max(h.keep, k)
+	}
+	if w, err := strconv.ParseInt(parts[3], 10, 64); err == nil {
+		h.window = max(h.window, w)
+	}
+	if c := parts[4]; c != config && !slices.Contains(h.others, c) {
+		h.others = append(h.others, c)
+	}
+	if len(parts) < 6 || parts[5] == "" {
+		return
+	}
+	for _, f := range strings.Split(parts[5], ",") {
+		if g, err := strconv.ParseInt(f, 10, 64); err == nil && g > 0 && !slices.Contains(h.widths, g) && len(h.widths) < maxWidths {
+			h.widths = append(h.widths, g)
+		}
 	}
 }
 
