@@ -97,6 +97,8 @@ func (l *Limiter) notice(ctx context.Context, e Event) {
 	case EventFallbackEnd:
 		slog.Default().InfoContext(ctx, "ratekit: store answers again; decisions come from it",
 			"policy", l.policy.Name, "fallback_decisions", e.Fallbacks)
+	case EventStoreError: // a call of the limiter's own, not of a decision
+		slog.Default().WarnContext(ctx, "ratekit: a background store call failed", "policy", l.policy.Name, "error", e.Err.Error())
 	case EventRulesDiffer:
 		if e.Err != nil {
 			slog.Default().ErrorContext(ctx, "ratekit: other instances use this policy name with other rules", "policy", l.policy.Name, "error", e.Err.Error())

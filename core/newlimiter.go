@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -92,6 +93,10 @@ func (l *Limiter) sharing(store Store, o options, local bool) {
 	l.replies, _ = store.(driver.Replies)
 	if !o.tier && !o.noRefusals {
 		l.refused = newRefusals(l.policy, store, o.refusedEvery)
+		l.refused.failed = func(err error) {
+			l.notice(context.Background(), Event{Kind: EventStoreError,
+				Err: fmt.Errorf("ratekit: policy %q: adding its top refused keys to the store: %w", l.policy.Name, err)})
+		}
 	}
 	if !local && o.failure == FailLocal {
 		l.local = NewMemoryStore(WithMaxKeys(fallbackMaxKeys))

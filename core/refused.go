@@ -42,7 +42,9 @@ import (
 // first refusal since the last flush arms: no goroutine waits while
 // nothing is refused, and none outlives its flush, so a limiter needs no
 // Close. A flush that fails (the store is down) puts its counts back
-// into the sketches, and the next refusal arms the next.
+// into the sketches, and the next refusal arms the next; one that timed
+// out drops them (the store may have added them). Either is reported as
+// an EventStoreError, or logged when the limiter has no observer.
 
 // Bounds of the refusals counted.
 const (
@@ -69,6 +71,7 @@ type refusals struct {
 	caches []counter   // folded into the sketches at each flush; set when built
 	armed  atomic.Bool // a flush is due
 	timer  *time.Timer // runs tick; stopped while nothing is due
+	failed func(error) // told when the timer's flush fails; set when built
 }
 
 // counter counts refusals of its own (a deny cache counts those it
@@ -132,7 +135,9 @@ func (r *refusals) tick() {
 	r.armed.Store(false) // before the drain: what comes after arms anew
 	ctx, cancel := context.WithTimeout(context.Background(), refusedTimeout)
 	defer cancel()
-	_ = r.flush(ctx)
+	if err := r.flush(ctx); err != nil && r.failed != nil {
+		r.failed(err)
+	}
 }
 
 // flush adds the counts since the last flush to the store; when the

@@ -2,10 +2,12 @@ package core_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/driver"
@@ -114,4 +116,35 @@ func TestTopRefusedBound(t *testing.T) {
 			t.Errorf("the top %d after the flood = %v\nwant %v", len(rf.Heavy), got, rf.Heavy)
 		}
 	})
+}
+
+// refusalsDown is a memory store whose refusal counts cannot be added.
+type refusalsDown struct{ *core.MemoryStore }
+
+func (refusalsDown) AddRefused(context.Context, string, []driver.RefusedKey) error {
+	return errors.New("store down")
+}
+
+// A flush of the top refused keys that the limiter's timer runs on its
+// own is not silent when it fails: an EventStoreError reports it.
+func TestTopRefusedFlushFailureReported(t *testing.T) {
+	t.Parallel()
+	events := &testkit.Events{}
+	l := testkit.Limiter(t, refusalsDown{core.NewMemoryStore()}, testkit.Policy("flush-down", testkit.PerHour(1)),
+		core.WithRefusedEvery(time.Millisecond), core.WithObserver(events))
+	ctx := context.Background()
+	for range 2 {
+		if _, err := l.Allow(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); events.Count(core.EventStoreError) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no EventStoreError 10 s after a refusal whose flush fails")
+		}
+	}
+	err := events.Of(core.EventStoreError)[0].Err
+	if err == nil || !strings.Contains(err.Error(), `policy "flush-down": adding its top refused keys to the store: store down`) {
+		t.Errorf("the failed flush's error = %v, want it to name the policy, the flush and the cause", err)
+	}
 }

@@ -199,37 +199,49 @@ func TestLimitByStore(t *testing.T) {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
 			s := st.new(t)
-			a := guard.LimitByIP(3, time.Hour, guard.WithStore(s)) // on /a
-			b := guard.LimitByIP(3, time.Hour, guard.WithStore(s)) // on /b
-			shared1 := guard.LimitByIP(1, time.Hour, guard.WithStore(s), guard.WithName("signup"))
-			shared2 := guard.LimitByIP(1, time.Hour, guard.WithStore(s), guard.WithName("signup"))
 			r := httpReq("192.0.2.1:1", "")
-			got := outcomes3(a, r) + " | " + outcomes3(b, r) + " | " + outcomes3(a, r)
+			got := storeDecides(t, func(obs guard.Option) string {
+				a := guard.LimitByIP(3, time.Hour, guard.WithStore(s), obs) // on /a
+				b := guard.LimitByIP(3, time.Hour, guard.WithStore(s), obs) // on /b
+				return outcomes3(a, r) + " | " + outcomes3(b, r) + " | " + outcomes3(a, r)
+			})
 			if want := "allow allow allow | allow allow allow | deny deny deny"; got != want {
 				t.Errorf("a, b, a: %s, want %s", got, want)
 			}
-			if got := strings.Join(append(outcomes(shared1, r), outcomes(shared2, r)...), " "); got != "allow deny" {
+			got = storeDecides(t, func(obs guard.Option) string {
+				name := fmt.Sprintf("signup-%d", time.Now().UnixNano())
+				shared1 := guard.LimitByIP(1, time.Hour, guard.WithStore(s), guard.WithName(name), obs)
+				shared2 := guard.LimitByIP(1, time.Hour, guard.WithStore(s), guard.WithName(name), obs)
+				return strings.Join(append(outcomes(shared1, r), outcomes(shared2, r)...), " ")
+			})
+			if got != "allow deny" {
 				t.Errorf("two one-liners named alike: %s, want allow deny", got)
 			}
 		})
 	}
-	t.Run("default store", func(t *testing.T) {
-		t.Parallel()
-		a, b := guard.LimitByIP(1, 2*time.Hour), guard.LimitByIP(1, 2*time.Hour)
-		shared1 := guard.LimitByIP(1, 2*time.Hour, guard.WithName("guard-test-default-shared"))
-		shared2 := guard.LimitByIP(1, 2*time.Hour, guard.WithName("guard-test-default-shared"))
-		r := httpReq("192.0.2.1:1", "")
-		var got []string
-		for _, g := range []*guard.Guard{a, b, a, b, shared1, shared2} {
-			got = append(got, outcomes(g, r)...)
-		}
-		if want := "allow allow deny deny allow deny"; strings.Join(got, " ") != want {
-			t.Errorf("outcomes = %v, want %s", got, want)
-		}
-	})
 }
 
-// outcomes3 admits r three times through g.
+// storeDecides returns what run returns once every decision of the
+// one-liners it builds (each with the option it is given) came from the
+// store: a one-liner's timeout is 20 ms, which a loaded machine may miss,
+// and then its failure policy decides, which says nothing of the store.
+// It runs afresh, on new limits, up to five times.
+func storeDecides(t *testing.T, run func(obs guard.Option) string) string {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		events := &testkit.Events{}
+		got := run(guard.WithObserver(events))
+		n := events.Count(core.EventStoreError)
+		if n == 0 {
+			return got
+		}
+		if attempt == 5 {
+			t.Fatalf("%d attempts, each with store calls that failed (last: %d, %v)", attempt, n, events.Of(core.EventStoreError)[0].Err)
+		}
+		t.Logf("attempt %d: %d store calls failed (%v): again, on new limits", attempt, n, events.Of(core.EventStoreError)[0].Err)
+	}
+}
+
 func outcomes3(g *guard.Guard, r keyfunc.Request) string {
 	return strings.Join(outcomes(g, r, r, r), " ")
 }
@@ -247,10 +259,10 @@ func TestLimitByInstances(t *testing.T) {
 	for _, how := range []string{"WithStore", "UseStore"} {
 		t.Run(how, func(t *testing.T) {
 			srv := redistest.Start(t)
-			app := func() (a, b *guard.Guard) {
+			app := func(obs guard.Option) (a, b *guard.Guard) {
 				guard.ForgetOneLiners() // a new process
 				s := warm(t, redisstore.New(srv.Client(t)))
-				var opts []guard.Option
+				opts := []guard.Option{obs}
 				if how == "UseStore" {
 					guard.UseStore(s)
 				} else {
@@ -259,16 +271,19 @@ func TestLimitByInstances(t *testing.T) {
 				return guard.LimitByIP(3, time.Minute, opts...), guard.LimitByIP(3, time.Minute, opts...)
 			}
 			r := httpReq("192.0.2.1:1", "")
-			a1, b1 := app()
-			a2, b2 := app()
-			if a1.Limiter().Policy().Name != a2.Limiter().Policy().Name || b1.Limiter().Policy().Name != b2.Limiter().Policy().Name {
-				t.Fatalf("names %q, %q in one instance and %q, %q in the other, want the same", a1.Limiter().Policy().Name,
-					b1.Limiter().Policy().Name, a2.Limiter().Policy().Name, b2.Limiter().Policy().Name)
-			}
-			got := strings.Join([]string{
-				strings.Join(outcomes(a1, r, r), " "), strings.Join(outcomes(a2, r, r), " "),
-				strings.Join(outcomes(b2, r, r), " "), strings.Join(outcomes(b1, r, r), " "),
-			}, " | ")
+			got := storeDecides(t, func(obs guard.Option) string {
+				srv.Do(t, "FLUSHALL") // the same names again: afresh
+				a1, b1 := app(obs)
+				a2, b2 := app(obs)
+				if a1.Limiter().Policy().Name != a2.Limiter().Policy().Name || b1.Limiter().Policy().Name != b2.Limiter().Policy().Name {
+					t.Fatalf("names %q, %q in one instance and %q, %q in the other, want the same", a1.Limiter().Policy().Name,
+						b1.Limiter().Policy().Name, a2.Limiter().Policy().Name, b2.Limiter().Policy().Name)
+				}
+				return strings.Join([]string{
+					strings.Join(outcomes(a1, r, r), " "), strings.Join(outcomes(a2, r, r), " "),
+					strings.Join(outcomes(b2, r, r), " "), strings.Join(outcomes(b1, r, r), " "),
+				}, " | ")
+			})
 			if want := "allow allow | allow deny | allow allow | allow deny"; got != want {
 				t.Errorf("instance 1 on /a, 2 on /a, 2 on /b, 1 on /b: %s, want %s", got, want)
 			}

@@ -41,7 +41,9 @@ func testTopRefusedBound(t *testing.T, drv Driver) {
 	srv := redistest.Start(t)
 	t.Run("redis", func(t *testing.T) {
 		const policy = "top-bound-redis"
-		l := testkit.Limiter(t, drv.New(t, srv), testkit.Policy(policy, testkit.PerHour(1)), core.WithTimeout(testkit.StoreTimeout))
+		events := &testkit.Events{}
+		l := testkit.Limiter(t, drv.New(t, srv), testkit.Policy(policy, testkit.PerHour(1)), core.WithTimeout(testkit.StoreTimeout),
+			core.WithObserver(events))
 		ctx := context.Background()
 		rf := testkit.NewRefusedFlood(l)
 		// Flushed every 500 rounds (5,000 single keys), as the timer
@@ -76,14 +78,22 @@ func testTopRefusedBound(t *testing.T, drv Driver) {
 			}
 		}
 		got, want := rf.Top(t), rf.Heavy
+		// A flush of the limiter's timer that timed out (a loaded
+		// machine) drops its counts rather than risk counting them
+		// twice, and says so: then the counts are lower bounds alone.
+		slack := int64(2)
+		if failed := events.Count(core.EventStoreError); failed > 0 {
+			t.Logf("%d flushes failed (%v): the counts are lower bounds", failed, events.Of(core.EventStoreError)[0].Err)
+			slack = want[0].Refusals
+		}
 		// In parallel, a refusal that reaches the sketch rather than
 		// the deny cache (a denial decided while another replaced the
 		// key's entry) may be pushed out of it by the flood before a
 		// flush: it is lost, never added. The heavy keys come first,
 		// in order, each within a few refusals of its count, never over.
 		for i, w := range want {
-			if i >= len(got) || got[i].Key != w.Key || got[i].Refusals > w.Refusals || got[i].Refusals < w.Refusals-2 {
-				t.Errorf("the top %d after the flood = %v\nwant %v, each within 2 below", len(want), got, want)
+			if i >= len(got) || got[i].Key != w.Key || got[i].Refusals > w.Refusals || got[i].Refusals < w.Refusals-slack {
+				t.Errorf("the top %d after the flood = %v\nwant %v, each within %d below", len(want), got, want, slack)
 				break
 			}
 		}

@@ -46,6 +46,19 @@ func untilStore(t *testing.T, l *core.Limiter, key string) int {
 	}
 }
 
+// warmed returns s once a decision on it has dialled its connection and
+// loaded its library, within testkit.StoreTimeout: so that the first
+// decision of a test's limiter, with a timeout of milliseconds, is not
+// the one that pays for them on a loaded machine.
+func warmed[S core.Store](t *testing.T, s S) S {
+	t.Helper()
+	l := testkit.Limiter(t, s, testkit.Policy("warm-up", testkit.PerHour(1)), core.WithTimeout(testkit.StoreTimeout))
+	if d, err := l.Allow(context.Background(), "warm-up"); err != nil || d.Source != core.SourceStore {
+		t.Fatalf("warming the store: Allow = %+v, %v; want a decision of the store", d, err)
+	}
+	return s
+}
+
 // OutageEndCounts: a fleet of one is exact through an outage and its
 // end: 3 admitted by Redis, a network outage during which the local
 // fallback admits the 2 left, and once Redis answers again nothing more
@@ -59,7 +72,8 @@ func testOutageEndCounts(t *testing.T, drv Driver) {
 				t.Parallel()
 				srv := redistest.Start(t)
 				proxy := redistest.NewProxy(t, srv.Addr())
-				l := testkit.Limiter(t, drv.Open(t, Conf{Addrs: []string{proxy.Addr()}, NoRetry: true}), core.Policy{Name: "blip", Algorithm: algo,
+				store := warmed(t, drv.Open(t, Conf{Addrs: []string{proxy.Addr()}, NoRetry: true}))
+				l := testkit.Limiter(t, store, core.Policy{Name: "blip", Algorithm: algo,
 					Rules: []core.Rule{{Limit: 5, Window: time.Minute}}},
 					core.WithFailurePolicy(fp), core.WithTimeout(200*time.Millisecond), core.WithBreaker(2, 200*time.Millisecond))
 				ctx := context.Background()
@@ -126,7 +140,7 @@ func testLateRepliesCount(t *testing.T, drv Driver) {
 			t.Parallel()
 			srv := redistest.Start(t)
 			proxy := redistest.NewProxy(t, srv.Addr())
-			l := testkit.Limiter(t, drv.Open(t, Conf{Addrs: []string{proxy.Addr()}, NoRetry: true}), core.Policy{Name: "late", Rules: []core.Rule{{Limit: 5, Window: time.Minute}}},
+			l := testkit.Limiter(t, warmed(t, drv.Open(t, Conf{Addrs: []string{proxy.Addr()}, NoRetry: true})), core.Policy{Name: "late", Rules: []core.Rule{{Limit: 5, Window: time.Minute}}},
 				core.WithTimeout(100*time.Millisecond), core.WithBreaker(0, 0))
 			ctx := context.Background()
 			admitted := 0
@@ -199,7 +213,7 @@ func testResetReachesFallback(t *testing.T, drv Driver) {
 	captcha := core.Policy{Name: "captcha", Rules: []core.Rule{{Limit: 4, Window: time.Hour, Challenge: 2}}}
 	marker := core.Policy{Name: "marker", Rules: []core.Rule{{Limit: 1, Window: time.Hour}}}
 	opts := []core.Option{core.WithTimeout(200 * time.Millisecond), core.WithBreaker(0, 0)}
-	storeA, storeB := drv.Open(t, Conf{Addrs: []string{proxy.Addr()}, NoRetry: true}), drv.Open(t, Conf{Addrs: []string{srv.Addr()}, NoRetry: true})
+	storeA, storeB := warmed(t, drv.Open(t, Conf{Addrs: []string{proxy.Addr()}, NoRetry: true})), warmed(t, drv.Open(t, Conf{Addrs: []string{srv.Addr()}, NoRetry: true}))
 	loginA, loginB := testkit.Limiter(t, storeA, login, opts...), testkit.Limiter(t, storeB, login, opts...)
 	captchaA, captchaB := testkit.Limiter(t, storeA, captcha, opts...), testkit.Limiter(t, storeB, captcha, opts...)
 	testkit.WaitUntil(t, "both instances counted", func() bool { return instances(storeA, "login") == 2 && instances(storeA, "captcha") == 2 })
@@ -253,7 +267,7 @@ func testResetThroughBreaker(t *testing.T, drv Driver) {
 	srv := redistest.Start(t)
 	proxy := redistest.NewProxy(t, srv.Addr())
 	ev := &testkit.Events{}
-	l := testkit.Limiter(t, drv.Open(t, Conf{Addrs: []string{proxy.Addr()}, NoRetry: true}), core.Policy{Name: "login",
+	l := testkit.Limiter(t, warmed(t, drv.Open(t, Conf{Addrs: []string{proxy.Addr()}, NoRetry: true})), core.Policy{Name: "login",
 		Rules: []core.Rule{{Limit: 5, Window: time.Hour, Challenge: 4}}},
 		core.WithTimeout(200*time.Millisecond), core.WithBreaker(2, 300*time.Millisecond), core.WithObserver(ev))
 	ctx := context.Background()
