@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // BenchmarkMemory runs the harness's in-memory cells as go benchmarks, for
@@ -30,6 +31,8 @@ func BenchmarkMemory(b *testing.B) {
 					}
 					b.ReportAllocs()
 					b.ResetTimer()
+					cpu0 := processCPU()
+					defer func() { reportCPU(b, cpu0) }()
 					if mode == "serial" {
 						i := 0
 						for b.Loop() {
@@ -66,6 +69,8 @@ func BenchmarkMiddleware(b *testing.B) {
 		}{{"bare", bare}, {"wrapped", wrapped}} {
 			b.Run(benchName(c.name)+"/"+side.name, func(b *testing.B) {
 				b.ReportAllocs()
+				cpu0 := processCPU()
+				defer func() { reportCPU(b, cpu0) }()
 				for b.Loop() {
 					if side.serve() != 200 {
 						b.Fatal("not 200")
@@ -78,3 +83,12 @@ func BenchmarkMiddleware(b *testing.B) {
 
 // benchName makes a library's name one element of a benchmark's name.
 func benchName(s string) string { return strings.NewReplacer("/", "_", " ", "_").Replace(s) }
+
+// reportCPU reports the process's CPU time per operation since cpu0
+// (cpu-ns/op): on a machine shared with other work, a steadier measure
+// than the wall clock's ns/op, which counts the time other processes ran.
+// With RunParallel it is the CPU of all the goroutines, about GOMAXPROCS
+// times ns/op on an idle machine.
+func reportCPU(b *testing.B, cpu0 time.Duration) {
+	b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+}
