@@ -176,7 +176,12 @@ func (l *Limiter) allowMem(ctx context.Context, key string, shard int, n int64, 
 func (l *Limiter) decided(ctx context.Context, key string, shard int, n int64, allowed bool, at int64, d *Decision) {
 	l.bind(d, allowed, SourceStore)
 	if allowed {
-		d.ticket = ticket{owner: l.d, key: key, shard: shard, at: at, n: n}
+		// Field by field: a composite literal is built on the stack and
+		// copied in 16-byte moves that read across its 8-byte stores,
+		// which the CPU cannot forward (a stall on every admission).
+		t := &d.ticket
+		*t = ticket{}
+		t.owner, t.key, t.shard, t.at, t.n = l.d, key, shard, at, n
 	} else if !d.res.Challenged {
 		l.refuse(key) // a challenge is no refusal
 	}

@@ -164,7 +164,11 @@ func (lg *memLog) evaluate(rules []driver.Rule, n, now, maxW int64, states []dri
 		if c < end {
 			used = total - base
 		}
-		st := driver.RuleState{Limit: r.Limit, Window: r.Window, Used: used}
+		// Written in place, field by field (see Limiter.decided in core:
+		// a copy of a composite literal stalls on its own stores).
+		st := &states[i]
+		*st = driver.RuleState{}
+		st.Limit, st.Window, st.Used = r.Limit, r.Window, used
 		if used > 0 {
 			st.ResetAfter = time.Duration(newest+w-now) * time.Microsecond
 			st.NextAfter = time.Duration(first+w-now) * time.Microsecond
@@ -177,7 +181,6 @@ func (lg *memLog) evaluate(rules []driver.Rule, n, now, maxW int64, states []dri
 				st.RetryAfter = time.Duration(lg.event(j).at+w-now) * time.Microsecond
 			}
 		}
-		states[i] = st
 	}
 	if oldest > head {
 		lg.head = int32(oldest)
