@@ -118,8 +118,9 @@ func (l *Limiter) tier(ctx context.Context, key string) *Limiter {
 }
 
 // Allow is AllowN(ctx, key, 1).
-func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
-	return l.AllowN(ctx, key, 1)
+func (l *Limiter) Allow(ctx context.Context, key string) (d Decision, err error) {
+	err = l.allowN(ctx, key, 1, &d) // into the result: a Decision is 424 bytes
+	return d, err
 }
 
 // AllowN decides whether n units for key fit every rule of the policy now
@@ -130,24 +131,34 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 // returns an error only when n is invalid (wrapping [ErrInvalidCost]: n
 // below 1, or above the smallest limit of the key's rules, so that it
 // could never fit) or ctx is done (wrapping ctx.Err()).
-func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (d Decision, _ error) {
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (d Decision, err error) {
+	err = l.allowN(ctx, key, n, &d)
+	return d, err
+}
+
+// allowN is AllowN into *d, which is zero and stays zero on an error:
+// Allow and AllowN decide into their result, without copying a Decision
+// from one to the other.
+func (l *Limiter) allowN(ctx context.Context, key string, n int64, d *Decision) error {
 	if l.tiers != nil {
 		if t := l.tier(ctx, key); t != nil {
-			return t.AllowN(ctx, key, n)
+			return t.allowN(ctx, key, n, d)
 		}
 	}
 	if n < 1 || n > l.minLimit {
-		return Decision{}, fmt.Errorf("ratekit: policy %q: cost %d outside 1..%d: %w", l.policy.Name, n, l.minLimit, ErrInvalidCost)
+		return fmt.Errorf("ratekit: policy %q: cost %d outside 1..%d: %w", l.policy.Name, n, l.minLimit, ErrInvalidCost)
 	}
 	if err := ctx.Err(); err != nil {
-		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
+		return fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
 	}
 	key, shard := l.shards.pick(boundKey(key))
 	if l.mem != nil {
-		l.allowMem(ctx, key, shard, n, &d) // into the result: no copy
-		return d, nil
+		l.allowMem(ctx, key, shard, n, d)
+		return nil
 	}
-	return l.d.allow(ctx, key, shard, n)
+	var err error
+	*d, err = l.d.allow(ctx, key, shard, n)
+	return err
 }
 
 // allowMem is AllowN's decision on the limiter's own MemoryStore (l.mem),
@@ -165,7 +176,12 @@ func (l *Limiter) allowMem(ctx context.Context, key string, shard int, n int64, 
 func (l *Limiter) decided(ctx context.Context, key string, shard int, n int64, allowed bool, at int64, d *Decision) {
 	l.bind(d, allowed, SourceStore)
 	if allowed {
-		d.ticket = ticket{owner: l.d, key: key, shard: shard, at: at, n: n}
+		// Field by field: a composite literal is built on the stack and
+		// copied in 16-byte moves that read across its 8-byte stores,
+		// which the CPU cannot forward (a stall on every admission).
+		t := &d.ticket
+		*t = ticket{}
+		t.owner, t.key, t.shard, t.at, t.n = l.d, key, shard, at, n
 	} else if !d.res.Challenged {
 		l.refuse(key) // a challenge is no refusal
 	}

@@ -319,10 +319,12 @@ func limitedOf(g *guard.Guard) *limited {
 // The refund or reset runs even if the client has gone away: it is
 // bounded by the limiter's store timeout, not by the call's context.
 // admit runs the guard for a call of method, through a pooled view.
-func (g *limited) admit(ctx context.Context, method string) guard.Verdict {
+// The verdict is decided into the result (hundreds of bytes), not into a
+// variable copied there.
+func (g *limited) admit(ctx context.Context, method string) (v guard.Verdict) {
 	r := requests.Get().(*request)
 	r.ctx, r.method = ctx, method
-	v := g.g.Admit(ctx, r)
+	v = g.g.Admit(ctx, r)
 	*r = request{}
 	requests.Put(r)
 	return v

@@ -28,9 +28,13 @@ func BoundKey(key string) string {
 	return "#" + base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
+// boundLen is the length of BoundKey's hashes: "#" and a SHA-256 sum in
+// unpadded base64 (base64.RawURLEncoding.EncodedLen, as a constant).
+const boundLen = 1 + sha256.Size/3*4 + (sha256.Size%3*8+5)/6
+
 // hashShaped reports whether key has the form of BoundKey's hashes.
 func hashShaped(key string) bool {
-	if len(key) != 1+base64.RawURLEncoding.EncodedLen(sha256.Size) || key[0] != '#' {
+	if len(key) != boundLen || key[0] != '#' {
 		return false
 	}
 	for _, c := range key[1:] {

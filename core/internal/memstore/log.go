@@ -164,7 +164,11 @@ func (lg *memLog) evaluate(rules []driver.Rule, n, now, maxW int64, states []dri
 		if c < end {
 			used = total - base
 		}
-		st := driver.RuleState{Limit: r.Limit, Window: r.Window, Used: used}
+		// Written in place, field by field (see Limiter.decided in core:
+		// a copy of a composite literal stalls on its own stores).
+		st := &states[i]
+		*st = driver.RuleState{}
+		st.Limit, st.Window, st.Used = r.Limit, r.Window, used
 		if used > 0 {
 			st.ResetAfter = time.Duration(newest+w-now) * time.Microsecond
 			st.NextAfter = time.Duration(first+w-now) * time.Microsecond
@@ -177,7 +181,6 @@ func (lg *memLog) evaluate(rules []driver.Rule, n, now, maxW int64, states []dri
 				st.RetryAfter = time.Duration(lg.event(j).at+w-now) * time.Microsecond
 			}
 		}
-		states[i] = st
 	}
 	if oldest > head {
 		lg.head = int32(oldest)
@@ -234,19 +237,25 @@ func (lg *memLog) startOf(i int, cutoff int64) (c int, base, first int64) {
 			return c, lg.startBase, lg.startAt
 		}
 	}
-	lg.flush()
+	// No flush: start reads events' times, which are in their chunks,
+	// and the newest event's units are the log's own (lastN), so that
+	// a decision reads no chunk line that only its push would write.
 	c = lg.start(i, cutoff)
-	if c < int(lg.n) {
+	n := int(lg.n)
+	switch {
+	case c == n-1:
+		base, first = lg.lastCum-lg.lastN, lg.last
+	case c < n:
 		e := lg.event(c)
 		base, first = e.cum-e.n, e.at
-		if i == 0 {
-			lg.startAt, lg.startBase, lg.startPrev = first, base, math.MinInt64
-			if c > int(lg.head) {
-				lg.startPrev = lg.event(c - 1).at
-			}
+	}
+	if i == 0 {
+		lg.startAt, lg.startBase, lg.startPrev = first, base, math.MinInt64
+		if c == n {
+			lg.startAt = math.MinInt64
+		} else if c > int(lg.head) {
+			lg.startPrev = lg.event(c - 1).at
 		}
-	} else if i == 0 {
-		lg.startAt = math.MinInt64
 	}
 	return c, base, first
 }
@@ -328,9 +337,16 @@ func (lg *memLog) flush() {
 	}
 }
 
-// push appends e to the log.
+// push appends e to the log, writing the newest event's units and
+// running total to its chunk first (as flush does, but without reading
+// them: its line is written anyway, the new event's being the same or
+// the next, and a write that misses the cache does not hold the
+// decision up as a read does).
 func (lg *memLog) push(e memEvent) {
-	lg.flush()
+	if lg.n > lg.head {
+		p := lg.event(int(lg.n) - 1)
+		p.n, p.cum = lg.lastN, lg.lastCum
+	}
 	i := int(lg.n)
 	k, o := i>>memChunkBits, i&(memChunkLen-1)
 	switch {
