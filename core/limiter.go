@@ -47,6 +47,7 @@ type Limiter struct {
 	recovering atomic.Int64   // unix nanoseconds: until then the fallback decides, the store answering again (see recover)
 	outage     atomic.Bool    // a circuit breaker opened: the store's next answer ends an outage
 	longest    time.Duration  // the longest sliding window of the policy; 0 with calendar rules
+	lists      *lists         // the policy's Allow and Deny lists; nil: none
 }
 
 // fallbackState tracks a limiter's fallback episodes.
@@ -131,6 +132,9 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 // below 1, or above the smallest limit of the key's rules, so that it
 // could never fit) or ctx is done (wrapping ctx.Err()).
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (d Decision, _ error) {
+	if l.lists != nil && n >= 1 && n <= l.minLimit && l.listed(ctx, key, n, &d, true) {
+		return d, nil
+	}
 	if l.tiers != nil {
 		if t := l.tier(ctx, key); t != nil {
 			return t.AllowN(ctx, key, n)
@@ -187,8 +191,18 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
 			return t.Peek(ctx, key)
 		}
 	}
+	if l.lists != nil {
+		var d Decision
+		if l.listed(ctx, key, 1, &d, false) {
+			return d, nil
+		}
+	}
 	key, shard := l.shards.peek(boundKey(key))
-	return l.d.peek(ctx, key, shard)
+	d, err := l.d.peek(ctx, key, shard)
+	if err == nil && l.shards == nil {
+		d.Grant = l.grantOf(ctx, key)
+	}
+	return d, err
 }
 
 // now returns the time of a decision by the limiter's clock.

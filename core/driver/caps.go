@@ -264,6 +264,7 @@ type LocalProfile interface {
 	Leases
 	Challenges
 	Refusals
+	Grants
 }
 
 // SharedProfile is what a store shared by the app's instances offers: the
