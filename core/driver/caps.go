@@ -283,4 +283,5 @@ type SharedProfile interface {
 	Partitioned
 	Checker
 	Refusals
+	Grants
 }
