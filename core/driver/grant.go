@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -54,3 +55,9 @@ const (
 	// MaxGrantText is the most bytes of a grant's By and of its Note.
 	MaxGrantText = 256
 )
+
+// ErrOlderRelease is wrapped by a store's SetGrant error when it refuses
+// a grant because an instance of an older release that reads no grants
+// still uses the policy: that instance would admit the key by the rules
+// alone. Grant again once it stopped.
+var ErrOlderRelease = errors.New("an instance of an older release still uses the policy")

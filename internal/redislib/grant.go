@@ -71,7 +71,7 @@ func CheckGrant(g driver.Grant) error {
 // ErrOlderInstance is wrapped by the error of a grant refused because an
 // instance of a release that reads no grants still uses the policy: it
 // would admit the key by the rules alone.
-var ErrOlderInstance = errors.New("an instance of an older release still uses the policy")
+var ErrOlderInstance = driver.ErrOlderRelease
 
 // GrantsRead returns nil when every live instance announced in members
 // (the policy's fleet key, live announcements only) reads grants; else an
