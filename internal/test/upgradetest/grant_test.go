@@ -23,6 +23,21 @@ func TestUpgradeGrant(t *testing.T) {
 	d.both("g", map[string]any{"name": "g", "rules": []any{rule(3, time.Hour)}})
 	here := testkit.Limiter(t, redisstore.New(d.srv.Client(t)), p)
 	ctx := context.Background()
+	// The previous release announces itself in the background: wait for
+	// its announcement (a member without a format).
+	rdb := d.srv.Client(t)
+	testkit.WaitUntil(t, "the previous release announces the policy", func() bool {
+		members, err := rdb.ZRange(ctx, redislib.FleetKey(redislib.DefaultPrefix, "g"), 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range members {
+			if !strings.Contains(m, "|") {
+				return true
+			}
+		}
+		return false
+	})
 	g := core.Grant{Extra: 4, Until: time.Now().Add(time.Hour), By: "upgradetest"}
 	err := here.Grant(ctx, "k", g)
 	if !errors.Is(err, redislib.ErrOlderInstance) || !strings.Contains(err.Error(), `policy "g"`) {
