@@ -124,7 +124,7 @@ var synopsis = map[string]string{
 	"functions": "usage: ratekit functions [-prune]   (ratekit help: every flag)",
 	"grant":     "usage: ratekit grant -policy NAME (-extra N|-exempt) (-for DURATION|-until TIME) [-by WHO] [-note TEXT] [-account|-phone] KEY...   (ratekit help: every flag)",
 	"revoke":    "usage: ratekit revoke -policy NAME [-account|-phone] KEY...   (ratekit help: every flag)",
-	"":          "usage: ratekit peek|reset|grant|revoke|policies|functions [flags] [key ...]   (ratekit help: every flag)",
+	"":          "usage: ratekit peek|reset|policies|functions|grant|revoke [flags] [key ...]   (ratekit help: every flag)",
 }
 
 // Run executes one ratekit command line (args without the program name),
