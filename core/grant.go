@@ -126,20 +126,31 @@ func (l *Limiter) checkGrant(key string, g Grant, now time.Time, revoke bool) er
 		return bad("the key is on the policy's Allow list, which decides it")
 	case revoke:
 		return nil
-	case g.Extra < 0:
-		return bad("Extra %d is negative", g.Extra)
-	case g.Exempt && g.Extra != 0, !g.Exempt && g.Extra == 0:
-		return bad("Extra %d with Exempt %v: a grant is Extra units or Exempt", g.Extra, g.Exempt)
-	case g.Extra > driver.MaxGrantExtra:
-		return bad("Extra %d is over %d", g.Extra, int64(driver.MaxGrantExtra))
-	case g.Until.Sub(now) > driver.MaxGrant:
-		return bad("Until %s is more than 30 days away", g.Until.Format(time.RFC3339))
-	case len(g.By) > driver.MaxGrantText || len(g.Note) > driver.MaxGrantText:
-		return bad("By or Note is over %d bytes", driver.MaxGrantText)
-	case p.Algorithm == SlidingLog && slidingMax(p.Rules)+g.Extra > maxLogLimit:
-		return bad("Extra %d takes a SlidingLog limit over %d; use SlidingBuckets for quotas this large", g.Extra, maxLogLimit)
+	}
+	if why := p.grantTerms(g, now); why != "" {
+		return bad("%s", why)
 	}
 	return nil
+}
+
+// grantTerms returns what is wrong with the terms of g at now for the
+// policy, or "".
+func (p *Policy) grantTerms(g Grant, now time.Time) string {
+	switch {
+	case g.Extra < 0:
+		return fmt.Sprintf("Extra %d is negative", g.Extra)
+	case g.Exempt && g.Extra != 0, !g.Exempt && g.Extra == 0:
+		return fmt.Sprintf("Extra %d with Exempt %v: a grant is Extra units or Exempt", g.Extra, g.Exempt)
+	case g.Extra > driver.MaxGrantExtra:
+		return fmt.Sprintf("Extra %d is over %d", g.Extra, int64(driver.MaxGrantExtra))
+	case g.Until.Sub(now) > driver.MaxGrant:
+		return fmt.Sprintf("Until %s is more than 30 days away", g.Until.Format(time.RFC3339))
+	case len(g.By) > driver.MaxGrantText || len(g.Note) > driver.MaxGrantText:
+		return fmt.Sprintf("By or Note is over %d bytes", driver.MaxGrantText)
+	case p.Algorithm == SlidingLog && slidingMax(p.Rules)+g.Extra > maxLogLimit:
+		return fmt.Sprintf("Extra %d takes a SlidingLog limit over %d; use SlidingBuckets for quotas this large", g.Extra, maxLogLimit)
+	}
+	return ""
 }
 
 // audit logs a grant or revocation.
@@ -177,11 +188,11 @@ type lists struct {
 func (p *Policy) parseLists() (*lists, error) {
 	allow, err := netlist.Parse(p.Allow)
 	if err != nil {
-		return nil, fmt.Errorf("ratekit: policy %q Allow: %s: %w", p.Name, err, ErrInvalidPolicy)
+		return nil, fmt.Errorf("ratekit: policy %q Allow: %w: %w", p.Name, err, ErrInvalidPolicy)
 	}
 	deny, err := netlist.Parse(p.Deny)
 	if err != nil {
-		return nil, fmt.Errorf("ratekit: policy %q Deny: %s: %w", p.Name, err, ErrInvalidPolicy)
+		return nil, fmt.Errorf("ratekit: policy %q Deny: %w: %w", p.Name, err, ErrInvalidPolicy)
 	}
 	if allow == nil && deny == nil {
 		return nil, nil

@@ -140,10 +140,13 @@ func describeGrant(g core.Grant) string {
 	return b.String()
 }
 
-// peekGrant returns the live grant of key (not bounded) under policy, for
-// peek; nil when it holds none.
-func peekGrant(ctx context.Context, store *redisstore.Store, policy, key string) (*core.Grant, error) {
-	g, ok, err := store.GrantOf(ctx, policy, driver.BoundKey(key))
+// peekGrant returns the live grant of key (not bounded) under p, for
+// peek; nil when it holds none, or p has Shards (which take no grants).
+func peekGrant(ctx context.Context, store *redisstore.Store, p core.Policy, key string) (*core.Grant, error) {
+	if p.Shards > 1 {
+		return nil, nil
+	}
+	g, ok, err := store.GrantOf(ctx, p.Name, driver.BoundKey(key))
 	if err != nil || !ok {
 		return nil, err
 	}

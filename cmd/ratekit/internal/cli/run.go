@@ -640,10 +640,8 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 		p.Algorithm = core.SlidingBuckets
 	}
 	v := peeked{p: p, kind: kind, t: t, h: &h, redisKey: base}
-	if p.Shards <= 1 {
-		if v.grant, err = peekGrant(ctx, store, p.Name, t.key); err != nil {
-			return fmt.Errorf("redis at %s: %w", cn.addr, err)
-		}
+	if v.grant, err = peekGrant(ctx, store, p, t.key); err != nil {
+		return fmt.Errorf("redis at %s: %w", cn.addr, err)
 	}
 	v.locked, v.lockedFor = h.locked()
 	if len(p.Rules) > 0 {
