@@ -199,8 +199,8 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
 	}
 	key, shard := l.shards.peek(boundKey(key))
 	d, err := l.d.peek(ctx, key, shard)
-	if err == nil && l.shards == nil {
-		d.Grant = l.grantOf(ctx, key)
+	if err == nil && (d.res.Extra > 0 || d.res.Exempt) {
+		d.Grant = l.grantOf(ctx, key) // who granted it, until when
 	}
 	return d, err
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -15,11 +16,12 @@ import (
 
 // grantUsage is the usage text of grant and revoke.
 const grantUsage = `  grant -policy NAME (-extra N | -exempt) (-for DURATION | -until TIME)
-        [-by WHO] [-note TEXT] [key flags] KEY...
+        [-by WHO] [-note TEXT] [-algorithm log|buckets] [key flags] KEY...
         give each KEY N more units on every rule of the policy, or exempt it,
         on every instance at once, until it ends by itself: -for a Go
         duration (24h) or -until a time in RFC 3339, at most 30 days away.
-        -by defaults to $USER. Refused while an instance of a release that
+        -by defaults to $USER. Under the sliding log (-algorithm log, the
+        default) -extra is at most 99,999: the log keeps a unit per request. Refused while an instance of a release that
         reads no grants uses the policy. The command does not know the app's
         Allow and Deny lists: the app refuses grants to the keys they decide,
         and ignores one given here.
@@ -29,9 +31,9 @@ const grantUsage = `  grant -policy NAME (-extra N | -exempt) (-for DURATION | -
 
 // grantFlags are the flags of grant and revoke.
 type grantFlags struct {
-	policy, forDur, until, by, note string
-	extra                           int64
-	exempt                          bool
+	policy, forDur, until, by, note, algo string
+	extra                                 int64
+	exempt                                bool
 }
 
 func grant(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -53,6 +55,7 @@ func grantOrRevoke(ctx context.Context, cmd string, args []string, getenv func(s
 		fs.StringVar(&f.forDur, "for", "", "how long the grant lasts: a Go duration, such as 1h or 24h")
 		fs.StringVar(&f.until, "until", "", "when the grant ends, in RFC 3339")
 		fs.StringVar(&f.note, "note", "", "why, for the audit line and whoever looks the key up")
+		fs.StringVar(&f.algo, "algorithm", "log", "the policy's algorithm, which bounds -extra: log (SlidingLog) or buckets (SlidingBuckets)")
 	}
 	fs.StringVar(&f.by, "by", getenv("USER"), "who grants it")
 	kf := addKeyFlags(fs)
@@ -72,16 +75,21 @@ func grantOrRevoke(ctx context.Context, cmd string, args []string, getenv func(s
 		return err
 	}
 	defer done()
-	// The rules do not matter to a grant; SlidingBuckets bounds Extra
-	// as the store does, whatever the app's algorithm.
-	p := core.Policy{Name: f.policy, Algorithm: core.SlidingBuckets, Rules: []core.Rule{{Limit: 1, Window: time.Second}}}
+	// The rules do not matter to a grant but for the bound of Extra
+	// under SlidingLog, which the smallest rule gives.
+	p, err := peekPolicy(f.policy, "1/1s", f.algo, 0, 0)
+	if err != nil {
+		return err
+	}
 	l, _, err := limiter(redisstore.New(cn.rdb, redisstore.WithPrefix(c.prefix)), p)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	for _, t := range targets {
-		if err := l.Grant(ctx, t.key, g); err != nil {
-			return fmt.Errorf("%s %s: %w", cmd, t.describe(kind), err)
+		if err := l.Grant(ctx, t.key, g); errors.Is(err, core.ErrInvalidPolicy) {
+			return fmt.Errorf("%w: %s: %w", errUsage, t.describe(kind), err) // the flags' terms
+		} else if err != nil {
+			return fmt.Errorf("%s: %w", t.describe(kind), err)
 		}
 		fmt.Fprintf(stdout, "%s %s %s: %s\n", cmd, p.Name, t.describe(kind), describeGrant(g))
 	}

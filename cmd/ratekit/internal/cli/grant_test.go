@@ -103,7 +103,18 @@ func TestGrantCommands(t *testing.T) {
 			t.Errorf("%v = %d\n%s\nwant a usage error naming %q", tc.args, code, errOut, tc.want)
 		}
 	}
-	if code, _, errOut := exec(t, url, "grant", "-policy", "login", "-extra", "3", "-for", "800h", "k"); code != exitError || !strings.Contains(errOut, "30 days") {
-		t.Errorf("grant -for 800h = %d\n%s\nwant refused naming 30 days", code, errOut)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"grant", "-policy", "login", "-extra", "3", "-for", "800h", "k"}, "30 days"},
+		{[]string{"grant", "-policy", "login", "-extra", "100000", "-for", "1h", "k"}, "SlidingLog"},
+	} {
+		if code, _, errOut := exec(t, url, tc.args...); code != exitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v = %d\n%s\nwant refused (a usage error) naming %q", tc.args, code, errOut, tc.want)
+		}
+	}
+	if code, out, errOut := exec(t, url, "grant", "-policy", "quota", "-algorithm", "buckets", "-extra", "1000000", "-for", "1h", "k"); code != 0 {
+		t.Errorf("grant -algorithm buckets -extra 1000000 = %d\n%s%s", code, out, errOut)
 	}
 }
