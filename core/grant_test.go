@@ -120,3 +120,38 @@ func TestPolicyListsInvalid(t *testing.T) {
 		}
 	}
 }
+
+// TestGrantTiers: a grant adds to the limits of the key's tier, and the
+// policy's lists decide before any tier.
+func TestGrantTiers(t *testing.T) {
+	resolve := func(_ context.Context, key string) (string, error) {
+		if strings.HasPrefix(key, "pro-") {
+			return "pro", nil
+		}
+		return "", nil
+	}
+	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "tiered", Rules: []core.Rule{{Limit: 2, Window: time.Hour}},
+		Deny: []string{"pro-banned"}},
+		core.WithTiers(resolve, map[string][]core.Rule{"pro": {{Limit: 5, Window: time.Hour}}}))
+	ctx := context.Background()
+	for key, want := range map[string]int{"pro-app": 5 + 3, "free-app": 2 + 3} {
+		if err := l.Grant(ctx, key, core.Grant{Extra: 3, Until: time.Now().Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		if d, err := l.Peek(ctx, key); err != nil || d.Grant == nil || d.Limit != int64(want) {
+			t.Fatalf("Peek(%s) = %+v (grant %+v), %v; want the grant, Limit %d", key, d, d.Grant, err, want)
+		}
+		got := 0
+		for range 12 {
+			if d, _ := l.Allow(ctx, key); d.Allowed {
+				got++
+			}
+		}
+		if got != want {
+			t.Errorf("%s: admitted %d with 3 more, want %d", key, got, want)
+		}
+	}
+	if d, err := l.Peek(ctx, "pro-banned"); err != nil || !d.Listed || d.Allowed {
+		t.Errorf("Peek(pro-banned) = %+v, %v; want denied by the Deny list", d, err)
+	}
+}

@@ -132,7 +132,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 // below 1, or above the smallest limit of the key's rules, so that it
 // could never fit) or ctx is done (wrapping ctx.Err()).
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (d Decision, _ error) {
-	if l.lists != nil && n >= 1 && n <= l.minLimit && l.listed(ctx, key, n, &d, true) {
+	if l.lists != nil && n >= 1 && n <= l.minLimit && ctx.Err() == nil && l.listed(ctx, key, n, &d, true) {
 		return d, nil
 	}
 	if l.tiers != nil {
@@ -186,15 +186,15 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
 	}
-	if l.tiers != nil {
-		if t := l.tier(ctx, key); t != nil {
-			return t.Peek(ctx, key)
-		}
-	}
 	if l.lists != nil {
 		var d Decision
 		if l.listed(ctx, key, 1, &d, false) {
 			return d, nil
+		}
+	}
+	if l.tiers != nil {
+		if t := l.tier(ctx, key); t != nil {
+			return t.Peek(ctx, key)
 		}
 	}
 	key, shard := l.shards.peek(boundKey(key))

@@ -13,24 +13,29 @@ import (
 const maxGrants = 100_000
 
 // grantSet is the grants of a policy's keys. n counts them, so that a
-// decision of a policy without grants costs one atomic load.
+// decision of a policy without grants costs one atomic load, and one
+// with grants a read lock.
 type grantSet struct {
 	n  atomic.Int32
-	mu sync.Mutex
+	mu sync.RWMutex
 	m  map[string]driver.Grant
 }
 
 // lookup returns key's grant live at now (µs), forgetting it once ended.
 func (g *grantSet) lookup(key string, now int64) (driver.Grant, bool) {
+	g.mu.RLock()
+	gr, ok := g.m[key]
+	g.mu.RUnlock()
+	if !ok || gr.Until.UnixMicro() > now {
+		return gr, ok
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	gr, ok := g.m[key]
-	if ok && gr.Until.UnixMicro() <= now {
+	if cur, ok := g.m[key]; ok && cur.Until.UnixMicro() <= now {
 		delete(g.m, key)
 		g.n.Store(int32(len(g.m)))
-		return driver.Grant{}, false
 	}
-	return gr, ok
+	return driver.Grant{}, false
 }
 
 // set gives key gr, or revokes its grant when gr.Until is zero; it
