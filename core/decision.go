@@ -85,6 +85,14 @@ type Decision struct {
 	// remaining, before this request. A lockout or a full rule denies
 	// rather than challenges.
 	Challenged bool
+	// Listed reports a decision made by the policy's Allow or Deny list
+	// (Policy.Allow, Policy.Deny) without the store: nothing recorded.
+	Listed bool
+	// Grant is, on a [Limiter.Peek], the key's live grant
+	// ([Limiter.Grant]); nil when it holds none. A decision of a key with
+	// a grant shows its limits with the grant's Extra added; an exempt
+	// key's shows them unused.
+	Grant *Grant
 
 	res    driver.Result // the store's answer: rule states, lockout, challenge
 	ticket ticket        // what Refund gives back

@@ -47,6 +47,7 @@ type Limiter struct {
 	recovering atomic.Int64   // unix nanoseconds: until then the fallback decides, the store answering again (see recover)
 	outage     atomic.Bool    // a circuit breaker opened: the store's next answer ends an outage
 	longest    time.Duration  // the longest sliding window of the policy; 0 with calendar rules
+	lists      *lists         // the policy's Allow and Deny lists; nil: none
 }
 
 // fallbackState tracks a limiter's fallback episodes.
@@ -140,6 +141,9 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (d Decision, 
 // Allow and AllowN decide into their result, without copying a Decision
 // from one to the other.
 func (l *Limiter) allowN(ctx context.Context, key string, n int64, d *Decision) error {
+	if l.lists != nil && n >= 1 && n <= l.minLimit && ctx.Err() == nil && l.listed(ctx, key, n, d, true) {
+		return nil
+	}
 	if l.tiers != nil {
 		if t := l.tier(ctx, key); t != nil {
 			return t.allowN(ctx, key, n, d)
@@ -198,13 +202,23 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return Decision{}, fmt.Errorf("ratekit: policy %q: %w", l.policy.Name, err)
 	}
+	if l.lists != nil {
+		var d Decision
+		if l.listed(ctx, key, 1, &d, false) {
+			return d, nil
+		}
+	}
 	if l.tiers != nil {
 		if t := l.tier(ctx, key); t != nil {
 			return t.Peek(ctx, key)
 		}
 	}
 	key, shard := l.shards.peek(boundKey(key))
-	return l.d.peek(ctx, key, shard)
+	d, err := l.d.peek(ctx, key, shard)
+	if err == nil && (d.res.Extra > 0 || d.res.Exempt) {
+		d.Grant = l.grantOf(ctx, key) // who granted it, until when
+	}
+	return d, err
 }
 
 // now returns the time of a decision by the limiter's clock.

@@ -31,6 +31,7 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	l := newLimiterOf(store, policy, o)
+	l.lists, _ = policy.parseLists() // Validate parsed them
 	if hasChallenge(policy.Rules) {
 		if l.passes, err = challengesOf(store, policy.Name); err != nil {
 			return nil, err

@@ -193,6 +193,17 @@ type Policy struct {
 	// milliseconds. A MemoryStore's leases need no renewal and never
 	// expire: their holder and the store are one process.
 	LeaseTTL time.Duration
+	// Allow and Deny are keys the policy decides without its store: a key
+	// on Deny is refused (Decision.Listed set, RetryAfter a hint of one
+	// hour, since the list decides for as long as the app runs with it),
+	// and a key on Allow is admitted and counted nowhere. Deny wins over
+	// Allow. An entry is a key matched exactly, or a CIDR prefix
+	// ("203.0.113.0/24", "2001:db8::/32") that holds every key that is an
+	// IP address within it, or an address prefix within it (the /64 key of
+	// an IPv6 client grouped by keyfunc.ClientIP); addresses match in any
+	// spelling. At most 10,000 entries each, 256 of them prefixes. A key
+	// on either list takes no [Grant].
+	Allow, Deny []string
 }
 
 // maxRules is the most rules a policy may have.
@@ -275,6 +286,9 @@ func (p *Policy) minLimit() int64 {
 // [ErrInvalidPolicy] and names the field at fault.
 func (p Policy) Validate() error {
 	if err := p.validateName(); err != nil {
+		return err
+	}
+	if _, err := p.parseLists(); err != nil {
 		return err
 	}
 	if p.InFlight != 0 || p.LeaseTTL != 0 {

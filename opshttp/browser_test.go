@@ -280,6 +280,28 @@ func TestPageInBrowser(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 	}
 
+	// Grant alice 2 more failed logins for a day, from the page of
+	// instance 1: instance 2 takes 5 wrong passwords at once, then refuses.
+	if err := chromedp.Do(ctx,
+		chromedp.SendKeys(chromedp.CSS(account+` form.grant input[name=extra]`), "2"),
+		chromedp.SendKeys(chromedp.CSS(account+` form.grant input[name=by]`), "erin"),
+		chromedp.Click(chromedp.CSS(account+` form.grant button[value=grant]`)),
+		chromedp.WaitVisible(chromedp.CSS(account+` p.grant`)),
+	); err != nil {
+		t.Fatalf("grant alice 2 more: %v", err)
+	}
+	if got := text(t, ctx, account+` p.grant`); !strings.HasPrefix(got, "Granted 2 more units on every rule until") || !strings.Contains(got, "by erin") {
+		t.Errorf("alice's grant on the page: %q", got)
+	}
+	for i := range 5 {
+		if got := login(two, "guess"); got != http.StatusUnauthorized {
+			t.Fatalf("wrong password %d on instance 2 with 2 more granted: %d, want 401", i+1, got)
+		}
+	}
+	if got := login(two, "guess"); got != http.StatusTooManyRequests {
+		t.Fatalf("sixth wrong password on instance 2: %d, want 429", got)
+	}
+
 	// A key with markup, from the top refused list, shows as text.
 	if err := chromedp.Do(ctx,
 		chromedp.Click(chromedp.CSS(ip+` ol.top a`)),

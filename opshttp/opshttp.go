@@ -161,8 +161,9 @@ type handler struct {
 
 // Methods of the routes, for the Allow header of a 405.
 const (
-	allowRead = "GET, HEAD"
-	allowKey  = "GET, HEAD, DELETE"
+	allowRead  = "GET, HEAD"
+	allowKey   = "GET, HEAD, DELETE"
+	allowGrant = "POST, DELETE"
 )
 
 // ServeHTTP routes r. It matches the escaped path segment by segment, so
@@ -195,6 +196,15 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.reset(w, r, seg[1], seg[3])
 		default:
 			methodNotAllowed(w, allowKey)
+		}
+	case len(seg) == 5 && seg[2] == "keys" && seg[4] == "grant":
+		switch r.Method {
+		case http.MethodPost:
+			h.grant(w, r, seg[1], seg[3])
+		case http.MethodDelete:
+			h.revoke(w, r, seg[1], seg[3])
+		default:
+			methodNotAllowed(w, allowGrant)
 		}
 	default:
 		writeJSON(w, http.StatusNotFound, Error{"not found"})
@@ -295,6 +305,12 @@ type KeyState struct {
 	// records with core.Limiter.Pass; waiting does not lift it, so
 	// RetryAfterSeconds is 0. A reset clears the count that led to it.
 	Challenged bool `json:"challenged,omitempty"`
+	// Listed reports a key the policy's Allow or Deny list decides
+	// (core.Policy.Allow, core.Policy.Deny): it takes no grant.
+	Listed bool `json:"listed,omitempty"`
+	// Grant is the key's live grant (core.Limiter.Grant); absent when
+	// it holds none. Limit and the rules' limits include its Extra.
+	Grant *GrantState `json:"grant,omitempty"`
 	// Rules holds every rule's state, in policy order.
 	Rules []RuleState `json:"rules,omitempty"`
 }
@@ -430,6 +446,8 @@ func (h *handler) peek(w http.ResponseWriter, r *http.Request, policy, seg strin
 		Source:            d.Source.String(),
 		Locked:            d.Locked,
 		Challenged:        d.Challenged,
+		Listed:            d.Listed,
+		Grant:             grantState(d.Grant),
 	}
 	if d.Locked {
 		out.LockedUntil = time.Now().Add(d.RetryAfter).UTC().Format(time.RFC3339)

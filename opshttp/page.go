@@ -142,9 +142,13 @@ func (p *Page) route(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		p.view(w, r)
-	case "/reset":
+	case "/reset", "/grant":
 		if r.Method != http.MethodPost {
 			p.fail(w, r, http.StatusMethodNotAllowed, "method not allowed", "POST")
+			return
+		}
+		if r.URL.Path == "/grant" {
+			p.grant(w, r)
 			return
 		}
 		p.reset(w, r)
@@ -301,49 +305,71 @@ func (p *Page) render(w http.ResponseWriter, status int, d *pageData) {
 // reset serves the reset form: a same-origin POST with the form token of
 // the page's cookie.
 func (p *Page) reset(w http.ResponseWriter, r *http.Request) {
-	if err := p.cop.Check(r); err != nil {
-		p.fail(w, r, http.StatusForbidden, "cross-origin request refused", "")
+	f, ok := p.form(w, r)
+	if !ok {
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
-	if err := r.ParseForm(); err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			p.fail(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("form larger than %d bytes", maxForm), "")
-			return
-		}
-		p.fail(w, r, http.StatusBadRequest, "malformed form", "")
-		return
-	}
-	form := r.PostForm
-	token := csrfToken(r)
-	if token == "" || len(form["csrf"]) != 1 || subtle.ConstantTimeCompare([]byte(token), []byte(form.Get("csrf"))) != 1 {
-		p.fail(w, r, http.StatusForbidden, "missing or stale form token: reload the page and try again", "")
-		return
-	}
-	l, reason := readLookup(form)
-	if reason != "" {
-		p.fail(w, r, http.StatusBadRequest, reason, "")
-		return
-	}
-	name := form.Get("policy")
-	lim := p.h.byName[name]
-	if lim == nil {
-		p.fail(w, r, http.StatusBadRequest, "unknown policy", "")
-		return
-	}
-	key, reason := p.key(name, l)
-	if reason != "" {
-		p.fail(w, r, http.StatusBadRequest, reason, "")
-		return
-	}
-	if err := p.h.resetKey(r, lim, key); err != nil {
+	if err := p.h.resetKey(r, f.lim, f.key); err != nil {
 		p.fail(w, r, http.StatusServiceUnavailable, "reset failed: the store did not answer", "")
 		return
 	}
 	// Back to the lookup, read afresh (post/redirect/get), relative to
 	// the page's own URL whatever prefix it is mounted under.
-	w.Header().Set("Location", "./?"+l.afterReset(name, token))
+	w.Header().Set("Location", "./?"+f.l.afterReset(f.name, f.token))
 	w.WriteHeader(http.StatusSeeOther)
+}
+
+// postedForm is a form of the page, checked: the lookup it was posted
+// from, the policy it names and the key the lookup names under it.
+type postedForm struct {
+	values url.Values
+	l      lookup
+	name   string
+	lim    *core.Limiter
+	key    string
+	token  string
+}
+
+// form reads and checks a form of the page: a same-origin POST with the
+// form token of the page's cookie, of a lookup under a known policy. It
+// answers the request itself and returns false when the form is not so.
+func (p *Page) form(w http.ResponseWriter, r *http.Request) (postedForm, bool) {
+	if err := p.cop.Check(r); err != nil {
+		p.fail(w, r, http.StatusForbidden, "cross-origin request refused", "")
+		return postedForm{}, false
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
+	if err := r.ParseForm(); err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			p.fail(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("form larger than %d bytes", maxForm), "")
+			return postedForm{}, false
+		}
+		p.fail(w, r, http.StatusBadRequest, "malformed form", "")
+		return postedForm{}, false
+	}
+	form := r.PostForm
+	token := csrfToken(r)
+	if token == "" || len(form["csrf"]) != 1 || subtle.ConstantTimeCompare([]byte(token), []byte(form.Get("csrf"))) != 1 {
+		p.fail(w, r, http.StatusForbidden, "missing or stale form token: reload the page and try again", "")
+		return postedForm{}, false
+	}
+	l, reason := readLookup(form)
+	if reason != "" {
+		p.fail(w, r, http.StatusBadRequest, reason, "")
+		return postedForm{}, false
+	}
+	name := form.Get("policy")
+	lim := p.h.byName[name]
+	if lim == nil {
+		p.fail(w, r, http.StatusBadRequest, "unknown policy", "")
+		return postedForm{}, false
+	}
+	key, reason := p.key(name, l)
+	if reason != "" {
+		p.fail(w, r, http.StatusBadRequest, reason, "")
+		return postedForm{}, false
+	}
+	return postedForm{values: form, l: l, name: name, lim: lim, key: key, token: token}, true
 }
 
 // key returns the stored key that l names under policy, or the reason it
@@ -386,6 +412,10 @@ func (p *Page) peek(r *http.Request, policy string, l lookup) *resultView {
 	out.Challenged = d.Challenged
 	out.Limit, out.Remaining = d.Limit, d.Remaining
 	out.InFlight = pol.InFlight > 0
+	out.Listed = d.Listed
+	if g := d.Grant; g != nil {
+		out.Grant = &grantView{Extra: g.Extra, Exempt: g.Exempt, Until: stamp(g.Until, now, time.UTC), By: g.By, Note: g.Note}
+	}
 	if !d.Allowed && !d.Challenged {
 		out.Until = stampAt(now, d.RetryAfter, time.UTC)
 	}
@@ -471,6 +501,10 @@ type resultView struct {
 	// Remaining is of the binding rule.
 	Remaining int64
 	Rules     []ruleView
+	// Listed: the policy's Allow or Deny list decides the key.
+	Listed bool
+	// Grant is the key's live grant, nil when none.
+	Grant *grantView
 }
 
 type ruleView struct {

@@ -59,7 +59,8 @@ func (c *Clock) Set(t time.Time) {
 // concurrency limits ([driver.Leases]), which never expire (a request's
 // lease is held until its decision is refunded, as the adapters do when
 // the request ends), and the refusals of Limiter.TopRefused
-// ([driver.Refusals]), counted by the process's clock. It is [driver.Local],
+// ([driver.Refusals]), counted by the process's clock, and grants
+// ([driver.Grants]), which end by the clock. It is [driver.Local],
 // as a MemoryStore is: limiters on it have no timeout, circuit breaker,
 // deny cache or failure policy. It is safe for concurrent use.
 type Store struct {
@@ -167,4 +168,19 @@ func NewLimiter(t testing.TB, p core.Policy, opts ...core.Option) (*core.Limiter
 		t.Fatalf("ratekittest.NewLimiter: %v", err)
 	}
 	return l, clock
+}
+
+// SetGrant implements [driver.Grants]: a grant holds until its Until by
+// the clock.
+func (s *Store) SetGrant(ctx context.Context, policy, key string, g driver.Grant) error {
+	return s.mem.SetGrant(ctx, policy, key, g)
+}
+
+// GrantOf implements [driver.Grants], by the clock's time.
+func (s *Store) GrantOf(ctx context.Context, policy, key string) (driver.Grant, bool, error) {
+	g, ok, err := s.mem.GrantOf(ctx, policy, key)
+	if ok && !g.Until.After(s.clock.Now()) {
+		return driver.Grant{}, false, err
+	}
+	return g, ok, err
 }

@@ -340,7 +340,8 @@ func (s *Store) decide(ctx context.Context, q *driver.Query, op byte, at int64) 
 		// The caller gave up; the flight still owns c.
 		return driver.Result{}, fmt.Errorf("redisstore: %w", s.replies.explain(err))
 	}
-	res, err := driver.Result{Allowed: c.Allowed, At: c.When, Rules: c.Rules, LockedFor: c.LockedFor, Challenged: c.Challenged}, c.Err
+	res, err := driver.Result{Allowed: c.Allowed, At: c.When, Rules: c.Rules, LockedFor: c.LockedFor, Challenged: c.Challenged,
+		Extra: c.Extra, Exempt: c.Exempt}, c.Err
 	redislib.Put(c)
 	if errors.Is(err, redis.ErrClosed) {
 		return driver.Result{}, fmt.Errorf("redisstore: %w: %w", driver.ErrClosed, err)

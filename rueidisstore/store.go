@@ -317,7 +317,8 @@ func (s *Store) decide(ctx context.Context, q *driver.Query, op byte, at int64) 
 		// The caller gave up; the flight still owns c.
 		return driver.Result{}, fmt.Errorf("rueidisstore: %w", err)
 	}
-	res, err := driver.Result{Allowed: c.Allowed, At: c.When, Rules: c.Rules, LockedFor: c.LockedFor, Challenged: c.Challenged}, c.Err
+	res, err := driver.Result{Allowed: c.Allowed, At: c.When, Rules: c.Rules, LockedFor: c.LockedFor, Challenged: c.Challenged,
+		Extra: c.Extra, Exempt: c.Exempt}, c.Err
 	redislib.Put(c)
 	if errors.Is(err, rueidis.ErrClosing) || err != nil && s.isClosed() {
 		// A client closed after a failed dial answers that dial's error

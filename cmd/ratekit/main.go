@@ -1,10 +1,11 @@
-// Command ratekit inspects and resets ratekit's rate-limit state in
+// Command ratekit inspects, resets and grants ratekit's rate-limit state in
 // Redis, for support staff and operators.
 //
 //	ratekit peek -policy login-ip 192.0.2.1
 //	ratekit peek -policy api -rules 10/1s,1000000/month@Europe/Paris app-42
 //	RATEKIT_KEY_SECRET=... ratekit peek -policy login-account -rules 5/15m,20/24h -account alice@example.com
 //	RATEKIT_KEY_SECRET=... ratekit reset -policy sms-phone -phone -region CN 138-0013-8000
+//	ratekit grant -policy api -extra 10000 -for 24h -note "launch day" app-42
 //	ratekit policies
 //
 // # Keys and identifiers

@@ -264,6 +264,7 @@ type LocalProfile interface {
 	Leases
 	Challenges
 	Refusals
+	Grants
 }
 
 // SharedProfile is what a store shared by the app's instances offers: the
@@ -282,4 +283,5 @@ type SharedProfile interface {
 	Partitioned
 	Checker
 	Refusals
+	Grants
 }

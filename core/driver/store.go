@@ -137,6 +137,10 @@ type Result struct {
 	LockedFor time.Duration
 	// Rules holds one state per rule of the query, in order.
 	Rules RuleStates
+	// Extra is the units a grant of the key added to every rule's limit
+	// ([Grants]), and Exempt reports that a grant exempts the key.
+	Extra  int64
+	Exempt bool
 }
 
 // RuleState is the state of one rule after a decision.

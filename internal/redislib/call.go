@@ -83,6 +83,8 @@ type Call struct {
 	Used       int64 // leases: the units held after a take or peek
 	Rules      driver.RuleStates
 	LockedFor  time.Duration
+	Extra      int64 // a grant's extra units (driver.Result.Extra)
+	Exempt     bool  // a grant exempts the key (driver.Result.Exempt)
 	Err        error
 
 	// Done receives once when the answer is in.
@@ -457,6 +459,7 @@ func Decode(calls []*Call, reply string, err error) {
 			r = r[n:]
 			continue
 		}
+		status, c.Extra, c.Exempt = grantOf(status)
 		c.Allowed, c.Challenged, c.When = status == 1, status == 2, int64(when)
 		switch {
 		case c.Kind == KindLease:
@@ -485,7 +488,7 @@ func (c *Call) decodeStates(next func() float64) {
 		if rl.Calendar != 0 {
 			continue // after the sliding rules
 		}
-		rs[i] = driver.RuleState{Limit: rl.Limit, Window: rl.Window, Used: int64(next()),
+		rs[i] = driver.RuleState{Limit: rl.Limit + c.Extra, Window: rl.Window, Used: int64(next()),
 			RetryAfter: time.Duration(next()) * time.Microsecond, ResetAfter: time.Duration(next()) * time.Microsecond,
 			NextAfter: time.Duration(next()) * time.Microsecond}
 	}
@@ -493,7 +496,7 @@ func (c *Call) decodeStates(next func() float64) {
 	if c.more {
 		for i, rl := range c.rules {
 			if rl.Calendar != 0 {
-				rs[i] = driver.RuleState{Limit: rl.Limit, Calendar: rl.Calendar, Used: int64(next()),
+				rs[i] = driver.RuleState{Limit: rl.Limit + c.Extra, Calendar: rl.Calendar, Used: int64(next()),
 					RetryAfter: time.Duration(next()) * time.Microsecond, ResetAfter: time.Duration(next()) * time.Microsecond,
 					Window: time.Duration(next()) * time.Microsecond}
 				rs[i].NextAfter = rs[i].ResetAfter

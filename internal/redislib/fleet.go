@@ -34,8 +34,12 @@ const (
 const (
 	// FormatFirst is the format of v0.1.0.
 	FormatFirst = 1
+	// FormatGrants is the format of the releases that read grants
+	// (GrantSuffix): a grant is written only while every live instance
+	// of its policy announces it.
+	FormatGrants = 2
 	// Formats is the newest format this release reads and writes.
-	Formats = FormatFirst
+	Formats = FormatGrants
 )
 
 // Fleet keeps a driver's side of [driver.Fleet]: the policies joined, what

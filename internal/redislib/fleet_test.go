@@ -1,7 +1,9 @@
 package redislib
 
 import (
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,7 +26,7 @@ func TestFleetHeard(t *testing.T) {
 	if again, fresh := f.Join(driver.Member{Policy: "p", Config: "zzz"}); fresh || again != p {
 		t.Fatalf("Join twice: fresh %v, same %v; want the first membership", fresh, again == p)
 	}
-	if want := f.Instance + "|1|5|1000000|aaa|100000|" + LibName; p.Member != want {
+	if want := f.Instance + "|2|5|1000000|aaa|100000|" + LibName; p.Member != want {
 		t.Fatalf("member %q, want %q", p.Member, want)
 	}
 	for _, tc := range []struct {
@@ -37,7 +39,7 @@ func TestFleetHeard(t *testing.T) {
 		format  int
 		heard   int // calls of Differ so far
 	}{
-		{"alone", []string{p.Member}, 1, 5, 1e6, []int64{100_000}, 1, 0},
+		{"alone", []string{p.Member}, 1, 5, 1e6, []int64{100_000}, Formats, 0},
 		{"a v0.1.0 instance", []string{p.Member, "old1"}, 2, 5, 1e6, []int64{100_000}, 1, 0},
 		{"another configuration", []string{p.Member, "b|1|20|60000000|bbb|6000000,100000"}, 2, 20, 60e6, []int64{100_000, 6_000_000}, 1, 1},
 		{"a newer release", []string{p.Member, "c|9|5|1000000|aaa|"}, 2, 5, 1e6, []int64{100_000}, Formats, 2},
@@ -76,6 +78,50 @@ func TestUnused(t *testing.T) {
 	} {
 		if got := Unused(libs, tc.members); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: Unused = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestGrantsRead: a grant is refused while a live instance announces a
+// format below FormatGrants (or none: v0.1.0), naming the policy.
+func TestGrantsRead(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		members []string
+		refused bool
+	}{
+		{"nobody", nil, false},
+		{"this release", []string{"a|2|5|1000|c||" + LibName}, false},
+		{"a newer release", []string{"a|2|5|1000|c||x", "b|3|5|1000|c||y"}, false},
+		{"a release of format 1", []string{"a|2|5|1000|c||x", "b|1|5|1000|c||y"}, true},
+		{"v0.1.0", []string{"a|2|5|1000|c||x", "old1"}, true},
+	} {
+		err := GrantsRead("api", tc.members)
+		if tc.refused != (err != nil) || tc.refused && (!errors.Is(err, ErrOlderInstance) || !strings.Contains(err.Error(), `policy "api"`)) {
+			t.Errorf("%s: GrantsRead = %v, want refused %v naming policy api", tc.name, err, tc.refused)
+		}
+	}
+}
+
+// TestGrantValue: a grant's value round-trips, and the decisions' status
+// carries the grant.
+func TestGrantValue(t *testing.T) {
+	g := driver.Grant{Extra: 10_000, Until: time.UnixMilli(1_900_000_000_123), By: "a|b", Note: "x\"y"}
+	got, err := ParseGrant(GrantValue(g))
+	if err != nil || got.Extra != g.Extra || got.Exempt || !got.Until.Equal(g.Until) || got.By != g.By || got.Note != g.Note {
+		t.Fatalf("ParseGrant(GrantValue(%+v)) = %+v, %v", g, got, err)
+	}
+	if v := GrantValue(driver.Grant{Exempt: true, Until: g.Until}); !strings.HasPrefix(v, "0|1|") {
+		t.Fatalf("exempt value %q", v)
+	}
+	for _, tc := range []struct {
+		status, base float64
+		extra        int64
+		exempt       bool
+	}{{1, 1, 0, false}, {2, 2, 0, false}, {5, 1, 0, true}, {4*(10+2) + 0, 0, 10, false}, {4*(7+2) + 2, 2, 7, false}} {
+		base, extra, exempt := grantOf(tc.status)
+		if base != tc.base || extra != tc.extra || exempt != tc.exempt {
+			t.Errorf("grantOf(%v) = %v, %d, %v; want %v, %d, %v", tc.status, base, extra, exempt, tc.base, tc.extra, tc.exempt)
 		}
 	}
 }

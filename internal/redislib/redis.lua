@@ -45,6 +45,42 @@ local function failed(err)
 end
 
 -- ======================================================================
+-- Grants: a key's grant lives at <base>:grant (in the slot of the key's
+-- other keys, the same hash tag), a string "<extra>|<exempt 0 or 1>|..."
+-- that expires by itself (PEXPIREAT its end); the rest is for whoever
+-- looks it up. A take or peek reads it (a GET, of a key that is missing
+-- for almost every key) and, with extra units, decides with every limit
+-- that much higher; an exempt key is allowed with nothing read or
+-- recorded, its rules reported unused. The reply's first double, the
+-- allowed status s (0, 1, 2), then carries the grant: s + 4 for an
+-- exempt key, s + 4 * (extra + 2) for extra units. The grant key is not
+-- declared: while its Cluster slot migrates, a grant whose key has moved
+-- before the key's state reads as none (the rules' own limits, never
+-- more), rather than failing the decision.
+local function grantOf(base)
+  local ok, v = pcall(call, 'GET', base .. ':grant')
+  if not ok or type(v) ~= 'string' then return 0 end
+  local x, e = string.match(v, '^(%d+)|(%d)')
+  if e == '1' then return -1 end
+  return tonumber(x) or 0
+end
+
+-- granted marks the reply res of a decision with extra units.
+local function granted(res, gx)
+  local s = sunpack('<d', res, 1)
+  if s < 0 then return res end
+  return pack('<d', s + 4 * (gx + 2)) .. sub(res, 9)
+end
+
+-- exempt is the reply to a take or peek of an exempt key: allowed, its
+-- nr sliding rules and nc calendar rules unused, no lockout (more).
+local function exempt(now, nr, nc, more)
+  local r = pack('<dd', 1 + 4, now) .. rep(pack('<dddd', 0, 0, 0, 0), nr + nc)
+  if more then r = r .. pack('<d', 0) end
+  return r
+end
+
+-- ======================================================================
 -- Lockouts, calendar rules and challenges, for the policies that have
 -- them: their decisions have MORE added to op and, after the sliding
 -- rules (and the refund's time), the lockout's length and cap in µs (0, 0
@@ -92,7 +128,8 @@ local MORE = 8
 -- once the store answers again.
 local RECORD = 5
 -- The op of a decision also carries, times FORMAT, the format the driver
--- writes the policy's keys in: 1, v0.1.0's, is the only one so far.
+-- writes the policy's keys in: 1, v0.1.0's; 2, once every instance of
+-- the policy reads grants (a grant is only written then).
 local FORMAT = 16
 local KIND = {'d', 'w', 'm'}
 
@@ -752,9 +789,18 @@ register('log', function(keys, args)
     if op == RECORD then at = floor(now - at) end
     local k = keys[d]
     local ok, res
-    if more then
-      local m
-      m, pos = readMore(blob, pos)
+    local m
+    if more then m, pos = readMore(blob, pos) end
+    local gx = 0
+    if op < 2 then gx = grantOf(more and sub(k, 1, -3) or k) end
+    if gx > 0 then
+      for i = 1, nr do limits[i] = limits[i] + gx end
+      keep = keep + gx
+      if more then for _, c in ipairs(m.cals) do c[1] = c[1] + gx end end
+    end
+    if gx < 0 then
+      ok, res = true, exempt(now, nr, more and #m.cals or 0, more)
+    elseif more then
       local function slide(sop, gate)
         load(k, true)
         return decide(sop, n, keep, now, cnow, nr, maxw, at, gate)
@@ -765,7 +811,7 @@ register('log', function(keys, args)
       ok, res = pcall(run, k, op, n, keep, now, cnow, nr, maxw, at)
       if not ok and migrate(k) then ok, res = pcall(run, k, op, n, keep, now, cnow, nr, maxw, at) end
     end
-    if not ok then res = failed(res) end
+    if not ok then res = failed(res) elseif gx > 0 then res = granted(res, gx) end
     out[d] = res
   end
   return table.concat(out)
@@ -1011,16 +1057,24 @@ register('buckets', function(keys, args)
     if now == 0 then now = servertime() end
     if op == RECORD then at = math.floor(now - at) end
     local ok, res
-    if more then
-      local m
-      m, pos = readMore(blob, pos)
-      local k = keys[d]
+    local m
+    if more then m, pos = readMore(blob, pos) end
+    local k = keys[d]
+    local gx = 0
+    if op < 2 then gx = grantOf(sub(k, 1, -3)) end
+    if gx > 0 then
+      for i = 1, nr do rules[i][1] = rules[i][1] + gx end
+      if more then for _, c in ipairs(m.cals) do c[1] = c[1] + gx end end
+    end
+    if gx < 0 then
+      ok, res = true, exempt(now, nr, more and #m.cals or 0, more)
+    elseif more then
       local function slide(sop, gate) return decideBuckets(k, sop, n, now, cnow, rules, span, extra, at, true, gate) end
       ok, res = pcall(runMore, k, op, n, now, cnow, at, m, slide, nr, true)
     else
-      ok, res = pcall(decideBuckets, keys[d], op, n, now, cnow, rules, span, extra, at)
+      ok, res = pcall(decideBuckets, k, op, n, now, cnow, rules, span, extra, at)
     end
-    if not ok then res = failed(res) end
+    if not ok then res = failed(res) elseif gx > 0 then res = granted(res, gx) end
     out[#out + 1] = res
   end
   return table.concat(out)

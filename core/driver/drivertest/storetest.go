@@ -87,6 +87,7 @@ func Run(t *testing.T, newStore func(t *testing.T) core.Store, opts ...core.Opti
 		{"ChallengeRules", testChallengeRules},
 		{"ChallengeLockout", testChallengeLockout},
 		{"ChallengeConcurrent", testChallengeConcurrent},
+		{"Grants", testGrants},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -49,7 +49,8 @@ func TestDependencies(t *testing.T) {
 	}{
 		{"core/driver", nil, []string{"net/http", goRedis, rueidis}},
 		{"core/internal/memstore", []string{"core/driver"}, []string{"net/http", goRedis, rueidis}},
-		{"core", []string{"core/driver", "core/internal/memstore"}, []string{"net/http", "github.com/nyaruka/phonenumbers", "google.golang.org/protobuf", "golang.org/x/text", goRedis, rueidis}},
+		{"core/internal/netlist", nil, []string{"net/http", goRedis, rueidis}},
+		{"core", []string{"core/driver", "core/internal/memstore", "core/internal/netlist"}, []string{"net/http", "github.com/nyaruka/phonenumbers", "google.golang.org/protobuf", "golang.org/x/text", goRedis, rueidis}},
 		{"keyfunc", nil, []string{"github.com/nyaruka/phonenumbers", "google.golang.org/protobuf", "golang.org/x/text", goRedis, rueidis}},
 		// The drivers know the contract, never the engine.
 		{"internal/redislib", []string{"core/driver"}, []string{"net/http", goRedis, rueidis}},
@@ -88,7 +89,7 @@ func TestDependencies(t *testing.T) {
 // engine returns the packages a user of core links (core, its driver
 // contract and the memory store) and pkgs.
 func engine(pkgs ...string) []string {
-	return append([]string{"core", "core/driver", "core/internal/memstore"}, pkgs...)
+	return append([]string{"core", "core/driver", "core/internal/memstore", "core/internal/netlist"}, pkgs...)
 }
 
 // TestDriverContractStandardOnly: the driver contract imports only the
@@ -185,7 +186,7 @@ func TestFloors(t *testing.T) {
 		t.Fatalf("go list: %v", err)
 	}
 	above := []string{module + "/internal/test/", module + "/examples/", module + "/cmd/"}
-	internals := map[string]bool{"core/internal/memstore": true, "internal/redislib": true, "internal/peeraddr": true, "internal/race": true}
+	internals := map[string]bool{"core/internal/memstore": true, "core/internal/netlist": true, "internal/redislib": true, "internal/peeraddr": true, "internal/race": true}
 	library := 0
 	for _, pkg := range strings.Fields(string(out)) {
 		rel := strings.TrimPrefix(pkg, module+"/")

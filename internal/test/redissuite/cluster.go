@@ -70,6 +70,7 @@ func testRedisCluster(t *testing.T, drv Driver) {
 	t.Run("MigrationUnderLoad", func(t *testing.T) { testClusterMigration(t, e) })
 	t.Run("ReshardEveryKind", func(t *testing.T) { testClusterReshardKinds(t, e) })
 	t.Run("BatchDuringMigration", func(t *testing.T) { testClusterBatchMigration(t, e) })
+	t.Run("GrantMigrating", func(t *testing.T) { testClusterGrantMigrating(t, e) })
 	t.Run("Check", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -213,6 +213,7 @@ func Run(t *testing.T, drv Driver) {
 		{"CalendarShards", onRedis(testkit.CalendarShards)},
 		{"SlidingBucketsRetryAfterBound", onRedis(testkit.SlidingBucketsRetryAfterBound)},
 		{"ChallengeFleet", onRedis(testkit.ChallengeFleet)},
+		{"GrantFleet", onRedis(testkit.GrantFleet)},
 		{"ChallengeFailLocal", testChallengeFailLocal},
 		{"ChallengeResetReachesFallback", testChallengeResetReachesFallback},
 		{"RefundOnce", onRedis(testkit.RefundOnce)},

@@ -49,8 +49,8 @@ commands:
         calendar counts and passed challenge), and say how many Redis keys
         were deleted; when nothing was found for a KEY, exit 3 with a hint
         (a wrong policy, prefix or key; for -account and -phone, a
-        RATEKIT_KEY_SECRET that is not the app's)
-  policies [-max N]
+        RATEKIT_KEY_SECRET that is not the app's); a grant stays
+` + grantUsage + `  policies [-max N]
         policy names found in Redis, with their number of Redis keys of each
         kind: sliding log, buckets, lockouts and calendar counts (one hash
         per key; earlier versions' separate keys are counted there too, and
@@ -82,9 +82,9 @@ they start with '-'. Windows are Go durations or days: 1/60s, 5/1h, 10/1d;
 or a calendar period, day, week or month, in UTC or @ a time zone:
 1000000/month@Europe/Paris.
 
-Redis is REDIS_URL (redis://[[user]:password@]host:port/db). reset needs
-it; peek and policies default to redis://127.0.0.1:6379/0. Each command
-first says on stderr where it connects, without the password.
+Redis is REDIS_URL (redis://[[user]:password@]host:port/db). reset, grant
+and revoke need it; peek and policies default to redis://127.0.0.1:6379/0.
+Each command first says on stderr where it connects, without the password.
 REDIS_URL may name any node of a Redis Cluster: the commands then work on
 the whole Cluster (more seed nodes as &addr=host:port). For Redis
 Sentinel, name a sentinel and the master:
@@ -122,7 +122,9 @@ var synopsis = map[string]string{
 	"reset":     "usage: ratekit reset -policy NAME [-account|-phone] KEY...   (ratekit help: every flag)",
 	"policies":  "usage: ratekit policies [-max N]   (ratekit help: every flag)",
 	"functions": "usage: ratekit functions [-prune]   (ratekit help: every flag)",
-	"":          "usage: ratekit peek|reset|policies|functions [flags] [key ...]   (ratekit help: every flag)",
+	"grant":     "usage: ratekit grant -policy NAME (-extra N|-exempt) (-for DURATION|-until TIME) [-by WHO] [-note TEXT] [-account|-phone] KEY...   (ratekit help: every flag)",
+	"revoke":    "usage: ratekit revoke -policy NAME [-account|-phone] KEY...   (ratekit help: every flag)",
+	"":          "usage: ratekit peek|reset|policies|functions|grant|revoke [flags] [key ...]   (ratekit help: every flag)",
 }
 
 // Run executes one ratekit command line (args without the program name),
@@ -148,6 +150,10 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		err = policies(ctx, args, getenv, stdout, stderr)
 	case "functions":
 		err = functions(ctx, args, getenv, stdout, stderr)
+	case "grant":
+		err = grant(ctx, args, getenv, stdout, stderr)
+	case "revoke":
+		err = revoke(ctx, args, getenv, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "ratekit: unknown command %q\n%s\n", cmd, synopsis[""])
 		return exitUsage
@@ -651,13 +657,13 @@ func peek(ctx context.Context, args []string, getenv func(string) string, stdout
 	}
 	v.kind = kind
 	if *asJSON {
-		if err := printJSON(stdout, v.p, t.key, v.redisKey, v.d, v.h, v.locked, v.until); err != nil {
+		if err := printJSON(stdout, v.p, t.key, v.redisKey, v.d, v.h, v.locked, v.until, v.grant); err != nil {
 			return err
 		}
 	} else {
 		v.print(stdout)
 	}
-	if v.h.empty() {
+	if v.h.empty() && v.grant == nil {
 		return &notFound{
 			what: fmt.Sprintf("nothing found for %s under policy %s (Redis key %s, in %s)", t.describe(kind), p.Name, v.redisKey, c.redis),
 			hint: c.notFoundHint(kind, []target{t}, getenv(secretEnv) != ""),
@@ -680,6 +686,9 @@ func look(ctx context.Context, cn *conn, prefix string, p core.Policy, t target,
 		p.Algorithm = core.SlidingBuckets
 	}
 	v := &peeked{p: p, t: t, h: &h, redisKey: base}
+	if v.grant, err = peekGrant(ctx, store, p, t.key); err != nil {
+		return nil, err
+	}
 	v.locked, v.lockedFor = h.locked()
 	if len(p.Rules) > 0 {
 		if err := v.decide(ctx, store); err != nil {
@@ -738,7 +747,8 @@ type peeked struct {
 	d         core.Decision // with rules
 	locked    bool
 	lockedFor time.Duration
-	until     time.Time // the lockout's end, when locked
+	until     time.Time   // the lockout's end, when locked
+	grant     *core.Grant // the key's live grant, nil when none
 }
 
 // decide peeks at the key with the policy's rules on store.
@@ -776,6 +786,9 @@ func (v *peeked) print(w io.Writer) {
 		fmt.Fprintf(w, "shard 0 of %d: each shard holds a share of every rule\n", v.p.Shards)
 	}
 	v.h.print(w)
+	if v.grant != nil {
+		fmt.Fprintf(w, "grant: %s\n", describeGrant(*v.grant))
+	}
 	switch {
 	case v.locked:
 		fmt.Fprintf(w, "a request now: denied, locked out until %s (retry after %s)\n", v.until.Format(time.RFC3339), round(v.lockedFor))
@@ -863,10 +876,12 @@ type peekJSON struct {
 	Rules []opshttp.RuleState `json:"rules,omitempty"`
 	// Held is what Redis holds for the key.
 	Held heldJSON `json:"held"`
+	// Grant is the key's live grant; absent when none.
+	Grant *opshttp.GrantState `json:"grant,omitempty"`
 }
 
-func printJSON(w io.Writer, p core.Policy, key, redisKey string, d core.Decision, h *held, locked bool, until time.Time) error {
-	out := peekJSON{Policy: p.Name, Key: key, RedisKey: redisKey, Held: h.json()}
+func printJSON(w io.Writer, p core.Policy, key, redisKey string, d core.Decision, h *held, locked bool, until time.Time, g *core.Grant) error {
+	out := peekJSON{Policy: p.Name, Key: key, RedisKey: redisKey, Held: h.json(), Grant: grantJSON(g)}
 	switch {
 	case locked:
 		out.Allowed = new(bool)
