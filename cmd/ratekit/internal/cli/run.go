@@ -140,24 +140,24 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return exitOK
 	}
 	cmd, args := args[0], args[1:]
-	var err error
-	switch cmd {
-	case "peek":
-		err = peek(ctx, args, getenv, stdout, stderr)
-	case "reset":
-		err = reset(ctx, args, getenv, stdout, stderr)
-	case "policies":
-		err = policies(ctx, args, getenv, stdout, stderr)
-	case "functions":
-		err = functions(ctx, args, getenv, stdout, stderr)
-	case "grant":
-		err = grant(ctx, args, getenv, stdout, stderr)
-	case "revoke":
-		err = revoke(ctx, args, getenv, stdout, stderr)
-	default:
+	run, ok := commands[cmd]
+	if !ok {
 		fmt.Fprintf(stderr, "ratekit: unknown command %q\n%s\n", cmd, synopsis[""])
 		return exitUsage
 	}
+	return exit(cmd, run(ctx, args, getenv, stdout, stderr), stderr)
+}
+
+// command is one command of ratekit: its arguments after its name.
+type command func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error
+
+// commands are ratekit's commands by name.
+var commands = map[string]command{
+	"peek": peek, "reset": reset, "policies": policies, "functions": functions, "grant": grant, "revoke": revoke,
+}
+
+// exit prints what err of cmd says on stderr, and returns the exit code.
+func exit(cmd string, err error, stderr io.Writer) int {
 	var nf *notFound
 	switch {
 	case err == nil:
