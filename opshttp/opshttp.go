@@ -189,25 +189,36 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.refused(w, r, seg[1])
 		}
 	case len(seg) == 4 && seg[2] == "keys":
-		switch r.Method {
-		case http.MethodGet, http.MethodHead:
-			h.peek(w, r, seg[1], seg[3])
-		case http.MethodDelete:
-			h.reset(w, r, seg[1], seg[3])
-		default:
-			methodNotAllowed(w, allowKey)
-		}
+		h.keyRoute(w, r, seg[1], seg[3])
 	case len(seg) == 5 && seg[2] == "keys" && seg[4] == "grant":
-		switch r.Method {
-		case http.MethodPost:
-			h.grant(w, r, seg[1], seg[3])
-		case http.MethodDelete:
-			h.revoke(w, r, seg[1], seg[3])
-		default:
-			methodNotAllowed(w, allowGrant)
-		}
+		h.grantRoute(w, r, seg[1], seg[3])
 	default:
 		writeJSON(w, http.StatusNotFound, Error{"not found"})
+	}
+}
+
+// keyRoute serves /policies/{policy}/keys/{key}: GET peeks, DELETE resets.
+func (h *handler) keyRoute(w http.ResponseWriter, r *http.Request, policy, key string) {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		h.peek(w, r, policy, key)
+	case http.MethodDelete:
+		h.reset(w, r, policy, key)
+	default:
+		methodNotAllowed(w, allowKey)
+	}
+}
+
+// grantRoute serves /policies/{policy}/keys/{key}/grant: POST grants,
+// DELETE revokes.
+func (h *handler) grantRoute(w http.ResponseWriter, r *http.Request, policy, key string) {
+	switch r.Method {
+	case http.MethodPost:
+		h.grant(w, r, policy, key)
+	case http.MethodDelete:
+		h.revoke(w, r, policy, key)
+	default:
+		methodNotAllowed(w, allowGrant)
 	}
 }
 
