@@ -104,6 +104,9 @@ type Store struct {
 	watch     *watcher          // invalidations between instances, and the fleet
 	replies   replies           // the connections dialled, for Answered
 
+	inlineOK    bool          // a lone caller may run its own flight (see inline)
+	readTimeout time.Duration // the client's ReadTimeout, after go-redis's defaults
+
 	wall func() time.Time // the clock calendar periods are found around when Redis's decides; nil: time.Now
 
 	waitReplicas int           // WithWaitReplicas; 0: off
@@ -252,6 +255,10 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		}
 	} else {
 		s.batch = newBatcher()
+		s.inlineOK, s.readTimeout = inlineOK(client)
+		if s.inlineOK {
+			s.batch.SetInline(s.inline)
+		}
 	}
 	s.replies.track(client)
 	s.leases = &redislib.Leases{Name: "redisstore", Prefix: s.prefix, Cluster: s.cluster, Run: s.run, Flight: s.flight}
