@@ -48,7 +48,11 @@ const defaultBatch = 64
 // timeout: so a paused Redis costs a request no more than the Limiter's
 // timeout, whatever the client's options (ContextTimeoutEnabled or not),
 // and a reply that came while the process was too busy to read it is not
-// lost (see core.WithTimeout).
+// lost (see core.WithTimeout). On a *redis.Client with
+// ContextTimeoutEnabled (and no TLS), a lone caller (nothing queued, no
+// call in flight) skips that hand-off and reads its own reply, with the
+// same promises: its read goes on while its context lasts or a reply
+// waits unread in the socket, and ends when its context does.
 //
 // On a Redis Cluster the store keeps the Cluster's slot map (CLUSTER
 // SLOTS: loaded at its first use, again every five seconds while it is
