@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -335,5 +336,93 @@ func TestTouchAll(t *testing.T) {
 	failing := func(context.Context, string) (bool, error) { return false, boom }
 	if err := touchAll(context.Background(), failing, keys); !errors.Is(err, boom) {
 		t.Errorf("touchAll with a failing allow = %v, want %v", err, boom)
+	}
+}
+
+// TestRounds checks the interleaved order of the rounds and what a cell
+// of rounds reports: the medians of ops/s and p99, the sums of the
+// counts.
+func TestRounds(t *testing.T) {
+	var libs []*library
+	for _, l := range libraries() {
+		if l.store == "redis" {
+			libs = append(libs, l)
+		}
+	}
+	pat := patterns()[0]
+	var order []string
+	n := map[*library]int{}
+	// Each library's k-th round decides (k+1)*1000 per second, but the
+	// second round of the first library is disturbed: 10 per second.
+	cells, err := runRounds(context.Background(), libs, pat, 1, 3, func(l *library) (result, error) {
+		order = append(order, l.name+"/"+l.algo[:4])
+		n[l]++
+		ops := int64(n[l] * 1000)
+		if l == libs[0] && n[l] == 2 {
+			ops = 10
+		}
+		return result{ops: ops, allowed: ops, elapsed: time.Second, p99: time.Duration(n[l]) * time.Millisecond, mallocs: 7}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, r := range []int{0, 1, 2} {
+		for k := range libs {
+			i := k
+			if r == 1 {
+				i = len(libs) - 1 - k
+			}
+			want = append(want, libs[i].name+"/"+libs[i].algo[:4])
+		}
+	}
+	if !slices.Equal(order, want) {
+		t.Errorf("order = %v, want %v", order, want)
+	}
+	if len(cells) != len(libs) {
+		t.Fatalf("%d cells, want %d", len(cells), len(libs))
+	}
+	c := cells[0]
+	if got := c.res.opsPerSec(); got != 1000 { // rounds 1000, 10, 3000
+		t.Errorf("median ops/s of the first library = %v, want 1000", got)
+	}
+	if got := cells[1].res.opsPerSec(); got != 2000 {
+		t.Errorf("median ops/s of the second library = %v, want 2000", got)
+	}
+	if c.res.p99 != 2*time.Millisecond || c.res.ops != 4010 || c.res.mallocs != 21 || c.res.elapsed != 3*time.Second || len(c.rounds) != 3 {
+		t.Errorf("first cell = %+v, want p99 2ms, 4010 decisions, 21 allocations over 3s, 3 rounds", c.res)
+	}
+}
+
+// TestP99Rows judges the p99 rows against the fastest peer of a cell.
+func TestP99Rows(t *testing.T) {
+	byName := map[string]*library{}
+	for _, l := range libraries() {
+		if l.store == "redis" {
+			byName[l.name] = l
+		}
+	}
+	hot := patterns()[0]
+	rep := &report{goroutines: []int{1, 16}, patterns: []*pattern{hot}}
+	add := func(name string, g int, ops int64, p99 time.Duration) {
+		rep.cells = append(rep.cells, cell{lib: byName[name], pat: hot, g: g, res: result{ops: ops, elapsed: time.Second, p99: p99}})
+	}
+	// c=1: ulule decides most, with a p99 of 150 µs; ratekit's 140 µs.
+	add(nameRatekit, 1, 10000, 140*time.Microsecond)
+	add(nameRedisRate, 1, 9000, 100*time.Microsecond)
+	add(nameUlule, 1, 12000, 150*time.Microsecond)
+	// c=16: redis_rate decides most, p99 1 ms; ratekit's 1.2 ms.
+	add(nameRatekit, 16, 60000, 1200*time.Microsecond)
+	add(nameRedisRate, 16, 70000, time.Millisecond)
+	add(nameUlule, 16, 50000, 500*time.Microsecond)
+	got := map[string]goalRow{}
+	for _, g := range rep.p99Rows([]string{"hot"}) {
+		got[g.name] = g
+	}
+	if g := got["Redis p99 latency, hot key, c=1"]; g.verdict != met || g.ratio != "0.93× "+nameUlule {
+		t.Errorf("c=1 row = %+v, want met at 0.93× ulule", g)
+	}
+	if g := got["Redis p99 latency, hot key, c=16"]; g.verdict != notMet || g.ratio != "1.20× "+nameRedisRate {
+		t.Errorf("c=16 row = %+v, want not met at 1.20× redis_rate", g)
 	}
 }

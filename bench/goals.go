@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 )
 
 // The performance goals, each judged on this run's numbers alone: ratekit
@@ -177,6 +178,7 @@ func (r *report) goals() []goalRow {
 			rows = append(rows, row)
 		}
 	}
+	rows = append(rows, r.p99Rows(allowedPats)...)
 	for _, pat := range allowedPats {
 		row := goalRow{goal: 1, name: fmt.Sprintf("stretch: Redis decisions/s against the unpipelined EVALSHA ceiling, %s, c=%d", patLabel(pat), maxG),
 			target: fmt.Sprintf("≥ %.1f× ceiling", goalStretch), score: math.NaN()}
@@ -427,4 +429,39 @@ func microNote(m microResult) string {
 		return fmt.Sprintf(" (only %.1f%% admitted)", 100*float64(m.allowed)/float64(m.ops))
 	}
 	return ""
+}
+
+// p99Rows judges issue 32's second half of goal 1: in every Redis cell
+// of the allowed patterns, ratekit's p99 no longer than that of the
+// fastest peer of the cell (the one that decided most per second).
+func (r *report) p99Rows(pats []string) []goalRow {
+	var rows []goalRow
+	for _, pat := range pats {
+		for _, g := range r.goroutines {
+			row := goalRow{goal: 1, name: fmt.Sprintf("Redis p99 latency, %s, c=%d", patLabel(pat), g), target: "≤ 1.00× the fastest peer's p99", score: math.NaN()}
+			rk, ok := r.cellOf(nameRatekit, "redis", pat, g)
+			if ok && rk.res.p99 > 0 {
+				row.value = fmtDur(rk.res.p99)
+			}
+			best, bestName, bestP99 := 0.0, "", time.Duration(0)
+			var ps []string
+			for _, name := range redisPeers {
+				if c, found := r.cellOf(name, "redis", pat, g); found && c.res.p99 > 0 {
+					ps = append(ps, name+" "+fmtDur(c.res.p99))
+					if v := c.res.opsPerSec(); v > best {
+						best, bestName, bestP99 = v, name, c.res.p99
+					}
+				}
+			}
+			row.peers = strings.Join(ps, "; ")
+			if row.value != "" && bestP99 > 0 {
+				v := float64(rk.res.p99) / float64(bestP99)
+				row.ratio = fmt.Sprintf("%.2f× %s", v, bestName)
+				row.score = atMost(v, 1)
+			}
+			row.verdict = verdictOf(row.score)
+			rows = append(rows, row)
+		}
+	}
+	return rows
 }

@@ -51,6 +51,8 @@ type config struct {
 	out        string
 	limit      time.Duration // hard bound of the whole run
 	cpuProfile string        // file for a CPU profile of the run; "" for none
+	rounds     int           // interleaved rounds of the one-goroutine Redis cells of the allowed patterns
+	roundDur   time.Duration // measured time of one such round
 }
 
 func main() {
@@ -102,12 +104,20 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.pats, "patterns", "", "only these comma-separated patterns (hot, 10k, denied)")
 	fs.StringVar(&cfg.out, "out", "results", "directory for results.md, throughput.svg and goals.svg")
 	fs.DurationVar(&cfg.limit, "limit", 10*time.Minute, "hard bound of the whole run")
+	fs.IntVar(&cfg.rounds, "rounds", 3, "interleaved rounds of each one-goroutine Redis cell of the hot and 10k patterns (medians reported); 1: one run as the other cells")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (narrow the run with -libs, -patterns, -goroutines)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	if cfg.quick {
 		cfg.redisDur, cfg.memDur, cfg.ceilingDur, cfg.microTime = 400*time.Millisecond, 150*time.Millisecond, 400*time.Millisecond, 50*time.Millisecond
+	}
+	if cfg.rounds < 1 || cfg.rounds > 20 {
+		return cfg, fmt.Errorf("-rounds: %d is not within 1..20", cfg.rounds)
+	}
+	cfg.roundDur = cfg.redisDur
+	if cfg.rounds > 1 {
+		cfg.roundDur = max(cfg.redisDur/2, 200*time.Millisecond)
 	}
 	for _, f := range strings.Split(gs, ",") {
 		g, err := strconv.Atoi(strings.TrimSpace(f))
@@ -184,7 +194,10 @@ func compare(ctx context.Context, cfg config) error {
 			for _, g := range cfg.goroutines {
 				jobs = append(jobs, job{l, p, g})
 				d := cfg.memDur
-				if l.store == "redis" {
+				switch {
+				case cfg.rounds > 1 && interleaved(l, p, g):
+					d = time.Duration(cfg.rounds) * (cfg.roundDur + warmup(cfg.roundDur))
+				case l.store == "redis":
 					d = cfg.redisDur
 				}
 				planned += d + warmup(d)
@@ -218,6 +231,7 @@ func compare(ctx context.Context, cfg config) error {
 		"competitors: " + competitorVersions(),
 		"frameworks: " + frameworkVersions(),
 		fmt.Sprintf("cells: %v measured per Redis-backed cell, %v per in-memory cell, after an unmeasured warm-up; latency sampled on every Redis decision and on 1 in 64 in-memory decisions; testing.Benchmark benchtime %v", cfg.redisDur, cfg.memDur, cfg.microTime),
+		roundsLine(cfg),
 		"ratekit on Redis: one RedisStore for the run (batching 64, the default), a limiter per pattern with default options but a 1 s store timeout (a fallback decision would not measure Redis; fallbacks count as errors)",
 		"load average before the run: " + load0,
 	}
@@ -263,54 +277,47 @@ func compare(ctx context.Context, cfg config) error {
 		logf("go-redis PING, G=1: %s ops/s, client CPU %.1f µs per call", fmtOps(res.opsPerSec()), res.clientCPUPerOp())
 	}
 
-	// 2. The matrix.
+	// 2. The matrix. The one-goroutine cells of the allowed Redis
+	// patterns run in interleaved rounds (see runRounds); the others once.
+	done := map[*pattern]bool{}
 	for i, j := range jobs {
 		if ctx.Err() != nil {
 			break
 		}
-		d, sample := cfg.memDur, uint64(64)
-		var probes []probe
-		var rp *redisProbe
-		if j.lib.store == "redis" {
-			d, sample = cfg.redisDur, 1
-			if err := rdb.FlushAll(ctx).Err(); err != nil {
-				return fmt.Errorf("FLUSHALL: %w", err)
+		if cfg.rounds > 1 && interleaved(j.lib, j.pat, j.g) {
+			if done[j.pat] {
+				continue
 			}
-			// Each library's own measurement window: commandstats are
-			// reset as it starts and read as it ends.
-			rp = &redisProbe{rdb: rdb}
-			probes = append(probes, rp)
+			done[j.pat] = true
+			var group []*library
+			for _, k := range jobs {
+				if k.pat == j.pat && k.g == j.g && interleaved(k.lib, k.pat, k.g) {
+					group = append(group, k.lib)
+				}
+			}
+			cells, err := runRounds(ctx, group, j.pat, j.g, cfg.rounds, func(l *library) (result, error) {
+				return runCell(ctx, e, l, j.pat, j.g, cfg.roundDur)
+			})
+			if err != nil {
+				return err
+			}
+			rep.cells = append(rep.cells, cells...)
+			for _, c := range cells {
+				logCell(begin, fmt.Sprintf("%d rounds", len(c.rounds)), c)
+			}
+			continue
 		}
-		allow, closeFn, err := j.lib.setup(e, j.pat)
+		d := cfg.memDur
+		if j.lib.store == "redis" {
+			d = cfg.redisDur
+		}
+		res, err := runCell(ctx, e, j.lib, j.pat, j.g, d)
 		if err != nil {
-			return fmt.Errorf("%s (%s): %w", j.lib.name, j.lib.store, err)
+			return err
 		}
-		if len(j.pat.keys) > 1 {
-			if err := touchAll(ctx, allow, j.pat.keys); err != nil {
-				closeFn()
-				return fmt.Errorf("%s (%s) touching the keys of %s: %w", j.lib.name, j.lib.store, j.pat.name, err)
-			}
-		}
-		res := measure(ctx, allow, j.pat.keys, j.g, warmup(d), d, sample, probes...)
-		closeFn()
-		if rp != nil && ctx.Err() == nil {
-			if rp.err != nil {
-				return rp.err
-			}
-			res.redis = rp.result
-		}
-		rep.cells = append(rep.cells, cell{lib: j.lib, pat: j.pat, g: j.g, res: res})
-		errs := ""
-		if res.errs > 0 {
-			errs = fmt.Sprintf(", %d ERRORS", res.errs)
-		}
-		extra := fmt.Sprintf("%5.1f allocs", res.allocsPerOp())
-		if j.lib.store == "redis" {
-			extra += fmt.Sprintf(", client CPU %.1f µs, Redis %.2f µs (CPU %.2f µs)/decision", res.clientCPUPerOp(), res.redisUsecPerOp(), res.redisCPUPerOp())
-		}
-		logf("[%2d/%d %s] %-22s %-6s %-6s G=%-3d %12s ops/s  p50 %-9s p99 %-9s admitted %5.1f%%  %s%s",
-			i+1, len(jobs), time.Since(begin).Round(time.Second), j.lib.name, j.lib.store, j.pat.name, j.g,
-			fmtOps(res.opsPerSec()), fmtDur(res.p50), fmtDur(res.p99), 100*perOp(float64(res.allowed), res.ops), extra, errs)
+		c := cell{lib: j.lib, pat: j.pat, g: j.g, res: res}
+		rep.cells = append(rep.cells, c)
+		logCell(begin, fmt.Sprintf("%2d/%d", i+1, len(jobs)), c)
 	}
 	if err := rdb.FlushAll(ctx).Err(); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("FLUSHALL: %w", err)
@@ -378,6 +385,108 @@ func compare(ctx context.Context, cfg config) error {
 	}
 	logf("wrote %s, %s and %s in %s", md, svg, goalsSVG, time.Since(begin).Round(time.Second))
 	return nil
+}
+
+// interleaved reports whether the cell of lib on p at g goroutines runs
+// in interleaved rounds: a Redis library at one goroutine on an allowed
+// pattern, where the verdicts sit near 1.0×.
+func interleaved(lib *library, p *pattern, g int) bool {
+	return g == 1 && lib.store == "redis" && p.allowed
+}
+
+// roundsLine describes the interleaved rounds for the report's header.
+func roundsLine(cfg config) string {
+	if cfg.rounds <= 1 {
+		return "one-goroutine cells: measured once, as the others"
+	}
+	return fmt.Sprintf("one-goroutine Redis cells of the allowed patterns: %d interleaved rounds of %v each (the libraries in turn, the order reversed every other round: A B C D, D C B A, ...); their ops/s, p50 and p99 are the medians of the rounds, their costs per decision those of all the rounds together",
+		cfg.rounds, cfg.roundDur)
+}
+
+// runCell measures lib on p at g goroutines for d after a warm-up: on a
+// flushed Redis with Redis's costs for a Redis library, the keys of a
+// many-key pattern touched first.
+func runCell(ctx context.Context, e *env, lib *library, p *pattern, g int, d time.Duration) (result, error) {
+	sample := uint64(64)
+	var probes []probe
+	var rp *redisProbe
+	if lib.store == "redis" {
+		sample = 1
+		if err := e.rdb.FlushAll(ctx).Err(); err != nil {
+			return result{}, fmt.Errorf("FLUSHALL: %w", err)
+		}
+		// Each library's own measurement window: commandstats are
+		// reset as it starts and read as it ends.
+		rp = &redisProbe{rdb: e.rdb}
+		probes = append(probes, rp)
+	}
+	allow, closeFn, err := lib.setup(e, p)
+	if err != nil {
+		return result{}, fmt.Errorf("%s (%s): %w", lib.name, lib.store, err)
+	}
+	defer closeFn()
+	if len(p.keys) > 1 {
+		if err := touchAll(ctx, allow, p.keys); err != nil {
+			return result{}, fmt.Errorf("%s (%s) touching the keys of %s: %w", lib.name, lib.store, p.name, err)
+		}
+	}
+	res := measure(ctx, allow, p.keys, g, warmup(d), d, sample, probes...)
+	if rp != nil && ctx.Err() == nil {
+		if rp.err != nil {
+			return result{}, rp.err
+		}
+		res.redis = rp.result
+	}
+	return res, nil
+}
+
+// runRounds measures libs on p at g goroutines with run in rounds
+// interleaved rounds: every library once a round, in the libraries' order
+// in even rounds and the reverse in odd ones (A B C D, D C B A, A B C
+// D), so that a drift of the machine's load over the rounds weighs on
+// every library alike. Each cell merges its rounds (mergeRounds).
+func runRounds(ctx context.Context, libs []*library, p *pattern, g, rounds int, run func(*library) (result, error)) ([]cell, error) {
+	per := make([][]result, len(libs))
+	for r := range rounds {
+		for k := range libs {
+			i := k
+			if r%2 == 1 {
+				i = len(libs) - 1 - k
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			res, err := run(libs[i])
+			if err != nil {
+				return nil, err
+			}
+			per[i] = append(per[i], res)
+		}
+	}
+	cells := make([]cell, 0, len(libs))
+	for i, l := range libs {
+		if len(per[i]) == 0 {
+			continue
+		}
+		cells = append(cells, cell{lib: l, pat: p, g: g, res: mergeRounds(per[i]), rounds: per[i]})
+	}
+	return cells, nil
+}
+
+// logCell prints a measured cell on stderr.
+func logCell(begin time.Time, tag string, c cell) {
+	res := c.res
+	errs := ""
+	if res.errs > 0 {
+		errs = fmt.Sprintf(", %d ERRORS", res.errs)
+	}
+	extra := fmt.Sprintf("%5.1f allocs", res.allocsPerOp())
+	if c.lib.store == "redis" {
+		extra += fmt.Sprintf(", client CPU %.1f µs, Redis %.2f µs (CPU %.2f µs)/decision", res.clientCPUPerOp(), res.redisUsecPerOp(), res.redisCPUPerOp())
+	}
+	logf("[%s %s] %-22s %-6s %-6s G=%-3d %12s ops/s  p50 %-9s p99 %-9s admitted %5.1f%%  %s%s",
+		tag, time.Since(begin).Round(time.Second), c.lib.name, c.lib.store, c.pat.name, c.g,
+		fmtOps(res.opsPerSec()), fmtDur(res.p50), fmtDur(res.p99), 100*perOp(float64(res.allowed), res.ops), extra, errs)
 }
 
 // sweepWindows are the windows of the hot-key sweep.

@@ -19,10 +19,11 @@ import (
 
 // cell is one measured point of the matrix.
 type cell struct {
-	lib *library
-	pat *pattern
-	g   int
-	res result
+	lib    *library
+	pat    *pattern
+	g      int
+	res    result   // the cell's result; for a cell of rounds, mergeRounds of them
+	rounds []result // the interleaved rounds, in the order run; nil: measured once
 }
 
 // microResult is one in-memory testing.Benchmark.
@@ -136,6 +137,7 @@ func (r *report) writeMarkdown(w io.Writer) {
 	p("Redis µs/decision: INFO commandstats execution time of every command the library sent (scripts and functions included; the harness's INFO and CONFIG left out), reset at the start of the measured window, divided by its decisions; it leaves out reading and writing the connections. ")
 	p("Redis CPU µs/decision: the Redis process's user + system CPU time (INFO cpu) over the same window, divided by its decisions: execution, network I/O and all. ")
 	p("script calls/decision: FCALL and EVALSHA calls per decision, below 1 when one call decides a batch.\n\n")
+	r.writeRounds(p)
 	r.writeOneCaller(p)
 	if len(r.sweep) > 0 {
 		p("## What bounds ratekit on one hot key: the live entries of its log\n\n")
@@ -595,6 +597,34 @@ func (r *report) writeOneCaller(p func(format string, a ...any)) {
 			}
 			p("| %s | %s | %s | %.1f | %+.1f µs | %s |\n", c.lib.name, pat.name, fmtOps(c.res.opsPerSec()), v, v-ping, goal)
 		}
+	}
+	p("\n")
+}
+
+// writeRounds writes the interleaved rounds of the cells that ran in
+// rounds: each round's decisions/s and p99, in the order run, beside the
+// medians the cell reports.
+func (r *report) writeRounds(p func(format string, a ...any)) {
+	var cells []cell
+	for _, c := range r.cells {
+		if len(c.rounds) > 0 {
+			cells = append(cells, c)
+		}
+	}
+	if len(cells) == 0 {
+		return
+	}
+	p("## One goroutine: interleaved rounds\n\n")
+	p("Each one-goroutine Redis cell of the allowed patterns ran in %d rounds, the libraries in turn and the order reversed every other round, so that a verdict near 1.0× is not decided by when a library ran. The tables above report the medians.\n\n", len(cells[0].rounds))
+	p("| library | pattern | ops/s by round | median ops/s | × ratekit (median) | p99 by round | median p99 |\n|---|---|---|---:|---:|---|---:|\n")
+	for _, c := range cells {
+		var ops, p99 []string
+		for _, rd := range c.rounds {
+			ops = append(ops, fmtOps(rd.opsPerSec()))
+			p99 = append(p99, fmtDur(rd.p99))
+		}
+		p("| %s | %s | %s | %s | %s | %s | %s |\n", c.lib.name, c.pat.name, strings.Join(ops, ", "), fmtOps(c.res.opsPerSec()),
+			fmtRatio(c.res.opsPerSec(), r.ratekitOps(c.lib.store, c.pat, c.g)), strings.Join(p99, ", "), fmtDur(c.res.p99))
 	}
 	p("\n")
 }

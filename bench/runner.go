@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/bits"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -33,6 +34,9 @@ type result struct {
 	// redis is what Redis spent in the measured window (Redis-backed
 	// cells only).
 	redis redisCost
+	// medianOps, when set, is the median decisions/s of the rounds a
+	// result merges (see mergeRounds): its throughput.
+	medianOps float64
 }
 
 // allocsPerOp returns heap allocations per decision.
@@ -81,6 +85,9 @@ type probe interface {
 
 // opsPerSec returns the throughput of r.
 func (r result) opsPerSec() float64 {
+	if r.medianOps > 0 {
+		return r.medianOps
+	}
 	if r.elapsed <= 0 {
 		return 0
 	}
@@ -260,4 +267,47 @@ func (h *histogram) quantile(q float64) time.Duration {
 		}
 	}
 	return 0
+}
+
+// mergeRounds merges the results of rounds of one cell: decisions/s, p50
+// and p99 are the medians of the rounds' (so that one disturbed round
+// does not decide a verdict), and the counts (decisions, allocations,
+// CPU, Redis's time) are summed, so that the per-decision costs are
+// those of all the rounds.
+func mergeRounds(rounds []result) result {
+	var m result
+	if len(rounds) == 0 {
+		return m
+	}
+	ops := make([]float64, len(rounds))
+	p50 := make([]time.Duration, len(rounds))
+	p99 := make([]time.Duration, len(rounds))
+	for i, r := range rounds {
+		m.ops += r.ops
+		m.allowed += r.allowed
+		m.errs += r.errs
+		m.elapsed += r.elapsed
+		m.mallocs += r.mallocs
+		m.allocBytes += r.allocBytes
+		m.clientCPU += r.clientCPU
+		m.redis.scriptCalls += r.redis.scriptCalls
+		m.redis.scriptUsec += r.redis.scriptUsec
+		m.redis.allUsec += r.redis.allUsec
+		m.redis.cpuUsec += r.redis.cpuUsec
+		ops[i], p50[i], p99[i] = r.opsPerSec(), r.p50, r.p99
+	}
+	m.medianOps = median(ops)
+	m.p50, m.p99 = median(p50), median(p99)
+	return m
+}
+
+// median returns the median of vs (the mean of the middle two for an
+// even count); vs is sorted in place.
+func median[T ~int64 | ~float64](vs []T) T {
+	slices.Sort(vs)
+	n := len(vs)
+	if n%2 == 1 {
+		return vs[n/2]
+	}
+	return (vs[n/2-1] + vs[n/2]) / 2
 }

@@ -48,7 +48,11 @@ const defaultBatch = 64
 // timeout: so a paused Redis costs a request no more than the Limiter's
 // timeout, whatever the client's options (ContextTimeoutEnabled or not),
 // and a reply that came while the process was too busy to read it is not
-// lost (see core.WithTimeout).
+// lost (see core.WithTimeout). On a *redis.Client with
+// ContextTimeoutEnabled (and no TLS), a lone caller (nothing queued, no
+// call in flight) skips that hand-off and reads its own reply, with the
+// same promises: its read goes on while its context lasts or a reply
+// waits unread in the socket, and ends when its context does.
 //
 // On a Redis Cluster the store keeps the Cluster's slot map (CLUSTER
 // SLOTS: loaded at its first use, again every five seconds while it is
@@ -103,6 +107,9 @@ type Store struct {
 	prune     sync.Once         // the libraries no instance runs are deleted (pruned)
 	watch     *watcher          // invalidations between instances, and the fleet
 	replies   replies           // the connections dialled, for Answered
+
+	inlineOK    bool          // a lone caller may run its own flight (see inline)
+	readTimeout time.Duration // the client's ReadTimeout, after go-redis's defaults
 
 	wall func() time.Time // the clock calendar periods are found around when Redis's decides; nil: time.Now
 
@@ -252,6 +259,10 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		}
 	} else {
 		s.batch = newBatcher()
+		s.inlineOK, s.readTimeout = inlineOK(client)
+		if s.inlineOK {
+			s.batch.SetInline(s.inline)
+		}
 	}
 	s.replies.track(client)
 	s.leases = &redislib.Leases{Name: "redisstore", Prefix: s.prefix, Cluster: s.cluster, Run: s.run, Flight: s.flight}

@@ -35,14 +35,37 @@ var goRedis = redissuite.Driver{
 	Replies:   runtime.GOOS == "linux",
 }
 
-// TestSuite runs the suite every Redis driver passes.
-func TestSuite(t *testing.T) { redissuite.Run(t, goRedis) }
+// TestSuite runs the suite every Redis driver passes, and its cases of
+// exactness, faults and transitions again on clients built with
+// ContextTimeoutEnabled, where a lone caller runs its own flight.
+func TestSuite(t *testing.T) {
+	redissuite.Run(t, goRedis)
+	t.Run("ContextTimeout", func(t *testing.T) {
+		redissuite.RunNamed(t, goRedisCtx, "Store", "RedisExactness", "RedisSameInstant", "RedisRetryCountedOnce", "RedisLibraryReload",
+			"RedisMatchesMemory", "RedisBatchingExact", "RedisScriptsAfterRestart", "FailLocalShare", "InFlightExact",
+			"OutageEndCounts", "LateRepliesCount", "ResetThroughBreaker")
+	})
+}
+
+// goRedisCtx is goRedis on clients built with ContextTimeoutEnabled.
+var goRedisCtx = func() redissuite.Driver {
+	d := goRedis
+	d.Name = "redisstore (ContextTimeoutEnabled)"
+	d.Connect = func(t testing.TB, c redissuite.Conf) (redissuite.Store, func()) {
+		c.ContextTimeout = true
+		return connect(t, c)
+	}
+	return d
+}()
 
 // TestTimed runs the suite's tests timed against the wall clock, and
 // go-redis's own: `make test` skips it, `make test-timing` runs it alone.
 func TestTimed(t *testing.T) {
 	redissuite.RunTimed(t, goRedis)
 	t.Run("RedisPoolExhausted", testRedisPoolExhausted)
+	t.Run("ContextTimeout", func(t *testing.T) {
+		redissuite.RunNamed(t, goRedisCtx, "RedisFaults", "RedisTimeoutWhilePaused", "RedisDown", "RedisSaturatedApp", "RedisFrozenSaturatedApp")
+	})
 }
 
 func connect(t testing.TB, c redissuite.Conf) (redissuite.Store, func()) {

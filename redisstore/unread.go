@@ -22,6 +22,7 @@ import (
 type replies struct {
 	last    atomic.Int64                // unix nanoseconds of the latest read of a reply's bytes
 	dialErr atomic.Pointer[dialFailure] // the latest dial's failure; nil once a dial succeeds
+	inline  atomic.Pointer[inlineRead]  // a lone caller's read under way, if any
 	mu      sync.Mutex
 	conns   map[*trackedConn]struct{}
 }
@@ -88,22 +89,28 @@ func (repliesHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // asked for; it forgets itself when closed.
 type trackedConn struct {
 	net.Conn
-	raw  syscall.RawConn
-	r    *replies
-	once sync.Once
+	raw   syscall.RawConn
+	r     *replies
+	once  sync.Once
+	owner *inlineRead // the lone caller whose reply is read, if any (see inlineRead)
 }
 
 // SyscallConn returns the connection's raw connection: go-redis checks a
 // pooled connection's health through it before it uses it.
 func (c *trackedConn) SyscallConn() (syscall.RawConn, error) { return c.raw, nil }
 
-// Read reads as the connection does, and notes when bytes came.
+// Read reads as the connection does, and notes when bytes came; a lone
+// caller's read goes on slice after slice (see inlineRead).
 func (c *trackedConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	if n > 0 {
-		c.r.last.Store(time.Now().UnixNano())
+	for {
+		n, err := c.Conn.Read(b)
+		if n > 0 {
+			c.r.last.Store(time.Now().UnixNano())
+		}
+		if err == nil || n > 0 || !c.readOn(err) {
+			return n, err
+		}
 	}
-	return n, err
 }
 
 func (c *trackedConn) Close() error {

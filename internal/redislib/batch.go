@@ -17,9 +17,16 @@ import (
 // reply that came while the process was too busy to read it is not lost
 // to a socket deadline, and a caller whose context ends while its answer
 // is there takes the answer.
+//
+// A lone caller (nothing queued, no flight under way) runs its own
+// flight instead, on its own goroutine, where the batcher has an inline
+// runner (SetInline): it saves the hand-off to a flusher and back, two
+// goroutine wake-ups. Callers that come meanwhile queue for the flushers
+// as before.
 type Batcher struct {
 	flight      func(ctx context.Context, calls []*Call)
-	deadlines   bool // the flight's I/O is bounded by its callers' deadlines
+	inline      func(ctx context.Context, c *Call) (bool, error) // see SetInline; nil: none
+	deadlines   bool                                             // the flight's I/O is bounded by its callers' deadlines
 	maxBatch    int
 	maxFlushers int
 
@@ -27,6 +34,7 @@ type Batcher struct {
 	queue    []*Call
 	flushers int // flusher goroutines alive
 	waiting  int // flushers waiting for work
+	sending  int // flights under way, a lone caller's included
 	work     chan struct{}
 }
 
@@ -47,12 +55,37 @@ func NewBatcher(flight func(ctx context.Context, calls []*Call), maxBatch int, d
 	return b
 }
 
+// SetInline gives the batcher a runner for a lone caller's flight: when
+// nothing is queued and no flight is under way, Do calls run(ctx, c) on
+// the caller's goroutine instead of handing c to a flusher. run sends c
+// in a flight of its own and returns once c has its answer, or ctx has
+// ended without one (then it returns ctx's error, and c is not reused),
+// with ran set; it returns ran false without sending anything when it
+// cannot bound its wait by ctx (c then goes to a flusher). run must
+// keep Await's promise: an answer that Redis has sent when ctx ends is
+// read and taken. Set it before the batcher is used.
+func (b *Batcher) SetInline(run func(ctx context.Context, c *Call) (ran bool, err error)) {
+	b.inline = run
+}
+
 // Do sends c and waits for its answer or the end of ctx. If the answer
 // did not come, it returns why: c then belongs to the flight that
 // carries it and must not be reused.
 func (b *Batcher) Do(ctx context.Context, c *Call) error {
 	c.Deadline, _ = ctx.Deadline()
 	b.mu.Lock()
+	if b.inline != nil && b.sending == 0 && len(b.queue) == 0 {
+		// A lone caller: its own flight, no hand-off.
+		b.sending++
+		b.mu.Unlock()
+		ran, err := b.inline(ctx, c)
+		b.mu.Lock()
+		b.sending--
+		if ran {
+			b.mu.Unlock()
+			return err
+		}
+	}
 	if len(b.queue) >= maxQueue {
 		b.mu.Unlock()
 		c.Err = ErrBusy
@@ -107,17 +140,24 @@ func (b *Batcher) flush() {
 	defer idle.Stop()
 	var batch []*Call // reused from one batch to the next
 	dc := new(deadlineCtx)
+	sent := false // a flight of this flusher ended since it last held b.mu
 	for {
 		b.mu.Lock()
+		if sent {
+			b.sending--
+			sent = false
+		}
 		if n := len(b.queue); n > 0 {
 			n = min(n, b.maxBatch)
 			batch = append(batch[:0], b.queue[:n]...)
 			rest := copy(b.queue, b.queue[n:])
 			clear(b.queue[rest:])
 			b.queue = b.queue[:rest]
+			b.sending++
 			b.mu.Unlock()
 			b.send(batch, dc)
 			clear(batch) // the calls go back to their callers
+			sent = true
 			continue
 		}
 		b.waiting++
@@ -157,7 +197,7 @@ func (b *Batcher) send(batch []*Call, dc *deadlineCtx) {
 	}
 	ctx := context.Background()
 	if b.deadlines {
-		ctx = withDeadline(ctx, deadline, dc)
+		ctx = withDeadline(ctx, flusherDeadline(deadline), dc)
 	}
 	// Calls whose callers have given up are not sent.
 	now := time.Now()
@@ -177,6 +217,32 @@ func (b *Batcher) send(batch []*Call, dc *deadlineCtx) {
 	for _, c := range live {
 		c.Done <- struct{}{}
 	}
+}
+
+// A flight's deadline names the read of its reply for a driver that
+// reads a lone caller's reply its own way (Batcher.SetInline): a lone
+// caller's flight has an odd deadline (in nanoseconds of the wall
+// clock), a flusher's an even one, each at most a nanosecond before its
+// callers' deadline, so that a flusher's read is never taken for a lone
+// caller's that shares its deadline (their request's).
+
+// InlineDeadline returns the deadline of a lone caller's flight, for a
+// caller's deadline d: d or a nanosecond before, odd.
+func InlineDeadline(d time.Time) time.Time {
+	if d.UnixNano()&1 == 0 {
+		return d.Add(-1)
+	}
+	return d
+}
+
+// flusherDeadline returns the deadline of a flusher's flight, for the
+// latest deadline d of its callers (zero: none): d or a nanosecond
+// before, even.
+func flusherDeadline(d time.Time) time.Time {
+	if d.IsZero() || d.UnixNano()&1 == 0 {
+		return d
+	}
+	return d.Add(-1)
 }
 
 // deadlineCtx is a context with an earlier deadline than its parent,

@@ -3,6 +3,7 @@ package redislib
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -73,5 +74,58 @@ func TestAwaitTakesAnswerThere(t *testing.T) {
 	c := &Call{Done: make(chan struct{}, 1)}
 	if err := c.Await(ctx); !errors.Is(err, context.Canceled) || !c.gaveUp.Load() {
 		t.Fatalf("await without an answer = %v (gave up: %v), want Canceled and the call given up", err, c.gaveUp.Load())
+	}
+}
+
+// TestBatcherLoneCallerInline: a lone caller runs its own flight through
+// the inline runner; a caller that comes while that flight is under way
+// goes to a flusher; a runner that declines hands its call to a
+// flusher; and the inline runner's error is the caller's.
+func TestBatcherLoneCallerInline(t *testing.T) {
+	var flights, inlines atomic.Int64
+	b := NewBatcher(func(_ context.Context, calls []*Call) {
+		flights.Add(1)
+		for _, c := range calls {
+			c.Allowed = true
+		}
+	}, 64, true)
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	decline := false
+	b.SetInline(func(_ context.Context, c *Call) (bool, error) {
+		if decline {
+			return false, nil
+		}
+		if inlines.Add(1) == 1 {
+			close(entered)
+			<-release // the first lone caller's flight is under way
+		}
+		c.Allowed = true
+		return true, nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() { first <- b.Do(ctx, &Call{Done: make(chan struct{}, 1)}) }()
+	<-entered
+	// Meanwhile, another caller: queued for a flusher.
+	c := &Call{Done: make(chan struct{}, 1)}
+	if err := b.Do(ctx, c); err != nil || !c.Allowed || flights.Load() != 1 {
+		t.Fatalf("a caller during a lone caller's flight: err %v, allowed %v, %d flusher flights; want its answer from one flight", err, c.Allowed, flights.Load())
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatalf("the lone caller: %v", err)
+	}
+	// Alone again: inline, no flusher flight.
+	c = &Call{Done: make(chan struct{}, 1)}
+	if err := b.Do(ctx, c); err != nil || !c.Allowed || inlines.Load() != 2 || flights.Load() != 1 {
+		t.Fatalf("a lone caller: err %v, allowed %v, %d inline and %d flusher flights; want its answer inline", err, c.Allowed, inlines.Load(), flights.Load())
+	}
+	// A runner that declines: a flusher takes the call.
+	decline = true
+	c = &Call{Done: make(chan struct{}, 1)}
+	if err := b.Do(ctx, c); err != nil || !c.Allowed || flights.Load() != 2 {
+		t.Fatalf("a declined lone caller: err %v, allowed %v, %d flusher flights; want its answer from a flusher", err, c.Allowed, flights.Load())
 	}
 }

@@ -27,6 +27,7 @@
 package redissuite
 
 import (
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -158,8 +159,11 @@ type suiteCase struct {
 // Run runs every case of the suite that holds on a loaded machine, each as
 // a subtest named after the test it was in core (TestRedisExactness is
 // Run's RedisExactness). Cases that ran in parallel still do.
-func Run(t *testing.T, drv Driver) {
-	run(t, drv, []suiteCase{
+func Run(t *testing.T, drv Driver) { run(t, drv, suiteCases()) }
+
+// suiteCases are the cases of Run.
+func suiteCases() []suiteCase {
+	return []suiteCase{
 		// Stores and exactness (redis.go).
 		{"Store", testStore},
 		{"RedisExactness", testRedisExactness},
@@ -236,7 +240,7 @@ func Run(t *testing.T, drv Driver) {
 		{"PruneLibraries", testPruneLibraries},
 		// Redis Cluster (cluster.go).
 		{"RedisCluster", testRedisCluster},
-	})
+	}
 }
 
 // RunTimed runs the cases of the suite timed against the wall clock: how
@@ -245,8 +249,11 @@ func Run(t *testing.T, drv Driver) {
 // other bounds of milliseconds. They hold on a quiet machine only, since
 // a limiter rightly waits on while other processes starve its own: `make
 // test-timing` runs them alone.
-func RunTimed(t *testing.T, drv Driver) {
-	run(t, drv, []suiteCase{
+func RunTimed(t *testing.T, drv Driver) { run(t, drv, timedCases()) }
+
+// timedCases are the cases of RunTimed.
+func timedCases() []suiteCase {
+	return []suiteCase{
 		{"RedisFaults", testRedisFaults},
 		{"RedisTimeoutWhilePaused", testRedisTimeoutWhilePaused},
 		{"RedisDown", testRedisDown},
@@ -266,7 +273,23 @@ func RunTimed(t *testing.T, drv Driver) {
 		{"RedisCheckFails", testRedisCheckFails},
 		{"InFlightReleaseRetried", testInFlightReleaseRetried},
 		{"WaitInFlight", onRedis(testkit.WaitInFlight)},
-	})
+	}
+}
+
+// RunNamed runs the cases of Run or RunTimed named names, for a driver
+// that runs some of them again in another configuration; a name that is
+// no case fails t.
+func RunNamed(t *testing.T, drv Driver, names ...string) {
+	all := append(suiteCases(), timedCases()...)
+	var cases []suiteCase
+	for _, name := range names {
+		i := slices.IndexFunc(all, func(c suiteCase) bool { return c.name == name })
+		if i < 0 {
+			t.Fatalf("redissuite: no case %q", name)
+		}
+		cases = append(cases, all[i])
+	}
+	run(t, drv, cases)
 }
 
 // onRedis is the case of a scenario that must hold on every store,
