@@ -703,32 +703,49 @@ func (s *Store) retry(ctx context.Context, cmds []batchCmd, follows bool) (_ []b
 				continue
 			}
 		case redislib.RetrySplit:
-			b.split = true
-			script, eval := b.script, b.eval
-			for _, c := range b.calls { // b may move as cmds grows
-				c.One[0] = c
-				// Until it is sent, it carries the refusal.
-				one := batchCmd{cmd: noRetry{redis.NewStringCmd(ctx)}, calls: c.One[:], script: script, eval: eval, again: true}
-				one.cmd.SetErr(e)
-				cmds = append(cmds, one)
-			}
+			cmds = split(ctx, cmds, i, e)
 			again = true
 			continue
-		case redislib.RetryEval:
-			b.eval = true
 		case redislib.RetryLoad:
 			load = true
-		case redislib.RetryScript:
-			b.script = true
-		case redislib.RetryScripts:
-			s.scripts.Store(true)
 		case redislib.RetryPause:
 			pause = true
+		default:
+			s.mend(b, r)
 		}
 		b.again = true
 		again = true
 	}
 	return cmds, again, pause, load
+}
+
+// split marks cmds[i], a command of several calls that Redis refused with
+// e, as split, and appends a command of its own for each of its calls,
+// which carries the refusal until it is sent.
+func split(ctx context.Context, cmds []batchCmd, i int, e error) []batchCmd {
+	b := &cmds[i]
+	b.split = true
+	script, eval, calls := b.script, b.eval, b.calls // b may move as cmds grows
+	for _, c := range calls {
+		c.One[0] = c
+		one := batchCmd{cmd: noRetry{redis.NewStringCmd(ctx)}, calls: c.One[:], script: script, eval: eval, again: true}
+		one.cmd.SetErr(e)
+		cmds = append(cmds, one)
+	}
+	return cmds
+}
+
+// mend changes how b is sent again after a refusal of kind r: by EVAL, by
+// its script rather than the function library, or every call by script.
+func (s *Store) mend(b *batchCmd, r redislib.Retry) {
+	switch r {
+	case redislib.RetryEval:
+		b.eval = true
+	case redislib.RetryScript:
+		b.script = true
+	case redislib.RetryScripts:
+		s.scripts.Store(true)
+	}
 }
 
 // isRedisError reports an error answered by the server, not one of the
