@@ -164,7 +164,36 @@ func (c *Call) Decision(prefix string, q *driver.Query, op byte, at, wall int64,
 			c.widths = fleet.Widths()
 		}
 	}
+	if err := c.scanRules(q); err != nil {
+		return err
+	}
+	if op == OpPass && !c.more {
+		return fmt.Errorf("a pass of a policy without a Rules[].Challenge: %w", driver.ErrInvalidQuery)
+	}
+	if q.Lockout.For > 0 {
+		c.more, c.lock = true, q.Lockout
+	}
+	if c.more {
+		// Everything of the key is in one hash (see redis.lua), the one
+		// key the decision declares.
+		c.Key = Key(prefix, q.Policy, q.Key) + MoreSuffix
+		c.cal = calendarClock(op, q.Now, at, wall)
+	}
+	c.refund = op == OpRefund
+	if cluster {
+		c.Slot = Slot(c.Key)
+	}
+	return nil
+}
+
+// scanRules takes what the call needs of q's rules: the most units a
+// sliding rule keeps, the bucket widths, and whether a calendar rule or
+// a challenge puts the key's state in one hash.
+func (c *Call) scanRules(q *driver.Query) error {
 	for i, r := range q.Rules {
+		if r.Challenge > 0 {
+			c.more = true
+		}
 		if r.Calendar != 0 {
 			if r.Calendar > driver.Month {
 				return fmt.Errorf("Rules[%d].Calendar: unknown %v: %w", i, r.Calendar, driver.ErrInvalidQuery)
@@ -177,41 +206,25 @@ func (c *Call) Decision(prefix string, q *driver.Query, op byte, at, wall int64,
 			c.bw[i] = max(1, r.Window.Microseconds()/int64(q.Buckets))
 		}
 	}
-	for _, r := range q.Rules {
-		if r.Challenge > 0 {
-			c.more = true
-		}
-	}
-	if op == OpPass && !c.more {
-		return fmt.Errorf("a pass of a policy without a Rules[].Challenge: %w", driver.ErrInvalidQuery)
-	}
-	if q.Lockout.For > 0 {
-		c.more, c.lock = true, q.Lockout
-	}
-	if c.more {
-		// Everything of the key is in one hash (see redis.lua), the one
-		// key the decision declares.
-		c.Key = Key(prefix, q.Policy, q.Key) + MoreSuffix
-		switch {
-		case op == OpRefund:
-			c.cal = at
-		case op == OpRecord && q.Now != 0:
-			c.cal = q.Now - at
-		case op == OpRecord:
-			c.cal = wall - at
-		case q.Now != 0:
-			c.cal = q.Now
-		default:
-			// The server's clock decides: the script picks the period by
-			// it from boundaries around this one's.
-			c.cal = wall
-		}
-	}
-	c.refund = op == OpRefund
-	if cluster {
-		c.Slot = Slot(c.Key)
-	}
 	return nil
+}
+
+// calendarClock returns the time calendar periods are found around for
+// a call of op: the refund's admission, a record's on the clock it came
+// from, the query's clock, or else this process's wall clock (the script
+// picks the period by the server's clock from boundaries around it).
+func calendarClock(op byte, now, at, wall int64) int64 {
+	switch {
+	case op == OpRefund:
+		return at
+	case op == OpRecord && now != 0:
+		return now - at
+	case op == OpRecord:
+		return wall - at
+	case now != 0:
+		return now
+	}
+	return wall
 }
 
 // Lease sets c up for an operation op of lease l on the keys of prefix.
