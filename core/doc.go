@@ -114,6 +114,16 @@
 // 1,000 keys, <prefix>:<policy>:refused:{<policy>}:<minute>. No metric
 // carries a key.
 //
+// # Exceptions
+//
+// [Limiter.Grant] gives one key more units on every rule, or exempts it,
+// until a time at most 30 days away: the store keeps the grant beside the
+// key's counts (on Redis <prefix>:<policy>:{<key>}:grant, expiring by
+// itself) and reads it in the same atomic step as it decides, so a grant,
+// its revocation and its end hold at once on every instance, exactly.
+// [Policy].Allow and Deny decide listed keys (exact keys, or CIDR prefixes
+// over address keys) without the store; a listed key takes no grant.
+//
 // # Hot keys
 //
 // Every decision on a key runs on the one Redis node that holds the key's

@@ -14,6 +14,18 @@ import (
 // since the list decides for as long as the app runs with it.
 const deniedRetry = time.Hour
 
+// grantTimeout is the least time a grant's store calls get: a few round
+// trips, made by an operator, not on a request's path.
+const grantTimeout = time.Second
+
+// grantCtx returns the context of a grant's store call: the limiter's
+// timeout, or grantTimeout if longer. Release it after the call.
+func (l *Limiter) grantCtx(ctx context.Context) *callCtx {
+	c := newCallCtx(ctx, time.Now(), max(l.timeout, grantTimeout))
+	c.replies = l.replies
+	return c
+}
+
 // Grant gives one key of a policy another limit for a while, on every
 // instance that shares the store at once ([Limiter.Grant]): Extra units
 // more in every rule ("this customer gets 10,000 more today"), or none at
@@ -58,15 +70,17 @@ type Grant struct {
 // (FailLocal counts to the rules' own limits). The cost of a request must
 // still fit the rules' own limits ([ErrInvalidCost]).
 //
-// Grant returns an error wrapping [ErrInvalidPolicy], and grants nothing,
-// for a store that keeps no grants ([driver.Grants]; the MemoryStore and
-// the Redis drivers do), a policy with InFlight or Shards, a key the
-// policy's Allow or Deny list decides (the error names the list), a
-// negative Extra, neither or both of Extra and Exempt, an Until more than
-// 30 days away, a By or Note over 256 bytes, or Extra beyond what the
-// policy's algorithm keeps. It returns the store's error when the store
-// could not keep the grant: a Redis store refuses one while an instance
-// of a release that reads no grants still uses the policy.
+// Its store calls take the limiter's timeout, or a second if that is
+// longer. Grant returns an error wrapping [ErrInvalidPolicy], and grants
+// nothing, for a store that keeps no grants ([driver.Grants]; the
+// MemoryStore and the Redis drivers do), a policy with InFlight or
+// Shards, a key the policy's Allow or Deny list decides (the error names
+// the list), a negative Extra, neither or both of Extra and Exempt, an
+// Until more than 30 days away, a By or Note over 256 bytes, or Extra
+// beyond what the policy's algorithm keeps. It returns the store's error
+// when the store could not keep the grant: a Redis store refuses one
+// (wrapping [driver.ErrOlderRelease]) while an instance of a release that
+// reads no grants still uses the policy.
 func (l *Limiter) Grant(ctx context.Context, key string, g Grant) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("ratekit: policy %q: grant: %w", l.policy.Name, err)
@@ -81,7 +95,7 @@ func (l *Limiter) Grant(ctx context.Context, key string, g Grant) error {
 		dg = driver.Grant{}
 	}
 	bounded := boundKey(key)
-	cc := l.callCtx(ctx, time.Now())
+	cc := l.grantCtx(ctx)
 	err := l.grants().SetGrant(cc, l.policy.Name, bounded, dg)
 	cc.release()
 	if err != nil {
@@ -170,7 +184,7 @@ func (l *Limiter) grantOf(ctx context.Context, bounded string) *Grant {
 	if gs == nil {
 		return nil
 	}
-	cc := l.callCtx(ctx, time.Now())
+	cc := l.grantCtx(ctx)
 	g, ok, err := gs.GrantOf(cc, l.policy.Name, bounded)
 	cc.release()
 	if err != nil || !ok {

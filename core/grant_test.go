@@ -6,10 +6,12 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/driver"
 	"github.com/ratekit/ratekit/internal/test/testkit"
 )
 
@@ -153,5 +155,57 @@ func TestGrantTiers(t *testing.T) {
 	}
 	if d, err := l.Peek(ctx, "pro-banned"); err != nil || !d.Listed || d.Allowed {
 		t.Errorf("Peek(pro-banned) = %+v, %v; want denied by the Deny list", d, err)
+	}
+}
+
+// countingStore counts the Takes and Peeks that reach a store.
+type countingStore struct {
+	core.Store
+	calls atomic.Int64
+}
+
+func (s *countingStore) Take(ctx context.Context, q driver.Query) (driver.Result, error) {
+	s.calls.Add(1)
+	return s.Store.Take(ctx, q)
+}
+
+func (s *countingStore) Peek(ctx context.Context, q driver.Query) (driver.Result, error) {
+	s.calls.Add(1)
+	return s.Store.Peek(ctx, q)
+}
+
+// TestPolicyLists: a key on Deny is refused and one on Allow admitted,
+// whatever the rules, without a call to the store and counting nothing;
+// Deny wins; other keys are decided by the store as ever.
+func TestPolicyLists(t *testing.T) {
+	st := &countingStore{Store: core.NewMemoryStore()}
+	l := testkit.Limiter(t, st, core.Policy{Name: "lists", Rules: []core.Rule{{Limit: 1, Window: time.Hour}},
+		Allow: []string{"10.0.0.0/8", "svc", "192.0.2.1"}, Deny: []string{"192.0.2.0/24", "2001:db8::/32"}})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		key     string
+		allowed bool
+	}{{"10.9.8.7", true}, {"svc", true}, {"192.0.2.1", false}, {"2001:db8:1:2::/64", false}, {"2001:DB8::9", false}} {
+		for range 3 {
+			d, err := l.Allow(ctx, tc.key)
+			if err != nil || !d.Listed || d.Allowed != tc.allowed || d.Source != core.SourceStore {
+				t.Fatalf("Allow(%q) = %+v, %v; want Listed, allowed %v", tc.key, d, err, tc.allowed)
+			}
+			if !tc.allowed && (d.RetryAfter != time.Hour || d.Remaining != 0) {
+				t.Fatalf("Allow(%q) = %+v; want RetryAfter 1h, nothing remaining", tc.key, d)
+			}
+			if tc.allowed && d.Remaining != 1 {
+				t.Fatalf("Allow(%q) = %+v; want Remaining 1: nothing counted", tc.key, d)
+			}
+		}
+		if d, err := l.Peek(ctx, tc.key); err != nil || !d.Listed || d.Allowed != tc.allowed {
+			t.Fatalf("Peek(%q) = %+v, %v; want Listed, allowed %v", tc.key, d, err, tc.allowed)
+		}
+	}
+	if n := st.calls.Load(); n != 0 {
+		t.Fatalf("the store saw %d calls for listed keys, want none", n)
+	}
+	if d, _ := l.Allow(ctx, "11.0.0.1"); !d.Allowed || d.Listed || st.calls.Load() != 1 {
+		t.Fatalf("Allow(11.0.0.1) = %+v after %d store calls; want admitted by the store", d, st.calls.Load())
 	}
 }

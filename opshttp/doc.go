@@ -22,6 +22,15 @@
 //	GET    /policies/{name}/refused     the keys refused most lately (Limiter.TopRefused); ?n=1..100, 10 by default
 //	GET    /policies/{name}/keys/{key}  what a request of one unit for key would get now (Limiter.Peek)
 //	DELETE /policies/{name}/keys/{key}  forget everything recorded for key (Limiter.Reset); 204
+//	POST   /policies/{name}/keys/{key}/grant  give key more units or an exemption for a while (Limiter.Grant); the grant
+//	DELETE /policies/{name}/keys/{key}/grant  revoke key's grant (?by=who); 204
+//
+// A grant's body is JSON ([GrantRequest]): {"extra": 10000, "for": "24h",
+// "by": "ann", "note": "launch day"}, or "exempt": true, or "until" in
+// RFC 3339 instead of "for"; a body of another media type is refused
+// (415), so that no cross-site form can send one. A peek shows a key's
+// live grant ("grant") and whether the policy's allow or deny list decides
+// the key ("listed").
 //
 // A peek of a key locked out (core.Policy.Lockout) says "locked": true
 // and "locked_until", when the key may retry; a reset lifts the lockout
@@ -63,7 +72,10 @@
 // Errors answer JSON {"error": "..."} with a fixed text: 404 for an
 // unknown route ("not found") or policy ("unknown policy"), 405 with an
 // Allow header for a method a route does not serve, 400 for an empty key,
-// a refused identifier or a bad n, 503 for a store failure. Answers never echo
+// a refused identifier or a bad n, 503 for a store failure. A grant
+// refused says why, without the key: 400 for its terms or a key the
+// policy's lists decide, 409 while an instance of an older release that
+// reads no grants uses the policy, 415 for a body that is not JSON. Answers never echo
 // the key, the identifier or an error's text: the error of a store
 // failure goes to the logger given with [WithLogger], without the key.
 //
@@ -73,6 +85,8 @@
 // reported to the observers given with [WithObserver] as a [core.Event]
 // of kind [EventReset], with the request's context (where the app's
 // authorization may have put who made it), and logged by [WithLogger].
+// Every grant and revocation is logged by [WithLogger] too, and by core's
+// audit line (log/slog's default logger) with who, what and until when.
 //
 // # The operations page
 //

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ratekit/ratekit/core"
@@ -68,7 +70,7 @@ func (h *handler) grant(w http.ResponseWriter, r *http.Request, policy, seg stri
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxGrantBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		writeJSON(w, http.StatusBadRequest, Error{"malformed grant: " + err.Error()})
+		writeJSON(w, http.StatusBadRequest, Error{fmt.Sprintf("malformed grant: want one JSON object of at most %d bytes with extra or exempt, for or until, by and note", maxGrantBody)})
 		return
 	}
 	g, reason := req.grant(time.Now())
@@ -139,7 +141,9 @@ func (h *handler) setGrant(r *http.Request, l *core.Limiter, key string, g core.
 		h.log(r, slog.LevelInfo, msg, l, nil)
 		return 0, ""
 	case errors.Is(err, core.ErrInvalidPolicy):
-		return http.StatusBadRequest, err.Error()
+		// Why, without the key (answers never echo it).
+		why := strings.ReplaceAll(err.Error(), strconv.Quote(key), "the key")
+		return http.StatusBadRequest, strings.TrimPrefix(why, "ratekit: ")
 	case errors.Is(err, driver.ErrOlderRelease):
 		return http.StatusConflict, fmt.Sprintf("%s %s: grant again once every instance runs this release", driver.ErrOlderRelease, l.Policy().Name)
 	default:
