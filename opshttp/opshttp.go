@@ -176,24 +176,30 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case !ok || len(seg) == 0 || seg[0] != "policies":
 		writeJSON(w, http.StatusNotFound, Error{"not found"})
-	case len(seg) == 1:
-		if allowed(w, r, allowRead) {
-			h.list(w)
-		}
-	case len(seg) == 2:
-		if allowed(w, r, allowRead) {
-			h.policy(w, seg[1])
-		}
-	case len(seg) == 3 && seg[2] == "refused":
-		if allowed(w, r, allowRead) {
-			h.refused(w, r, seg[1])
-		}
+	case len(seg) < 3 || len(seg) == 3 && seg[2] == "refused":
+		h.readRoute(w, r, seg)
 	case len(seg) == 4 && seg[2] == "keys":
 		h.keyRoute(w, r, seg[1], seg[3])
 	case len(seg) == 5 && seg[2] == "keys" && seg[4] == "grant":
 		h.grantRoute(w, r, seg[1], seg[3])
 	default:
 		writeJSON(w, http.StatusNotFound, Error{"not found"})
+	}
+}
+
+// readRoute serves the routes that only read: /policies,
+// /policies/{policy} and /policies/{policy}/refused.
+func (h *handler) readRoute(w http.ResponseWriter, r *http.Request, seg []string) {
+	if !allowed(w, r, allowRead) {
+		return
+	}
+	switch len(seg) {
+	case 1:
+		h.list(w)
+	case 2:
+		h.policy(w, seg[1])
+	default:
+		h.refused(w, r, seg[1])
 	}
 }
 
