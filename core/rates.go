@@ -163,26 +163,7 @@ func (r sharedRates) decide(ctx context.Context, q driver.Query, shard int, now 
 	var res driver.Result
 	probed := false
 	answered, lat, cause, err := l.call(ctx, &q, take, func(ctx context.Context, probe bool) (err error) {
-		if take {
-			if l.replay != nil {
-				// What the failure policy admitted of the key counts
-				// first.
-				l.replay.before(ctx, q.Key)
-			}
-			if op == opGrace || probe && l.graceful() && l.outage.Load() {
-				// The grace after an outage, or the circuit breaker's
-				// probe that ends it: the store hears what this instance
-				// admitted without it and decides nothing, since the
-				// other instances may not have told theirs yet (see
-				// recover); what it would deny stays denied.
-				probed = true
-				res, err = l.store.Peek(ctx, q)
-				return err
-			}
-			res, err = l.store.Take(ctx, q)
-		} else {
-			res, err = l.store.Peek(ctx, q)
-		}
+		probed, err = r.ask(ctx, &q, op, probe, &res)
 		return err
 	})
 	if err != nil {
@@ -193,17 +174,48 @@ func (r sharedRates) decide(ctx context.Context, q driver.Query, shard int, now 
 		// The store answers again: this instance keeps its share a while.
 		return r.graceDecision(ctx, q, shard), nil
 	}
-	if answered {
-		d.res = res
-		l.bind(&d, res.Allowed, SourceStore)
-		if take {
-			r.learn(ctx, &q, shard, now, gen, res, lat, &d)
-		}
-		return d, nil
+	if !answered {
+		return r.unanswered(ctx, q, shard, now, take, cause), nil
 	}
+	d.res = res
+	l.bind(&d, res.Allowed, SourceStore)
+	if take {
+		r.learn(ctx, &q, shard, now, gen, res, lat, &d)
+	}
+	return d, nil
+}
+
+// ask makes the store call of a decision of op into *res, and reports
+// whether it was a probe that peeked instead of taking.
+func (r sharedRates) ask(ctx context.Context, q *driver.Query, op byte, probe bool, res *driver.Result) (probed bool, err error) {
+	l := r.l
+	if op == opPeek {
+		*res, err = l.store.Peek(ctx, *q)
+		return false, err
+	}
+	if l.replay != nil {
+		// What the failure policy admitted of the key counts first.
+		l.replay.before(ctx, q.Key)
+	}
+	if op == opGrace || probe && l.graceful() && l.outage.Load() {
+		// The grace after an outage, or the circuit breaker's probe that
+		// ends it: the store hears what this instance admitted without it
+		// and decides nothing, since the other instances may not have
+		// told theirs yet (see recover); what it would deny stays denied.
+		*res, err = l.store.Peek(ctx, *q)
+		return true, err
+	}
+	*res, err = l.store.Take(ctx, *q)
+	return false, err
+}
+
+// unanswered decides q when the store did not answer, for cause: by a
+// denial cached before the store failed, which still holds, or else by
+// the failure policy.
+func (r sharedRates) unanswered(ctx context.Context, q driver.Query, shard int, now time.Time, take bool, cause error) Decision {
+	l := r.l
+	var d Decision
 	if !take || l.deny == nil || !l.deny.get(q.Key, q.N, now, true, &d) {
-		// A denial cached before the store failed still holds; else
-		// the failure policy decides.
 		d = l.fallback(q, shard, take, l.breakers.of(&q))
 		if take && !d.Allowed && !d.Challenged && d.Source == SourceLocal {
 			l.refuse(q.Key)
@@ -213,7 +225,7 @@ func (r sharedRates) decide(ctx context.Context, q driver.Query, shard int, now 
 		l.fellBack(ctx, cause, &q)
 		l.emit(ctx, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d})
 	}
-	return d, nil
+	return d
 }
 
 // learn completes d, the store's answer res to a take of q decided at
