@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -303,6 +304,7 @@ func (p *Policy) insert(sh *memShard, h uint64, key string, now int64) *memLog {
 		lg = &memLog{key: key, index: int32(len(sh.keys)), used: now}
 	}
 	lg.born = now
+	lg.startAt = math.MinInt64 // the first rule's window start not known (startOf)
 	sh.tab.push(h, lg)
 	sh.keys = append(sh.keys, memSlot{lg: lg, hash: h})
 	return lg
