@@ -240,7 +240,12 @@ func (lg *memLog) startOf(i int, cutoff int64) (c int, base, first int64) {
 	// No flush: start reads events' times, which are in their chunks,
 	// and the newest event's units are the log's own (lastN), so that
 	// a decision reads no chunk line that only its push would write.
-	c = lg.start(i, cutoff)
+	// When the first rule's window moved past the event where it started
+	// (at startAt), that event is out: the walk starts after it, without
+	// reading it again.
+	c0, was := int(lg.cur[0]), lg.startAt
+	after := i == 0 && was != math.MinInt64 && was <= cutoff && c0 >= int(lg.head) && c0 < int(lg.n)
+	c = lg.start(i, cutoff, after)
 	n := int(lg.n)
 	switch {
 	case c == n-1:
@@ -251,9 +256,12 @@ func (lg *memLog) startOf(i int, cutoff int64) (c int, base, first int64) {
 	}
 	if i == 0 {
 		lg.startAt, lg.startBase, lg.startPrev = first, base, math.MinInt64
-		if c == n {
+		switch {
+		case c == n:
 			lg.startAt = math.MinInt64
-		} else if c > int(lg.head) {
+		case after && c == c0+1:
+			lg.startPrev = was // event c0's time
+		case c > int(lg.head):
 			lg.startPrev = lg.event(c - 1).at
 		}
 	}
@@ -261,17 +269,19 @@ func (lg *memLog) startOf(i int, cutoff int64) (c int, base, first int64) {
 }
 
 // start returns the index of the first event after cutoff, starting from
-// rule i's hint.
-func (lg *memLog) start(i int, cutoff int64) int {
+// rule i's hint; after the hint's event when after is set, the caller
+// knowing that event to be at or before cutoff.
+func (lg *memLog) start(i int, cutoff int64, after bool) int {
 	head, n := int(lg.head), int(lg.n)
 	c := head
 	if i < len(lg.cur) && int(lg.cur[i]) > c && int(lg.cur[i]) <= n {
 		c = int(lg.cur[i])
 	}
-	if c > head && lg.event(c-1).at > cutoff {
-		// The hint is past the window's start (the clock stepped back).
-		c = lg.after(head, c, cutoff)
-	} else {
+	switch {
+	case after:
+		c = int(lg.cur[i]) + 1
+		fallthrough
+	case c == head || lg.event(c-1).at <= cutoff:
 		for steps := 0; c < n && lg.event(c).at <= cutoff; steps++ {
 			if steps == 8 {
 				c = lg.after(c, n, cutoff)
@@ -279,6 +289,9 @@ func (lg *memLog) start(i int, cutoff int64) int {
 			}
 			c++
 		}
+	default:
+		// The hint is past the window's start (the clock stepped back).
+		c = lg.after(head, c, cutoff)
 	}
 	if i < len(lg.cur) && int(lg.cur[i]) != c {
 		lg.cur[i] = int32(c)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -105,7 +106,7 @@ type Policy struct {
 type memShard struct {
 	mu     sync.Mutex
 	ops    uint32
-	m      map[uint64]*memLog // by the key's hash, keys of one hash chained (memLog.next)
+	tab    memTable // the keys by their hashes, keys of one hash chained (memLog.next)
 	policy *Policy
 	// forgot is the latest decision time of a key reset or evicted: a
 	// key made again is born after it, so that a refund of a decision
@@ -114,7 +115,7 @@ type memShard struct {
 	keys   []memSlot // every key of the shard, for sweeping in turn
 	cursor int
 	free   []*memLog // removed logs, for new keys to reuse
-	_      [32]byte
+	_      [8]byte
 }
 
 // memSlot is a key of a shard, for sweeping: its window and a lower
@@ -169,7 +170,6 @@ func (s *Store) policy(name string) *Policy {
 	if p == nil {
 		p = &Policy{name: name, store: s}
 		for i := range p.shards {
-			p.shards[i].m = make(map[uint64]*memLog)
 			p.shards[i].policy = p
 		}
 		s.policies[name] = p
@@ -203,7 +203,7 @@ func (p *Policy) shard(key string) (*memShard, uint64) {
 
 // get returns the window of key, whose hash is h, or nil; sh.mu is held.
 func (sh *memShard) get(h uint64, key string) *memLog {
-	for lg := sh.m[h]; lg != nil; lg = lg.next {
+	for lg := sh.tab.head(h); lg != nil; lg = lg.next {
 		if lg.key == key {
 			return lg
 		}
@@ -313,8 +313,8 @@ func (p *Policy) insert(sh *memShard, h uint64, key string, now int64) *memLog {
 		lg = &memLog{key: key, index: int32(len(sh.keys)), used: now}
 	}
 	lg.born = now
-	lg.next = sh.m[h]
-	sh.m[h] = lg
+	lg.startAt = math.MinInt64 // the first rule's window start not known (startOf)
+	sh.tab.push(h, lg)
 	sh.keys = append(sh.keys, memSlot{lg: lg, hash: h})
 	return lg
 }
@@ -390,20 +390,7 @@ func (p *Policy) evictOne(now int64, evenLocked bool) bool {
 func (sh *memShard) remove(lg *memLog) {
 	sh.policy.keys.Add(-1)
 	sh.policy.store.keys.Add(-1)
-	h := sh.keys[lg.index].hash
-	switch head := sh.m[h]; {
-	case head == lg && lg.next == nil:
-		delete(sh.m, h)
-	case head == lg:
-		sh.m[h] = lg.next
-	default:
-		for k := head; k != nil; k = k.next {
-			if k.next == lg {
-				k.next = lg.next
-				break
-			}
-		}
-	}
+	sh.tab.unlink(sh.keys[lg.index].hash, lg)
 	last := len(sh.keys) - 1
 	sh.keys[lg.index] = sh.keys[last]
 	sh.keys[lg.index].lg.index = lg.index

@@ -25,8 +25,8 @@ func TestMemShardSameHash(t *testing.T) {
 			}
 			p.insert(sh, h, k, 1)
 		}
-		if len(sh.m) != 1 {
-			t.Fatalf("map holds %d hashes, want 1", len(sh.m))
+		if sh.tab.n != 1 {
+			t.Fatalf("map holds %d hashes, want 1", sh.tab.n)
 		}
 		gone := map[string]bool{}
 		for _, i := range order {
@@ -42,9 +42,9 @@ func TestMemShardSameHash(t *testing.T) {
 				}
 			}
 		}
-		if len(sh.m) != 0 || len(sh.keys) != 0 || p.keys.Load() != 0 {
+		if sh.tab.n != 0 || len(sh.keys) != 0 || p.keys.Load() != 0 {
 			t.Fatalf("order %v: after removing every key: map %d, keys %d, count %d, want 0",
-				order, len(sh.m), len(sh.keys), p.keys.Load())
+				order, sh.tab.n, len(sh.keys), p.keys.Load())
 		}
 	}
 }
