@@ -35,22 +35,7 @@ func (p *Policy) decideBuckets(sh *memShard, h uint64, lg *memLog, q *driver.Que
 		}
 		g := q.BucketWidth(r)
 		maxG = max(maxG, g)
-		var bk []memEvent
-		if bs := view.bucketsOf(g, false); bs != nil {
-			// Drop the buckets older than every window of this width.
-			lo := (now - longestOfWidth(q, g)) / g
-			b := bs.b
-			k := 0
-			for k < len(b) && b[k].at < lo {
-				k++
-			}
-			if k > 0 {
-				b = append(b[:0], b[k:]...)
-				bs.b = b
-			}
-			bk = b
-		}
-		rs[i] = bucketState(bk, r, g, q.N, now)
+		rs[i] = bucketState(view.liveBuckets(q, g, now), r, g, q.N, now)
 		if rs[i].RetryAfter > 0 {
 			allowed = false
 		}
@@ -60,24 +45,50 @@ func (p *Policy) decideBuckets(sh *memShard, h uint64, lg *memLog, q *driver.Que
 		if lg == nil {
 			lg = p.insert(sh, h, q.Key, now)
 		}
-		for i, r := range q.Rules {
-			if r.Calendar != 0 {
-				continue
-			}
-			g := q.BucketWidth(r)
-			if !sharesWidth(q, i, g) {
-				bs := lg.bucketsOf(g, true)
-				bs.b = bucketAdd(bs.b, now/g, q.N)
-			}
-			rs[i].Used += q.N
-			rs[i].ResetAfter = time.Duration((now/g+1)*g+r.Window.Microseconds()-now) * time.Microsecond
-			if rs[i].NextAfter == 0 {
-				rs[i].NextAfter = rs[i].ResetAfter
-			}
-		}
+		addBuckets(lg, q, rs, now)
 		lg.expires = max(lg.expires, now+maxW+maxG)
 	}
 	return allowed
+}
+
+// liveBuckets returns lg's buckets of width g, once it has dropped those
+// older than every window of this width.
+func (lg *memLog) liveBuckets(q *driver.Query, g, now int64) []memEvent {
+	bs := lg.bucketsOf(g, false)
+	if bs == nil {
+		return nil
+	}
+	lo := (now - longestOfWidth(q, g)) / g
+	b := bs.b
+	k := 0
+	for k < len(b) && b[k].at < lo {
+		k++
+	}
+	if k > 0 {
+		b = append(b[:0], b[k:]...)
+		bs.b = b
+	}
+	return b
+}
+
+// addBuckets records an admission of q's units in lg's buckets of every
+// width its sliding rules count in, and updates their states rs.
+func addBuckets(lg *memLog, q *driver.Query, rs []driver.RuleState, now int64) {
+	for i, r := range q.Rules {
+		if r.Calendar != 0 {
+			continue
+		}
+		g := q.BucketWidth(r)
+		if !sharesWidth(q, i, g) {
+			bs := lg.bucketsOf(g, true)
+			bs.b = bucketAdd(bs.b, now/g, q.N)
+		}
+		rs[i].Used += q.N
+		rs[i].ResetAfter = time.Duration((now/g+1)*g+r.Window.Microseconds()-now) * time.Microsecond
+		if rs[i].NextAfter == 0 {
+			rs[i].NextAfter = rs[i].ResetAfter
+		}
+	}
 }
 
 // sharesWidth reports whether a rule before rule i has bucket width g, so

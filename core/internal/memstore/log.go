@@ -233,7 +233,7 @@ func (lg *memLog) find(at int64) (int, bool) {
 // window starts at the same event.
 func (lg *memLog) startOf(i int, cutoff int64) (c int, base, first int64) {
 	if i == 0 {
-		if c := int(lg.cur[0]); lg.startPrev <= cutoff && cutoff < lg.startAt && c >= int(lg.head) && c < int(lg.n) {
+		if c := int(lg.cur[0]); lg.startPrev <= cutoff && cutoff < lg.startAt && lg.holds(c) {
 			return c, lg.startBase, lg.startAt
 		}
 	}
@@ -244,7 +244,7 @@ func (lg *memLog) startOf(i int, cutoff int64) (c int, base, first int64) {
 	// (at startAt), that event is out: the walk starts after it, without
 	// reading it again.
 	c0, was := int(lg.cur[0]), lg.startAt
-	after := i == 0 && was != math.MinInt64 && was <= cutoff && c0 >= int(lg.head) && c0 < int(lg.n)
+	after := i == 0 && was != math.MinInt64 && was <= cutoff && lg.holds(c0)
 	c = lg.start(i, cutoff, after)
 	n := int(lg.n)
 	switch {
@@ -255,17 +255,28 @@ func (lg *memLog) startOf(i int, cutoff int64) (c int, base, first int64) {
 		base, first = e.cum-e.n, e.at
 	}
 	if i == 0 {
-		lg.startAt, lg.startBase, lg.startPrev = first, base, math.MinInt64
-		switch {
-		case c == n:
-			lg.startAt = math.MinInt64
-		case after && c == c0+1:
-			lg.startPrev = was // event c0's time
-		case c > int(lg.head):
-			lg.startPrev = lg.event(c - 1).at
-		}
+		lg.remember(c, base, first, after && c == c0+1, was)
 	}
 	return c, base, first
+}
+
+// holds reports whether event c is in the log.
+func (lg *memLog) holds(c int) bool { return c >= int(lg.head) && c < int(lg.n) }
+
+// remember keeps where the first rule's window starts, event c (base and
+// first its units before it and its time), for the next decision, with
+// the time of the event before it: was when the window moved one event
+// on (next), else read from the log.
+func (lg *memLog) remember(c int, base, first int64, next bool, was int64) {
+	lg.startAt, lg.startBase, lg.startPrev = first, base, math.MinInt64
+	switch {
+	case c == int(lg.n):
+		lg.startAt = math.MinInt64
+	case next:
+		lg.startPrev = was // the time of the event before c
+	case c > int(lg.head):
+		lg.startPrev = lg.event(c - 1).at
+	}
 }
 
 // start returns the index of the first event after cutoff, starting from

@@ -24,37 +24,18 @@ func (p *Policy) decideMore(sh *memShard, h uint64, lg *memLog, q *driver.Query,
 	var calBuf [3]driver.RuleState
 	var endBuf [3]int64
 	cal, ends, sliding, fits := lg.periods(q, now, calBuf[:0], endBuf[:0])
+	open := lock == 0 && fits
 	var gate challengeGate
-	if lock == 0 && fits && hasChallenge(q.Rules) && (lg == nil || lg.pass <= now) {
+	if open && hasChallenge(q.Rules) && (lg == nil || lg.pass <= now) {
 		gate = challengeGate{q: q, cal: cal} // no pass: what fits may reach a threshold
 	}
-	takeSliding := take && lock == 0 && fits
-	allowed := true
-	switch {
-	case !sliding:
-		prepare(st, len(q.Rules))
-		st.Challenged = gate.reaches(nil)
-	case q.Algorithm == driver.SlidingBuckets:
-		allowed = p.decideBuckets(sh, h, lg, q, takeSliding, now, maxW, st, gate)
-	default:
-		allowed = p.decideLog(sh, h, lg, q, takeSliding, now, maxW, st, gate)
-	}
+	allowed := p.decideSliding(sh, h, lg, q, take && open, sliding, now, maxW, st, gate)
 	challenged := st.Challenged
-	allowed = allowed && fits && lock == 0 && !challenged
+	allowed = allowed && open && !challenged
+	// An admission counts in its calendar periods; a denial that no lock
+	// or challenge made starts a lockout.
 	if take && (allowed && len(cal) > 0 || !allowed && !challenged && lock == 0 && q.Lockout.For > 0) {
-		if lg = sh.get(h, q.Key); lg == nil {
-			lg = p.insert(sh, h, q.Key, now)
-		}
-		if allowed {
-			for i := range cal {
-				lg.periodAdd(cal[i].Used, now, ends[i], cal[i].Window, q.N)
-				cal[i].Used += q.N
-				lg.expires = max(lg.expires, ends[i])
-			}
-		} else {
-			lock = lg.lockout(q.Lockout, now)
-			lg.expires = max(lg.expires, lg.lockKeep)
-		}
+		lock = p.record(sh, h, q, now, allowed, cal, ends, lock)
 	}
 	rs := st.Rules.All()
 	nc := 0
@@ -67,6 +48,42 @@ func (p *Policy) decideMore(sh *memShard, h uint64, lg *memLog, q *driver.Query,
 	st.LockedFor = time.Duration(lock) * time.Microsecond
 	st.Challenged = challenged
 	return allowed
+}
+
+// decideSliding decides q's sliding rules (none: sliding false) into st,
+// taking when take says so, and reports whether they admit it.
+func (p *Policy) decideSliding(sh *memShard, h uint64, lg *memLog, q *driver.Query, take, sliding bool, now, maxW int64, st *driver.Result, gate challengeGate) bool {
+	switch {
+	case !sliding:
+		prepare(st, len(q.Rules))
+		st.Challenged = gate.reaches(nil)
+		return true
+	case q.Algorithm == driver.SlidingBuckets:
+		return p.decideBuckets(sh, h, lg, q, take, now, maxW, st, gate)
+	}
+	return p.decideLog(sh, h, lg, q, take, now, maxW, st, gate)
+}
+
+// record writes what a decision of q leaves in the key's record: an
+// admission's units in its calendar periods (cal, whose Used it updates,
+// ending at ends), or a denial's lockout, whose length it returns (lock
+// otherwise).
+func (p *Policy) record(sh *memShard, h uint64, q *driver.Query, now int64, allowed bool, cal []driver.RuleState, ends []int64, lock int64) int64 {
+	lg := sh.get(h, q.Key)
+	if lg == nil {
+		lg = p.insert(sh, h, q.Key, now)
+	}
+	if !allowed {
+		lock = lg.lockout(q.Lockout, now)
+		lg.expires = max(lg.expires, lg.lockKeep)
+		return lock
+	}
+	for i := range cal {
+		lg.periodAdd(cal[i].Used, now, ends[i], cal[i].Window, q.N)
+		cal[i].Used += q.N
+		lg.expires = max(lg.expires, ends[i])
+	}
+	return lock
 }
 
 // challengeGate decides whether a request that fits every rule of q is

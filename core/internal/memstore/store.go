@@ -264,15 +264,8 @@ func (p *Policy) decide(q *driver.Query, take bool, st *driver.Result) {
 	sh, h := p.shard(q.Key)
 	sh.mu.Lock()
 	lg := sh.get(h, q.Key)
-	if q.Now == 0 && lg != nil && lg.used > now {
-		// The clock was read before the lock, outside the critical
-		// section; a decision that got the lock after a later one takes
-		// that one's time, so that the decisions of a key are in the
-		// order of their times, as Redis reads TIME inside the script.
-		now = lg.used
-	}
-	if q.Now == 0 && lg == nil && now <= sh.forgot {
-		now = sh.forgot + 1 // after the decisions of a key reset (see refund)
+	if q.Now == 0 {
+		now = keyTime(sh, lg, now)
 	}
 	switch {
 	case more:
@@ -292,6 +285,23 @@ func (p *Policy) decide(q *driver.Query, take bool, st *driver.Result) {
 		p.store.tick(now)
 	}
 	st.Allowed, st.At = allowed, now
+}
+
+// keyTime returns the time of a decision of lg's key (nil: a key sh
+// holds nothing of) whose clock, read before the lock, said now. The
+// clock was read outside the critical section: a decision that got the
+// lock after a later one takes that one's time, so that the decisions of
+// a key are in the order of their times, as Redis reads TIME inside the
+// script; and a new key's decisions come after those of a key reset (see
+// refund).
+func keyTime(sh *memShard, lg *memLog, now int64) int64 {
+	switch {
+	case lg != nil && lg.used > now:
+		return lg.used
+	case lg == nil && now <= sh.forgot:
+		return sh.forgot + 1
+	}
+	return now
 }
 
 // insert adds a key to the shard; sh.mu is held. The caller calls
