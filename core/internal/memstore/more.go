@@ -15,10 +15,7 @@ import (
 // take that every rule admits is counted in the calendar periods too; a
 // take that a rule denies starts a lockout (a challenged one does not).
 func (p *Policy) decideMore(sh *memShard, h uint64, lg *memLog, q *driver.Query, take bool, now, maxW int64, st *driver.Result) bool {
-	var lock int64
-	if lg != nil && lg.lock > now {
-		lock = lg.lock - now
-	}
+	lock := lg.lockLeft(now)
 	// The calendar rules' states, kept aside: the sliding decision
 	// prepares st afresh. A valid policy has at most one rule per period.
 	var calBuf [3]driver.RuleState
@@ -26,7 +23,7 @@ func (p *Policy) decideMore(sh *memShard, h uint64, lg *memLog, q *driver.Query,
 	cal, ends, sliding, fits := lg.periods(q, now, calBuf[:0], endBuf[:0])
 	open := lock == 0 && fits
 	var gate challengeGate
-	if open && hasChallenge(q.Rules) && (lg == nil || lg.pass <= now) {
+	if open && hasChallenge(q.Rules) && !lg.passed(now) {
 		gate = challengeGate{q: q, cal: cal} // no pass: what fits may reach a threshold
 	}
 	allowed := p.decideSliding(sh, h, lg, q, take && open, sliding, now, maxW, st, gate)
@@ -37,6 +34,27 @@ func (p *Policy) decideMore(sh *memShard, h uint64, lg *memLog, q *driver.Query,
 	if take && (allowed && len(cal) > 0 || !allowed && !challenged && lock == 0 && q.Lockout.For > 0) {
 		lock = p.record(sh, h, q, now, allowed, cal, ends, lock)
 	}
+	putCalendar(st, q, cal)
+	st.LockedFor = time.Duration(lock) * time.Microsecond
+	st.Challenged = challenged
+	return allowed
+}
+
+// lockLeft returns how long lg's key stays locked out after now, in µs:
+// 0 for none (or a key the store holds nothing of, lg nil).
+func (lg *memLog) lockLeft(now int64) int64 {
+	if lg == nil || lg.lock <= now {
+		return 0
+	}
+	return lg.lock - now
+}
+
+// passed reports whether lg's key holds a pass of a challenge at now.
+func (lg *memLog) passed(now int64) bool { return lg != nil && lg.pass > now }
+
+// putCalendar puts the states of q's calendar rules, cal in their order,
+// in st's rule states.
+func putCalendar(st *driver.Result, q *driver.Query, cal []driver.RuleState) {
 	rs := st.Rules.All()
 	nc := 0
 	for i, r := range q.Rules {
@@ -45,9 +63,6 @@ func (p *Policy) decideMore(sh *memShard, h uint64, lg *memLog, q *driver.Query,
 			nc++
 		}
 	}
-	st.LockedFor = time.Duration(lock) * time.Microsecond
-	st.Challenged = challenged
-	return allowed
 }
 
 // decideSliding decides q's sliding rules (none: sliding false) into st,
