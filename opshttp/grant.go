@@ -54,11 +54,7 @@ const maxGrantBody = 4096
 // grant serves POST .../keys/{key}/grant. The body must be JSON, which a
 // cross-site form cannot send without the browser asking first.
 func (h *handler) grant(w http.ResponseWriter, r *http.Request, policy, seg string) {
-	l, ok := h.limiter(w, policy)
-	if !ok {
-		return
-	}
-	key, ok := h.key(w, policy, seg)
+	l, key, ok := h.limiterKey(w, policy, seg)
 	if !ok {
 		return
 	}
@@ -111,11 +107,7 @@ func (req GrantRequest) grant(now time.Time) (core.Grant, string) {
 
 // revoke serves DELETE .../keys/{key}/grant.
 func (h *handler) revoke(w http.ResponseWriter, r *http.Request, policy, seg string) {
-	l, ok := h.limiter(w, policy)
-	if !ok {
-		return
-	}
-	key, ok := h.key(w, policy, seg)
+	l, key, ok := h.limiterKey(w, policy, seg)
 	if !ok {
 		return
 	}

@@ -437,12 +437,19 @@ func (h *handler) key(w http.ResponseWriter, policy, seg string) (string, bool) 
 	return key, true
 }
 
-func (h *handler) peek(w http.ResponseWriter, r *http.Request, policy, seg string) {
+// limiterKey returns the limiter of policy and the key that the path
+// segment seg names, or writes why not and reports false.
+func (h *handler) limiterKey(w http.ResponseWriter, policy, seg string) (*core.Limiter, string, bool) {
 	l, ok := h.limiter(w, policy)
 	if !ok {
-		return
+		return nil, "", false
 	}
 	key, ok := h.key(w, policy, seg)
+	return l, key, ok
+}
+
+func (h *handler) peek(w http.ResponseWriter, r *http.Request, policy, seg string) {
+	l, key, ok := h.limiterKey(w, policy, seg)
 	if !ok {
 		return
 	}
@@ -511,11 +518,7 @@ func (h *handler) refused(w http.ResponseWriter, r *http.Request, policy string)
 }
 
 func (h *handler) reset(w http.ResponseWriter, r *http.Request, policy, seg string) {
-	l, ok := h.limiter(w, policy)
-	if !ok {
-		return
-	}
-	key, ok := h.key(w, policy, seg)
+	l, key, ok := h.limiterKey(w, policy, seg)
 	if !ok {
 		return
 	}
