@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -95,8 +96,10 @@ func (l *Limiter) sharing(store Store, o options, local bool) {
 	if !o.tier && !o.noRefusals {
 		l.refused = newRefusals(l.policy, store, o.refusedEvery)
 		l.refused.failed = func(err error) {
-			l.notice(context.Background(), Event{Kind: EventStoreError,
-				Err: fmt.Errorf("ratekit: policy %q: adding its top refused keys to the store: %w", l.policy.Name, err)})
+			e := Event{Kind: EventStoreError, Err: fmt.Errorf("ratekit: policy %q: adding its top refused keys to the store: %w", l.policy.Name, err)}
+			if l.observer != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				l.notice(context.Background(), e) // counts dropped: said even without an observer
+			}
 		}
 	}
 	if !local && o.failure == FailLocal {

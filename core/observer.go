@@ -15,7 +15,8 @@ const (
 	// error. The fallback decision is reported next as an EventDecision.
 	// A call the limiter makes on its own (adding its top refused keys to
 	// the store) reports it too, with no decision after it; without an
-	// observer, that one is logged through log/slog's default logger.
+	// observer, one whose counts were dropped (it timed out, so the store
+	// may have added them) is logged through log/slog's default logger.
 	EventStoreError
 	// EventBreakerOpen reports that the circuit breaker opened: store
 	// calls stop for the cool-down and the failure policy answers.

@@ -43,8 +43,10 @@ import (
 // nothing is refused, and none outlives its flush, so a limiter needs no
 // Close. A flush that fails (the store is down) puts its counts back
 // into the sketches, and the next refusal arms the next; one that timed
-// out drops them (the store may have added them). Either is reported as
-// an EventStoreError, or logged when the limiter has no observer.
+// out drops them (the store may have added them). Either is reported to
+// the observers as an EventStoreError; without an observer, a flush whose
+// counts were dropped is logged (one whose counts wait for the next is
+// not: the fallback's own line has said the store fails).
 
 // Bounds of the refusals counted.
 const (
@@ -135,7 +137,7 @@ func (r *refusals) tick() {
 	r.armed.Store(false) // before the drain: what comes after arms anew
 	ctx, cancel := context.WithTimeout(context.Background(), refusedTimeout)
 	defer cancel()
-	if err := r.flush(ctx); err != nil && r.failed != nil {
+	if err := r.flush(ctx); err != nil && r.failed != nil && !errors.Is(err, driver.ErrClosed) {
 		r.failed(err)
 	}
 }

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
@@ -37,6 +38,9 @@ func (s *Store) AddRefused(ctx context.Context, policy string, refused []driver.
 		})
 		return struct{}{}, err
 	})
+	if errors.Is(err, redis.ErrClosed) {
+		return fmt.Errorf("redisstore: add refused of policy %q: %w: %w", policy, driver.ErrClosed, err)
+	}
 	if err != nil {
 		return fmt.Errorf("redisstore: add refused of policy %q: %w", policy, err)
 	}

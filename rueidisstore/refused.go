@@ -2,6 +2,7 @@ package rueidisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -43,6 +44,9 @@ func (s *Store) AddRefused(ctx context.Context, policy string, refused []driver.
 		_, err = rs[len(rs)-1].ToArray()
 		return struct{}{}, err
 	})
+	if errors.Is(err, rueidis.ErrClosing) || err != nil && s.isClosed() {
+		return fmt.Errorf("rueidisstore: add refused of policy %q: %w: %w", policy, driver.ErrClosed, err)
+	}
 	if err != nil {
 		return fmt.Errorf("rueidisstore: add refused of policy %q: %w", policy, err)
 	}
