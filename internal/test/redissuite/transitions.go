@@ -565,12 +565,18 @@ func testFleetKeepsLongestWindow(t *testing.T, drv Driver) {
 			srv := redistest.Start(t)
 			ctx := context.Background()
 			clock := drivertest.NewClock(time.Unix(1_900_000_000, 0))
-			fast := testkit.Limiter(t, drv.New(t, srv), core.Policy{Name: "deploy", Algorithm: algo, Buckets: 10,
+			fastStore, slowStore := drv.New(t, srv), drv.New(t, srv)
+			fast := testkit.Limiter(t, fastStore, core.Policy{Name: "deploy", Algorithm: algo, Buckets: 10,
 				Rules: []core.Rule{{Limit: 5, Window: time.Second}}}, core.WithClock(clock.Now))
-			slow := testkit.Limiter(t, drv.New(t, srv), core.Policy{Name: "deploy", Algorithm: algo, Buckets: 10,
+			slow := testkit.Limiter(t, slowStore, core.Policy{Name: "deploy", Algorithm: algo, Buckets: 10,
 				Rules: []core.Rule{{Limit: 20, Window: time.Minute}}}, core.WithClock(clock.Now))
-			// Both have read each other's announcement.
+			// Both have read each other's announcement (a Check of the
+			// first may read the fleet before the second announced: an
+			// instance learns of a new one within an announcement, 2 s).
 			_, _ = fast.Check(ctx), slow.Check(ctx)
+			testkit.WaitUntil(t, "both instances counted by both", func() bool {
+				return instances(fastStore, "deploy") == 2 && instances(slowStore, "deploy") == 2
+			})
 
 			admitted := 0
 			for range 3 { // three seconds of the fast instance's limit
