@@ -203,16 +203,20 @@ func (w *watcher) announce(p *redislib.FleetPolicy) {
 		return
 	}
 	k, ms := redislib.FleetKey(w.s.prefix, p.Name), now.UnixMilli()
-	var members *redis.StringSliceCmd
+	var (
+		members *redis.StringSliceCmd
+		at      *redis.TimeCmd
+	)
 	_, err = w.s.client.TxPipelined(ctx, func(pp redis.Pipeliner) error {
 		pp.ZAdd(ctx, k, redis.Z{Score: float64(ms + redislib.FleetTTL.Milliseconds()), Member: p.Member})
 		pp.ZRemRangeByScore(ctx, k, "-inf", strconv.FormatInt(ms, 10))
 		pp.PExpire(ctx, k, redislib.FleetTTL)
 		members = pp.ZRange(ctx, k, 0, -1)
+		at = pp.Time(ctx) // when the members were read: Heard keeps the latest
 		return nil
 	})
 	if err == nil && w.life.Err() == nil {
-		p.Heard(members.Val())
+		p.Heard(at.Val().UnixMicro(), members.Val())
 	}
 }
 

@@ -127,20 +127,25 @@ func (s *Store) announce(p *redislib.FleetPolicy) error {
 		b.Zremrangebyscore().Key(k).Min("-inf").Max(strconv.FormatInt(ms, 10)).Build(),
 		b.Pexpire().Key(k).Milliseconds(redislib.FleetTTL.Milliseconds()).Build(),
 		b.Zrange().Key(k).Min("0").Max("-1").Build(),
+		b.Time().Build(), // when the members were read: Heard keeps the latest
 		b.Exec().Build())
 	replies, err := rs[len(rs)-1].ToArray()
 	if err != nil {
 		return err
 	}
-	if len(replies) != 4 {
+	if len(replies) != 5 {
 		return fmt.Errorf("EXEC answered %d replies", len(replies))
 	}
 	members, err := replies[3].AsStrSlice()
 	if err != nil {
 		return err
 	}
+	at, err := replies[4].AsIntSlice()
+	if err != nil || len(at) != 2 {
+		return fmt.Errorf("TIME answered %v: %w", at, err)
+	}
 	if s.life.Err() == nil {
-		p.Heard(members)
+		p.Heard(at[0]*1_000_000+at[1], members)
 	}
 	return nil
 }

@@ -85,7 +85,10 @@ type FleetPolicy struct {
 	fleetG  atomic.Pointer[[]int64] // every bucket width announced, µs
 	format  atomic.Int32            // the format the policy's keys are written in
 	mu      sync.Mutex
+	heardAt int64  // when the members last taken were read (Heard), µs
 	differs string // the differing configurations last reported, joined
+	report  sync.Mutex
+	reports int64 // Heard's changes of differs, the last reported under report
 }
 
 // NewFleet returns a fleet that joined no policy.
@@ -190,27 +193,49 @@ func (f *Fleet) Leave() []*FleetPolicy {
 }
 
 // Heard takes the members of p's fleet key as the driver read them after
-// announcing p (every live instance's, this one's included): their
-// count, the largest Keep and Window announced, the format to write (the
-// newest every member reads, no newer than Formats) and the differing
-// configurations, reported to p's Differ when they changed.
-func (p *FleetPolicy) Heard(members []string) {
+// announcing p (every live instance's, this one's included) at the server
+// time at, in µs: their count, the largest Keep and Window announced, the
+// format to write (the newest every member reads, no newer than Formats)
+// and the differing configurations, reported to p's Differ when they
+// changed. Announcements run at once (the beat, Check, a Join): a reading
+// older than one already taken is dropped, so that a stale member list
+// never undoes a newer one.
+func (p *FleetPolicy) Heard(at int64, members []string) {
 	h := heard{keep: p.keep, window: p.window, widths: slices.Clone(p.widths), format: Formats}
 	for _, m := range members {
 		h.add(m, p.config)
 	}
+	slices.Sort(h.others)
+	joined := strings.Join(h.others, ",")
+	p.mu.Lock()
+	if at < p.heardAt {
+		p.mu.Unlock()
+		return
+	}
+	p.heardAt = at
 	p.count.Store(int64(max(1, len(members))))
 	p.fleetK.Store(h.keep)
 	p.fleetW.Store(h.window)
 	p.fleetG.Store(&h.widths)
 	p.format.Store(int32(h.format))
-	slices.Sort(h.others)
-	joined := strings.Join(h.others, ",")
-	p.mu.Lock()
 	changed := joined != p.differs
 	p.differs = joined
+	var n int64
+	if changed {
+		p.reports++
+		n = p.reports
+	}
 	p.mu.Unlock()
-	if changed && p.differ != nil {
+	if !changed || p.differ == nil {
+		return
+	}
+	// Reported in order: a change that a later one overtook is not.
+	p.report.Lock()
+	defer p.report.Unlock()
+	p.mu.Lock()
+	latest := n == p.reports
+	p.mu.Unlock()
+	if latest {
 		p.differ(h.others)
 	}
 }

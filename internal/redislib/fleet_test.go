@@ -29,6 +29,7 @@ func TestFleetHeard(t *testing.T) {
 	if want := f.Instance + "|2|5|1000000|aaa|100000|" + LibName; p.Member != want {
 		t.Fatalf("member %q, want %q", p.Member, want)
 	}
+	var at int64 // the server time of each reading, in order
 	for _, tc := range []struct {
 		name    string
 		members []string
@@ -46,7 +47,8 @@ func TestFleetHeard(t *testing.T) {
 		{"nobody read yet", nil, 1, 5, 1e6, []int64{100_000}, Formats, 2},
 		{"a garbled member", []string{p.Member, "d|x|y|z|aaa"}, 2, 5, 1e6, []int64{100_000}, Formats, 2},
 	} {
-		p.Heard(tc.members)
+		at++
+		p.Heard(at, tc.members)
 		if p.Instances()() != int(tc.count) || p.Keep() != tc.keep || p.Window() != tc.window || p.Format() != tc.format ||
 			!slices.Equal(p.Widths(), tc.widths) || len(heard) != tc.heard {
 			t.Errorf("%s: count %d, keep %d, window %d, format %d, widths %v, differ heard %d times; want %d, %d, %d, %d, %v, %d",
@@ -56,6 +58,15 @@ func TestFleetHeard(t *testing.T) {
 	}
 	if !slices.Equal(heard[0], []string{"bbb"}) || len(heard[1]) != 0 {
 		t.Errorf("Differ heard %q, want [bbb] then none", heard)
+	}
+	// A reading older than the last one taken (announcements run at
+	// once: the beat, Check, a Join) is dropped: its members never undo
+	// newer ones.
+	p.Heard(at+2, []string{p.Member, "b|1|20|60000000|bbb|"})
+	p.Heard(at+1, []string{p.Member})
+	if p.Instances()() != 2 || p.Window() != 60e6 || len(heard) != 3 {
+		t.Errorf("after a stale reading: count %d, window %d, differ heard %d times; want 2, 60000000, 3 (the stale one dropped)",
+			p.Instances()(), p.Window(), len(heard))
 	}
 }
 
