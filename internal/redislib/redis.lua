@@ -486,6 +486,10 @@ local key, v, small, hdr, cnt, expat, nh, hashed
 -- current when the state above is the key's value as the last decision
 -- left it, within this call: the next decision on key need not load it.
 local current = false
+-- pend is what the last decision appended to a small value that v does
+-- not hold yet: joined only if a decision on the same key follows in the
+-- call (most follow on other keys, and would pay for the copy).
+local pend
 local hints = {}
 -- A long value's entries read so far: one chunk (its first index and
 -- bytes), and the entry read last on its own.
@@ -524,7 +528,7 @@ local function first(lo, hi, t)
 end
 
 local function load(k, h)
-  key, hashed = k, h
+  key, hashed, pend = k, h, nil
   if h then
     v = call('HGET', k, 'g') or ''
   else
@@ -690,8 +694,8 @@ local function decide(op, n, keep, now, cnow, nr, maxw, at, gate)
       if drop < 16 and drop * 4 < cnt then drop = 0 end
       if drop == 0 and not renew then
         call('APPEND', key, add)
-        v, cnt = v .. add, cnt + n
-        keeps = #v < SMALL
+        cnt, pend = cnt + n, add
+        keeps = #v + #add < SMALL
       else
         call('SET', key, header(expat) .. sub(v, hdr + drop * 8 + 1) .. add, 'PX', ttl(expat, t, cnow))
       end
@@ -737,7 +741,11 @@ local function decide(op, n, keep, now, cnow, nr, maxw, at, gate)
 end
 
 local function run(k, op, n, keep, now, cnow, nr, maxw, at)
-  if not current or k ~= key or hashed then load(k) end
+  if not current or k ~= key or hashed then
+    load(k)
+  elseif pend then
+    v, pend = v .. pend, nil
+  end
   current = false
   return decide(op, n, keep, now, cnow, nr, maxw, at)
 end
@@ -814,6 +822,7 @@ register('log', function(keys, args)
     if not ok then res = failed(res) elseif gx > 0 then res = granted(res, gx) end
     out[d] = res
   end
+  if #keys == 1 then return out[1] end -- a lone decision: no copy
   return table.concat(out)
 end)
 
@@ -1077,5 +1086,6 @@ register('buckets', function(keys, args)
     if not ok then res = failed(res) elseif gx > 0 then res = granted(res, gx) end
     out[#out + 1] = res
   end
+  if #out == 1 then return out[1] end
   return table.concat(out)
 end)
