@@ -3,7 +3,7 @@ GO ?= go
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: run test test-short test-core test-timing lint fuzz bench bench-go redis-server chromium promtool
+.PHONY: run test test-short test-core test-timing lint fuzz bench bench-instructions bench-go redis-server chromium promtool
 
 # TIMED is every test timed against the wall clock: a decision bounded by the store timeout
 # while Redis is paused, stopped or slowed, exactness with the app's CPU saturated. They hold
@@ -87,6 +87,16 @@ bench: redis-server
 		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-tools; }
 	cd bench && $(GO) run -mod=mod . $(BENCHFLAGS)
+
+## bench-instructions: Redis's instructions per decision of each Redis-backed library, counted
+## by valgrind's callgrind (installed if missing): a figure the machine's load does not move;
+## about a minute; writes bench/results/instructions.md
+bench-instructions: redis-server
+	@command -v valgrind >/dev/null 2>&1 || { \
+		echo "valgrind not found: installing it with apt-get"; \
+		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq valgrind; }
+	cd bench && $(GO) run -mod=mod . -instructions $(BENCHFLAGS)
 
 ## bench-go: the in-module benchmarks with allocations
 bench-go: redis-server

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"slices"
@@ -424,5 +425,40 @@ func TestP99Rows(t *testing.T) {
 	}
 	if g := got["Redis p99 latency, hot key, c=16"]; g.verdict != notMet || g.ratio != "1.20× "+nameRedisRate {
 		t.Errorf("c=16 row = %+v, want not met at 1.20× redis_rate", g)
+	}
+}
+
+func TestParseDumpTotal(t *testing.T) {
+	for _, tc := range []struct {
+		dump string
+		want int64
+		ok   bool
+	}{
+		{"events: Ir\nfn=(1) x\n0 5\nsummary: 110830600\ntotals: 110830600\n", 110830600, true},
+		{"events: Ir\ntotals: 42\n", 42, true},
+		{"events: Ir\nfn=(1) x\n", 0, false},
+		{"summary: lots\n", 0, false},
+	} {
+		got, err := parseDumpTotal(bufio.NewScanner(strings.NewReader(tc.dump)))
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("parseDumpTotal(%q) = %d, %v; want %d, ok %v", tc.dump, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestInstrReport(t *testing.T) {
+	got := instrReport([]instrCell{
+		{lib: nameRatekit, pat: "10k", perDec: 65074},
+		{lib: nameRedisRate, pat: "10k", perDec: 60211},
+		{lib: nameUlule, pat: "hot", perDec: 25231},
+	})
+	for _, want := range []string{
+		"| ratekit | 10k | 65,074 | 1.00× |",
+		"| go-redis/redis_rate | 10k | 60,211 | 1.08× |",
+		"| ulule/limiter | hot | 25,231 | – |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("instrReport lacks %q:\n%s", want, got)
+		}
 	}
 }

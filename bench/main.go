@@ -53,6 +53,7 @@ type config struct {
 	cpuProfile string        // file for a CPU profile of the run; "" for none
 	rounds     int           // interleaved rounds of the one-goroutine Redis cells of the allowed patterns
 	roundDur   time.Duration // measured time of one such round
+	instr      bool          // count Redis's instructions per decision under callgrind instead
 }
 
 func main() {
@@ -83,6 +84,13 @@ func run(args []string) int {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if cfg.instr {
+		if err := instructions(ctx, cfg); err != nil {
+			fmt.Fprintln(os.Stderr, "instructions:", err)
+			return 1
+		}
+		return 0
+	}
 	if err := compare(ctx, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "compare:", err)
 		return 1
@@ -105,6 +113,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.out, "out", "results", "directory for results.md, throughput.svg and goals.svg")
 	fs.DurationVar(&cfg.limit, "limit", 10*time.Minute, "hard bound of the whole run")
 	fs.IntVar(&cfg.rounds, "rounds", 3, "interleaved rounds of each one-goroutine Redis cell of the hot and 10k patterns (medians reported); 1: one run as the other cells")
+	fs.BoolVar(&cfg.instr, "instructions", false, "instead of the comparison: Redis's instructions per decision of each Redis-backed library under valgrind's callgrind (about 2 minutes; writes instructions.md; -libs and -patterns narrow it)")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (narrow the run with -libs, -patterns, -goroutines)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err

@@ -25,8 +25,9 @@ type redisServer struct {
 	done chan struct{}
 }
 
-// startRedis starts redis-server and waits until it answers PING.
-func startRedis(ctx context.Context) (*redisServer, error) {
+// startRedis starts redis-server and waits until it answers PING. With
+// wrap set, the server runs under that command (valgrind and its flags).
+func startRedis(ctx context.Context, wrap ...string) (*redisServer, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, errors.New("redis-server not found on PATH: install it (apt-get install redis-server)")
@@ -36,7 +37,7 @@ func startRedis(ctx context.Context) (*redisServer, error) {
 		return nil, err
 	}
 	for attempt := 1; ; attempt++ {
-		s, err := launchRedis(ctx, bin, dir)
+		s, err := launchRedis(ctx, append(wrap, bin), dir)
 		if err == nil {
 			return s, nil
 		}
@@ -47,7 +48,7 @@ func startRedis(ctx context.Context) (*redisServer, error) {
 	}
 }
 
-func launchRedis(ctx context.Context, bin, dir string) (*redisServer, error) {
+func launchRedis(ctx context.Context, argv []string, dir string) (*redisServer, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("find a free port: %w", err)
@@ -55,7 +56,7 @@ func launchRedis(ctx context.Context, bin, dir string) (*redisServer, error) {
 	port := l.Addr().(*net.TCPAddr).Port
 	_ = l.Close()
 	s := &redisServer{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, done: make(chan struct{})}
-	s.cmd = exec.Command(bin,
+	s.cmd = exec.Command(argv[0], append(argv[1:],
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -63,7 +64,7 @@ func launchRedis(ctx context.Context, bin, dir string) (*redisServer, error) {
 		"--dir", dir,
 		"--daemonize", "no",
 		"--logfile", "",
-	)
+	)...)
 	// The kernel kills the server if the harness dies without stopping it.
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
@@ -73,7 +74,7 @@ func launchRedis(ctx context.Context, bin, dir string) (*redisServer, error) {
 		_ = s.cmd.Wait()
 		close(s.done)
 	}()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // valgrind takes seconds to start
 	for {
 		select {
 		case <-s.done:
@@ -88,7 +89,7 @@ func launchRedis(ctx context.Context, bin, dir string) (*redisServer, error) {
 		}
 		if time.Now().After(deadline) {
 			s.kill()
-			return nil, fmt.Errorf("redis-server on %s did not answer within 10s", s.addr)
+			return nil, fmt.Errorf("redis-server on %s did not answer within 30s", s.addr)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
