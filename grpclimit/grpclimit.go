@@ -303,8 +303,19 @@ func (e *engine) refuse(ctx context.Context, g *limited, v guard.Verdict) error 
 // limited is one guard with what its answers need, computed once.
 type limited struct {
 	g      *guard.Guard
-	finish bool   // g.NeedsFinish()
-	policy string // QuotaFailure subject
+	finish bool    // g.NeedsFinish()
+	policy string  // QuotaFailure subject
+	quotas []quota // the QuotaFailure of each rule of the policy alone
+}
+
+// quota is the QuotaFailure of a denial by one rule of a guard's own
+// policy, built once: every denial of a flood answers with the same.
+// WithDetails only reads it (marshals it into an Any of the status it
+// returns), so the calls share it.
+type quota struct {
+	limit  int64
+	window time.Duration // 0 for an InFlight policy
+	qf     *errdetails.QuotaFailure
 }
 
 func newLimited(l *core.Limiter, opts []guard.Option) *limited {
@@ -312,7 +323,23 @@ func newLimited(l *core.Limiter, opts []guard.Option) *limited {
 }
 
 func limitedOf(g *guard.Guard) *limited {
-	return &limited{g: g, finish: g.NeedsFinish(), policy: g.Limiter().Policy().Name}
+	p := g.Limiter().Policy()
+	lg := &limited{g: g, finish: g.NeedsFinish(), policy: p.Name}
+	if p.InFlight > 0 {
+		lg.quotas = append(lg.quotas, newQuota(p.Name, p.InFlight, 0))
+	}
+	for _, r := range p.Rules {
+		lg.quotas = append(lg.quotas, newQuota(p.Name, r.Limit, r.Window))
+	}
+	return lg
+}
+
+// newQuota builds the QuotaFailure of a denial by the rule of policy that
+// admits limit units per window.
+func newQuota(policy string, limit int64, window time.Duration) quota {
+	return quota{limit: limit, window: window, qf: &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{
+		{Subject: policy, Description: describe(limit, window)},
+	}}}
 }
 
 // done completes an admitted call with the code the handler ended with.
@@ -382,11 +409,16 @@ func retryInfo(d time.Duration) *errdetails.RetryInfo {
 // with WithAlso) and every violated rule, as the decision saw it (a tier's
 // rules under core.WithTiers); never the key.
 func (g *limited) quotaFailure(v *guard.Verdict) *errdetails.QuotaFailure {
-	policy := g.policy
+	policy, own := g.policy, true
 	if l := v.Limiter(); l != nil && l != g.g.Limiter() {
-		policy = l.Policy().Name
+		policy, own = l.Policy().Name, false
 	}
 	d := &v.Decision
+	if own {
+		if qf := g.builtQuota(d); qf != nil {
+			return qf
+		}
+	}
 	q := &errdetails.QuotaFailure{}
 	for _, s := range d.Rules() {
 		if s.RetryAfter > 0 {
@@ -398,6 +430,30 @@ func (g *limited) quotaFailure(v *guard.Verdict) *errdetails.QuotaFailure {
 		q.Violations = append(q.Violations, &errdetails.QuotaFailure_Violation{Subject: policy, Description: describe(d.Limit, d.Window)})
 	}
 	return q
+}
+
+// builtQuota returns the QuotaFailure built once for a denial by one
+// rule of the guard's own policy, as quotaFailure would build it: the one
+// violated rule, or the binding one when the decision names none (a
+// deny-cache answer); nil when several rules were violated or the rule is
+// not one of the policy's as constructed (a tier's).
+func (g *limited) builtQuota(d *core.Decision) *errdetails.QuotaFailure {
+	limit, window, n := d.Limit, d.Window, 0
+	for _, s := range d.Rules() {
+		if s.RetryAfter > 0 {
+			limit, window = s.Limit, s.Window
+			n++
+		}
+	}
+	if n > 1 {
+		return nil
+	}
+	for i := range g.quotas {
+		if q := &g.quotas[i]; q.limit == limit && q.window == window {
+			return q.qf
+		}
+	}
+	return nil
 }
 
 // describe says what a rule allows, for QuotaFailure descriptions; an

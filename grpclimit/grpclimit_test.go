@@ -140,6 +140,54 @@ func checkMD(t *testing.T, what string, md metadata.MD, want, absent []string) {
 	}
 }
 
+// TestQuotaFailureConcurrentDenials: the QuotaFailure of a denial by one
+// rule of the guard's own policy is built once and shared by every
+// denial; concurrent denials (marshalling it at once) each carry it whole.
+// Two rules violated at once are both named.
+func TestQuotaFailureConcurrentDenials(t *testing.T) {
+	t.Parallel()
+	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "sms", Rules: []core.Rule{{Limit: 1, Window: time.Minute}, {Limit: 5, Window: time.Hour}}})
+	c := serveBufconn(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l, guard.WithKey(userKey))))
+	if _, err := callEmpty(c, "u"); err != nil {
+		t.Fatalf("call 1: EmptyCall = %v, want OK", err)
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				_, err := callEmpty(c, "u")
+				_, qf := details(err)
+				var got []string
+				for _, v := range qf.GetViolations() {
+					got = append(got, v.GetSubject()+": "+v.GetDescription())
+				}
+				if want := []string{"sms: limit 1 per 1m0s"}; status.Code(err) != codes.ResourceExhausted || !slices.Equal(got, want) {
+					t.Errorf("goroutine %d call %d: EmptyCall = %v, violations %q, want ResourceExhausted with %q", g, i, err, got, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+
+	both := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "pair", Rules: []core.Rule{{Limit: 1, Window: time.Minute}, {Limit: 1, Window: time.Hour}}})
+	c = serveBufconn(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(both, guard.WithKey(userKey))))
+	if _, err := callEmpty(c, "u"); err != nil {
+		t.Fatalf("pair call 1: EmptyCall = %v, want OK", err)
+	}
+	_, err := callEmpty(c, "u") // decided by the store: both rules full
+	_, qf := details(err)
+	var got []string
+	for _, v := range qf.GetViolations() {
+		got = append(got, v.GetSubject()+": "+v.GetDescription())
+	}
+	if want := []string{"pair: limit 1 per 1m0s", "pair: limit 1 per 1h0m0s"}; !slices.Equal(got, want) {
+		t.Errorf("pair call 2: QuotaFailure violations = %q, want %q", got, want)
+	}
+}
+
 func TestMultiRuleQuotaFailure(t *testing.T) {
 	t.Parallel()
 	l := testkit.Limiter(t, core.NewMemoryStore(), core.Policy{Name: "sms", Rules: []core.Rule{{Limit: 1, Window: time.Minute}, {Limit: 5, Window: time.Hour}}})

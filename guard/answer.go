@@ -272,7 +272,8 @@ func fill(m map[string][]string, hs *headerSet, buf []byte, lower bool) {
 // strings that share one block of memory with the slice holding them: a
 // map keeps the block alive as long as it keeps any of them. The block's
 // bytes are written once, here, before any string refers to them. The
-// usual answer, the three X-RateLimit fields, takes the smallest block.
+// usual answer, the three X-RateLimit fields, takes the smallest block;
+// the IETF fields alone of a policy of one rule the next.
 func values(hs *headerSet, buf []byte) []string {
 	var (
 		vals []string
@@ -281,6 +282,9 @@ func values(hs *headerSet, buf []byte) []string {
 	switch {
 	case hs.n <= len(smallBlock{}.vals) && len(buf) <= len(smallBlock{}.buf):
 		b := new(smallBlock)
+		vals, mem = b.vals[:hs.n], b.buf[:]
+	case hs.n <= len(pairBlock{}.vals) && len(buf) <= len(pairBlock{}.buf):
+		b := new(pairBlock)
 		vals, mem = b.vals[:hs.n], b.buf[:]
 	case len(buf) <= len(valueBlock{}.buf):
 		b := new(valueBlock)
@@ -342,6 +346,13 @@ type largeBlock struct {
 // maxStack is the size of the buffer on the stack that the header values
 // of an answer are collected in; longer values go to the heap.
 const maxStack = 320
+
+// pairBlock is the valueBlock of the IETF fields alone (HeadersIETF) of a
+// policy of one rule: 144 bytes rather than 224.
+type pairBlock struct {
+	vals [2]string
+	buf  [112]byte
+}
 
 // smallBlock is the valueBlock of the usual answer, the three X-RateLimit
 // fields: 64 bytes rather than 224.

@@ -44,3 +44,26 @@ func benchAdmitHTTP(b *testing.B, rules []core.Rule, opts ...guard.Option) {
 		v.WriteHTTPHeaders(h)
 	}
 }
+
+// BenchmarkMetadata measures the header fields of an admission written as
+// gRPC metadata, a new map each time as the gRPC interceptors hand it to
+// grpc.SetHeader: the X-RateLimit fields (the default), and the IETF
+// fields of a policy of one rule.
+func BenchmarkMetadata(b *testing.B) {
+	b.Run("xratelimit", func(b *testing.B) { benchMetadata(b) })
+	b.Run("ietf", func(b *testing.B) { benchMetadata(b, guard.WithHeaders(guard.HeadersIETF)) })
+}
+
+var metadataSink map[string][]string
+
+func benchMetadata(b *testing.B, opts ...guard.Option) {
+	l := testkit.Limiter(b, core.NewMemoryStore(), core.Policy{Name: "bench", Rules: []core.Rule{{Limit: 100_000, Window: time.Hour}}})
+	v := guard.New(l, opts...).AdmitHTTP(context.Background(), httptest.NewRequest(http.MethodGet, "/", nil), "", nil)
+	if !v.Proceed() {
+		b.Fatalf("outcome %v", v.Outcome)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		metadataSink = v.Metadata()
+	}
+}

@@ -3,6 +3,7 @@
 package peeraddr
 
 import (
+	"encoding/binary"
 	"net"
 	"net/netip"
 	"sync/atomic"
@@ -54,13 +55,12 @@ type entry struct {
 // written again.
 func (e *entry) text() string { return unsafe.String(&e.buf[0], int(e.n)) }
 
-// slotOf returns the slot of ap in texts.
+// slotOf returns the slot of ap in texts: the top bits of a
+// multiplicative hash of the address's 16 bytes, read as two words, and
+// its port.
 func slotOf(ap netip.AddrPort) int {
 	b := ap.Addr().As16()
-	h := uint64(ap.Port())
-	for i := 0; i < len(b); i += 8 {
-		h = (h ^ uint64(b[i])<<56 ^ uint64(b[i+1])<<48 ^ uint64(b[i+2])<<40 ^ uint64(b[i+3])<<32 ^
-			uint64(b[i+4])<<24 ^ uint64(b[i+5])<<16 ^ uint64(b[i+6])<<8 ^ uint64(b[i+7])) * 0x9E3779B97F4A7C15
-	}
+	h := (uint64(ap.Port()) ^ binary.BigEndian.Uint64(b[:8])) * 0x9E3779B97F4A7C15
+	h = (h ^ binary.BigEndian.Uint64(b[8:])) * 0x9E3779B97F4A7C15
 	return int(h >> (64 - 8))
 }

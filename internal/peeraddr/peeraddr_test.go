@@ -76,3 +76,19 @@ func TestStringRecent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// BenchmarkString measures the text of an address seen before: the calls
+// of one connection.
+func BenchmarkString(b *testing.B) {
+	for _, a := range []*net.TCPAddr{
+		{IP: net.IPv4(192, 0, 2, 1), Port: 50000},
+		{IP: net.ParseIP("2001:db8::1"), Port: 443},
+	} {
+		b.Run(a.String(), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = peeraddr.String(a)
+			}
+		})
+	}
+}
