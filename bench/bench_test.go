@@ -155,6 +155,13 @@ func TestReport(t *testing.T) {
 	if err := rep.writeGoalsChart(dir + "/g.svg"); err != nil {
 		t.Errorf("writeGoalsChart: %v", err)
 	}
+	// One goroutine count (-goroutines 1): the chart's log axis still has
+	// a range.
+	one := *rep
+	one.goroutines, one.cells, one.ceilings = []int{1}, rep.cells[:2], rep.ceilings[:1]
+	if err := one.writeChart(dir + "/one.svg"); err != nil {
+		t.Errorf("writeChart of one goroutine count: %v", err)
+	}
 }
 
 // TestGoals checks the verdicts of goals 3 to 6 on fake numbers, on both

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -371,6 +372,10 @@ func (r *report) writeChart(path string) error {
 			ticks = append(ticks, plot.Tick{Value: float64(g), Label: fmt.Sprint(g)})
 		}
 		p.X.Tick.Marker = plot.ConstantTicks(ticks)
+		if gmin, gmax := slices.Min(r.goroutines), slices.Max(r.goroutines); gmin == gmax {
+			// One goroutine count: a log axis needs a range around it.
+			p.X.Min, p.X.Max = float64(gmin)/2, float64(gmax)*2
+		}
 		p.Add(plotter.NewGrid())
 
 		add := func(name string, pts plotter.XYs, col color.Color, dashes []vg.Length, shape int) error {
