@@ -75,6 +75,16 @@ type callCtx struct {
 
 var callCtxPool = sync.Pool{New: func() any { return new(callCtx) }}
 
+// released is the caller's context of a call that has ended: canceled,
+// without values. closedCh is its Done.
+var (
+	released, closedCh = func() (context.Context, <-chan struct{}) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		return ctx, ctx.Done()
+	}()
+)
+
 // newCallCtx returns the context of a store call made at start under
 // parent with the limiter's timeout. Release it after the call.
 func newCallCtx(parent context.Context, start time.Time, timeout time.Duration) *callCtx {
@@ -109,7 +119,7 @@ func (c *callCtx) release() {
 	if c.expired {
 		c.ch, c.expired = nil, false // a closed channel is not reused
 	}
-	c.Context = nil
+	c.Context = released
 	c.mu.Unlock()
 	callCtxPool.Put(c)
 }
@@ -117,10 +127,18 @@ func (c *callCtx) release() {
 // Deadline returns the latest time Done closes.
 func (c *callCtx) Deadline() (time.Time, bool) { return c.hard, true }
 
-// Done returns a channel closed when the call has timed out.
+// Done returns a channel closed when the call has timed out. Once the
+// call has ended (released), the context is done (Err: Canceled) and
+// arms nothing: Go's own context machinery may ask a context for Done,
+// Err and values after the call that used it returned (the goroutine
+// context.WithDeadline starts for a parent it does not know, as a dial's
+// does), and must not find a timer to arm or a nil parent.
 func (c *callCtx) Done() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.Context == released {
+		return closedCh
+	}
 	if c.ch == nil {
 		c.ch = make(chan struct{})
 	}
@@ -137,18 +155,29 @@ func (c *callCtx) Done() <-chan struct{} {
 }
 
 // Err returns the caller's error, or DeadlineExceeded once the call has
-// timed out.
+// timed out. It reads the caller's context under c.mu, as Value does: a
+// goroutine of Go's context machinery may ask after the call ended, while
+// the pooled context serves another call.
 func (c *callCtx) Err() error {
-	if err := c.Context.Err(); err != nil {
-		return err
-	}
 	c.mu.Lock()
+	parent := c.Context
 	expired := c.expired || !time.Now().Before(c.hard)
 	c.mu.Unlock()
+	if err := parent.Err(); err != nil {
+		return err
+	}
 	if expired {
 		return context.DeadlineExceeded
 	}
 	return nil
+}
+
+// Value returns the caller's value for key (see Err).
+func (c *callCtx) Value(key any) any {
+	c.mu.Lock()
+	parent := c.Context
+	c.mu.Unlock()
+	return parent.Value(key)
 }
 
 // expire judges a timeout that is due: the call times out unless the
@@ -156,7 +185,7 @@ func (c *callCtx) Err() error {
 func (c *callCtx) expire() {
 	c.mu.Lock()
 	now := time.Now()
-	if !c.armed || c.expired || now.Before(c.target) {
+	if !c.armed || c.expired || now.Before(c.target) || c.Context == released {
 		c.mu.Unlock() // stopped, or a late run of an earlier use's timer
 		return
 	}

@@ -122,3 +122,35 @@ func TestJudge(t *testing.T) {
 		}
 	}
 }
+
+// TestCallCtxAfterRelease: Go's context machinery may use a call's
+// context after the call returned (context.WithDeadline on a parent it
+// does not know starts a goroutine that asks for its Done, then its Err
+// and values): a released context is done, canceled, has no values and
+// arms no timer, and a timer of an earlier use that fires does nothing.
+func TestCallCtxAfterRelease(t *testing.T) {
+	const timeout = 5 * time.Millisecond
+	c := newCallCtx(context.Background(), time.Now(), timeout)
+	c.Done() // armed
+	child, cancel := context.WithDeadline(c, time.Now().Add(time.Hour))
+	cancel()
+	c.release() // before its timer fires, or the goroutine runs
+	select {
+	case <-c.Done():
+	default:
+		t.Fatal("Done of a released context is not closed")
+	}
+	if err := c.Err(); !errors.Is(err, context.Canceled) {
+		t.Errorf("Err of a released context = %v, want Canceled", err)
+	}
+	if v := c.Value("k"); v != nil {
+		t.Errorf("Value of a released context = %v, want nil", v)
+	}
+	if child.Err() == nil {
+		t.Error("the child's cancel did not end it")
+	}
+	time.Sleep(4 * timeout) // the first use's timer fires on a released context
+	if c.armed || c.expired {
+		t.Errorf("a released context armed %v, expired %v: want neither", c.armed, c.expired)
+	}
+}
