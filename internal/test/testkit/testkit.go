@@ -281,7 +281,15 @@ func UserKey(r keyfunc.Request) (string, error) {
 // what it waited for.
 func WaitUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+	WaitUntilWithin(t, 10*time.Second, what, cond)
+}
+
+// WaitUntilWithin is WaitUntil with a bound of its own, for a condition
+// the library promises within a time of its own (plus a loaded machine's
+// slack).
+func WaitUntilWithin(t testing.TB, bound time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(bound); !cond(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting until %s", what)
 		}
