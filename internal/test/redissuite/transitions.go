@@ -526,7 +526,12 @@ func testFleetRulesDiffer(t *testing.T, drv Driver) {
 	same := testkit.Limiter(t, drv.New(t, srv), core.Policy{Name: "other", Rules: []core.Rule{{Limit: 5, Window: time.Second}}})
 	_ = testkit.Limiter(t, drv.New(t, srv), core.Policy{Name: "other", Rules: []core.Rule{{Limit: 5, Window: time.Second}}})
 
-	errA, errB := a.Check(ctx), b.Check(ctx)
+	// Each Check announces its instance and reads the others'; a Join's
+	// own announcement runs in the background and may land later, so A
+	// checks again once B's Check has announced B.
+	_ = a.Check(ctx)
+	errB := b.Check(ctx)
+	errA := a.Check(ctx)
 	for name, err := range map[string]error{"a": errA, "b": errB} {
 		if err == nil || errors.Is(err, core.ErrMisconfigured) || !strings.Contains(err.Error(), "other configuration") {
 			t.Errorf("%s.Check() = %v, want an error naming the other configuration, not ErrMisconfigured", name, err)
