@@ -475,13 +475,25 @@ end
 -- A value up to this size is read whole.
 local SMALL, SMALLEND = 512, '511'
 
+-- long holds the keys (up to LONGKEYS, then it starts again) whose value
+-- was long when last loaded: their next load reads HEAD bytes, the
+-- header, not SMALL (Redis's Lua copies and hashes every byte it is
+-- handed, and a long value's bytes past its header are not used). A
+-- guess, never trusted: a value found shorter is read whole. It lives
+-- as long as the library (a Redis Function's locals outlive a call; a
+-- script's do not, and start empty).
+local HEAD, HEADEND = 128, '127'
+local LONGKEYS = 1024
+local long, nlong = {}, 0
+
 -- Entries read around a hint in one GETRANGE.
 local CHUNK = 32
 
--- The key being decided: its name, its value (whole when small, else its
--- first SMALL bytes), the header's length, entries, TTL end and hints;
--- hashed when the log is field 'g' of the HASH key (a policy with a
--- lockout or calendar rules), read and written whole.
+-- The key being decided: its name, its value (whole when small, else a
+-- prefix that holds its header: SMALL bytes, or HEAD), the header's
+-- length, entries, TTL end and hints; hashed when the log is field 'g'
+-- of the HASH key (a policy with a lockout or calendar rules), read and
+-- written whole.
 local key, v, small, hdr, cnt, expat, nh, hashed
 -- current when the state above is the key's value as the last decision
 -- left it, within this call: the next decision on key need not load it.
@@ -529,8 +541,15 @@ end
 
 local function load(k, h)
   key, hashed, pend = k, h, nil
+  local size
   if h then
     v = call('HGET', k, 'g') or ''
+  elseif long[k] then
+    v = call('GETRANGE', k, '0', HEADEND)
+    if #v == HEAD then
+      size = call('STRLEN', k)
+      if size < SMALL then v, size = call('GETRANGE', k, '0', SMALLEND), nil end
+    end
   else
     v = call('GETRANGE', k, '0', SMALLEND)
   end
@@ -540,13 +559,19 @@ local function load(k, h)
   end
   expat, nh = sunpack('<dd', v)
   hdr = 16 + nh * 8
+  small = hashed or (#v < SMALL and not size)
+  if not small and #v < hdr then v = call('GETRANGE', k, '0', int(hdr - 1)) end
   for i = 1, nh do hints[i] = sunpack('<d', v, 8 + i * 8 + 1) end
-  small = hashed or #v < SMALL
   if small then
     cnt = (#v - hdr) / 8
+    if long[k] then long[k], nlong = nil, nlong - 1 end
   else
-    cnt = (call('STRLEN', k) - hdr) / 8
+    cnt = ((size or call('STRLEN', k)) - hdr) / 8
     clo, chunk, pi = 0, '', nil
+    if not h and not long[k] then
+      if nlong >= LONGKEYS then long, nlong = {}, 0 end
+      long[k], nlong = true, nlong + 1
+    end
   end
 end
 

@@ -724,6 +724,52 @@ func testRedisLargeLog(t *testing.T, drv Driver) {
 	}
 }
 
+// testRedisLogShrinks: a key whose log was long (past the 512 bytes a
+// decision reads whole), which a decision therefore loads by its header
+// alone, and whose dead head is then trimmed to under 512 bytes but over
+// the header's read, is decided from every entry it holds, not from the
+// header's read alone: the exact count, before and after.
+func testRedisLogShrinks(t *testing.T, drv Driver) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	store := drv.New(t, srv)
+	clock := drivertest.NewClock(time.Unix(1_900_000_000, 0))
+	l := testkit.Limiter(t, store, core.Policy{Name: "shrinks", Rules: []core.Rule{{Limit: 100, Window: 10 * time.Second}}},
+		core.WithClock(clock.Now), core.WithDenyCache(0))
+	ctx := context.Background()
+	key := store.Key("shrinks", "k")
+	take := func(n, used int64) {
+		t.Helper()
+		d, err := l.AllowN(ctx, "k", n)
+		if err != nil || !d.Allowed || d.Source != core.SourceStore || d.Remaining != 100-used {
+			t.Fatalf("AllowN(%d) = %+v, %v; want allowed by the store with %d remaining", n, d, err, 100-used)
+		}
+	}
+	for i := range int64(40) {
+		take(1, i+1)
+	}
+	clock.Add(5 * time.Second)
+	for i := range int64(30) {
+		take(1, 41+i)
+	}
+	if n := rdb.StrLen(ctx, key).Val(); n <= 512 {
+		t.Fatalf("the log holds %d bytes after 70 admissions, want a long one (over 512)", n)
+	}
+	// The first 40 leave the window: the next admission trims them.
+	clock.Add(5*time.Second + time.Millisecond)
+	take(1, 31)
+	if n := rdb.StrLen(ctx, key).Val(); n <= 128 || n >= 512 {
+		t.Fatalf("the log holds %d bytes once trimmed, want between 128 and 512", n)
+	}
+	for i := range int64(5) {
+		take(1, 32+i)
+	}
+	if d, _ := l.Peek(ctx, "k"); d.Rules()[0].Used != 36 {
+		t.Errorf("Peek once trimmed = %+v, want 36 used", d.Rules())
+	}
+}
+
 // testRedisDenyCacheAcrossInstances: a key denied and cached on instance A
 // is admitted by A as soon as instance B resets it, or refunds units of
 // it: the reset and the refund reach A's deny cache (pub/sub), instead of

@@ -226,6 +226,7 @@ func suiteCases() []suiteCase {
 		{"TopRefusedCounts", testTopRefusedCounts},
 		{"TopRefusedBound", testTopRefusedBound},
 		{"DeniedPathAllocs", testDeniedPathAllocs},
+		{"RedisLogShrinks", testRedisLogShrinks},
 		// Transitions: outages' ends, late replies, resets while Redis
 		// fails, fleets that differ (transitions.go).
 		{"OutageEndCounts", testOutageEndCounts},
