@@ -541,10 +541,11 @@ end
 
 local function load(k, h)
   key, hashed, pend = k, h, nil
-  local size
+  local size, guess
+  if not h then guess = long[k] end
   if h then
     v = call('HGET', k, 'g') or ''
-  elseif long[k] then
+  elseif guess then
     v = call('GETRANGE', k, '0', HEADEND)
     if #v == HEAD then
       size = call('STRLEN', k)
@@ -564,11 +565,11 @@ local function load(k, h)
   for i = 1, nh do hints[i] = sunpack('<d', v, 8 + i * 8 + 1) end
   if small then
     cnt = (#v - hdr) / 8
-    if long[k] then long[k], nlong = nil, nlong - 1 end
+    if guess then long[k], nlong = nil, nlong - 1 end
   else
     cnt = ((size or call('STRLEN', k)) - hdr) / 8
     clo, chunk, pi = 0, '', nil
-    if not h and not long[k] then
+    if not h and not guess then
       if nlong >= LONGKEYS then long, nlong = {}, 0 end
       long[k], nlong = true, nlong + 1
     end
