@@ -158,11 +158,7 @@ func TestQuotaFailureConcurrentDenials(t *testing.T) {
 			defer wg.Done()
 			for i := range 20 {
 				_, err := callEmpty(c, "u")
-				_, qf := details(err)
-				var got []string
-				for _, v := range qf.GetViolations() {
-					got = append(got, v.GetSubject()+": "+v.GetDescription())
-				}
+				got := violations(err)
 				if want := []string{"sms: limit 1 per 1m0s"}; status.Code(err) != codes.ResourceExhausted || !slices.Equal(got, want) {
 					t.Errorf("goroutine %d call %d: EmptyCall = %v, violations %q, want ResourceExhausted with %q", g, i, err, got, want)
 					return
@@ -178,11 +174,7 @@ func TestQuotaFailureConcurrentDenials(t *testing.T) {
 		t.Fatalf("pair call 1: EmptyCall = %v, want OK", err)
 	}
 	_, err := callEmpty(c, "u") // decided by the store: both rules full
-	_, qf := details(err)
-	var got []string
-	for _, v := range qf.GetViolations() {
-		got = append(got, v.GetSubject()+": "+v.GetDescription())
-	}
+	got := violations(err)
 	if want := []string{"pair: limit 1 per 1m0s", "pair: limit 1 per 1h0m0s"}; !slices.Equal(got, want) {
 		t.Errorf("pair call 2: QuotaFailure violations = %q, want %q", got, want)
 	}
@@ -202,11 +194,8 @@ func TestMultiRuleQuotaFailure(t *testing.T) {
 		if status.Code(err) != codes.ResourceExhausted {
 			t.Fatalf("call %d: EmptyCall = %v, want ResourceExhausted", call, err)
 		}
-		ri, qf := details(err)
-		var got []string
-		for _, v := range qf.GetViolations() {
-			got = append(got, v.GetSubject()+": "+v.GetDescription())
-		}
+		ri, _ := details(err)
+		got := violations(err)
 		if want := []string{"sms: limit 1 per 1m0s"}; !slices.Equal(got, want) {
 			t.Errorf("call %d: QuotaFailure violations = %q, want %q (only the violated rule)", call, got, want)
 		}

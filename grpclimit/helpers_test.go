@@ -173,6 +173,17 @@ func details(err error) (*errdetails.RetryInfo, *errdetails.QuotaFailure) {
 	return ri, qf
 }
 
+// violations returns the QuotaFailure violations of err's status, each as
+// "subject: description".
+func violations(err error) []string {
+	_, qf := details(err)
+	var got []string
+	for _, v := range qf.GetViolations() {
+		got = append(got, v.GetSubject()+": "+v.GetDescription())
+	}
+	return got
+}
+
 // errStoreDown is the error of a store that is down.
 var errStoreDown = errors.New("store down: secret internal detail")
 
