@@ -13,10 +13,15 @@ import (
 	"github.com/ratekit/ratekit/ratekitslog"
 )
 
-// downStore is a store that is down.
+// downStore is a store that is down: its decisions fail, and so do the
+// breaker's probes (Peek), which may run after the example's requests.
 type downStore struct{ core.Store }
 
 func (downStore) Take(context.Context, driver.Query) (driver.Result, error) {
+	return driver.Result{}, errors.New("connection refused")
+}
+
+func (downStore) Peek(context.Context, driver.Query) (driver.Result, error) {
 	return driver.Result{}, errors.New("connection refused")
 }
 

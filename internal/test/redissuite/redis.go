@@ -736,7 +736,7 @@ func testRedisLogShrinks(t *testing.T, drv Driver) {
 	store := drv.New(t, srv)
 	clock := drivertest.NewClock(time.Unix(1_900_000_000, 0))
 	l := testkit.Limiter(t, store, core.Policy{Name: "shrinks", Rules: []core.Rule{{Limit: 100, Window: 10 * time.Second}}},
-		core.WithClock(clock.Now), core.WithDenyCache(0))
+		core.WithClock(clock.Now), core.WithDenyCache(0), core.WithTimeout(2*time.Second))
 	ctx := context.Background()
 	key := store.Key("shrinks", "k")
 	take := func(n, used int64) {
