@@ -91,22 +91,6 @@ func (r sharedRates) allow(ctx context.Context, key string, shard int, n int64) 
 	return r.decide(ctx, q, shard, now, op)
 }
 
-// graceDecision decides q by the local fallback, as during an outage,
-// while the store answers again but the other instances may not have
-// told it yet what they admitted without it: this one keeps its share.
-// The store, asked first, denies what it would deny (a key it holds
-// full): the grace admits only what both admit.
-func (r sharedRates) graceDecision(ctx context.Context, q driver.Query, shard int) Decision {
-	l := r.l
-	d := l.fallback(q, shard, true, l.breakers.of(&q))
-	if !d.Allowed && !d.Challenged {
-		l.refuse(q.Key)
-	}
-	l.fellBack(ctx, nil, &q)
-	l.emit(ctx, Event{Kind: EventDecision, Key: q.Key, Cost: q.N, Decision: d})
-	return d
-}
-
 // recovered reports whether decisions go to the store at now: not during
 // the grace that follows the end of an outage (see recover).
 func (l *Limiter) recovered(now time.Time) bool {
@@ -171,8 +155,12 @@ func (r sharedRates) decide(ctx context.Context, q driver.Query, shard int, now 
 	}
 	var d Decision
 	if answered && probed && (res.Allowed || res.Challenged) {
-		// The store answers again: this instance keeps its share a while.
-		return r.graceDecision(ctx, q, shard), nil
+		// The store answers again, but the other instances may not have
+		// told it yet what they admitted without it: this instance
+		// decides as during the outage a while, keeping its share. The
+		// store, asked first, denied what it would deny (a key it holds
+		// full): the grace admits only what both admit.
+		return r.unanswered(ctx, q, shard, now, take, nil), nil
 	}
 	if !answered {
 		return r.unanswered(ctx, q, shard, now, take, cause), nil
@@ -194,8 +182,11 @@ func (r sharedRates) ask(ctx context.Context, q *driver.Query, op byte, probe bo
 		return false, err
 	}
 	if l.replay != nil {
-		// What the failure policy admitted of the key counts first.
-		l.replay.before(ctx, q.Key)
+		// What the failure policy admitted of the key counts first: the
+		// store decides nothing of the key until it is told.
+		if err := l.replay.before(ctx, q.Key); err != nil {
+			return false, err
+		}
 	}
 	if op == opGrace || probe && l.graceful() && l.outage.Load() {
 		// The grace after an outage, or the circuit breaker's probe that
@@ -209,9 +200,13 @@ func (r sharedRates) ask(ctx context.Context, q *driver.Query, op byte, probe bo
 	return false, err
 }
 
-// unanswered decides q when the store did not answer, for cause: by a
-// denial cached before the store failed, which still holds, or else by
-// the failure policy.
+// unanswered decides q when the store did not answer, for cause, or
+// during the grace after an outage (cause nil): by a denial cached before
+// the store failed, which still holds, or else by the failure policy. A
+// key denied before an outage stays denied through its grace: a store
+// that came back empty would let the grace hand out the key's share
+// while other instances, their grace over, take its whole limit from
+// the store.
 func (r sharedRates) unanswered(ctx context.Context, q driver.Query, shard int, now time.Time, take bool, cause error) Decision {
 	l := r.l
 	var d Decision

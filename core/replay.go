@@ -27,7 +27,10 @@ import (
 // What waits for a key is told before the store's next decision of the
 // key, in the same deadline, and every key's in the background as soon
 // as the store answers, so that the other instances count it too and
-// keys without more traffic are not left out.
+// keys without more traffic are not left out. The store decides a key
+// only once what waited for it is told: a decision whose telling fails
+// falls back, and one that finds the key's telling under way (in the
+// background) waits for it.
 
 // maxPending bounds the keys whose fallback admissions wait to be
 // recorded; past it, the admissions of new keys are not recorded (the
@@ -40,11 +43,13 @@ type replays struct {
 	rec   driver.Recorder
 	l     *Limiter
 	n     atomic.Int64 // keys pending
+	told  atomic.Int64 // keys being told (flying)
 	busy  atomic.Bool  // a background recording runs
 	retry atomic.Bool  // the retry loop runs
 
-	mu   sync.Mutex
-	keys map[string]*pendingKey // by store key (a shard's, with shards)
+	mu     sync.Mutex
+	keys   map[string]*pendingKey   // by store key (a shard's, with shards)
+	flying map[string]chan struct{} // keys being told, closed once told or put back
 }
 
 // pendingKey is what waits to be told to the store of one store key: a
@@ -66,7 +71,7 @@ type pending struct {
 }
 
 func newReplays(l *Limiter, rec driver.Recorder) *replays {
-	return &replays{rec: rec, l: l, keys: make(map[string]*pendingKey)}
+	return &replays{rec: rec, l: l, keys: make(map[string]*pendingKey), flying: make(map[string]chan struct{})}
 }
 
 // add keeps an admission of n units of key (shard's) made at now without
@@ -201,7 +206,8 @@ func (r *replays) later(key string, shard int, reset bool) {
 	pk.units, pk.reset, pk.pass = nil, true, false
 }
 
-// take removes and returns what waits for key.
+// take removes and returns what waits for key, which is then being told
+// until landed.
 func (r *replays) take(key string) *pendingKey {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -211,6 +217,8 @@ func (r *replays) take(key string) *pendingKey {
 	}
 	delete(r.keys, key)
 	r.n.Add(-1)
+	r.flying[key] = make(chan struct{})
+	r.told.Add(1)
 	live := pk.units[:0]
 	for _, p := range pk.units {
 		if !p.gone {
@@ -219,6 +227,17 @@ func (r *replays) take(key string) *pendingKey {
 	}
 	pk.units = live
 	return pk
+}
+
+// landed ends the telling of key that take began.
+func (r *replays) landed(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ch := r.flying[key]; ch != nil {
+		close(ch)
+		delete(r.flying, key)
+		r.told.Add(-1)
+	}
 }
 
 // putBack returns to key what could not be told: before what came since.
@@ -239,25 +258,24 @@ func (r *replays) putBack(key string, rest *pendingKey) {
 }
 
 // record tells the store what waits for key, each in a store call of
-// ctx: a reset, a pass, admissions; what fails waits for the next try. It
-// reports whether everything was told.
-func (r *replays) record(ctx context.Context, key string) bool {
+// ctx: a reset, a pass, admissions; what fails waits for the next try,
+// unless the store was closed for good. It returns the store's error when
+// not everything was told.
+func (r *replays) record(ctx context.Context, key string) error {
 	pk := r.take(key)
 	if pk == nil {
-		return true
+		return nil
 	}
+	defer r.landed(key)
 	l := r.l
 	now := l.now()
-	// A failure is not reported: it is the store's, which the
-	// decisions report; what waits is tried again, unless the store was
-	// closed for good.
-	fail := func(err error) bool {
+	fail := func(err error) error {
 		if errors.Is(err, driver.ErrClosed) {
 			r.close()
-			return false
+			return err
 		}
 		r.putBack(key, pk)
-		return false
+		return err
 	}
 	if pk.reset {
 		if err := l.store.Reset(ctx, l.query(key, pk.shard, 0, time.Time{})); err != nil {
@@ -288,24 +306,38 @@ func (r *replays) record(ctx context.Context, key string) bool {
 		p.storeAt, p.gone = at, true
 		r.mu.Unlock()
 	}
-	return true
+	return nil
 }
 
 // before records key's waiting admissions ahead of a store decision of
-// the key, under the limiter's timeout.
-func (r *replays) before(ctx context.Context, key string) {
-	if r.n.Load() == 0 {
-		return
+// the key, under the limiter's timeout, or waits for a recording of them
+// under way; it returns the store's error (or ctx's) when they were not
+// all told, and the store must not decide the key then.
+func (r *replays) before(ctx context.Context, key string) error {
+	if r.n.Load() == 0 && r.told.Load() == 0 {
+		return nil
 	}
-	r.mu.Lock()
-	_, waiting := r.keys[key]
-	r.mu.Unlock()
-	if !waiting {
-		return
+	for {
+		r.mu.Lock()
+		_, waiting := r.keys[key]
+		ch := r.flying[key]
+		r.mu.Unlock()
+		if ch != nil {
+			select {
+			case <-ch:
+				continue // told, or put back to tell now
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if !waiting {
+			return nil
+		}
+		cc := r.l.callCtx(ctx, time.Now())
+		err := r.record(cc, key)
+		cc.release()
+		return err
 	}
-	cc := r.l.callCtx(ctx, time.Now())
-	r.record(cc, key)
-	cc.release()
 }
 
 // all records, from a goroutine of its own, every key's waiting
@@ -332,9 +364,9 @@ func (r *replays) all() {
 			}
 			for _, k := range keys {
 				ctx, cancel := context.WithTimeout(context.Background(), replayTimeout)
-				ok := r.record(ctx, k)
+				err := r.record(ctx, k)
 				cancel()
-				if !ok {
+				if err != nil {
 					return // the store fails again: the next answer retries
 				}
 			}

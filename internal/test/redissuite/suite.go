@@ -231,6 +231,7 @@ func suiteCases() []suiteCase {
 		// fails, fleets that differ (transitions.go).
 		{"OutageEndCounts", testOutageEndCounts},
 		{"OutageEndFleet", testOutageEndFleet},
+		{"OutageEndDenied", testOutageEndDenied},
 		{"LateRepliesCount", testLateRepliesCount},
 		{"ResetReachesFallback", testResetReachesFallback},
 		{"ResetThroughBreaker", testResetThroughBreaker},

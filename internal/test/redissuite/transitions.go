@@ -451,6 +451,77 @@ func testOutageEndFleet(t *testing.T, drv Driver) {
 	}
 }
 
+// OutageEndDenied: a key that the store denied before an outage stays
+// denied through the grace after it, as during the outage. Instance 0
+// has "hot" denied, then Redis forgets hot's window (an empty restart,
+// for that key); instance 1 sees the store first, its grace ends, and it
+// takes hot's limit from the store. Instance 0, in its grace, denied hot
+// from its deny cache: 4 of 4 in all (5 before, its grace admitting hot
+// by its share before it had told the store).
+func testOutageEndDenied(t *testing.T, drv Driver) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	p := core.Policy{Name: "grace", Rules: []core.Rule{{Limit: 4, Window: time.Minute}}}
+	var (
+		proxies [2]*redistest.Proxy
+		stores  [2]Store
+		ls      [2]*core.Limiter
+	)
+	for i := range ls {
+		proxies[i] = redistest.NewProxy(t, srv.Addr())
+		stores[i] = drv.Open(t, Conf{Addrs: []string{proxies[i].Addr()}, NoRetry: true})
+		ls[i] = testkit.Limiter(t, stores[i], p,
+			core.WithTimeout(200*time.Millisecond), core.WithBreaker(2, 200*time.Millisecond))
+	}
+	testkit.WaitUntil(t, "both instances counted", func() bool { return instances(stores[0], "grace") == 2 && instances(stores[1], "grace") == 2 })
+	ctx := context.Background()
+	setup := testkit.Limiter(t, drv.New(t, srv), p, core.WithTimeout(5*time.Second), core.WithDenyCache(0))
+	for i := range 4 {
+		if d, err := setup.Allow(ctx, "hot"); err != nil || !d.Allowed {
+			t.Fatalf("Allow(hot) #%d = %+v, %v; want admitted", i+1, d, err)
+		}
+	}
+	if d, err := ls[0].Allow(ctx, "hot"); err != nil || d.Allowed || d.Source != core.SourceStore {
+		t.Fatalf("instance 0: Allow(hot) over the limit = %+v, %v; want denied by the store", d, err)
+	}
+	for _, px := range proxies {
+		px.SetDropping(true)
+	}
+	for _, l := range ls {
+		for range 3 {
+			if _, err := l.Allow(ctx, "other"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	srv.Do(t, "DEL", drv.New(t, srv).Key(p.Name, "hot"))
+	proxies[1].SetDropping(false)
+	untilStore(t, ls[1], "other") // through instance 1's grace
+	proxies[0].SetDropping(false)
+	time.Sleep(300 * time.Millisecond) // instance 0's breaker cool-down
+	admitted := 0
+	for i := range 2 {
+		d, err := ls[0].Allow(ctx, "hot")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed || d.Source != core.SourceCache {
+			t.Errorf("instance 0: Allow(hot) #%d in the grace = %+v; want denied from the deny cache", i+1, d)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	for range 5 {
+		if d, _ := ls[1].Allow(ctx, "hot"); d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 4 {
+		t.Errorf("%d admitted in the minute by a fleet of two, want 4", admitted)
+	}
+}
+
 // RefusedFlushTimedOut: refusals added to Redis by a flush whose
 // reply came after its timeout are not added again: the top refused keys
 // count them once (twice before), a lower bound as the docs promise.
