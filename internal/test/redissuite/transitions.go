@@ -397,15 +397,11 @@ func testRedisFrozenSaturatedApp(t *testing.T, drv Driver) {
 	}
 }
 
-// OutageEndFleet: a fleet of two stays within the outage's bound
-// through the recovery: 2 admitted by Redis, an outage during which each
-// instance admits what is left of its share (2 of 4 each, less its own
-// admission through Redis), and nothing more once Redis answers: 4 of 4
-// in all (6 before, the end of the outage handing out the limit afresh).
-func testOutageEndFleet(t *testing.T, drv Driver) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	p := core.Policy{Name: "fleet", Rules: []core.Rule{{Limit: 4, Window: time.Minute}}}
+// fleetOfTwo returns two instances limiting by p on srv, each through a
+// proxy of its own (timeout 200 ms, breaker 2 failures / 200 ms), once
+// each counts the other.
+func fleetOfTwo(t *testing.T, drv Driver, srv *redistest.Server, p core.Policy) ([2]*redistest.Proxy, [2]*core.Limiter) {
+	t.Helper()
 	var (
 		proxies [2]*redistest.Proxy
 		stores  [2]Store
@@ -417,7 +413,20 @@ func testOutageEndFleet(t *testing.T, drv Driver) {
 		ls[i] = testkit.Limiter(t, stores[i], p,
 			core.WithTimeout(200*time.Millisecond), core.WithBreaker(2, 200*time.Millisecond))
 	}
-	testkit.WaitUntil(t, "both instances counted", func() bool { return instances(stores[0], "fleet") == 2 && instances(stores[1], "fleet") == 2 })
+	testkit.WaitUntil(t, "both instances counted", func() bool { return instances(stores[0], p.Name) == 2 && instances(stores[1], p.Name) == 2 })
+	return proxies, ls
+}
+
+// OutageEndFleet: a fleet of two stays within the outage's bound
+// through the recovery: 2 admitted by Redis, an outage during which each
+// instance admits what is left of its share (2 of 4 each, less its own
+// admission through Redis), and nothing more once Redis answers: 4 of 4
+// in all (6 before, the end of the outage handing out the limit afresh).
+func testOutageEndFleet(t *testing.T, drv Driver) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	p := core.Policy{Name: "fleet", Rules: []core.Rule{{Limit: 4, Window: time.Minute}}}
+	proxies, ls := fleetOfTwo(t, drv, srv, p)
 	ctx := context.Background()
 	admitted := 0
 	for _, l := range ls {
@@ -462,18 +471,7 @@ func testOutageEndDenied(t *testing.T, drv Driver) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	p := core.Policy{Name: "grace", Rules: []core.Rule{{Limit: 4, Window: time.Minute}}}
-	var (
-		proxies [2]*redistest.Proxy
-		stores  [2]Store
-		ls      [2]*core.Limiter
-	)
-	for i := range ls {
-		proxies[i] = redistest.NewProxy(t, srv.Addr())
-		stores[i] = drv.Open(t, Conf{Addrs: []string{proxies[i].Addr()}, NoRetry: true})
-		ls[i] = testkit.Limiter(t, stores[i], p,
-			core.WithTimeout(200*time.Millisecond), core.WithBreaker(2, 200*time.Millisecond))
-	}
-	testkit.WaitUntil(t, "both instances counted", func() bool { return instances(stores[0], "grace") == 2 && instances(stores[1], "grace") == 2 })
+	proxies, ls := fleetOfTwo(t, drv, srv, p)
 	ctx := context.Background()
 	setup := testkit.Limiter(t, drv.New(t, srv), p, core.WithTimeout(5*time.Second), core.WithDenyCache(0))
 	for i := range 4 {
