@@ -156,7 +156,7 @@ func New(client rueidis.Client, opts ...Option) *Store {
 	if o.batch < 1 || o.batch > 1000 {
 		panic(fmt.Sprintf("ratekit: rueidisstore.New: WithBatching(%d): must be within 1..1000", o.batch))
 	}
-	s := &Store{client: client, cluster: client.Mode() == rueidis.ClientModeCluster, prefix: o.prefix,
+	s := &Store{client: raceSafe(client), cluster: client.Mode() == rueidis.ClientModeCluster, prefix: o.prefix,
 		channel: redislib.Channel(o.prefix), watchers: redislib.NewWatchers(o.prefix), fleet: redislib.NewFleet()}
 	s.life, s.stop = context.WithCancel(context.Background())
 	// rueidis bounds its I/O by the context: a flight's carries the
