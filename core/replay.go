@@ -207,13 +207,17 @@ func (r *replays) later(key string, shard int, reset bool) {
 }
 
 // take removes and returns what waits for key, which is then being told
-// until landed.
-func (r *replays) take(key string) *pendingKey {
+// until landed; or, while another call tells key, the channel closed
+// once it has.
+func (r *replays) take(key string) (*pendingKey, <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if ch := r.flying[key]; ch != nil {
+		return nil, ch
+	}
 	pk := r.keys[key]
 	if pk == nil {
-		return nil
+		return nil, nil
 	}
 	delete(r.keys, key)
 	r.n.Add(-1)
@@ -226,7 +230,7 @@ func (r *replays) take(key string) *pendingKey {
 		}
 	}
 	pk.units = live
-	return pk
+	return pk, nil
 }
 
 // landed ends the telling of key that take began.
@@ -257,15 +261,20 @@ func (r *replays) putBack(key string, rest *pendingKey) {
 	pk.units = append(rest.units, pk.units...)
 }
 
-// record tells the store what waits for key, each in a store call of
-// ctx: a reset, a pass, admissions; what fails waits for the next try,
-// unless the store was closed for good. It returns the store's error when
-// not everything was told.
+// record tells the store what waits for key, unless nothing does or
+// another call tells it (see tell).
 func (r *replays) record(ctx context.Context, key string) error {
-	pk := r.take(key)
-	if pk == nil {
-		return nil
+	if pk, _ := r.take(key); pk != nil {
+		return r.tell(ctx, key, pk)
 	}
+	return nil
+}
+
+// tell tells the store pk, what take returned for key, each in a store
+// call of ctx: a reset, a pass, admissions; what fails waits for the next
+// try, unless the store was closed for good. It returns the store's error
+// when not everything was told.
+func (r *replays) tell(ctx context.Context, key string, pk *pendingKey) error {
 	defer r.landed(key)
 	l := r.l
 	now := l.now()
@@ -318,10 +327,7 @@ func (r *replays) before(ctx context.Context, key string) error {
 		return nil
 	}
 	for {
-		r.mu.Lock()
-		_, waiting := r.keys[key]
-		ch := r.flying[key]
-		r.mu.Unlock()
+		pk, ch := r.take(key)
 		if ch != nil {
 			select {
 			case <-ch:
@@ -330,11 +336,11 @@ func (r *replays) before(ctx context.Context, key string) error {
 				return ctx.Err()
 			}
 		}
-		if !waiting {
+		if pk == nil {
 			return nil
 		}
 		cc := r.l.callCtx(ctx, time.Now())
-		err := r.record(cc, key)
+		err := r.tell(cc, key, pk)
 		cc.release()
 		return err
 	}
