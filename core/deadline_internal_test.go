@@ -54,13 +54,23 @@ func TestCallCtxTimesOut(t *testing.T) {
 	}
 }
 
+// reset forgets every read, under the lock and the atomic the store
+// calls of other tests' limiters (a fallback's watch, firing late) may
+// be reading through.
+func (w *schedWaits) reset() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.last.Store(0)
+	w.sample, w.prev, w.windows = nil, nil, [2]window{}
+}
+
 // TestStarvationSeen: a goroutine that yields in a process whose CPU is
 // saturated waits behind every runnable goroutine: starvation reports
 // that wait, and reports next to nothing in an idle process.
 func TestStarvationSeen(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	const limit = 5 * time.Millisecond
-	waits = schedWaits{} // what earlier tests saw does not count
+	waits.reset() // what earlier tests saw does not count
 	idle := starvation(0, limit)
 	time.Sleep(2 * probeFresh)
 	var stop atomic.Bool
